@@ -1,0 +1,59 @@
+// Settings: every KJIT_* environment variable, read once, typed and validated.
+// A bad value is a ValueError naming the variable, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kjit {
+
+enum class CacheMode { ReadWrite, ReadOnly, Strict, Off };
+
+const char* to_string(CacheMode mode) noexcept;
+
+// One documented variable of the registry (for `kjit info` and the README).
+struct SettingInfo {
+  const char* name;
+  const char* allowed;
+  const char* description;
+};
+
+// The registry: every variable kjit reads, in display order.
+const std::vector<SettingInfo>& setting_registry();
+
+struct Settings {
+  std::filesystem::path cache_dir;                    // KJIT_CACHE_DIR / XDG_CACHE_HOME / HOME
+  std::string cache_dir_source;                       // which variable chose cache_dir
+  CacheMode cache_mode = CacheMode::ReadWrite;        // KJIT_CACHE_MODE
+  std::vector<std::filesystem::path> cache_layers;    // KJIT_CACHE_PATH (read-only, colon-separated)
+  std::optional<std::uint64_t> cache_max_bytes;       // KJIT_CACHE_MAX_BYTES
+  std::optional<std::filesystem::path> record_path;   // KJIT_RECORD
+  std::vector<std::filesystem::path> include_dirs;    // KJIT_INCLUDE_PATH (colon-separated)
+  std::optional<std::filesystem::path> cuda_home;     // KJIT_CUDA_HOME, else CUDA_HOME, else CUDA_PATH
+  std::optional<std::filesystem::path> nvrtc_library; // KJIT_NVRTC_LIBRARY (explicit libnvrtc path)
+  std::optional<std::filesystem::path> templates_dir; // KJIT_TEMPLATES_DIR (built-in templates override)
+  double lock_timeout_s = 300.0;                      // KJIT_LOCK_TIMEOUT (seconds)
+  int verbose = 0;                                    // KJIT_VERBOSE (0, 1, 2)
+  int max_specializations = 16;                       // KJIT_MAX_SPECIALIZATIONS
+
+  // Reads from an explicit variable map (tests) or the process environment.
+  using Lookup = std::function<std::optional<std::string>(const std::string&)>;
+  static Settings from_lookup(const Lookup& lookup);
+  static Settings from_environment();
+  static Settings from_map(const std::map<std::string, std::string>& vars);
+};
+
+// Parses a byte count with an optional K, M or G suffix (powers of 1024), e.g. 500M or 2G.
+// Throws ValueError "<what> '<text>' is not valid: ..." (also for 0 unless `allow_zero`).
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what, bool allow_zero = true);
+
+// The process-wide settings, read from the environment on first use.
+// Throws ValueError on a bad value (again on every call until the environment is fixed).
+const Settings& settings();
+
+}  // namespace kjit

@@ -1,0 +1,203 @@
+#include "kjit/settings.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "kjit/error.hpp"
+
+namespace kjit {
+namespace fs = std::filesystem;
+
+const char* to_string(CacheMode mode) noexcept {
+  switch (mode) {
+    case CacheMode::ReadWrite: return "readwrite";
+    case CacheMode::ReadOnly: return "readonly";
+    case CacheMode::Strict: return "strict";
+    case CacheMode::Off: return "off";
+  }
+  return "?";
+}
+
+const std::vector<SettingInfo>& setting_registry() {
+  static const std::vector<SettingInfo> registry = {
+      {"KJIT_CACHE_DIR", "a directory path",
+       "writable cache root (default $XDG_CACHE_HOME/kjit, else ~/.cache/kjit); created 0700"},
+      {"KJIT_CACHE_MODE", "readwrite | readonly | strict | off",
+       "readwrite: use and fill the cache; readonly: never write; strict: a miss is an error, never "
+       "compile; off: no disk cache"},
+      {"KJIT_CACHE_PATH", "directories separated by ':'",
+       "extra read-only cache layers (a warm cache baked into an image), searched after KJIT_CACHE_DIR"},
+      {"KJIT_CACHE_MAX_BYTES", "a positive integer, optional suffix K, M, G",
+       "size cap of the writable cache; least recently used entries are evicted"},
+      {"KJIT_RECORD", "a file path", "append every specialization used to this manifest (JSON)"},
+      {"KJIT_INCLUDE_PATH", "directories separated by ':'",
+       "extra directories searched for #include by every template"},
+      {"KJIT_CUDA_HOME", "a directory path",
+       "CUDA toolkit root for headers and libnvrtc (else CUDA_HOME, CUDA_PATH, /usr/local/cuda, pip "
+       "nvidia packages)"},
+      {"KJIT_NVRTC_LIBRARY", "a file path", "exact libnvrtc shared library to load"},
+      {"KJIT_TEMPLATES_DIR", "a directory path", "where built-in templates are read from"},
+      {"KJIT_LOCK_TIMEOUT", "seconds, a number > 0",
+       "how long a process waits for another one compiling the same key (default 300)"},
+      {"KJIT_VERBOSE", "0 | 1 | 2", "1: log compiles and cache events to stderr; 2: also every lookup"},
+      {"KJIT_MAX_SPECIALIZATIONS", "an integer >= 1",
+       "distinct values of a shape parameter before a kernel falls back to its generic variant "
+       "(default 16)"},
+  };
+  return registry;
+}
+
+namespace {
+
+[[noreturn]] void bad_value(const char* var, const std::string& value, const char* allowed,
+                            const char* hint) {
+  std::ostringstream os;
+  os << var << "='" << value << "' is not valid: allowed " << allowed << ". " << hint;
+  throw ValueError(os.str());
+}
+
+const char* allowed_of(const char* var) {
+  for (const auto& s : setting_registry())
+    if (std::string(s.name) == var) return s.allowed;
+  return "?";
+}
+
+std::vector<fs::path> split_paths(const std::string& value) {
+  std::vector<fs::path> out;
+  std::string item;
+  std::istringstream is(value);
+  while (std::getline(is, item, ':'))
+    if (!item.empty()) out.emplace_back(item);
+  return out;
+}
+
+long parse_int(const char* var, const std::string& value, long lo, long hi, const char* hint) {
+  std::size_t pos = 0;
+  long n = 0;
+  try {
+    n = std::stol(value, &pos);
+  } catch (const std::exception&) {
+    bad_value(var, value, allowed_of(var), hint);
+  }
+  if (pos != value.size() || n < lo || n > hi) bad_value(var, value, allowed_of(var), hint);
+  return n;
+}
+
+}  // namespace
+
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what, bool allow_zero) {
+  auto bad = [&]() {
+    return ValueError(what + " '" + text +
+                      "' is not valid: allowed a byte count" + (allow_zero ? "" : " > 0") +
+                      " with an optional K, M or G suffix (powers of 1024), e.g. 500M or 2G");
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 19) throw bad();
+  const std::string suffix = text.substr(digits);
+  std::uint64_t mult = 1;
+  if (suffix.empty()) mult = 1;
+  else if (suffix == "K" || suffix == "k") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g") mult = 1ull << 30;
+  else throw bad();
+  const std::uint64_t n = std::stoull(text.substr(0, digits));  // <= 19 digits: fits
+  if (n > UINT64_MAX / mult || (n == 0 && !allow_zero)) throw bad();
+  return n * mult;
+}
+
+Settings Settings::from_lookup(const Lookup& get) {
+  Settings s;
+  auto nonempty = [&](const char* name) -> std::optional<std::string> {
+    auto v = get(name);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+  };
+
+  if (auto v = nonempty("KJIT_CACHE_DIR")) {
+    s.cache_dir = *v;
+    s.cache_dir_source = "KJIT_CACHE_DIR";
+  } else if (auto x = nonempty("XDG_CACHE_HOME")) {
+    s.cache_dir = fs::path(*x) / "kjit";
+    s.cache_dir_source = "XDG_CACHE_HOME";
+  } else if (auto h = nonempty("HOME")) {
+    s.cache_dir = fs::path(*h) / ".cache" / "kjit";
+    s.cache_dir_source = "HOME";
+  } else {
+    s.cache_dir = fs::temp_directory_path() / "kjit-cache";
+    s.cache_dir_source = "default (no HOME)";
+  }
+
+  if (auto v = nonempty("KJIT_CACHE_MODE")) {
+    if (*v == "readwrite") s.cache_mode = CacheMode::ReadWrite;
+    else if (*v == "readonly") s.cache_mode = CacheMode::ReadOnly;
+    else if (*v == "strict") s.cache_mode = CacheMode::Strict;
+    else if (*v == "off") s.cache_mode = CacheMode::Off;
+    else bad_value("KJIT_CACHE_MODE", *v, allowed_of("KJIT_CACHE_MODE"),
+                   "Unset it for the default (readwrite).");
+  }
+  if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths(*v);
+  if (auto v = nonempty("KJIT_CACHE_MAX_BYTES")) {
+    try {
+      s.cache_max_bytes = parse_byte_size(*v, "KJIT_CACHE_MAX_BYTES", false);
+    } catch (const ValueError&) {
+      bad_value("KJIT_CACHE_MAX_BYTES", *v, allowed_of("KJIT_CACHE_MAX_BYTES"),
+                "Example: KJIT_CACHE_MAX_BYTES=2G. Unset it for no limit.");
+    }
+  }
+  if (auto v = nonempty("KJIT_RECORD")) s.record_path = fs::path(*v);
+  if (auto v = nonempty("KJIT_INCLUDE_PATH")) s.include_dirs = split_paths(*v);
+  if (auto v = nonempty("KJIT_CUDA_HOME")) s.cuda_home = fs::path(*v);
+  else if (auto c = nonempty("CUDA_HOME")) s.cuda_home = fs::path(*c);
+  else if (auto p = nonempty("CUDA_PATH")) s.cuda_home = fs::path(*p);
+  if (auto v = nonempty("KJIT_NVRTC_LIBRARY")) s.nvrtc_library = fs::path(*v);
+  if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = fs::path(*v);
+  if (auto v = nonempty("KJIT_LOCK_TIMEOUT")) {
+    const char* hint = "Example: KJIT_LOCK_TIMEOUT=60.";
+    std::size_t pos = 0;
+    double t = 0;
+    try {
+      t = std::stod(*v, &pos);
+    } catch (const std::exception&) {
+      bad_value("KJIT_LOCK_TIMEOUT", *v, allowed_of("KJIT_LOCK_TIMEOUT"), hint);
+    }
+    if (pos != v->size() || !(t > 0) || t > 1e7)
+      bad_value("KJIT_LOCK_TIMEOUT", *v, allowed_of("KJIT_LOCK_TIMEOUT"), hint);
+    s.lock_timeout_s = t;
+  }
+  if (auto v = nonempty("KJIT_VERBOSE"))
+    s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));
+  if (auto v = nonempty("KJIT_MAX_SPECIALIZATIONS"))
+    s.max_specializations = static_cast<int>(
+        parse_int("KJIT_MAX_SPECIALIZATIONS", *v, 1, 1 << 20, "Unset it for the default (16)."));
+  return s;
+}
+
+Settings Settings::from_environment() {
+  return from_lookup([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+Settings Settings::from_map(const std::map<std::string, std::string>& vars) {
+  return from_lookup([&](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+const Settings& settings() {
+  static std::mutex mu;
+  static std::optional<Settings> cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!cached) cached = Settings::from_environment();
+  return *cached;
+}
+
+}  // namespace kjit
