@@ -1,0 +1,119 @@
+// DiskCache: checksummed single-file entries under <root>/v1/<target>/<key[0:2]>/<key>.kjit,
+// a writable layer plus read-only layers, atomic publish, per-key flock, LRU size cap.
+//
+// Failure policy: nothing here crashes the process or returns a damaged entry.
+//  - A damaged entry is a miss; in the writable layer it is removed; a warning says so once per key.
+//  - An unusable writable root (cannot create, not writable, write fails midway, disk full) degrades to
+//    "memory only": a warning once, then stores are skipped; loads still work where they can.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kjit/cache/cache_key.hpp"
+#include "kjit/cache/entry.hpp"
+#include "kjit/settings.hpp"
+
+namespace kjit::cache {
+
+struct DiskCacheConfig {
+  std::filesystem::path root;                    // writable layer root
+  std::vector<std::filesystem::path> layers;     // read-only layer roots
+  CacheMode mode = CacheMode::ReadWrite;
+  std::optional<std::uint64_t> max_bytes;        // cap of the writable layer
+  double lock_timeout_s = 300.0;
+
+  static DiskCacheConfig from_settings(const Settings& s);
+};
+
+// Where a listed entry lives and what it holds.
+struct EntryInfo {
+  std::filesystem::path path;
+  std::string layer;   // "writable" or the read-only layer root
+  bool valid = false;
+  std::string error;   // why it is invalid
+  std::uint64_t size = 0;
+  std::optional<EntryMetadata> meta;
+  std::string key;
+};
+
+struct PruneReport {
+  std::uint64_t bytes_before = 0, bytes_after = 0;  // total size of the *.kjit entries
+  std::size_t removed_entries = 0, removed_temp_files = 0, removed_damaged = 0;
+  std::size_t removed_lock_files = 0;  // abandoned locks (nobody held them)
+};
+
+class DiskCache {
+ public:
+  explicit DiskCache(DiskCacheConfig config);
+  ~DiskCache();
+
+  const DiskCacheConfig& config() const noexcept { return config_; }
+  // True when stores go to disk (mode readwrite and the root is usable).
+  bool writable() const;
+  // One line saying where the cache is and in which state (for `kjit info` and warnings).
+  std::string describe() const;
+
+  // Path of an entry in the writable layer.
+  std::filesystem::path entry_path(const CacheKey& key, const std::string& target) const;
+
+  // Looks in the writable layer, then each read-only layer. Validates everything (the entry's key,
+  // and filed_target(meta) == target); a damaged entry is a miss (removed if in the writable layer;
+  // warned once). A hit in the writable layer refreshes the entry's mtime (LRU).
+  // Throws kjit::ValueError when `target` cannot be a directory name.
+  std::optional<Entry> load(const CacheKey& key, const std::string& target);
+
+  // Atomic publish: temp file in the same directory, write, fsync, rename, fsync dir. The entry is
+  // filed under filed_target(entry.meta). Returns false (after a warning once) when the entry could
+  // not be stored, and false without a warning outside readwrite mode; never throws for I/O.
+  bool store(const Entry& entry);
+
+  // Load, else produce under the per-key lock and store: N processes that miss the same key run
+  // `produce` once between them. `produced` tells whether this call ran it.
+  // In a non-writable cache, `produce` runs without a lock and nothing is stored.
+  // Exceptions from `produce` propagate (the lock is released). `produce` must return an entry with
+  // `key` and filed_target(meta) == target (else kjit::Error). Waiting longer than
+  // config().lock_timeout_s for another process's compile throws kjit::Error.
+  Entry load_or_produce(const CacheKey& key, const std::string& target,
+                        const std::function<Entry()>& produce, bool* produced);
+
+  // Every entry in every layer, validated.
+  std::vector<EntryInfo> list() const;
+  // Evicts least recently used entries of the writable layer until it holds at most max_bytes
+  // (default: config max_bytes; none = only clean-up), removes damaged entries and stale temp files.
+  PruneReport prune(std::optional<std::uint64_t> max_bytes = std::nullopt);
+  // Removes every entry, lock and temp file of the writable layer. Returns entries removed.
+  // Lock files currently held (a compile in progress) are left to their holder.
+  // prune() and clear() change nothing unless the mode is readwrite.
+  std::size_t clear();
+
+ private:
+  void degrade(const std::string& why);
+  // Looks in one layer; a damaged entry is reported (and removed when `is_writable_layer`).
+  std::optional<Entry> load_from(const std::filesystem::path& layer_root, bool is_writable_layer,
+                                 const CacheKey& key, const std::string& target);
+  // The cheap size-only LRU pass after a store (no validation); never evicts `keep`.
+  void evict_to(std::uint64_t max_bytes, const std::filesystem::path& keep);
+  struct Layer {
+    std::filesystem::path root;
+    std::string label;       // EntryInfo::layer
+    bool is_writable_layer;  // the root (whether or not the mode lets it be written)
+  };
+  // Layers that load() and list() read, the writable root first; none in mode off.
+  std::vector<Layer> read_layers() const;
+
+  DiskCacheConfig config_;
+  mutable std::mutex mu_;
+  bool usable_ = false;         // writable root exists and is usable
+  bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
+  std::string state_;           // human-readable state
+};
+
+}  // namespace kjit::cache

@@ -1,0 +1,204 @@
+// DiskCache: construction, load, store, load_or_produce (list/prune/clear: disk_cache_maintenance.cpp).
+#include "kjit/cache/disk_cache.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "kjit/cache/atomic_file.hpp"
+#include "kjit/cache/entry_check.hpp"
+#include "kjit/cache/file_lock.hpp"
+#include "kjit/cache/file_read.hpp"
+#include "kjit/cache/layout.hpp"
+#include "kjit/cache/posix_error.hpp"
+#include "kjit/cache/private_dir.hpp"
+#include "kjit/error.hpp"
+#include "kjit/log.hpp"
+
+namespace kjit::cache {
+namespace fs = std::filesystem;
+
+DiskCacheConfig DiskCacheConfig::from_settings(const Settings& s) {
+  DiskCacheConfig c;
+  c.root = s.cache_dir;
+  c.layers = s.cache_layers;
+  c.mode = s.cache_mode;
+  c.max_bytes = s.cache_max_bytes;
+  c.lock_timeout_s = s.lock_timeout_s;
+  return c;
+}
+
+DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)) {
+  if (config_.mode != CacheMode::ReadWrite) {
+    state_ = to_string(config_.mode);  // nothing is created outside readwrite mode
+    return;
+  }
+  if (config_.root.empty()) {
+    degrade("no cache directory is configured");
+    return;
+  }
+  std::string why = make_private_dirs(config_.root);
+  if (!why.empty()) {
+    degrade(why);
+    return;
+  }
+  if (::access(config_.root.c_str(), W_OK | X_OK) != 0) {
+    degrade(config_.root.string() + " is not writable: " + errno_text(errno));
+    return;
+  }
+  usable_ = true;
+  state_ = "writable";
+}
+
+DiskCache::~DiskCache() = default;
+
+bool DiskCache::writable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return config_.mode == CacheMode::ReadWrite && usable_;
+}
+
+std::string DiskCache::describe() const {
+  std::string out = config_.root.string() + " (" + to_string(config_.mode);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (config_.mode == CacheMode::ReadWrite) out += ", " + state_;
+    else if (config_.mode == CacheMode::Off) out += ": no disk cache";
+  }
+  if (config_.max_bytes) out += ", max " + std::to_string(*config_.max_bytes) + " bytes";
+  out += ")";
+  if (!config_.layers.empty() && config_.mode != CacheMode::Off) {
+    out += " + read-only layers:";
+    for (const auto& l : config_.layers) out += " " + l.string();
+  }
+  return out;
+}
+
+void DiskCache::degrade(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    usable_ = false;
+    if (degraded_) return;
+    degraded_ = true;
+    state_ = "memory only: " + why;
+  }
+  log::warn("kjit cache " + config_.root.string() + ": " + why +
+            "; kernels are cached in memory only for this process. Make the directory writable "
+            "(or free space), or set KJIT_CACHE_DIR to another directory; KJIT_CACHE_MODE=off "
+            "turns the disk cache off.");
+}
+
+fs::path DiskCache::entry_path(const CacheKey& key, const std::string& target) const {
+  return layout::entry_path(config_.root, key, target);
+}
+
+std::vector<DiskCache::Layer> DiskCache::read_layers() const {
+  std::vector<Layer> out;
+  if (config_.mode == CacheMode::Off) return out;
+  if (!config_.root.empty()) out.push_back({config_.root, "writable", true});
+  for (const auto& l : config_.layers)
+    if (!l.empty()) out.push_back({l, l.string(), false});
+  return out;
+}
+
+std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_writable_layer,
+                                          const CacheKey& key, const std::string& target) {
+  const fs::path path = layout::entry_path(layer_root, key, target);
+  FileRead file = read_regular_file(path, kMaxEntryFileBytes);
+  if (file.absent) return std::nullopt;
+  const bool may_modify = is_writable_layer && config_.mode == CacheMode::ReadWrite;
+
+  DecodeResult decoded;
+  if (file.ok()) decoded = check_entry_bytes(file.bytes, key, target);
+  else decoded.error = file.error;
+  if (decoded.entry) {
+    if (may_modify) ::futimens(file.fd.get(), nullptr);  // LRU: a hit is a use
+    return std::move(decoded.entry);
+  }
+
+  // Damaged (or unreadable). Remove it only if `path` still names the file we read: another process
+  // may have just published a good entry under the same name.
+  bool removed = false;
+  if (may_modify && file.fd && S_ISREG(file.st.st_mode)) {
+    struct stat now {};
+    if (::stat(path.c_str(), &now) == 0 && now.st_dev == file.st.st_dev &&
+        now.st_ino == file.st.st_ino)
+      removed = ::unlink(path.c_str()) == 0;
+  }
+  std::string what = removed ? "it was removed"
+                     : is_writable_layer ? "it was left in place"
+                                         : "it is in a read-only layer and was left in place";
+  std::string then = config_.mode == CacheMode::Strict
+                         ? "this is a cache miss (KJIT_CACHE_MODE=strict: it will not be recompiled)"
+                         : "it will be recompiled";
+  log::warn_once("cache-damaged:" + key.hex(),
+                 "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error +
+                     "); " + what + " and " + then + ".");
+  return std::nullopt;
+}
+
+std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {
+  layout::check_target(target);
+  for (const auto& layer : read_layers())
+    if (auto e = load_from(layer.root, layer.is_writable_layer, key, target)) return e;
+  return std::nullopt;
+}
+
+bool DiskCache::store(const Entry& entry) {
+  if (config_.mode != CacheMode::ReadWrite) return false;  // by design, not a failure: no warning
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!usable_) return false;  // already degraded (and warned)
+  }
+  const fs::path path = entry_path(entry.key, filed_target(entry.meta));
+  const fs::path dir = path.parent_path();
+  const std::string bytes = encode_entry(entry);
+  std::string why = make_private_dirs(dir);
+  if (!why.empty()) {
+    degrade("cannot write to " + dir.string() + " (" + why + ")");
+    return false;
+  }
+  if (auto failure = publish_atomically(path, bytes)) {
+    degrade("cannot write to " + dir.string() + " (" + failure->message() + ")");
+    return false;
+  }
+  if (config_.max_bytes) evict_to(*config_.max_bytes, path);
+  return true;
+}
+
+Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
+                                 const std::function<Entry()>& produce, bool* produced) {
+  if (produced) *produced = false;
+  if (auto hit = load(key, target)) return std::move(*hit);
+
+  auto run = [&] {
+    Entry e = produce();
+    if (produced) *produced = true;
+    if (e.key != key || filed_target(e.meta) != target)
+      throw Error("kjit cache: the compiled entry does not match its request (asked for key " +
+                  key.hex() + " target '" + target + "', produced key " + e.key.hex() +
+                  " requested_target '" + filed_target(e.meta) +
+                  "'); the producer must return the key it was called for and set "
+                  "meta.requested_target (or meta.target) to the target it was called for, else "
+                  "the entry could never be found again");
+    return e;
+  };
+  if (!writable()) return run();  // readonly / strict / off / degraded: no lock, nothing stored
+
+  const fs::path lock_file = layout::lock_path(config_.root, key, target);
+  std::string why = make_private_dirs(lock_file.parent_path());
+  FileLock lock;
+  if (why.empty()) lock = FileLock::acquire(lock_file, config_.lock_timeout_s, &why);  // may throw
+  if (!lock.locked()) {
+    degrade(why);
+    return run();
+  }
+  // Someone may have published it while we waited.
+  if (auto hit = load(key, target)) return std::move(*hit);  // `lock` releases (and unlinks)
+  Entry e = run();  // if it throws, `lock` is released (and unlinked) on the way out
+  store(e);
+  lock.release();  // unlink while holding, then unlock
+  return e;
+}
+
+}  // namespace kjit::cache

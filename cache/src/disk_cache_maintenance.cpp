@@ -1,0 +1,190 @@
+// DiskCache maintenance: list, prune, clear, and the size cap applied after a store.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+
+#include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/entry_check.hpp"
+#include "kjit/cache/file_lock.hpp"
+#include "kjit/cache/file_read.hpp"
+#include "kjit/cache/layer_scan.hpp"
+#include "kjit/cache/layout.hpp"
+
+namespace kjit::cache {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr long kStaleTempSeconds = 3600;
+
+// Validates one scanned *.kjit file: name, place and content. Empty error when valid.
+// `st`, when given, receives the identity of the file that was read (zeroed if none was).
+DecodeResult check_scanned_entry(const ScannedFile& f, struct stat* st = nullptr) {
+  DecodeResult r;
+  if (st) *st = {};
+  Digest d{};
+  if (!from_hex(f.name.key, d)) {
+    r.error = "file name is not <64 lowercase hex digits>.kjit";
+    return r;
+  }
+  const CacheKey key(d);
+  if (f.shard != f.name.key.substr(0, 2)) {
+    r.error = "in the wrong directory: expected " + f.name.key.substr(0, 2) + "/, found in " + f.shard + "/";
+    return r;
+  }
+  FileRead file = read_regular_file(f.path, kMaxEntryFileBytes);
+  if (st && file.fd) *st = file.st;
+  if (!file.ok()) {
+    r.error = file.error;
+    return r;
+  }
+  return check_entry_bytes(file.bytes, key, f.target);
+}
+
+// Unlinks `path` only while it still names the file identified by `st` (which may have been replaced
+// by a fresh entry since it was read).
+bool unlink_if_same(const fs::path& path, const struct stat& st) {
+  struct stat now {};
+  if (st.st_ino == 0 || ::stat(path.c_str(), &now) != 0) return false;
+  if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) return false;
+  return ::unlink(path.c_str()) == 0;
+}
+
+bool older_than(const struct timespec& t, long seconds) {
+  return static_cast<long>(std::time(nullptr)) - static_cast<long>(t.tv_sec) > seconds;
+}
+
+// A temp file is abandoned when its writer is gone, or it has been there too long to be in progress.
+bool temp_is_stale(const ScannedFile& f) {
+  if (f.name.pid > 0 && ::kill(static_cast<pid_t>(f.name.pid), 0) != 0 && errno == ESRCH) return true;
+  return older_than(f.mtime, kStaleTempSeconds);
+}
+
+bool mtime_before(const ScannedFile* a, const ScannedFile* b) {
+  if (a->mtime.tv_sec != b->mtime.tv_sec) return a->mtime.tv_sec < b->mtime.tv_sec;
+  if (a->mtime.tv_nsec != b->mtime.tv_nsec) return a->mtime.tv_nsec < b->mtime.tv_nsec;
+  return a->path < b->path;
+}
+
+// Removes least recently used entries (oldest mtime first) until `total` <= max_bytes;
+// `keep` is never removed. Returns how many were removed.
+std::size_t evict_lru(std::vector<const ScannedFile*> entries, std::uint64_t& total,
+                      std::uint64_t max_bytes, const fs::path& keep) {
+  std::sort(entries.begin(), entries.end(), mtime_before);
+  std::size_t removed = 0;
+  for (const ScannedFile* f : entries) {
+    if (total <= max_bytes) break;
+    if (f->path == keep) continue;
+    if (::unlink(f->path.c_str()) == 0 || errno == ENOENT) {  // ENOENT: evicted by someone else
+      total -= std::min(total, f->size);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace
+
+std::vector<EntryInfo> DiskCache::list() const {
+  std::vector<EntryInfo> out;
+  for (const auto& layer : read_layers()) {
+    for (const ScannedFile& f : scan_layer(layer.root)) {
+      if (f.name.kind != layout::FileKind::Entry) continue;  // locks and temp files are not entries
+      EntryInfo info;
+      info.path = f.path;
+      info.layer = layer.label;
+      info.size = f.size;
+      info.key = f.name.key;
+      DecodeResult r = check_scanned_entry(f);
+      info.valid = r.entry.has_value();
+      info.error = r.error;
+      if (r.entry) info.meta = std::move(r.entry->meta);
+      out.push_back(std::move(info));
+    }
+  }
+  return out;
+}
+
+void DiskCache::evict_to(std::uint64_t max_bytes, const fs::path& keep) {
+  const std::vector<ScannedFile> files = scan_layer(config_.root);
+  std::vector<const ScannedFile*> entries;
+  std::uint64_t total = 0;
+  for (const auto& f : files) {
+    if (f.name.kind != layout::FileKind::Entry) continue;
+    entries.push_back(&f);
+    total += f.size;
+  }
+  if (total > max_bytes) evict_lru(std::move(entries), total, max_bytes, keep);
+}
+
+PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {
+  PruneReport report;
+  if (config_.mode != CacheMode::ReadWrite || config_.root.empty()) return report;
+  const std::optional<std::uint64_t> limit = max_bytes ? max_bytes : config_.max_bytes;
+
+  const std::vector<ScannedFile> files = scan_layer(config_.root);
+  std::vector<const ScannedFile*> entries;
+  std::uint64_t total = 0;
+  for (const auto& f : files) {
+    switch (f.name.kind) {
+      case layout::FileKind::Temp:
+        if (temp_is_stale(f) && ::unlink(f.path.c_str()) == 0) ++report.removed_temp_files;
+        break;
+      case layout::FileKind::Lock: {
+        FileLock lock = FileLock::try_acquire_existing(f.path);  // only locks nobody holds
+        if (lock.locked()) {
+          lock.release();  // unlinks while holding
+          ++report.removed_lock_files;
+        }
+        break;
+      }
+      case layout::FileKind::Entry: {
+        report.bytes_before += f.size;
+        struct stat st {};
+        if (check_scanned_entry(f, &st).entry) {
+          entries.push_back(&f);
+          total += f.size;
+        } else if (unlink_if_same(f.path, st)) {
+          ++report.removed_damaged;
+        } else {
+          total += f.size;  // could not remove it: it still takes space
+        }
+        break;
+      }
+      case layout::FileKind::Other:
+        break;
+    }
+  }
+  if (limit && total > *limit) report.removed_entries = evict_lru(std::move(entries), total, *limit, {});
+  report.bytes_after = total;
+  return report;
+}
+
+std::size_t DiskCache::clear() {
+  if (config_.mode != CacheMode::ReadWrite || config_.root.empty()) return 0;
+  std::size_t removed = 0;
+  for (const ScannedFile& f : scan_layer(config_.root)) {
+    switch (f.name.kind) {
+      case layout::FileKind::Entry:
+        if (::unlink(f.path.c_str()) == 0) ++removed;
+        break;
+      case layout::FileKind::Temp:
+        ::unlink(f.path.c_str());
+        break;
+      case layout::FileKind::Lock: {
+        FileLock lock = FileLock::try_acquire_existing(f.path);  // a held lock is a compile in progress
+        lock.release();
+        break;
+      }
+      case layout::FileKind::Other:
+        break;  // not ours: leave it
+    }
+  }
+  return removed;
+}
+
+}  // namespace kjit::cache
