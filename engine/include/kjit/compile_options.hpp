@@ -1,0 +1,31 @@
+// CompileOptions: typed NVRTC options, translated to flags in one place. The canonical list (what
+// the cache key hashes) holds no absolute paths.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kjit/target.hpp"
+
+namespace kjit {
+
+struct CompileOptions {
+  std::string std = "c++20";   // c++17 or c++20 (C++20 allows floating template arguments)
+  bool fast_math = false;       // --use_fast_math
+  bool line_info = false;       // --generate-line-info
+  bool device_debug = false;    // --device-debug (-G)
+  std::optional<int> max_registers;          // --maxrregcount=N
+  std::map<std::string, std::string> defines;  // -DNAME=VALUE (sorted by name)
+
+  // Throws ValueError on a bad value (unknown standard, bad macro name, registers out of range).
+  void validate() const;
+  // Canonical option list, hashed into cache keys.
+  std::vector<std::string> canonical() const;
+  // Everything passed to nvrtcCompileProgram for `target` (canonical + target + include dirs).
+  std::vector<std::string> nvrtc_flags(const Target& target, const std::vector<std::string>& include_dirs) const;
+  bool operator==(const CompileOptions& o) const;
+};
+
+}  // namespace kjit

@@ -1,0 +1,47 @@
+// Compiler: one NVRTC compilation of a Specialization to a cubin (sm_XY / sm_XYa) or, when the
+// target is newer than this NVRTC supports, to PTX for the highest supported compute_XY.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kjit/cache/cache_key.hpp"
+#include "kjit/specialization.hpp"
+#include "kjit/target.hpp"
+
+namespace kjit {
+
+// What a compilation for a requested target produces.
+struct CompilePlan {
+  Target requested;
+  Target actual;              // == requested, or compute_XY for the PTX fallback
+  cache::OutputKind output = cache::OutputKind::Cubin;
+  std::string note;           // why PTX, when it is PTX
+};
+
+struct CompiledBinary {
+  std::string payload;        // cubin or PTX bytes
+  std::string lowered_name;   // mangled name of the kernel in the payload
+  std::string log;            // NVRTC log (warnings)
+  double compile_ms = 0;
+  CompilePlan plan;
+  std::vector<std::string> flags;  // every flag given to NVRTC
+};
+
+class Compiler {
+ public:
+  // Decides cubin vs PTX for `requested` (loads NVRTC). Throws ValueError for targets this NVRTC
+  // cannot produce, listing what it supports.
+  static CompilePlan plan(const Target& requested);
+  // Compiles (loads NVRTC). Throws CompileError with the log, the name expression, the options and the
+  // source lines around each error.
+  static CompiledBinary compile(const Specialization& spec, const CompilePlan& plan);
+  // The program name NVRTC sees for a template (its file name, with .cuh for built-ins).
+  static std::string program_name(const Template& t);
+};
+
+// Source lines around each "file(line): error" of an NVRTC log, from the template and its headers.
+std::string excerpt_errors(const std::string& log, const Template& t, const std::string& program_name,
+                           int context_lines = 2);
+
+}  // namespace kjit

@@ -1,0 +1,140 @@
+// Engine: the in-memory table of loaded kernels in front of the disk cache and the compiler.
+//
+//   get(spec, target)  memory table (by cache key) -> disk cache -> NVRTC, once per key across
+//                      processes; loads the module. Strict mode raises CacheMissError on a miss.
+//   prepare(spec, target)  the same without loading (compile-only; no GPU needed).
+//   find(SpecKey)      the hot path: a fixed-size key in a hash table; no hashing of sources, no file
+//                      access, no allocation.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kjit/cache/cache_key.hpp"
+#include "kjit/cache/disk_cache.hpp"
+#include "kjit/compiler.hpp"
+#include "kjit/module.hpp"
+#include "kjit/settings.hpp"
+#include "kjit/specialization.hpp"
+
+namespace kjit {
+
+enum class Origin { Memory, Disk, Compiled };
+const char* to_string(Origin o) noexcept;
+
+// A fixed-size identity of (kernel family, template arguments, device) for the hot-path table.
+struct SpecKey {
+  static constexpr int kMaxArgs = 14;
+  std::uint64_t family = 0;  // Engine::family_id(template, kernel, options)
+  std::int32_t device = 0;
+  std::uint32_t nargs = 0;
+  std::array<std::uint64_t, kMaxArgs> args{};
+
+  bool operator==(const SpecKey& o) const noexcept {
+    if (family != o.family || device != o.device || nargs != o.nargs) return false;
+    for (std::uint32_t i = 0; i < nargs; ++i)
+      if (args[i] != o.args[i]) return false;
+    return true;
+  }
+};
+
+struct SpecKeyHash {
+  std::size_t operator()(const SpecKey& k) const noexcept {
+    std::uint64_t h = k.family * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(k.device);
+    for (std::uint32_t i = 0; i < k.nargs; ++i) {
+      h ^= k.args[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    }
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
+struct LoadedKernel {
+  std::shared_ptr<const Kernel> kernel;
+  cache::CacheKey key;
+  cache::EntryMetadata meta;
+};
+
+struct Resolved {
+  std::shared_ptr<const LoadedKernel> loaded;
+  Origin origin = Origin::Memory;
+  const Kernel& kernel() const { return *loaded->kernel; }
+};
+
+struct Prepared {
+  cache::CacheKey key;
+  Origin origin = Origin::Disk;  // Disk (already cached) or Compiled
+  cache::EntryMetadata meta;
+  std::string log;  // NVRTC warnings when compiled now
+};
+
+struct EngineStats {
+  std::uint64_t memory_hits = 0;
+  std::uint64_t disk_hits = 0;
+  std::uint64_t compiles = 0;
+  double compile_ms = 0;     // total NVRTC time of this process
+  double disk_load_ms = 0;   // total time of disk hits (read + validate + module load)
+  std::uint64_t strict_misses = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(Settings settings);
+  // The process-wide engine (settings from the environment).
+  static Engine& global();
+
+  const Settings& settings() const noexcept { return settings_; }
+  cache::DiskCache& disk();
+
+  // The cache key of a specialization for a plan (no NVRTC load).
+  cache::CacheKey key_for(const Specialization& spec, const CompilePlan& plan) const;
+
+  // `compile_forbidden_reason`, when not empty, makes a miss that would compile an error saying it
+  // (e.g. during CUDA graph capture); disk hits are still fine.
+  Resolved get(const Specialization& spec, const Target& target, const char* compile_forbidden_reason = nullptr);
+  Prepared prepare(const Specialization& spec, const Target& target);
+
+  // Hot path.
+  std::shared_ptr<const LoadedKernel> find(const SpecKey& key) const noexcept;
+  void remember(const SpecKey& key, std::shared_ptr<const LoadedKernel> kernel);
+  // A stable id for (template, kernel name, options), interned once per family.
+  std::uint64_t family_id(const Template& t, const std::string& kernel, const CompileOptions& options);
+  // Counts a hot-path hit (find() does not, so that callers decide what a hit is).
+  void count_memory_hit() noexcept { memory_hits_.fetch_add(1, std::memory_order_relaxed); }
+
+  EngineStats stats() const;
+  void reset_stats();
+  // Drops every loaded kernel of this process (the disk cache is untouched).
+  void clear_memory();
+
+ private:
+  // Loads from disk or compiles: the cache entry for `spec` (no module load).
+  using Candidates = std::vector<std::pair<CompilePlan, cache::CacheKey>>;
+  // The (plan, key) pairs under which `spec` may be cached for `target`: cubin and PTX (found without
+  // loading NVRTC, which decides between them only when something must be compiled).
+  Candidates candidates(const Specialization& spec, const Target& target) const;
+  cache::Entry obtain_entry(const Specialization& spec, const Target& target, const Candidates& cands,
+                            Origin* origin, std::string* log, const char* compile_forbidden_reason);
+
+  Settings settings_;
+  std::once_flag disk_once_;
+  std::unique_ptr<cache::DiskCache> disk_;
+
+  mutable std::shared_mutex table_mu_;
+  std::unordered_map<SpecKey, std::shared_ptr<const LoadedKernel>, SpecKeyHash> fast_;
+  std::unordered_map<cache::CacheKey, std::shared_ptr<const LoadedKernel>, cache::CacheKeyHash> by_key_;
+
+  std::mutex family_mu_;
+  std::unordered_map<std::string, std::uint64_t> families_;
+
+  std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, compiles_{0}, strict_misses_{0};
+  std::atomic<std::uint64_t> compile_us_{0}, disk_load_us_{0};
+};
+
+}  // namespace kjit

@@ -1,0 +1,55 @@
+// Module: a loaded cubin/PTX (a context-independent CUlibrary). Kernel: one entry point of it,
+// usable on every device of the process (cuLibraryGetKernel handles load lazily per context).
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kjit/launch_config.hpp"
+
+namespace kjit {
+
+class Module {
+ public:
+  // Loads `image` (cubin or NUL-terminated PTX). Throws DriverError.
+  static std::shared_ptr<const Module> load(const std::string& image);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  CUlibrary handle() const noexcept { return lib_; }
+
+ private:
+  Module() = default;
+  CUlibrary lib_ = nullptr;
+};
+
+class Kernel {
+ public:
+  // Looks `lowered_name` up in `module`; reads the parameter sizes where the driver can tell.
+  Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name);
+
+  // The hot path: one cuLaunchKernelEx on config.stream. `args` points to one pointer per kernel
+  // parameter. Needs a current context (PyTorch's device guard, or make_primary_context_current).
+  // Throws LaunchError (CUDA error name and text) when the driver refuses the launch.
+  void launch(const LaunchConfig& config, void** args) const;
+
+  CUkernel handle() const noexcept { return kernel_; }
+  const std::string& lowered_name() const noexcept { return lowered_; }
+  const std::string& name() const noexcept { return name_; }
+  // Byte size of each parameter (empty when the driver is older than 12.4).
+  const std::vector<std::size_t>& param_sizes() const noexcept { return param_sizes_; }
+  bool param_sizes_known() const noexcept { return sizes_known_; }
+
+ private:
+  std::shared_ptr<const Module> module_;
+  CUkernel kernel_ = nullptr;
+  std::string lowered_;
+  std::string name_;
+  std::vector<std::size_t> param_sizes_;
+  bool sizes_known_ = false;
+};
+
+}  // namespace kjit

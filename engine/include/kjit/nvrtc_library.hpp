@@ -1,0 +1,51 @@
+// NvrtcLibrary: the NVRTC entry points, dlopen'ed from the toolkit that cuda_toolkit() found,
+// on first use only (strict mode and cache commands never load it).
+#pragma once
+
+#include <nvrtc.h>
+
+#include <string>
+#include <vector>
+
+#include "kjit/dynamic_library.hpp"
+
+namespace kjit {
+
+class NvrtcLibrary {
+ public:
+  // Loads the library on first call; throws kjit::Error saying where it looked and what to set.
+  static const NvrtcLibrary& get();
+  // True if get() has loaded it in this process (never loads).
+  static bool loaded();
+
+#define KJIT_NVRTC_FN(name) decltype(&::name) name = nullptr
+  KJIT_NVRTC_FN(nvrtcVersion);
+  KJIT_NVRTC_FN(nvrtcGetErrorString);
+  KJIT_NVRTC_FN(nvrtcGetNumSupportedArchs);
+  KJIT_NVRTC_FN(nvrtcGetSupportedArchs);
+  KJIT_NVRTC_FN(nvrtcCreateProgram);
+  KJIT_NVRTC_FN(nvrtcDestroyProgram);
+  KJIT_NVRTC_FN(nvrtcCompileProgram);
+  KJIT_NVRTC_FN(nvrtcGetPTXSize);
+  KJIT_NVRTC_FN(nvrtcGetPTX);
+  KJIT_NVRTC_FN(nvrtcGetCUBINSize);
+  KJIT_NVRTC_FN(nvrtcGetCUBIN);
+  KJIT_NVRTC_FN(nvrtcGetProgramLogSize);
+  KJIT_NVRTC_FN(nvrtcGetProgramLog);
+  KJIT_NVRTC_FN(nvrtcAddNameExpression);
+  KJIT_NVRTC_FN(nvrtcGetLoweredName);
+#undef KJIT_NVRTC_FN
+
+  std::string version() const;            // "13.0" from nvrtcVersion
+  std::vector<int> supported_archs() const;  // e.g. {75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121}
+  std::string path() const { return lib_.path().string(); }
+
+  // Throws kjit::Error "<call> failed: <nvrtc error string>" when r != NVRTC_SUCCESS.
+  void check(nvrtcResult r, const char* call) const;
+
+ private:
+  NvrtcLibrary() = default;
+  DynamicLibrary lib_;
+};
+
+}  // namespace kjit

@@ -1,0 +1,73 @@
+// Template: the source text of a kernel file and every header it includes, resolved at load time.
+// `#include` is resolved against the including file's folder, the template's folder,
+// kernel_templates/, the user's include dirs (argument and KJIT_INCLUDE_PATH) and the CUDA headers.
+// The bytes of every resolved header are held, so the cache key hashes exactly what is compiled.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kjit/kernel_decl.hpp"
+
+namespace kjit {
+
+struct Header {
+  std::string include_name;     // as spelled in #include ("vec.cuh", "cuda_fp16.h")
+  std::filesystem::path path;   // where it was found (never hashed)
+  std::string bytes;
+  bool from_cuda = false;       // found in the CUDA include dirs (passed by -I, not in memory)
+};
+
+class Template {
+ public:
+  // A file. Throws ValueError when it cannot be read.
+  static std::shared_ptr<const Template> from_file(const std::filesystem::path& file,
+                                                   std::vector<std::filesystem::path> include_dirs = {});
+  // Source text; `name` identifies it in messages, metadata and manifests ("my_kernels.cu").
+  static std::shared_ptr<const Template> from_string(std::string source, std::string name,
+                                                     std::vector<std::filesystem::path> include_dirs = {});
+  // A built-in template of kernel_templates/ by name ("add_constant"). Names are [A-Za-z0-9_]+.
+  static std::shared_ptr<const Template> builtin(const std::string& name);
+  // Names of the built-in templates.
+  static std::vector<std::string> builtin_names();
+
+  const std::string& name() const noexcept { return name_; }
+  bool is_builtin() const noexcept { return builtin_; }
+  const std::string& source() const noexcept { return source_; }
+  const std::vector<Header>& headers() const noexcept { return headers_; }
+  const std::vector<std::string>& unresolved_includes() const noexcept { return unresolved_; }
+  const std::vector<KernelDecl>& kernels() const noexcept { return kernels_; }
+  // Throws ValueError listing the template's kernels when there is no such kernel.
+  const KernelDecl& kernel(const std::string& name) const;
+  // Hex SHA-256 over the source and every header (names and bytes): the template's identity.
+  const std::string& digest() const noexcept { return digest_; }
+  // Process-unique id (for fixed-size in-memory lookup keys).
+  std::uint64_t uid() const noexcept { return uid_; }
+  // Include dirs handed to NVRTC (CUDA headers only; user headers are passed in memory).
+  const std::vector<std::string>& nvrtc_include_dirs() const noexcept { return nvrtc_include_dirs_; }
+
+ private:
+  Template() = default;
+  static std::shared_ptr<const Template> load(std::string source, std::string name, bool builtin,
+                                              std::filesystem::path base_dir,
+                                              std::vector<std::filesystem::path> include_dirs);
+  std::string name_;
+  bool builtin_ = false;
+  std::string source_;
+  std::vector<Header> headers_;
+  std::vector<std::string> unresolved_;
+  std::vector<KernelDecl> kernels_;
+  std::string digest_;
+  std::uint64_t uid_ = 0;
+  std::vector<std::string> nvrtc_include_dirs_;
+};
+
+// Folder of the built-in templates: KJIT_TEMPLATES_DIR, else the one set by the Python package,
+// else the source tree's kernel_templates/.
+std::filesystem::path builtin_templates_dir();
+void set_builtin_templates_dir(const std::filesystem::path& dir);
+
+}  // namespace kjit

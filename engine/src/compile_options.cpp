@@ -1,0 +1,49 @@
+#include "kjit/compile_options.hpp"
+
+#include <cctype>
+
+#include "kjit/error.hpp"
+
+namespace kjit {
+
+void CompileOptions::validate() const {
+  if (std != "c++17" && std != "c++20")
+    throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");
+  if (max_registers && (*max_registers < 16 || *max_registers > 255))
+    throw ValueError("compile option max_registers=" + std::to_string(*max_registers) +
+                     " is not valid: allowed 16..255, or unset");
+  for (const auto& [name, value] : defines) {
+    bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+    for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ok)
+      throw ValueError("macro name '" + name + "' is not a C identifier; defines take NAME -> VALUE");
+    if (value.find('\n') != std::string::npos)
+      throw ValueError("the value of macro '" + name + "' contains a newline; it must be one line");
+  }
+}
+
+std::vector<std::string> CompileOptions::canonical() const {
+  std::vector<std::string> out;
+  out.push_back("--std=" + std);
+  if (fast_math) out.push_back("--use_fast_math");
+  if (line_info) out.push_back("--generate-line-info");
+  if (device_debug) out.push_back("--device-debug");
+  if (max_registers) out.push_back("--maxrregcount=" + std::to_string(*max_registers));
+  for (const auto& [name, value] : defines) out.push_back("-D" + name + "=" + value);
+  return out;
+}
+
+std::vector<std::string> CompileOptions::nvrtc_flags(const Target& target,
+                                                     const std::vector<std::string>& include_dirs) const {
+  std::vector<std::string> out = canonical();
+  out.push_back(target.nvrtc_flag());
+  for (const auto& d : include_dirs) out.push_back("--include-path=" + d);
+  return out;
+}
+
+bool CompileOptions::operator==(const CompileOptions& o) const {
+  return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
+         device_debug == o.device_debug && max_registers == o.max_registers && defines == o.defines;
+}
+
+}  // namespace kjit

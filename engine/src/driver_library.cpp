@@ -1,0 +1,182 @@
+#include "kjit/driver_library.hpp"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kjit/error.hpp"
+
+namespace kjit {
+namespace {
+std::atomic<const DriverLibrary*> g_driver{nullptr};
+}
+
+const DriverLibrary& DriverLibrary::get() {
+  if (auto* d = g_driver.load(std::memory_order_acquire)) return *d;
+  static std::mutex mu;
+  static std::unique_ptr<DriverLibrary> instance;
+  static std::unique_ptr<DriverError> failure;  // a driver that failed to load is not retried
+  std::lock_guard<std::mutex> lock(mu);
+  if (instance) return *instance;
+  if (failure) throw *failure;
+  try {
+    instance = load();
+  } catch (const DriverError& e) {
+    failure = std::make_unique<DriverError>(e);
+    throw;
+  }
+  g_driver.store(instance.get(), std::memory_order_release);
+  return *instance;
+}
+
+std::unique_ptr<DriverLibrary> DriverLibrary::load() {
+  auto drv = std::unique_ptr<DriverLibrary>(new DriverLibrary());
+  std::string err;
+  drv->lib_ = DynamicLibrary::try_open("libcuda.so.1", &err);
+  if (!drv->lib_.loaded())
+    throw DriverError("no CUDA driver: " + err +
+                          ". Launching needs an NVIDIA GPU and driver; compiling for a named --arch and the "
+                          "cache commands work without one.",
+                      CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE");
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto get_proc = reinterpret_cast<GetProc>(drv->lib_.find("cuGetProcAddress_v2"));
+  if (!get_proc)
+    throw DriverError("the CUDA driver at " + drv->lib_.path().string() +
+                          " is too old (no cuGetProcAddress_v2); kjit needs a CUDA 12.4+ driver",
+                      CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED");
+  auto load = [&](const char* name, void** slot, bool required) {
+    CUdriverProcAddressQueryResult status{};
+    CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    if ((r != CUDA_SUCCESS || !*slot) && required)
+      throw DriverError(std::string("the CUDA driver lacks ") + name + " (driver too old for CUDA " +
+                            std::to_string(CUDA_VERSION / 1000) + "." +
+                            std::to_string(CUDA_VERSION % 1000 / 10) + " headers); update the driver",
+                        CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED");
+    if (r != CUDA_SUCCESS) *slot = nullptr;
+  };
+#define KJIT_LOAD(name) load(#name, reinterpret_cast<void**>(&drv->name), true)
+#define KJIT_LOAD_OPT(name) load(#name, reinterpret_cast<void**>(&drv->name), false)
+  KJIT_LOAD(cuGetErrorName);
+  KJIT_LOAD(cuGetErrorString);
+  KJIT_LOAD(cuInit);
+  KJIT_LOAD(cuDriverGetVersion);
+  KJIT_LOAD(cuDeviceGetCount);
+  KJIT_LOAD(cuDeviceGet);
+  KJIT_LOAD(cuDeviceGetName);
+  KJIT_LOAD(cuDeviceGetAttribute);
+  KJIT_LOAD(cuDevicePrimaryCtxRetain);
+  KJIT_LOAD(cuDevicePrimaryCtxRelease);
+  KJIT_LOAD(cuCtxGetCurrent);
+  KJIT_LOAD(cuCtxSetCurrent);
+  KJIT_LOAD(cuCtxGetDevice);
+  KJIT_LOAD(cuCtxSynchronize);
+  KJIT_LOAD(cuLibraryLoadData);
+  KJIT_LOAD(cuLibraryUnload);
+  KJIT_LOAD(cuLibraryGetKernel);
+  KJIT_LOAD_OPT(cuKernelGetParamInfo);
+  KJIT_LOAD(cuKernelGetAttribute);
+  KJIT_LOAD(cuLaunchKernel);
+  KJIT_LOAD(cuLaunchKernelEx);
+  KJIT_LOAD(cuStreamCreate);
+  KJIT_LOAD(cuStreamDestroy);
+  KJIT_LOAD(cuStreamSynchronize);
+  KJIT_LOAD(cuStreamIsCapturing);
+  KJIT_LOAD(cuMemAlloc);
+  KJIT_LOAD(cuMemFree);
+  KJIT_LOAD(cuMemcpyHtoD);
+  KJIT_LOAD(cuMemcpyDtoH);
+  KJIT_LOAD(cuMemsetD8);
+  KJIT_LOAD(cuEventCreate);
+  KJIT_LOAD(cuEventDestroy);
+  KJIT_LOAD(cuEventRecord);
+  KJIT_LOAD(cuEventSynchronize);
+  KJIT_LOAD(cuEventElapsedTime);
+#undef KJIT_LOAD
+#undef KJIT_LOAD_OPT
+  drv->check(drv->cuInit(0), "cuInit");
+  drv->check(drv->cuDriverGetVersion(&drv->driver_version_), "cuDriverGetVersion");
+  return drv;
+}
+
+bool DriverLibrary::available(std::string* why_not) {
+  try {
+    const DriverLibrary& d = get();
+    int n = 0;
+    d.check(d.cuDeviceGetCount(&n), "cuDeviceGetCount");
+    if (n == 0) {
+      if (why_not) *why_not = "the CUDA driver reports no device";
+      return false;
+    }
+    return true;
+  } catch (const Error& e) {
+    if (why_not) *why_not = e.what();
+    return false;
+  }
+}
+
+std::string DriverLibrary::error_name(CUresult r) const {
+  const char* name = nullptr;
+  if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) return "CUDA_ERROR_" + std::to_string(r);
+  return name;
+}
+
+void DriverLibrary::check(CUresult r, const char* call) const {
+  if (r == CUDA_SUCCESS) return;
+  const char* text = nullptr;
+  if (cuGetErrorString(r, &text) != CUDA_SUCCESS || !text) text = "unknown error";
+  std::string name = error_name(r);
+  throw DriverError(std::string(call) + " failed: " + name + " (" + text + ")", static_cast<int>(r), name);
+}
+
+void make_primary_context_current(int device) {
+  const DriverLibrary& d = DriverLibrary::get();
+  static std::mutex mu;
+  static std::vector<CUcontext> contexts;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (contexts.size() <= static_cast<std::size_t>(device)) contexts.resize(device + 1, nullptr);
+    if (!contexts[device]) {
+      CUdevice dev;
+      d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+      d.check(d.cuDevicePrimaryCtxRetain(&contexts[device], dev), "cuDevicePrimaryCtxRetain");
+    }
+    ctx = contexts[device];
+  }
+  d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+ComputeCapability device_compute_capability(int device) {
+  const DriverLibrary& d = DriverLibrary::get();
+  CUdevice dev;
+  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  ComputeCapability cc;
+  d.check(d.cuDeviceGetAttribute(&cc.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+          "cuDeviceGetAttribute");
+  d.check(d.cuDeviceGetAttribute(&cc.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+          "cuDeviceGetAttribute");
+  return cc;
+}
+
+int device_count() {
+  const DriverLibrary& d = DriverLibrary::get();
+  int n = 0;
+  d.check(d.cuDeviceGetCount(&n), "cuDeviceGetCount");
+  return n;
+}
+
+}  // namespace kjit
+
+namespace kjit {
+
+std::string device_name(int device) {
+  const DriverLibrary& d = DriverLibrary::get();
+  CUdevice dev;
+  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  char name[256] = {0};
+  d.check(d.cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+  return name;
+}
+
+}  // namespace kjit

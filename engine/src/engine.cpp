@@ -1,0 +1,242 @@
+#include "kjit/engine.hpp"
+
+#include <chrono>
+#include <ctime>
+
+#include "kjit/cuda_toolkit.hpp"
+#include "kjit/driver_library.hpp"
+#include "kjit/error.hpp"
+#include "kjit/log.hpp"
+
+#ifndef KJIT_VERSION
+#define KJIT_VERSION "0.0.0"
+#endif
+
+namespace kjit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t micros_since(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string driver_version_text() {
+  std::string why;
+  if (!DriverLibrary::available(&why)) return "none";
+  return std::to_string(DriverLibrary::get().driver_version());
+}
+
+// The CLI command that would put this specialization into the cache.
+std::string compile_command(const Specialization& spec, const Target& target) {
+  std::string cmd = "kjit compile " + spec.tmpl().name() + " --kernel " + spec.kernel().name;
+  for (const auto& [name, value] : spec.args()) cmd += " --param " + name + "=" + value.describe();
+  return cmd + " --arch " + target.str();
+}
+
+}  // namespace
+
+const char* to_string(Origin o) noexcept {
+  switch (o) {
+    case Origin::Memory: return "memory";
+    case Origin::Disk: return "disk";
+    case Origin::Compiled: return "compiled";
+  }
+  return "?";
+}
+
+Engine::Engine(Settings settings) : settings_(std::move(settings)) {}
+
+Engine& Engine::global() {
+  static Engine* engine = new Engine(kjit::settings());  // never destroyed: used until exit
+  return *engine;
+}
+
+cache::DiskCache& Engine::disk() {
+  std::call_once(disk_once_, [&] {
+    disk_ = std::make_unique<cache::DiskCache>(cache::DiskCacheConfig::from_settings(settings_));
+  });
+  return *disk_;
+}
+
+cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
+  cache::KeyInputs in;
+  in.kjit_version = KJIT_VERSION;
+  in.source = spec.tmpl().source();
+  for (const auto& h : spec.tmpl().headers()) in.headers.emplace_back(h.include_name, h.bytes);
+  in.name_expression = spec.name_expression();
+  in.options = spec.options().canonical();
+  in.target = plan.requested.str();
+  in.nvrtc_version = cuda_toolkit().nvrtc_identity();
+  in.output = plan.output;
+  if (plan.output == cache::OutputKind::Ptx) in.driver_version = driver_version_text();
+  return cache::CacheKey::compute(in);
+}
+
+Engine::Candidates Engine::candidates(const Specialization& spec, const Target& target) const {
+  // Without loading NVRTC (strict mode never does, and a warm process should not pay for it) nobody
+  // knows whether this NVRTC makes a cubin or PTX for `target`: look for both.
+  Candidates out;
+  CompilePlan p;
+  p.requested = p.actual = target;
+  if (!target.is_ptx()) {
+    p.output = cache::OutputKind::Cubin;
+    out.emplace_back(p, key_for(spec, p));
+  }
+  p.output = cache::OutputKind::Ptx;
+  out.emplace_back(p, key_for(spec, p));
+  return out;
+}
+
+cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& target, const Candidates& cands,
+                                  Origin* origin, std::string* log, const char* forbidden) {
+  const std::string dir = target.str();
+  for (const auto& [plan, key] : cands) {
+    if (auto e = disk().load(key, dir)) {
+      *origin = Origin::Disk;
+      return std::move(*e);
+    }
+  }
+  if (settings_.cache_mode == CacheMode::Strict) {
+    strict_misses_.fetch_add(1);
+    const std::string key = cands.front().second.hex();
+    throw CacheMissError(
+        "strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and " + spec.describe() + " for " + dir +
+            " is not cached (key " + key + "; cache " + disk().describe() +
+            "). Produce it on any machine with `kjit warm MANIFEST --arch " + dir +
+            "` (record the manifest with KJIT_RECORD=manifest.json) or `" + compile_command(spec, target) +
+            "`, then ship the cache directory (KJIT_CACHE_DIR or a KJIT_CACHE_PATH layer).",
+        key, spec.describe());
+  }
+  const CompilePlan plan = Compiler::plan(target);
+  const cache::CacheKey key = key_for(spec, plan);
+  bool produced = false;
+  auto produce = [&]() {
+    if (forbidden && *forbidden)
+      throw LaunchError(spec.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
+    CompiledBinary bin = Compiler::compile(spec, plan);
+    compiles_.fetch_add(1);
+    compile_us_.fetch_add(static_cast<std::uint64_t>(bin.compile_ms * 1000));
+    log::info(1, "compiled " + spec.describe() + " for " + plan.actual.str() + " in " +
+                     std::to_string(bin.compile_ms) + " ms (key " + key.hex().substr(0, 16) + ")");
+    if (log) *log = bin.log;
+    cache::Entry e;
+    e.key = key;
+    e.payload = std::move(bin.payload);
+    cache::EntryMetadata& m = e.meta;
+    m.template_name = spec.tmpl().name();
+    m.template_digest = spec.tmpl().digest();
+    m.kernel = spec.kernel().name;
+    m.name_expression = spec.name_expression();
+    m.lowered_name = bin.lowered_name;
+    m.options = spec.options().canonical();
+    m.target = plan.actual.str();
+    m.requested_target = plan.requested.str();
+    m.nvrtc_version = cuda_toolkit().nvrtc_identity();
+    m.output = plan.output;
+    m.note = plan.note;
+    m.compile_ms = bin.compile_ms;
+    m.created = utc_now();
+    m.kjit_version = KJIT_VERSION;
+    return e;
+  };
+  cache::Entry e = disk().load_or_produce(key, dir, produce, &produced);
+  *origin = produced ? Origin::Compiled : Origin::Disk;
+  return e;
+}
+
+Prepared Engine::prepare(const Specialization& spec, const Target& target) {
+  Prepared p;
+  cache::Entry e = obtain_entry(spec, target, candidates(spec, target), &p.origin, &p.log, nullptr);
+  if (p.origin == Origin::Disk) disk_hits_.fetch_add(1);
+  p.key = e.key;
+  p.meta = std::move(e.meta);
+  return p;
+}
+
+Resolved Engine::get(const Specialization& spec, const Target& target, const char* forbidden) {
+  auto t0 = Clock::now();
+  const Candidates cands = candidates(spec, target);
+  {
+    std::shared_lock<std::shared_mutex> lock(table_mu_);
+    // Memory hits by key: any candidate key already loaded.
+    for (const auto& [plan, key] : cands) {
+      auto it = by_key_.find(key);
+      if (it != by_key_.end()) {
+        memory_hits_.fetch_add(1);
+        return {it->second, Origin::Memory};
+      }
+    }
+  }
+  Origin origin;
+  std::string log;
+  cache::Entry e = obtain_entry(spec, target, cands, &origin, &log, forbidden);
+  auto loaded = std::make_shared<LoadedKernel>();
+  loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
+  loaded->key = e.key;
+  loaded->meta = std::move(e.meta);
+  if (origin == Origin::Disk) {
+    disk_hits_.fetch_add(1);
+    disk_load_us_.fetch_add(micros_since(t0));
+  }
+  std::unique_lock<std::shared_mutex> lock(table_mu_);
+  auto [it, inserted] = by_key_.emplace(loaded->key, loaded);
+  return {it->second, origin};
+}
+
+std::shared_ptr<const LoadedKernel> Engine::find(const SpecKey& key) const noexcept {
+  std::shared_lock<std::shared_mutex> lock(table_mu_);
+  auto it = fast_.find(key);
+  return it == fast_.end() ? nullptr : it->second;
+}
+
+void Engine::remember(const SpecKey& key, std::shared_ptr<const LoadedKernel> kernel) {
+  std::unique_lock<std::shared_mutex> lock(table_mu_);
+  fast_[key] = std::move(kernel);
+}
+
+std::uint64_t Engine::family_id(const Template& t, const std::string& kernel, const CompileOptions& options) {
+  std::string id = std::to_string(t.uid()) + '\n' + kernel;
+  for (const auto& o : options.canonical()) id += '\n' + o;
+  std::lock_guard<std::mutex> lock(family_mu_);
+  auto [it, inserted] = families_.emplace(std::move(id), families_.size() + 1);
+  return it->second;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.memory_hits = memory_hits_.load();
+  s.disk_hits = disk_hits_.load();
+  s.compiles = compiles_.load();
+  s.compile_ms = static_cast<double>(compile_us_.load()) / 1000.0;
+  s.disk_load_ms = static_cast<double>(disk_load_us_.load()) / 1000.0;
+  s.strict_misses = strict_misses_.load();
+  return s;
+}
+
+void Engine::reset_stats() {
+  memory_hits_ = 0;
+  disk_hits_ = 0;
+  compiles_ = 0;
+  compile_us_ = 0;
+  disk_load_us_ = 0;
+  strict_misses_ = 0;
+}
+
+void Engine::clear_memory() {
+  std::unique_lock<std::shared_mutex> lock(table_mu_);
+  fast_.clear();
+  by_key_.clear();
+}
+
+}  // namespace kjit

@@ -1,0 +1,65 @@
+#include "kjit/specialization.hpp"
+
+#include <set>
+
+#include "kjit/error.hpp"
+
+namespace kjit {
+
+Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::string& kernel,
+                               const std::vector<std::pair<std::string, TemplateArg>>& args,
+                               CompileOptions options)
+    : template_(std::move(tmpl)), kernel_(&template_->kernel(kernel)), options_(std::move(options)) {
+  options_.validate();
+  const KernelDecl& k = *kernel_;
+  std::set<std::string> given;
+  for (const auto& [name, value] : args) {
+    if (!k.find_param(name))
+      throw ValueError("kernel '" + k.name + "' has no template parameter '" + name + "'; its parameters are " +
+                       k.describe_params());
+    if (!given.insert(name).second)
+      throw ValueError("template parameter '" + name + "' of kernel '" + k.name + "' is given twice");
+  }
+  std::vector<std::string> missing;
+  for (const auto& p : k.template_params)
+    if (!given.count(p.name) && !p.default_value) missing.push_back(p.name);
+  if (!missing.empty()) {
+    std::string m;
+    for (const auto& n : missing) m += (m.empty() ? "" : ", ") + n;
+    throw ValueError("kernel '" + k.name + "' needs template parameter" + (missing.size() > 1 ? "s " : " ") + m +
+                     "; its parameters are " + k.describe_params());
+  }
+  // Render in declaration order. A defaulted parameter left out is omitted when nothing after it is
+  // given, else its default text is used.
+  std::vector<std::string> rendered;
+  std::size_t last_given = 0;
+  for (std::size_t i = 0; i < k.template_params.size(); ++i)
+    if (given.count(k.template_params[i].name)) last_given = i + 1;
+  for (std::size_t i = 0; i < last_given; ++i) {
+    const TemplateParam& p = k.template_params[i];
+    const TemplateArg* value = nullptr;
+    for (const auto& a : args)
+      if (a.first == p.name) value = &a.second;
+    if (value) {
+      rendered.push_back(value->render(p, k.name));
+      args_.emplace_back(p.name, *value);
+    } else {
+      rendered.push_back(*p.default_value);
+    }
+  }
+  name_expression_ = k.name;
+  if (k.is_template) {
+    name_expression_ += "<";
+    for (std::size_t i = 0; i < rendered.size(); ++i) name_expression_ += (i ? ", " : "") + rendered[i];
+    name_expression_ += ">";
+  }
+}
+
+std::string Specialization::describe() const {
+  std::string out = kernel_->name + "(";
+  for (std::size_t i = 0; i < args_.size(); ++i)
+    out += (i ? ", " : "") + args_[i].first + "=" + args_[i].second.describe();
+  return out + ") from template " + template_->name();
+}
+
+}  // namespace kjit

@@ -1,0 +1,227 @@
+#include "kjit/template.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "kjit/cache/sha256.hpp"
+#include "kjit/cuda_toolkit.hpp"
+#include "kjit/error.hpp"
+#include "kjit/settings.hpp"
+
+#ifndef KJIT_SOURCE_TEMPLATES_DIR
+#define KJIT_SOURCE_TEMPLATES_DIR ""
+#endif
+
+namespace kjit {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::mutex& dir_mu() {
+  static std::mutex m;
+  return m;
+}
+fs::path& configured_dir() {
+  static fs::path d;
+  return d;
+}
+
+bool read_file(const fs::path& p, std::string& out) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream os;
+  os << f.rdbuf();
+  if (f.bad()) return false;
+  out = os.str();
+  return true;
+}
+
+struct IncludeDirective {
+  std::string name;
+  bool angled;
+};
+
+// #include directives of a file (all of them, whatever the surrounding #if says: over-approximates).
+std::vector<IncludeDirective> scan_includes(const std::string& text) {
+  static const std::regex re(R"(^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"])");
+  std::vector<IncludeDirective> out;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.find("include") == std::string::npos) continue;
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.push_back({m[2].str(), m[1].str() == "<"});
+  }
+  return out;
+}
+
+class IncludeResolver {
+ public:
+  IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs)
+      : base_dir_(std::move(base_dir)), user_dirs_(std::move(user_dirs)), cuda_dirs_(std::move(cuda_dirs)) {}
+
+  void run(const std::string& root_text) { visit(root_text, base_dir_); }
+  std::vector<Header> headers;
+  std::vector<std::string> unresolved;
+
+ private:
+  void visit(const std::string& text, const fs::path& including_dir) {
+    for (const auto& inc : scan_includes(text)) {
+      std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
+      if (!inc.angled) {
+        candidates.emplace_back(including_dir, false);
+        if (!base_dir_.empty()) candidates.emplace_back(base_dir_, false);
+      }
+      candidates.emplace_back(builtin_templates_dir(), false);
+      for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
+      for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
+      bool found = false;
+      for (const auto& [dir, is_cuda] : candidates) {
+        if (dir.empty()) continue;
+        fs::path p = dir / inc.name;
+        std::error_code ec;
+        if (!fs::is_regular_file(p, ec)) continue;
+        // An including file that lives inside the CUDA dirs keeps its headers there.
+        bool cuda = is_cuda || in_cuda_dirs(including_dir);
+        fs::path canon = fs::weakly_canonical(p, ec);
+        found = true;
+        if (!seen_files_.insert(canon.string()).second) break;
+        std::string bytes;
+        if (!read_file(p, bytes)) throw ValueError("cannot read header " + p.string() + " included as '" + inc.name + "'");
+        if (!cuda && seen_names_.count(inc.name))
+          throw ValueError("two different headers are included as '" + inc.name + "' (" + seen_names_[inc.name] +
+                           " and " + p.string() + "); rename one or include it by a distinct path");
+        seen_names_[inc.name] = p.string();
+        headers.push_back({inc.name, p, bytes, cuda});
+        visit(bytes, p.parent_path());
+        break;
+      }
+      if (!found && std::find(unresolved.begin(), unresolved.end(), inc.name) == unresolved.end())
+        unresolved.push_back(inc.name);
+    }
+  }
+  bool in_cuda_dirs(const fs::path& dir) const {
+    std::string d = dir.string();
+    for (const auto& c : cuda_dirs_)
+      if (d.rfind(c.string(), 0) == 0) return true;
+    return false;
+  }
+  fs::path base_dir_;
+  std::vector<fs::path> user_dirs_, cuda_dirs_;
+  std::set<std::string> seen_files_;
+  std::map<std::string, std::string> seen_names_;
+};
+
+std::atomic<std::uint64_t> g_next_uid{1};
+
+}  // namespace
+
+fs::path builtin_templates_dir() {
+  if (const auto& d = settings().templates_dir) return *d;
+  std::lock_guard<std::mutex> lock(dir_mu());
+  if (!configured_dir().empty()) return configured_dir();
+  return KJIT_SOURCE_TEMPLATES_DIR;
+}
+
+void set_builtin_templates_dir(const fs::path& dir) {
+  std::lock_guard<std::mutex> lock(dir_mu());
+  configured_dir() = dir;
+}
+
+std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
+                                               fs::path base_dir, std::vector<fs::path> include_dirs) {
+  auto t = std::shared_ptr<Template>(new Template());
+  t->name_ = std::move(name);
+  t->builtin_ = builtin;
+  t->source_ = std::move(source);
+  for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
+  const CudaToolkit& tk = cuda_toolkit();
+  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs);
+  resolver.run(t->source_);
+  t->headers_ = std::move(resolver.headers);
+  t->unresolved_ = std::move(resolver.unresolved);
+  for (const auto& d : tk.include_dirs) t->nvrtc_include_dirs_.push_back(d.string());
+  t->kernels_ = parse_kernel_decls(t->source_);
+
+  std::vector<const Header*> sorted;
+  for (const auto& h : t->headers_) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Header* a, const Header* b) { return a->include_name < b->include_name; });
+  cache::Sha256 sha;
+  auto field = [&](const std::string& s) {
+    std::uint64_t n = s.size();
+    sha.update(&n, sizeof n).update(s);
+  };
+  field(t->source_);
+  for (const Header* h : sorted) {
+    field(h->include_name);
+    field(h->bytes);
+  }
+  t->digest_ = cache::to_hex(sha.finish());
+  t->uid_ = g_next_uid.fetch_add(1);
+  return t;
+}
+
+std::shared_ptr<const Template> Template::from_file(const fs::path& file, std::vector<fs::path> include_dirs) {
+  std::string source;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec) || !read_file(file, source))
+    throw ValueError("cannot read template file '" + file.string() +
+                     "': it does not exist or is not readable. Pass the path of a .cu/.cuh file.");
+  fs::path abs = fs::absolute(file, ec);
+  return load(std::move(source), file.filename().string(), false, abs.parent_path(), std::move(include_dirs));
+}
+
+std::shared_ptr<const Template> Template::from_string(std::string source, std::string name,
+                                                      std::vector<fs::path> include_dirs) {
+  if (name.empty()) name = "<string>";
+  return load(std::move(source), std::move(name), false, fs::path{}, std::move(include_dirs));
+}
+
+std::shared_ptr<const Template> Template::builtin(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 128;
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  std::string available;
+  for (const auto& n : builtin_names()) available += (available.empty() ? "" : ", ") + n;
+  if (!ok)
+    throw ValueError("built-in template name '" + name + "' is not valid: names are letters, digits and '_' (" +
+                     "available: " + available + "). For a file of your own use Template.from_file.");
+  fs::path dir = builtin_templates_dir();
+  fs::path file = dir / (name + ".cuh");
+  std::string source;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec) || !read_file(file, source))
+    throw ValueError("there is no built-in template '" + name + "' in " + dir.string() + " (available: " +
+                     available + ")");
+  return load(std::move(source), name, true, dir, {});
+}
+
+std::vector<std::string> Template::builtin_names() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(builtin_templates_dir(), ec))
+    if (e.path().extension() == ".cuh" && e.is_regular_file(ec)) {
+      std::string stem = e.path().stem().string();
+      // Helper headers start with an underscore or live in subfolders; kernels are the rest.
+      if (!stem.empty() && stem[0] != '_') out.push_back(stem);
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const KernelDecl& Template::kernel(const std::string& name) const {
+  for (const auto& k : kernels_)
+    if (k.name == name) return k;
+  std::string names;
+  for (const auto& k : kernels_) names += (names.empty() ? "" : ", ") + k.name;
+  throw ValueError("template '" + name_ + "' has no __global__ kernel named '" + name + "' (it declares: " +
+                   (names.empty() ? std::string("none") : names) + ")");
+}
+
+}  // namespace kjit

@@ -1,0 +1,196 @@
+// NVRTC compile-only paths (no GPU needed): built-in templates for sm_80 / sm_90 / sm_100, compile errors
+// carrying the log and the offending line, the disk cache in front of the compiler, strict mode.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "kjit/compiler.hpp"
+#include "kjit/dynamic_library.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/error.hpp"
+#include "test_support.hpp"
+
+using namespace kjit;
+using kjit::testing::TempDir;
+
+namespace {
+
+Settings settings_for(const TempDir& dir, const std::string& mode = "readwrite") {
+  return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_CACHE_MODE", mode}});
+}
+
+Specialization add_constant(DType t, int vec) {
+  return Specialization(Template::builtin("add_constant"), "add_constant",
+                        {{"T", TemplateArg::type(t)}, {"VEC", TemplateArg::integer(vec)}});
+}
+
+}  // namespace
+
+class CompileForArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CompileForArch, BuiltinsCompileToCubin) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  Target target = Target::parse(GetParam());
+  for (DType t : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64, DType::Int32}) {
+    Prepared p = engine.prepare(add_constant(t, 4), target);
+    EXPECT_EQ(p.origin, Origin::Compiled);
+    EXPECT_EQ(p.meta.target, GetParam());
+    EXPECT_EQ(p.meta.output, cache::OutputKind::Cubin);
+    EXPECT_FALSE(p.meta.lowered_name.empty());
+    EXPECT_GT(p.meta.compile_ms, 0.0);
+  }
+  Specialization gray(Template::builtin("rgb_to_gray"), "rgb_to_gray",
+                      {{"H", TemplateArg::integer(1080)}, {"W", TemplateArg::integer(1919)}});
+  Prepared g = engine.prepare(gray, target);
+  EXPECT_EQ(g.meta.name_expression, "rgb_to_gray<1080, 1919>");
+  EXPECT_EQ(engine.stats().compiles, 6u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_90", "sm_90a", "sm_100"));
+
+TEST(Compile, SecondPrepareIsADiskHitWithTheSameKey) {
+  TempDir dir;
+  Engine first(settings_for(dir));
+  Prepared a = first.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"));
+  Engine second(settings_for(dir));
+  Prepared b = second.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"));
+  EXPECT_EQ(a.origin, Origin::Compiled);
+  EXPECT_EQ(b.origin, Origin::Disk);
+  EXPECT_EQ(a.key, b.key);
+  EXPECT_EQ(second.stats().compiles, 0u);
+  EXPECT_EQ(second.stats().disk_hits, 1u);
+}
+
+TEST(Compile, PtxTarget) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  Prepared p = engine.prepare(add_constant(DType::Float32, 1), Target::parse("compute_90"));
+  EXPECT_EQ(p.meta.output, cache::OutputKind::Ptx);
+}
+
+TEST(Compile, ErrorCarriesLogLineAndOptions) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  auto t = Template::from_string(
+      "template <typename T>\n"
+      "__global__ void broken(T* p) {\n"
+      "  p[0] = undefined_symbol;\n"
+      "}\n",
+      "broken.cu");
+  Specialization s(t, "broken", {{"T", TemplateArg::type(DType::Float32)}});
+  try {
+    engine.prepare(s, Target::parse("sm_90"));
+    FAIL() << "no CompileError";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.log().find("undefined_symbol"), std::string::npos) << e.log();
+    EXPECT_EQ(e.name_expression(), "broken<float>");
+    EXPECT_NE(std::find(e.options().begin(), e.options().end(), "--gpu-architecture=sm_90"), e.options().end());
+    EXPECT_NE(e.source_excerpt().find(" >    3 |   p[0] = undefined_symbol;"), std::string::npos)
+        << e.source_excerpt();
+    std::string what = e.what();
+    EXPECT_NE(what.find("NVRTC could not compile broken(T=float32) from template broken.cu for sm_90"),
+              std::string::npos)
+        << what;
+  }
+  // The process stays usable: a valid compile right after succeeds.
+  EXPECT_EQ(engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90")).origin, Origin::Compiled);
+}
+
+TEST(Compile, ErrorInAHeaderShowsTheHeaderLine) {
+  TempDir dir;
+  kjit::testing::write_file(dir / "src" / "helper.cuh", "#pragma once\n__device__ int helper() { return nope; }\n");
+  kjit::testing::write_file(dir / "src" / "main.cu", "#include \"helper.cuh\"\n__global__ void k(int* p) { p[0] = helper(); }\n");
+  Engine engine(settings_for(dir));
+  Specialization s(Template::from_file(dir / "src" / "main.cu"), "k", {});
+  try {
+    engine.prepare(s, Target::parse("sm_90"));
+    FAIL() << "no CompileError";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.source_excerpt().find("helper.cuh:2:"), std::string::npos) << e.source_excerpt();
+  }
+}
+
+TEST(Compile, UnsupportedTargetIsAClearError) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  try {
+    engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_91"));
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot compile for sm_91: it supports"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compile, NewerThanNvrtcFallsBackToPtxAndSaysSo) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  Prepared p = engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_990"));
+  EXPECT_EQ(p.meta.output, cache::OutputKind::Ptx);
+  EXPECT_EQ(p.meta.requested_target, "sm_990");
+  EXPECT_EQ(p.meta.target.rfind("compute_", 0), 0u);
+  EXPECT_NE(p.meta.note.find("cannot make a cubin for sm_990"), std::string::npos) << p.meta.note;
+}
+
+TEST(Compile, HeaderBytesChangeTheKey) {
+  TempDir dir;
+  kjit::testing::write_file(dir / "src" / "v.cuh", "#pragma once\n#define SCALE 2\n");
+  kjit::testing::write_file(dir / "src" / "k.cu", "#include \"v.cuh\"\n__global__ void k(int* p) { p[0] = SCALE; }\n");
+  Engine engine(settings_for(dir));
+  Prepared a = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"));
+  kjit::testing::write_file(dir / "src" / "v.cuh", "#pragma once\n#define SCALE 3\n");
+  Prepared b = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"));
+  EXPECT_NE(a.key, b.key);
+  EXPECT_EQ(b.origin, Origin::Compiled);
+}
+
+// Runs in a fresh process (this binary re-executed with KJIT_TEST_STRICT_CHILD set), so that no
+// earlier test has loaded NVRTC; the exit code says what went wrong.
+TEST(Compile, StrictModeRaisesOnAMissAndNeverLoadsNvrtc) {
+  if (const char* child_dir = std::getenv("KJIT_TEST_STRICT_CHILD")) {
+    int code = 0;
+    try {
+      Engine strict(Settings::from_map({{"KJIT_CACHE_DIR", child_dir}, {"KJIT_CACHE_MODE", "strict"}}));
+      strict.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"));
+      code = 10;  // no error
+    } catch (const CacheMissError& e) {
+      std::string m = e.what();
+      if (m.find("strict cache mode") == std::string::npos) code = 11;
+      else if (m.find("kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --arch sm_90") ==
+               std::string::npos)
+        code = 12;
+      else if (e.key().size() != 64) code = 13;
+    } catch (...) {
+      code = 14;
+    }
+    if (code == 0 && library_is_mapped("libnvrtc")) code = 15;
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  TempDir dir;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("KJIT_TEST_STRICT_CHILD", (dir / "cache").c_str(), 1);
+    execl("/proc/self/exe", "test_compile", "--gtest_filter=Compile.StrictModeRaisesOnAMissAndNeverLoadsNvrtc",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: no error, 11-13: message, 14: other error, 15: NVRTC was loaded";
+}
+
+TEST(Compile, StrictModeFindsWhatReadwriteCompiled) {
+  TempDir dir;
+  Engine rw(settings_for(dir));
+  Prepared a = rw.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"));
+  Engine strict(settings_for(dir, "strict"));
+  Prepared b = strict.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"));
+  EXPECT_EQ(b.origin, Origin::Disk);
+  EXPECT_EQ(a.key, b.key);
+}

@@ -1,0 +1,94 @@
+// Template loading: include resolution, header bytes held, built-in names, digests.
+#include <gtest/gtest.h>
+
+#include "kjit/error.hpp"
+#include "kjit/target.hpp"
+#include "kjit/template.hpp"
+#include "test_support.hpp"
+
+using namespace kjit;
+using kjit::testing::TempDir;
+using kjit::testing::write_file;
+
+TEST(Template, ResolvesNestedIncludesRelativeToTheIncludingFile) {
+  TempDir dir;
+  write_file(dir / "src" / "main.cu", "#include \"sub/a.cuh\"\n__global__ void k() {}\n");
+  write_file(dir / "src" / "sub" / "a.cuh", "#pragma once\n#include \"b.cuh\"\n");
+  write_file(dir / "src" / "sub" / "b.cuh", "#pragma once\n// b\n");
+  auto t = Template::from_file(dir / "src" / "main.cu");
+  std::vector<std::string> names;
+  for (const auto& h : t->headers()) names.push_back(h.include_name);
+  EXPECT_EQ(names, (std::vector<std::string>{"sub/a.cuh", "b.cuh"}));
+  EXPECT_EQ(t->headers()[1].bytes, "#pragma once\n// b\n");
+  EXPECT_EQ(t->name(), "main.cu");
+}
+
+TEST(Template, UserIncludeDirsAndUnresolvedIncludes) {
+  TempDir dir;
+  write_file(dir / "inc" / "lib.cuh", "#pragma once\n");
+  auto t = Template::from_string("#include <lib.cuh>\n#include <does_not_exist.h>\n__global__ void k() {}\n", "s.cu",
+                                 {dir / "inc"});
+  ASSERT_EQ(t->headers().size(), 1u);
+  EXPECT_FALSE(t->headers()[0].from_cuda);
+  EXPECT_EQ(t->unresolved_includes(), std::vector<std::string>{"does_not_exist.h"});
+}
+
+TEST(Template, DigestFollowsSourceAndHeaderBytes) {
+  TempDir dir;
+  write_file(dir / "h.cuh", "#define A 1\n");
+  write_file(dir / "k.cu", "#include \"h.cuh\"\n__global__ void k() {}\n");
+  std::string d1 = Template::from_file(dir / "k.cu")->digest();
+  EXPECT_EQ(d1, Template::from_file(dir / "k.cu")->digest());
+  write_file(dir / "h.cuh", "#define A 2\n");
+  std::string d2 = Template::from_file(dir / "k.cu")->digest();
+  EXPECT_NE(d1, d2);
+  write_file(dir / "k.cu", "#include \"h.cuh\"\n__global__ void k() { }\n");
+  EXPECT_NE(d2, Template::from_file(dir / "k.cu")->digest());
+  EXPECT_EQ(d1.size(), 64u);
+}
+
+TEST(Template, BuiltinNamesCannotEscapeTheirFolder) {
+  for (std::string bad : {"../CMakeLists", "/etc/passwd", "add_constant.cuh", "a/b", "", "detail/numeric"}) {
+    try {
+      Template::builtin(bad);
+      FAIL() << "accepted " << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not valid: names are letters, digits and '_'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Template, UnknownBuiltinListsTheAvailableOnes) {
+  try {
+    Template::builtin("nope");
+    FAIL();
+  } catch (const ValueError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("there is no built-in template 'nope'"), std::string::npos) << m;
+    EXPECT_NE(m.find("add_constant"), std::string::npos) << m;
+    EXPECT_NE(m.find("rgb_to_gray"), std::string::npos) << m;
+  }
+}
+
+TEST(Template, BuiltinsAreListedWithoutHelpers) {
+  auto names = Template::builtin_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "add_constant"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "numeric"), names.end());
+}
+
+TEST(Template, MissingFileIsAClearError) {
+  EXPECT_THROW(Template::from_file("/nonexistent/k.cu"), ValueError);
+}
+
+TEST(Target, ParsesAndRejects) {
+  EXPECT_EQ(Target::parse("sm_90").str(), "sm_90");
+  EXPECT_EQ(Target::parse("sm_90a").str(), "sm_90a");
+  EXPECT_EQ(Target::parse("compute_80").str(), "compute_80");
+  EXPECT_TRUE(Target::parse("compute_80").is_ptx());
+  EXPECT_EQ(Target::parse("9.0").str(), "sm_90");
+  EXPECT_EQ(Target::parse("100").str(), "sm_100");
+  EXPECT_THROW(Target::parse("sm90"), ValueError);
+  EXPECT_THROW(Target::parse("compute_90a"), ValueError);
+  EXPECT_THROW(Target::parse("sm_20"), ValueError);
+}
