@@ -1,0 +1,203 @@
+// The cache commands: `ls`, `verify`, `prune`, `clear` (DiskCache list / prune / clear).
+#include <CLI/CLI.hpp>
+
+#include <optional>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "format.hpp"
+#include "kjit/cache/disk_cache.hpp"
+#include "kjit/error.hpp"
+#include "kjit/settings.hpp"
+
+namespace kjit::cli {
+namespace {
+
+using cache::EntryInfo;
+
+// The <target> directory an entry lies in (its metadata may be unreadable).
+std::string target_of(const EntryInfo& e) {
+  if (e.meta) return e.meta->target;
+  return e.path.parent_path().parent_path().filename().string();
+}
+
+std::string status_of(const EntryInfo& e) { return e.valid ? "valid" : "invalid (" + e.error + ")"; }
+
+// prune and clear only ever change the writable layer, and only in readwrite mode.
+void require_readwrite(Context& ctx, const char* command) {
+  const CacheMode mode = ctx.settings().cache_mode;
+  if (mode != CacheMode::ReadWrite)
+    throw Error(std::string(command) + " changes nothing in cache mode " + to_string(mode) +
+                " (KJIT_CACHE_MODE=" + to_string(mode) + "); unset KJIT_CACHE_MODE or set it to readwrite to " +
+                command + " " + ctx.settings().cache_dir.string());
+}
+
+// ---- ls ---------------------------------------------------------------------------------------
+
+Json entry_json(const EntryInfo& e) {
+  Json j;
+  j["key"] = e.key;
+  j["path"] = e.path.string();
+  j["layer"] = e.layer;
+  j["valid"] = e.valid;
+  j["error"] = e.valid ? Json(nullptr) : Json(e.error);
+  j["size"] = e.size;
+  j["target"] = target_of(e);
+  if (e.meta) {
+    const cache::EntryMetadata& m = *e.meta;
+    j["requested_target"] = m.requested_target;
+    j["output"] = cache::to_string(m.output);
+    j["template"] = m.template_name;
+    j["kernel"] = m.kernel;
+    j["name_expression"] = m.name_expression;
+    j["options"] = m.options;
+    j["nvrtc_version"] = m.nvrtc_version;
+    j["compile_ms"] = m.compile_ms;
+    j["created"] = m.created;
+    j["kjit_version"] = m.kjit_version;
+  }
+  return j;
+}
+
+int run_ls(Context& ctx, bool as_json) {
+  cache::DiskCache& disk = ctx.disk();
+  const std::vector<EntryInfo> entries = disk.list();
+  std::uint64_t bytes = 0;
+  std::size_t invalid = 0;
+  for (const auto& e : entries) {
+    bytes += e.size;
+    invalid += e.valid ? 0 : 1;
+  }
+  if (as_json) {
+    Json j;
+    j["cache"] = disk.describe();
+    j["entries"] = Json::array();
+    for (const auto& e : entries) j["entries"].push_back(entry_json(e));
+    j["total"] = {{"entries", entries.size()}, {"invalid", invalid}, {"bytes", bytes}};
+    print_json(ctx.out, j);
+    return 0;
+  }
+  ctx.out << "cache " << disk.describe() << '\n';
+  if (entries.empty()) {
+    ctx.out << "no entries\n";
+    return 0;
+  }
+  Table t({"key", "target", "template", "kernel", "size", "status", "layer"});
+  t.align_right(4);
+  for (const auto& e : entries)
+    t.add_row({e.key.substr(0, 16), target_of(e), e.meta ? e.meta->template_name : "-",
+               e.meta ? e.meta->name_expression : "-", human_bytes(e.size), status_of(e), e.layer});
+  t.print(ctx.out);
+  ctx.out << count_of(entries.size(), "entry", "entries") << ", " << human_bytes(bytes);
+  if (invalid) ctx.out << ", " << invalid << " invalid";
+  ctx.out << '\n';
+  return 0;
+}
+
+// ---- verify -----------------------------------------------------------------------------------
+
+// Room for `verify --dir DIR --lock FILE` (checking a shipped cache against a lock file).
+struct VerifyRequest {};
+
+int run_verify(Context& ctx, const VerifyRequest&) {
+  const std::vector<EntryInfo> entries = ctx.disk().list();
+  std::size_t damaged = 0;
+  for (const auto& e : entries) {
+    if (e.valid) continue;
+    ++damaged;
+    ctx.out << "damaged: " << e.path.string() << ": " << e.error << '\n';
+  }
+  if (damaged) {
+    ctx.out << damaged << " of " << count_of(entries.size(), "entry", "entries")
+            << " damaged; `kjit prune` removes damaged entries from the writable cache\n";
+    return 1;
+  }
+  ctx.out << count_of(entries.size(), "entry", "entries") << " verified, all valid\n";
+  return 0;
+}
+
+// ---- prune ------------------------------------------------------------------------------------
+
+int run_prune(Context& ctx, const std::string& max_bytes_text) {
+  require_readwrite(ctx, "prune");
+  std::optional<std::uint64_t> limit;
+  if (!max_bytes_text.empty()) limit = parse_byte_size(max_bytes_text, "--max-bytes");
+  cache::DiskCache& disk = ctx.disk();
+  if (!limit) limit = disk.config().max_bytes;
+  const cache::PruneReport r = disk.prune(limit);
+  ctx.out << "pruned " << disk.config().root.string();
+  if (limit) ctx.out << " to at most " << human_bytes(*limit) << '\n';
+  else ctx.out << " (no size limit: only damaged entries and abandoned files are removed)\n";
+  Fields f;
+  f.add("removed", count_of(r.removed_entries, "least recently used entry", "least recently used entries") +
+                       ", " + count_of(r.removed_damaged, "damaged entry", "damaged entries") + ", " +
+                       count_of(r.removed_temp_files, "stale temp file", "stale temp files") + ", " +
+                       count_of(r.removed_lock_files, "abandoned lock file", "abandoned lock files"));
+  f.add("size", human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after));
+  f.print(ctx.out);
+  return 0;
+}
+
+// ---- clear ------------------------------------------------------------------------------------
+
+int run_clear(Context& ctx, bool yes) {
+  require_readwrite(ctx, "clear");
+  cache::DiskCache& disk = ctx.disk();
+  const std::string root = disk.config().root.string();
+  if (!yes) {
+    std::size_t n = 0;
+    std::uint64_t bytes = 0;
+    for (const auto& e : disk.list())
+      if (e.layer == "writable") {
+        ++n;
+        bytes += e.size;
+      }
+    if (n == 0) {
+      ctx.out << "nothing to clear in " << root << '\n';
+      return 0;
+    }
+    throw Error("clear would remove " + count_of(n, "entry", "entries") + " (" +
+                human_bytes(bytes) + ") from " + root + "; run `kjit clear --yes` to confirm");
+  }
+  const std::size_t removed = disk.clear();
+  ctx.out << "removed " << count_of(removed, "entry", "entries") << " from " << root << '\n';
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> add_cache_commands(CLI::App& app, Context& ctx) {
+  std::vector<Command> out;
+
+  auto ls_json = std::make_shared<bool>(false);
+  CLI::App* ls = app.add_subcommand("ls", "List the cache entries of every layer");
+  ls->add_flag("--json", *ls_json, "Print JSON");
+  out.push_back({ls, [&ctx, ls_json]() { return run_ls(ctx, *ls_json); }});
+
+  auto verify_req = std::make_shared<VerifyRequest>();
+  CLI::App* verify = app.add_subcommand("verify", "Check every cache entry; exit status 1 if any is damaged");
+  out.push_back({verify, [&ctx, verify_req]() { return run_verify(ctx, *verify_req); }});
+
+  auto max_bytes = std::make_shared<std::string>();
+  CLI::App* prune = app.add_subcommand(
+      "prune", "Evict least recently used entries down to a size; remove damaged entries and stale files");
+  prune->add_option("--max-bytes", *max_bytes, "Size limit (suffix K, M or G); default KJIT_CACHE_MAX_BYTES")
+      ->type_name("N")
+      ->check([](const std::string& text) {
+        try {
+          parse_byte_size(text, "value");
+          return std::string();
+        } catch (const ValueError& e) {
+          return std::string(e.what());
+        }
+      });
+  out.push_back({prune, [&ctx, max_bytes]() { return run_prune(ctx, *max_bytes); }});
+
+  auto yes = std::make_shared<bool>(false);
+  CLI::App* clear = app.add_subcommand("clear", "Remove every entry of the writable cache");
+  clear->add_flag("--yes,-y", *yes, "Do it (without it, clear only says what it would remove)");
+  out.push_back({clear, [&ctx, yes]() { return run_clear(ctx, *yes); }});
+  return out;
+}
+
+}  // namespace kjit::cli

@@ -1,0 +1,170 @@
+// `kjit compile TEMPLATE --kernel NAME [--param NAME=VALUE]... --arch sm_90[,sm_80...]`: puts one
+// specialization into the cache for each architecture (no GPU needed) and says where each came from.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "format.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/error.hpp"
+#include "param_text.hpp"
+
+namespace kjit::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CompileRequest {
+  std::string template_ref;  // built-in name or file path
+  std::string kernel;
+  std::vector<std::string> params;
+  std::vector<std::string> archs;
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> defines;
+  std::string std;  // empty: CompileOptions' default
+  bool fast_math = false;
+  bool json = false;
+};
+
+// A file when the reference looks like a path or names an existing file, else a built-in name.
+std::shared_ptr<const Template> load_template(const CompileRequest& r) {
+  std::error_code ec;
+  const bool is_file = r.template_ref.find_first_of("/.") != std::string::npos ||
+                       fs::is_regular_file(r.template_ref, ec);
+  if (is_file) return Template::from_file(r.template_ref, {r.include_dirs.begin(), r.include_dirs.end()});
+  if (!r.include_dirs.empty())
+    throw ValueError("--include applies to template files; '" + r.template_ref +
+                     "' is a built-in template, which includes only kjit's own headers. Pass a file path "
+                     "(e.g. ./" + r.template_ref + ".cu) to compile a template of your own.");
+  return Template::builtin(r.template_ref);
+}
+
+std::vector<Target> parse_targets(const std::vector<std::string>& archs) {
+  std::vector<Target> out;
+  for (const auto& a : archs) {
+    Target t = Target::parse(a);
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
+}
+
+CompileOptions options_of(const CompileRequest& r) {
+  CompileOptions o;
+  if (!r.std.empty()) o.std = r.std;
+  o.fast_math = r.fast_math;
+  o.defines = parse_defines(r.defines);
+  return o;
+}
+
+std::string padded(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+// One line per architecture, printed as each finishes (all columns but the last have fixed widths).
+void print_row(std::ostream& out, const std::string& key, const std::string& target, const std::string& origin,
+               const std::string& ms) {
+  out << padded(key, 64) << "  " << padded(target, 11) << "  " << padded(origin, 8) << "  " << ms << '\n';
+}
+
+// Engine::prepare; a compile error of a template with #include files that were not found says so.
+Prepared prepare(Engine& engine, const Specialization& spec, const Target& target) {
+  try {
+    return engine.prepare(spec, target);
+  } catch (const CompileError& e) {
+    const auto& missing = spec.tmpl().unresolved_includes();
+    if (missing.empty()) throw;
+    std::string names;
+    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+    throw CompileError(std::string(e.what()) + "\nhint: these #include files were not found: " + names +
+                           "; pass the directories that hold them with --include DIR",
+                       e.log(), e.name_expression(), e.options(), e.source_excerpt());
+  }
+}
+
+int run_compile(Context& ctx, const CompileRequest& r) {
+  std::shared_ptr<const Template> tmpl = load_template(r);
+  const KernelDecl& decl = tmpl->kernel(r.kernel);
+  const Specialization spec(tmpl, r.kernel, parse_params(decl, r.params), options_of(r));
+  const std::vector<Target> targets = parse_targets(r.archs);
+  Engine& engine = ctx.engine();
+
+  Json results = Json::array();
+  bool compiled_any = false;
+  if (!r.json) {
+    ctx.out << spec.describe() << ": " << spec.name_expression() << '\n';
+    print_row(ctx.out, "key", "target", "origin", "compile");
+  }
+  for (const Target& target : targets) {
+    const Prepared p = prepare(engine, spec, target);
+    const bool compiled = p.origin == Origin::Compiled;
+    compiled_any = compiled_any || compiled;
+    if (compiled && !p.log.empty())
+      ctx.err << "kjit: NVRTC warnings for " << spec.name_expression() << " (" << target.str() << "):\n"
+              << p.log << (p.log.back() == '\n' ? "" : "\n");
+    if (r.json) {
+      results.push_back({{"arch", target.str()},
+                         {"key", p.key.hex()},
+                         {"target", p.meta.target},
+                         {"output", cache::to_string(p.meta.output)},
+                         {"origin", to_string(p.origin)},
+                         {"compile_ms", compiled ? Json(p.meta.compile_ms) : Json(nullptr)},
+                         {"note", p.meta.note.empty() ? Json(nullptr) : Json(p.meta.note)},
+                         {"lowered_name", p.meta.lowered_name}});
+    } else {
+      print_row(ctx.out, p.key.hex(), p.meta.target, to_string(p.origin), compiled ? human_ms(p.meta.compile_ms) : "-");
+      if (!p.meta.note.empty()) ctx.out << "  note: " << p.meta.note << '\n';
+      ctx.out.flush();
+    }
+  }
+  if (compiled_any && !engine.disk().writable())
+    ctx.err << "kjit: warning: the cache is not writable, so nothing compiled now was stored: "
+            << engine.disk().describe() << '\n';
+  if (r.json) {
+    Json j;
+    j["template"] = tmpl->name();
+    j["kernel"] = decl.name;
+    j["name_expression"] = spec.name_expression();
+    j["specialization"] = spec.describe();
+    j["options"] = spec.options().canonical();
+    j["results"] = std::move(results);
+    print_json(ctx.out, j);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_compile_command(CLI::App& app, Context& ctx) {
+  auto r = std::make_shared<CompileRequest>();
+  CLI::App* sub = app.add_subcommand(
+      "compile", "Compile a specialization into the cache for each --arch (no GPU needed)");
+  sub->add_option("TEMPLATE", r->template_ref, "Built-in template name (e.g. add_constant) or a template file path")
+      ->required()
+      ->type_name("");
+  sub->add_option("--kernel", r->kernel, "__global__ kernel of the template")->required()->type_name("NAME");
+  sub->add_option("--param", r->params, "Template argument, by parameter name (repeatable), e.g. T=float32")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  sub->add_option("--arch", r->archs, "Targets: sm_XY, sm_XYa, compute_XY or X.Y, comma-separated or repeated")
+      ->required()
+      ->type_name("ARCH[,ARCH...]")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("--include", r->include_dirs, "Directory searched for the template file's #include (repeatable)")
+      ->type_name("DIR")
+      ->allow_extra_args(false);
+  sub->add_option("--define", r->defines, "Preprocessor macro (repeatable)")
+      ->type_name("NAME[=VALUE]")
+      ->allow_extra_args(false);
+  sub->add_option("--std", r->std, "C++ standard (default c++20)")
+      ->type_name("STD")
+      ->check(CLI::IsMember({"c++17", "c++20"}));
+  sub->add_flag("--fast-math", r->fast_math, "Compile with --use_fast_math");
+  sub->add_flag("--json", r->json, "Print JSON");
+  return {sub, [&ctx, r]() { return run_compile(ctx, *r); }};
+}
+
+}  // namespace kjit::cli

@@ -1,0 +1,220 @@
+// `kjit info [--json]`: version, NVRTC, CUDA headers, driver, GPUs, cache and every KJIT_* variable.
+// The facts are gathered once into JSON; the human-readable form is printed from it.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "format.hpp"
+#include "kjit/cuda_toolkit.hpp"
+#include "kjit/driver_library.hpp"
+#include "kjit/error.hpp"
+#include "kjit/nvrtc_library.hpp"
+#include "kjit/target.hpp"
+
+#ifndef KJIT_VERSION
+#define KJIT_VERSION "0.0.0"
+#endif
+
+namespace kjit::cli {
+namespace {
+
+Json or_null(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
+
+std::string text_or(const Json& j, const std::string& fallback) {
+  return j.is_string() ? j.get<std::string>() : fallback;
+}
+
+Json nvrtc_facts(CacheMode mode) {
+  const CudaToolkit& tk = cuda_toolkit();
+  Json j;
+  j["found"] = tk.has_nvrtc();
+  j["library"] = or_null(tk.nvrtc_library.string());
+  j["from"] = or_null(tk.nvrtc_from);
+  j["version"] = or_null(tk.nvrtc_version);
+  j["build_id"] = or_null(tk.nvrtc_build_id);
+  j["identity"] = tk.nvrtc_identity();
+  j["searched"] = tk.searched;
+  j["loaded"] = false;
+  j["not_loaded_reason"] = nullptr;
+  j["runtime_version"] = nullptr;
+  j["supported_archs"] = Json::array();
+  if (!tk.has_nvrtc()) {
+    j["not_loaded_reason"] = "not found";
+  } else if (mode == CacheMode::Strict) {
+    j["not_loaded_reason"] = "strict mode";  // strict mode never loads NVRTC, not even here
+  } else {
+    try {
+      const NvrtcLibrary& lib = NvrtcLibrary::get();
+      j["runtime_version"] = lib.version();
+      for (int a : lib.supported_archs()) j["supported_archs"].push_back("sm_" + std::to_string(a));
+      j["loaded"] = true;
+    } catch (const Error& e) {
+      j["not_loaded_reason"] = e.what();
+    }
+  }
+  return j;
+}
+
+Json header_facts() {
+  const CudaToolkit& tk = cuda_toolkit();
+  Json j;
+  j["found"] = tk.has_headers();
+  j["from"] = or_null(tk.headers_from);
+  j["include_dirs"] = Json::array();
+  for (const auto& d : tk.include_dirs) j["include_dirs"].push_back(d.string());
+  return j;
+}
+
+Json driver_facts() {
+  Json j;
+  j["available"] = false;
+  j["version"] = nullptr;
+  j["library"] = nullptr;
+  j["error"] = nullptr;
+  try {
+    const DriverLibrary& d = DriverLibrary::get();
+    const int v = d.driver_version();
+    j["available"] = true;
+    j["version"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+    j["library"] = d.path();
+  } catch (const Error& e) {
+    j["error"] = e.what();
+  }
+  return j;
+}
+
+Json gpu_facts() {
+  Json j;
+  j["devices"] = Json::array();
+  j["error"] = nullptr;
+  std::string why;
+  if (!DriverLibrary::available(&why)) {
+    j["error"] = why;
+    return j;
+  }
+  try {
+    const int n = device_count();
+    for (int i = 0; i < n; ++i)
+      j["devices"].push_back({{"index", i}, {"name", device_name(i)}, {"target", Target::for_device(i).str()}});
+  } catch (const Error& e) {
+    j["error"] = e.what();
+  }
+  return j;
+}
+
+Json cache_facts(Context& ctx) {
+  const Settings& s = ctx.settings();
+  cache::DiskCache& disk = ctx.disk();
+  Json j;
+  j["dir"] = s.cache_dir.string();
+  j["dir_source"] = s.cache_dir_source;
+  j["mode"] = to_string(s.cache_mode);
+  j["state"] = disk.describe();
+  j["writable"] = disk.writable();
+  j["layers"] = Json::array();
+  for (const auto& l : s.cache_layers) j["layers"].push_back(l.string());
+  j["max_bytes"] = s.cache_max_bytes ? Json(*s.cache_max_bytes) : Json(nullptr);
+  return j;
+}
+
+Json setting_facts() {
+  Json j = Json::object();
+  for (const SettingInfo& s : setting_registry()) {
+    const char* v = std::getenv(s.name);
+    j[s.name] = {{"value", v ? Json(v) : Json(nullptr)}, {"allowed", s.allowed}, {"description", s.description}};
+  }
+  return j;
+}
+
+Json gather(Context& ctx) {
+  Json j;
+  j["kjit_version"] = KJIT_VERSION;
+  j["nvrtc"] = nvrtc_facts(ctx.settings().cache_mode);
+  j["cuda_headers"] = header_facts();
+  j["driver"] = driver_facts();
+  j["gpus"] = gpu_facts();
+  j["cache"] = cache_facts(ctx);
+  j["settings"] = setting_facts();
+  return j;
+}
+
+std::string join(const Json& list, const char* sep = ", ") {
+  std::string out;
+  for (const auto& x : list) out += (out.empty() ? "" : sep) + x.get<std::string>();
+  return out;
+}
+
+void print_human(std::ostream& out, const Json& j) {
+  out << "kjit " << j["kjit_version"].get<std::string>() << "\n\n";
+
+  const Json& nv = j["nvrtc"];
+  out << "NVRTC\n";
+  Fields f;
+  if (nv["found"].get<bool>()) {
+    f.add("library", nv["library"].get<std::string>() + " (from " + text_or(nv["from"], "?") + ")");
+    f.add("identity", nv["identity"].get<std::string>());
+    if (nv["loaded"].get<bool>())
+      f.add("loaded", "version " + nv["runtime_version"].get<std::string>() + ", supported archs " +
+                          join(nv["supported_archs"]));
+    else
+      f.add("loaded", "not loaded (" + nv["not_loaded_reason"].get<std::string>() + ")");
+  } else {
+    f.add("library", "not found (looked in: " + join(nv["searched"]) + ")");
+  }
+  const Json& h = j["cuda_headers"];
+  f.add("CUDA headers", h["found"].get<bool>() ? join(h["include_dirs"]) + " (from " + text_or(h["from"], "?") + ")"
+                                                : std::string("not found"));
+  f.print(out);
+
+  out << "\nDriver and GPUs\n";
+  Fields g;
+  const Json& d = j["driver"];
+  g.add("driver", d["available"].get<bool>()
+                      ? d["version"].get<std::string>() + " (" + d["library"].get<std::string>() + ")"
+                      : "none: " + d["error"].get<std::string>());
+  const Json& gpus = j["gpus"];
+  if (!d["available"].get<bool>()) g.add("GPUs", "none (no driver)");
+  else if (!gpus["error"].is_null()) g.add("GPUs", "none: " + gpus["error"].get<std::string>());
+  else if (gpus["devices"].empty()) g.add("GPUs", "none");
+  for (const auto& dev : gpus["devices"])
+    g.add("GPU " + std::to_string(dev["index"].get<int>()),
+          dev["name"].get<std::string>() + " (" + dev["target"].get<std::string>() + ")");
+  g.print(out);
+
+  const Json& c = j["cache"];
+  out << "\nCache\n";
+  Fields k;
+  k.add("dir", c["dir"].get<std::string>() + " (from " + c["dir_source"].get<std::string>() + ")");
+  k.add("mode", c["mode"].get<std::string>());
+  k.add("state", c["state"].get<std::string>());
+  k.add("read-only layers", c["layers"].empty() ? std::string("(none)") : join(c["layers"], ":"));
+  k.add("max bytes", c["max_bytes"].is_null()
+                         ? std::string("(no limit)")
+                         : std::to_string(c["max_bytes"].get<std::uint64_t>()) + " (" +
+                               human_bytes(c["max_bytes"].get<std::uint64_t>()) + ")");
+  k.print(out);
+
+  out << "\nSettings\n";
+  Table t;
+  for (const auto& [name, s] : j["settings"].items())
+    t.add_row({name, s["value"].is_null() ? std::string("(unset)") : s["value"].get<std::string>()});
+  t.print(out, "  ");
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app, Context& ctx) {
+  CLI::App* sub = app.add_subcommand("info", "Show the kjit version, NVRTC, CUDA, driver, GPUs, cache and settings");
+  auto as_json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *as_json, "Print JSON");
+  return {sub, [&ctx, as_json]() {
+            const Json facts = gather(ctx);
+            if (*as_json) print_json(ctx.out, facts);
+            else print_human(ctx.out, facts);
+            return 0;
+          }};
+}
+
+}  // namespace kjit::cli
