@@ -1,0 +1,101 @@
+"""kjit: JIT CUDA kernels for PyTorch.
+
+Kernel sources are ordinary CUDA C++ templates. kjit specializes them on the dtypes, shapes and
+constants of a call, compiles each specialization once with NVRTC, caches the binary on disk and
+launches it on PyTorch's current stream::
+
+    import kjit, torch
+    t = kjit.Template.from_file("my_kernels.cu")
+    k = t.kernel("add_constant").specialize(T=torch.float32, VEC=4)
+    k.launch(grid, block, x, y, 5.0, x.numel())
+    kjit.stats()
+
+`import kjit` loads neither NVRTC nor the CUDA driver: both are loaded on first use.
+"""
+
+import os as _os
+
+import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
+
+from . import _C
+from ._C import (
+    CacheMissError,
+    CompileError,
+    DriverError,
+    Error,
+    Kernel,
+    KernelFamily,
+    KjitWarning,
+    LaunchError,
+    Template,
+    cache_info,
+    clear_memory,
+    reset_stats,
+    stats,
+)
+from .launcher import Launcher, arg, cdiv, launcher
+
+__version__ = _C.__version__
+
+for _cls in (Template, KernelFamily, Kernel):
+    _cls.__module__ = "kjit"
+
+
+def _cuda_roots():
+    """CUDA roots of the pip `nvidia` packages next to torch (headers and libnvrtc), torch's CUDA first."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    major = (_torch.version.cuda or "").split(".")[0]
+    names = [f"cu{major}"] if major else []
+    names += ["cu13", "cu12", "cuda_nvrtc", "cuda_runtime"]
+    roots = []
+    for base in spec.submodule_search_locations:
+        for name in dict.fromkeys(names):
+            path = _os.path.join(base, name)
+            if _os.path.isdir(path) and path not in roots:
+                roots.append(path)
+    return roots
+
+
+def _setup():
+    for root in _cuda_roots():
+        _C.register_toolkit_root(root)
+    templates = _os.path.join(_os.path.dirname(__file__), "kernel_templates")
+    if _os.path.isdir(templates):
+        _C.set_builtin_templates_dir(templates)
+
+
+_setup()
+
+# kjit.ValueError / kjit.TypeError are subclasses of kjit.Error and of the builtins of the same name.
+# Set last, so that nothing above sees them in place of the builtins.
+globals()["ValueError"] = _C.ValueError
+globals()["TypeError"] = _C.TypeError
+
+__all__ = [
+    "CacheMissError",
+    "CompileError",
+    "DriverError",
+    "Error",
+    "Kernel",
+    "KernelFamily",
+    "KjitWarning",
+    "LaunchError",
+    "Launcher",
+    "Template",
+    "arg",
+    "cache_info",
+    "cdiv",
+    "clear_memory",
+    "launcher",
+    "reset_stats",
+    "stats",
+]
+
+from . import ops  # noqa: E402,F401  (built-in ops; torch.ops.kjit.* come with the extension)

@@ -1,0 +1,46 @@
+// The pieces of the kjit._C module, one function per area (module.cpp calls them in order), and the
+// two helpers they share: the C++ -> Python error mapping and fast (vectorcall) methods for hot paths.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <exception>
+#include <string>
+
+namespace kjit::python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);    // errors.cpp: kjit.Error & co., warnings -> warnings.warn
+void bind_template(py::module_& m);  // template.cpp: Template, KernelFamily (specialize)
+void bind_kernel(py::module_& m);    // kernel.cpp: Kernel (launch)
+void bind_engine(py::module_& m);    // engine.cpp: stats, cache_info, built-in templates, toolkit roots
+void bind_cli(py::module_& m);       // cli.cpp: cli_run
+
+// Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
+// the kjit exception classes, with their data as attributes).
+void set_python_error(std::exception_ptr e) noexcept;
+
+// A METH_FASTCALL | METH_KEYWORDS method: no argument tuple or kwargs dict is built per call.
+using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+
+template <FastMethod F>
+PyObject* guarded(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept {
+  try {
+    return F(self, args, nargs, kwnames);
+  } catch (...) {
+    set_python_error(std::current_exception());
+    return nullptr;
+  }
+}
+
+// Adds `def` (static storage; ml_flags METH_FASTCALL | METH_KEYWORDS) to the class `cls` as a method.
+void add_fast_method(py::handle cls, PyMethodDef* def);
+
+// The name of a Python object's type, for messages ("float", "torch.Tensor").
+std::string type_name(PyObject* o);
+// A value for messages: "the int 4", "the float 2.5", "the bool True", "the str 'x'", "torch.float32",
+// "None", "a torch.Tensor", "a list".
+std::string describe_value(PyObject* v);
+
+}  // namespace kjit::python

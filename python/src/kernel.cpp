@@ -1,0 +1,279 @@
+// kjit.Kernel: one specialization, loaded for a device. launch() is the hot path: arguments are read
+// from the vectorcall, tensors give their data pointers, Python numbers are packed by ParamLayout into
+// a stack buffer with the exact bytes of each parameter's type, and the kernel goes to the stream.
+#include <c10/cuda/CUDAStream.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Stream.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <climits>
+#include <optional>
+#include <string_view>
+
+#include "kjit/error.hpp"
+#include "launch.hpp"
+#include "objects.hpp"
+
+namespace kjit::python {
+namespace {
+
+std::string repr(PyObject* v) { return py::repr(py::handle(v)).cast<std::string>(); }
+
+Dim3 parse_dim(PyObject* v, const char* what) {
+  auto bad_kind = [&]() -> TypeError {
+    return TypeError(std::string(what) + " must be an int or a tuple of 1 to 3 ints, got " + describe_value(v));
+  };
+  Dim3 d;
+  auto one = [&](PyObject* x, unsigned& out) {
+    if (!PyLong_Check(x) || PyBool_Check(x)) throw bad_kind();
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || n < 0 || n > static_cast<long long>(UINT_MAX))
+      throw ValueError(std::string(what) + " " + repr(v) + " has a dimension out of range [1, 2^32-1]");
+    out = static_cast<unsigned>(n);
+  };
+  if (PyLong_Check(v) && !PyBool_Check(v)) {
+    one(v, d.x);
+    return d;
+  }
+  const bool tuple = PyTuple_Check(v);
+  if (!tuple && !PyList_Check(v)) throw bad_kind();
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(v) : PyList_GET_SIZE(v);
+  if (n < 1 || n > 3) throw bad_kind();
+  unsigned* dims[3] = {&d.x, &d.y, &d.z};
+  for (Py_ssize_t i = 0; i < n; ++i) one(tuple ? PyTuple_GET_ITEM(v, i) : PyList_GET_ITEM(v, i), *dims[i]);
+  return d;
+}
+
+CUstream parse_stream(PyObject* v, int device) {
+  if (PyLong_Check(v) && !PyBool_Check(v)) {
+    const unsigned long long h = PyLong_AsUnsignedLongLong(v);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      throw ValueError("stream handle " + repr(v) + " is not a valid cudaStream_t value");
+    }
+    return reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(h));
+  }
+  if (THPStream_Check(v)) {
+    const auto* s = reinterpret_cast<const THPStream*>(v);
+    const c10::Stream st = c10::Stream::unpack3(s->stream_id, static_cast<c10::DeviceIndex>(s->device_index),
+                                                static_cast<c10::DeviceType>(s->device_type));
+    if (st.device_type() != c10::DeviceType::CUDA)
+      throw ValueError("stream must be a CUDA stream, got a stream of " + st.device().str());
+    if (st.device_index() != device)
+      throw ValueError("the stream is on " + st.device().str() + " but the kernel runs on cuda:" +
+                       std::to_string(device) + "; use a stream of that device (torch.cuda.Stream(device=" +
+                       std::to_string(device) + "))");
+    return c10::cuda::CUDAStream(st).stream();
+  }
+  throw TypeError("stream must be None (the current stream), a torch.cuda.Stream or an int handle, got " +
+                  describe_value(v));
+}
+
+void pack_number(const ParamLayout& L, std::size_t i, PyObject* v, ArgSlot& slot) {
+  if (PyBool_Check(v)) return L.pack_bool(i, v == Py_True, slot);
+  if (PyLong_Check(v)) {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!overflow) {
+      if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+      return L.pack_int(i, x, slot);
+    }
+    const LaunchParam& p = L[i];
+    if (p.kind == LaunchParam::Kind::Scalar && dtype_is_floating(p.scalar)) {
+      const double d = PyLong_AsDouble(v);
+      if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw ValueError("argument '" + p.name + "' of " + L.kernel() + " is " + p.describe() + ": the value " +
+                         repr(v) + " overflows it");
+      }
+      return L.pack_float(i, d, slot);
+    }
+    if (overflow > 0) {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(v);
+      if (!PyErr_Occurred()) return L.pack_uint(i, u, slot);
+      PyErr_Clear();
+    }
+    L.reject_range(i, repr(v));
+  }
+  if (PyFloat_Check(v)) return L.pack_float(i, PyFloat_AS_DOUBLE(v), slot);
+  if (THPVariable_Check(v)) L.reject(i, "a tensor (pass a Python number; for a one-element tensor, t.item())");
+  if (PyIndex_Check(v) && !PyUnicode_Check(v)) {  // numpy integers
+    py::object o = py::reinterpret_steal<py::object>(PyNumber_Index(v));
+    if (!o) throw py::error_already_set();
+    return pack_number(L, i, o.ptr(), slot);
+  }
+  if (!PyUnicode_Check(v) && Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float) {  // numpy floats
+    const double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    return L.pack_float(i, d, slot);
+  }
+  L.reject(i, describe_value(v));
+}
+
+void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgSlot& slot) {
+  const LaunchParam& p = L[i];
+  if (p.kind == LaunchParam::Kind::Pointer) {
+    if (v == Py_None) return L.pack_pointer(i, nullptr, slot);
+    if (!THPVariable_Check(v)) L.reject(i, describe_value(v));
+    const at::Tensor& t = THPVariable_Unpack(v);
+    const c10::Device d = t.device();
+    if (!d.is_cuda() || d.index() != device)
+      throw ValueError("argument '" + p.name + "' of " + L.kernel() + " is on " + d.str() +
+                       ", but the kernel runs on cuda:" + std::to_string(device) + "; move it with " + p.name +
+                       ".to('cuda:" + std::to_string(device) + "') or specialize for its device");
+    return L.pack_pointer(i, t.data_ptr(), slot);
+  }
+  pack_number(L, i, v, slot);
+}
+
+PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const PyKernel& k = py::handle(self).cast<const PyKernel&>();
+  const KernelInfo& info = *k.info;
+  const ParamLayout& L = info.layout;
+  if (nargs < 2)
+    throw TypeError("launch() takes grid and block, then the kernel's arguments " + L.signature() + "; got " +
+                    std::to_string(nargs) + " positional argument" + (nargs == 1 ? "" : "s"));
+  unsigned shared_mem = 0;
+  PyObject* stream = nullptr;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kwnames, i), &len);
+    if (!s) throw py::error_already_set();
+    const std::string_view name(s, static_cast<std::size_t>(len));
+    PyObject* value = args[nargs + i];
+    if (name == "stream") {
+      stream = value;
+    } else if (name == "shared_mem") {
+      if (!PyLong_Check(value) || PyBool_Check(value))
+        throw TypeError("shared_mem must be an int (bytes of dynamic shared memory), got " + describe_value(value));
+      int overflow = 0;
+      const long long b = PyLong_AsLongLongAndOverflow(value, &overflow);
+      if (overflow || b < 0 || b > static_cast<long long>(UINT_MAX))
+        throw ValueError("shared_mem " + repr(value) + " is out of range [0, 2^32-1]");
+      shared_mem = static_cast<unsigned>(b);
+    } else {
+      throw TypeError("launch() got an unexpected keyword argument '" + std::string(name) +
+                      "': it takes launch(grid, block, *args, shared_mem=0, stream=None), the kernel's arguments " +
+                      L.signature() + " by position");
+    }
+  }
+  if (!info.loaded)
+    throw LaunchError(info.name_expression + " is compiled for " + info.arch + " only (arch='" + info.arch +
+                      "'); specialize with a device to launch");
+  LaunchConfig cfg;
+  cfg.grid = parse_dim(args[0], "grid");
+  cfg.block = parse_dim(args[1], "block");
+  cfg.shared_mem = shared_mem;
+  cfg.validate();
+  const std::size_t n = static_cast<std::size_t>(nargs - 2);
+  L.check_count(n);
+  ArgBuffer buf(n);
+  for (std::size_t i = 0; i < n; ++i) pack_arg(L, i, args[2 + i], k.device, buf.slot(i));
+  std::optional<LaunchContext> ctx;
+  if (stream == nullptr || stream == Py_None) ctx.emplace(k.device);
+  else ctx.emplace(k.device, parse_stream(stream, k.device));
+  cfg.stream = ctx->stream;
+  info.loaded->kernel->launch(cfg, buf.pointers());
+  Py_RETURN_NONE;
+}
+
+PyMethodDef launch_def = {
+    "launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&guarded<&launch>)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "launch($self, grid, block, /, *args, shared_mem=0, stream=None)\n--\n\n"
+    "Launches the kernel: grid and block are an int or a tuple of 1 to 3 ints; `args` are the kernel's\n"
+    "arguments in order. A tensor passes its data pointer (it must be a CUDA tensor on the kernel's\n"
+    "device; its layout is not checked: non-contiguous tensors and views are the caller's business),\n"
+    "None passes a null pointer, and Python numbers are converted to the exact parameter type (a float\n"
+    "for an integer parameter, or a value out of the type's range, is an error).\n"
+    "Runs on torch.cuda.current_stream(device) unless `stream` (a torch.cuda.Stream or an int handle)\n"
+    "is given. Legal inside CUDA graph capture."};
+
+py::object arg_value(const TemplateArg& a) {
+  switch (a.kind()) {
+    case TemplateArg::Kind::Type: return py::str(dtype_name(a.dtype()));
+    case TemplateArg::Kind::Integer: return py::int_(a.int_value());
+    case TemplateArg::Kind::Float: return py::float_(a.float_value());
+    case TemplateArg::Kind::Bool: return py::bool_(a.bool_value());
+  }
+  return py::none();
+}
+
+py::dict meta_dict(const cache::EntryMetadata& m) {
+  py::dict d;
+  d["template"] = m.template_name;
+  d["template_digest"] = m.template_digest;
+  d["kernel"] = m.kernel;
+  d["name_expression"] = m.name_expression;
+  d["lowered_name"] = m.lowered_name;
+  d["options"] = m.options;
+  d["target"] = m.target;
+  d["requested_target"] = m.requested_target;
+  d["nvrtc_version"] = m.nvrtc_version;
+  d["output"] = cache::to_string(m.output);
+  d["note"] = m.note;
+  d["compile_ms"] = m.compile_ms;
+  d["created"] = m.created;
+  d["kjit_version"] = m.kjit_version;
+  return d;
+}
+
+}  // namespace
+
+void bind_kernel(py::module_& m) {
+  py::class_<PyKernel> kernel(m, "Kernel",
+                              "A specialized kernel (from KernelFamily.specialize): launch() it; key, origin and "
+                              "meta tell where it came from.");
+  kernel.def_property_readonly("key", [](const PyKernel& k) { return k.info->key.hex(); },
+                               "The cache key (hex SHA-256).")
+      .def_property_readonly("origin", [](const PyKernel& k) { return to_string(k.origin); },
+                             "'memory', 'disk' or 'compiled': where this specialize() call found it.")
+      .def_property_readonly("name_expression", [](const PyKernel& k) { return k.info->name_expression; })
+      .def_property_readonly("target", [](const PyKernel& k) { return k.info->meta.target; },
+                             "What the binary is for: 'sm_90', 'sm_90a' or 'compute_90' (PTX).")
+      .def_property_readonly("device",
+                             [](const PyKernel& k) { return k.device < 0 ? py::object(py::none()) : py::object(py::int_(k.device)); },
+                             "The CUDA device it launches on; None when compiled for an architecture only.")
+      .def_property_readonly("meta", [](const PyKernel& k) { return meta_dict(k.info->meta); },
+                             "The cache entry's metadata.")
+      .def_property_readonly("args",
+                             [](const PyKernel& k) {
+                               py::dict d;
+                               for (const auto& [name, value] : k.info->args) d[py::str(name)] = arg_value(value);
+                               return d;
+                             },
+                             "The template arguments: {name: dtype name, int, float or bool}.")
+      .def_property_readonly("params",
+                             [](const PyKernel& k) {
+                               py::list out;
+                               for (const auto& p : k.info->layout.params()) {
+                                 std::optional<DType> dt;
+                                 if (p.kind == LaunchParam::Kind::Scalar) dt = p.scalar;
+                                 else if (p.kind == LaunchParam::Kind::Pointer) dt = p.pointee;
+                                 out.append(py::make_tuple(p.name, to_string(p.kind), p.type,
+                                                           dt ? py::object(py::str(dtype_name(*dt))) : py::object(py::none())));
+                               }
+                               return out;
+                             },
+                             "Launch parameters: (name, kind, cpp_type, dtype) with kind 'pointer', 'scalar' or "
+                             "'unsupported', the type with template arguments substituted, and the dtype name of "
+                             "a scalar or of a pointer's elements (None when unknown).")
+      .def_property_readonly("param_sizes",
+                             [](const PyKernel& k) -> py::object {
+                               if (!k.info->loaded || !k.info->loaded->kernel->param_sizes_known()) return py::none();
+                               return py::cast(k.info->loaded->kernel->param_sizes());
+                             },
+                             "Byte size of each parameter as the driver reports it (None when unknown).")
+      .def_property_readonly("log", [](const PyKernel& k) { return k.info->compile_log; },
+                             "NVRTC warnings when it was compiled by specialize(arch=...) in this process.")
+      .def("__repr__", [](const PyKernel& k) {
+        std::string where = k.device >= 0 ? "cuda:" + std::to_string(k.device) : "arch " + k.info->arch;
+        return "<kjit.Kernel " + k.info->name_expression + " on " + where + " target=" + k.info->meta.target +
+               " origin=" + to_string(k.origin) + " key=" + k.info->key.hex().substr(0, 12) + ">";
+      });
+  add_fast_method(kernel, &launch_def);
+}
+
+}  // namespace kjit::python

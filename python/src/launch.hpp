@@ -1,0 +1,49 @@
+// Torch-aware launch helpers shared by the Python binding and the built-in ops (python/src/ops/):
+// which CUDA device a call's tensors are on, and the context of one launch: a device guard,
+// PyTorch's current stream, and whether compiling is allowed now (not during CUDA graph capture).
+// Hot-path safe: no allocation unless an error is thrown.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda.h>
+
+#include <initializer_list>
+#include <vector>
+
+namespace kjit {
+
+// The reason passed as `compile_forbidden` while a stream is being captured.
+extern const char* const kCaptureForbidsCompile;
+
+// One tensor of a call and the name it has in messages.
+struct NamedTensor {
+  const char* name;
+  const at::TensorBase& tensor;
+};
+
+// The CUDA device that every defined tensor is on (undefined tensors, i.e. None, are skipped; with
+// none left, the current device). Throws kjit::ValueError naming each tensor's device, e.g.
+// "expected all tensors on one CUDA device, got cuda:0 (x) and cpu (y)".
+int device_of(std::initializer_list<NamedTensor> tensors);
+// The same with names given apart ("#1", "#2", ... where `names` is shorter).
+int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<const char*> names = {});
+
+// Whether `stream` (of the current device) is being captured by a CUDA graph: kCaptureForbidsCompile
+// when it is, else nullptr. Never throws; leaves no CUDA error behind.
+const char* capture_forbids_compile(CUstream stream) noexcept;
+
+// Everything one launch on `device` needs. Construct it before looking a kernel up: pass
+// `compile_forbidden` to KernelFamily::get and `stream` to LaunchConfig; keep it alive across the launch.
+struct LaunchContext {
+  // PyTorch's current stream of `device`.
+  explicit LaunchContext(int device);
+  // A given stream (a handle of `device`).
+  LaunchContext(int device, CUstream stream);
+
+  c10::cuda::CUDAGuard guard;
+  CUstream stream;
+  const char* compile_forbidden;  // non-null while `stream` is being captured by a CUDA graph
+};
+
+}  // namespace kjit

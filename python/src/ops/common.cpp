@@ -1,0 +1,150 @@
+#include "common.hpp"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+
+#include "kjit/driver_library.hpp"
+#include "kjit/error.hpp"
+
+namespace kjit::ops {
+namespace {
+
+std::string torch_name(at::ScalarType t) { return "torch." + c10::getDtypeNames(t).first; }
+
+}  // namespace
+
+DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::ScalarType::Float: return DType::Float32;
+    case at::ScalarType::Double: return DType::Float64;
+    case at::ScalarType::Half: return DType::Float16;
+    case at::ScalarType::BFloat16: return DType::BFloat16;
+    case at::ScalarType::Char: return DType::Int8;
+    case at::ScalarType::Short: return DType::Int16;
+    case at::ScalarType::Int: return DType::Int32;
+    case at::ScalarType::Long: return DType::Int64;
+    case at::ScalarType::Byte: return DType::UInt8;
+    case at::ScalarType::UInt16: return DType::UInt16;
+    case at::ScalarType::UInt32: return DType::UInt32;
+    case at::ScalarType::UInt64: return DType::UInt64;
+    case at::ScalarType::Bool: return DType::Bool;
+    default:
+      throw TypeError("dtype " + torch_name(t) + " has no kjit element type: allowed " + dtype_names());
+  }
+}
+
+[[noreturn]] void fail_value(const char* op, const std::string& message) {
+  throw ValueError(std::string(op) + ": " + message);
+}
+
+int device_for(const char* op, std::initializer_list<NamedTensor> tensors) {
+  try {
+    return device_of(tensors);
+  } catch (const ValueError& e) {
+    fail_value(op, e.what());
+  }
+}
+
+void check_dtype(const char* op, const char* arg, const at::Tensor& t, std::initializer_list<at::ScalarType> allowed) {
+  const at::ScalarType s = t.scalar_type();
+  for (at::ScalarType a : allowed)
+    if (a == s) return;
+  std::string names;
+  for (at::ScalarType a : allowed) names += (names.empty() ? "" : ", ") + torch_name(a);
+  throw TypeError(std::string(op) + ": " + arg + " has dtype " + torch_name(s) + ", which is not supported; allowed: " +
+                  names + "; convert it with " + arg + ".to(" + torch_name(*allowed.begin()) + ")");
+}
+
+void check_contiguous(const char* op, const char* arg, const at::Tensor& t) {
+  if (t.is_contiguous()) return;
+  fail_value(op, std::string(arg) + " is not contiguous (shape " + shape_str(t.sizes()) + ", strides " +
+                     shape_str(t.strides()) + "): call " + arg + ".contiguous() first");
+}
+
+void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                      const at::Tensor& ref) {
+  if (t.scalar_type() == ref.scalar_type()) return;
+  throw TypeError(std::string(op) + ": " + arg + " has dtype " + torch_name(t.scalar_type()) + " but " + ref_arg +
+                  " has dtype " + torch_name(ref.scalar_type()) + ": the dtypes must match; convert with " + arg +
+                  ".to(" + ref_arg + ".dtype)");
+}
+
+void check_same_shape(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                      const at::Tensor& ref) {
+  if (t.sizes() == ref.sizes()) return;
+  fail_value(op, std::string(arg) + " has shape " + shape_str(t.sizes()) + " but " + ref_arg + " has shape " +
+                     shape_str(ref.sizes()) + ": the shapes must be equal (kjit ops do not broadcast)");
+}
+
+int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std::int64_t divides) {
+  int vec = static_cast<int>(16 / elem_size);
+  if (vec < 1) vec = 1;
+  for (; vec > 1; vec /= 2) {
+    const std::uintptr_t align = elem_size * static_cast<std::uintptr_t>(vec);
+    bool ok = divides <= 0 || divides % vec == 0;
+    for (const void* p : ptrs) ok = ok && reinterpret_cast<std::uintptr_t>(p) % align == 0;
+    if (ok) break;
+  }
+  return vec;
+}
+
+int sm_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> counts{};
+  if (device < 0 || device >= kMaxDevices)
+    throw ValueError("device ordinal " + std::to_string(device) + " is out of range [0, " +
+                     std::to_string(kMaxDevices) + ")");
+  int n = counts[device].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  const DriverLibrary& d = DriverLibrary::get();
+  CUdevice dev = 0;
+  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  d.check(d.cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+  if (n < 1) n = 1;
+  counts[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+Dim3 grid_1d(std::int64_t n_vec, int device, unsigned block) {
+  std::int64_t blocks = std::min(cdiv(n_vec, block), max_blocks(device));
+  if (blocks < 1) blocks = 1;
+  Dim3 g;
+  g.x = static_cast<unsigned>(blocks);
+  return g;
+}
+
+std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
+                                                 int device, const char* compile_forbidden) {
+  const TemplateArg args[2] = {TemplateArg::type(to_dtype(dtype)), TemplateArg::integer(vec)};
+  return family.get(args, 2, device, nullptr, compile_forbidden);
+}
+
+ElementScalar::ElementScalar(double value, at::ScalarType dtype) {
+  switch (dtype) {
+    case at::ScalarType::Double: std::memcpy(bytes_, &value, sizeof(double)); break;
+    case at::ScalarType::Float: {
+      const float f = static_cast<float>(value);
+      std::memcpy(bytes_, &f, sizeof(float));
+      break;
+    }
+    case at::ScalarType::Half: {
+      const c10::Half h(static_cast<float>(value));
+      std::memcpy(bytes_, &h.x, sizeof(h.x));
+      break;
+    }
+    case at::ScalarType::BFloat16: {
+      const c10::BFloat16 b(static_cast<float>(value));
+      std::memcpy(bytes_, &b.x, sizeof(b.x));
+      break;
+    }
+    default:
+      throw TypeError("kjit: no floating element type for dtype " + torch_name(dtype) +
+                      ": allowed torch.float32, torch.float16, torch.bfloat16, torch.float64");
+  }
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,138 @@
+// Shared pieces of the built-in ops (python/src/ops/*.cpp): argument checks with messages that say
+// what was received, what is allowed and what to do; at::ScalarType -> kjit::DType; the vector width
+// from pointer alignment; grid sizing; scalar kernel arguments packed with the kernel's exact C++ type.
+// Everything here is hot-path safe: no allocation, no hashing, no Python.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/StringUtil.h>
+
+#include <cstdint>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "kjit/dtype.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/error.hpp"
+#include "kjit/kernel_family.hpp"
+#include "kjit/launch_config.hpp"
+#include "launch.hpp"
+
+namespace kjit::ops {
+
+// The element types of the floating-point ops (add_constant, outer, outer_backward, fused_update).
+inline constexpr std::initializer_list<at::ScalarType> kFloatingTypes = {
+    at::ScalarType::Float, at::ScalarType::Half, at::ScalarType::BFloat16, at::ScalarType::Double};
+
+// kjit's DType of a torch dtype; throws TypeError for one kjit cannot specialize on.
+DType to_dtype(at::ScalarType t);
+
+// Argument checks. `op` is the user-facing name ("kjit.ops.outer"), `arg` the argument's name.
+// The CUDA device every tensor is on (kjit::device_of, its ValueError prefixed with `op`): CPU tensors
+// and tensors on different devices are rejected with the devices named and a `.to(...)` to fix it.
+int device_for(const char* op, std::initializer_list<NamedTensor> tensors);
+// One of `allowed` (TypeError listing them and saying how to convert).
+void check_dtype(const char* op, const char* arg, const at::Tensor& t, std::initializer_list<at::ScalarType> allowed);
+// Contiguous (ValueError with shape and strides: "call .contiguous()").
+void check_contiguous(const char* op, const char* arg, const at::Tensor& t);
+// One of `allowed` and contiguous.
+inline void check_input(const char* op, const char* arg, const at::Tensor& t,
+                        std::initializer_list<at::ScalarType> allowed) {
+  check_dtype(op, arg, t, allowed);
+  check_contiguous(op, arg, t);
+}
+// `t` has the same dtype as `ref` (TypeError naming both).
+void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg, const at::Tensor& ref);
+// `t` has exactly the shape of `ref` (ValueError naming both shapes).
+void check_same_shape(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg, const at::Tensor& ref);
+// Cold path: rethrows a kjit::Error thrown inside an op so that a Python caller (through torch.ops)
+// gets the kjit exception class with its message and data, not a RuntimeError; C++ callers (no
+// interpreter) get the original exception. See python_errors.cpp.
+[[noreturn]] void rethrow_for_python(std::exception_ptr error);
+
+// An op implementation whose kjit errors surface in Python as kjit.* exceptions:
+// m.impl("outer", kjit_errors<&outer_cuda>).
+template <auto F>
+struct WithKjitErrors;
+template <class R, class... A, R (*F)(A...)>
+struct WithKjitErrors<F> {
+  static R call(A... args) {
+    try {
+      return F(std::forward<A>(args)...);
+    } catch (const Error&) {
+      rethrow_for_python(std::current_exception());
+    }
+  }
+};
+template <auto F>
+inline constexpr auto kjit_errors = &WithKjitErrors<F>::call;
+
+// "[2, 3, 4]" for messages: IntArrayRef, SymIntArrayRef or a vector of integers.
+template <class Sizes>
+std::string shape_str(const Sizes& sizes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + c10::str(sizes[i]);
+  return out + "]";
+}
+
+// Throws ValueError "<op>: <message>".
+[[noreturn]] void fail_value(const char* op, const std::string& message);
+
+// Elements per vector access: the largest power of two up to 16 bytes / elem_size such that every
+// pointer is aligned to elem_size * VEC bytes and `divides` (when > 0) is a multiple of VEC.
+// 1 for misaligned views.
+int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std::int64_t divides = 0);
+
+// Multiprocessors of a device (read from the driver once per device).
+int sm_count(int device);
+// Resident blocks of 256 threads a grid-stride launch fills: 8 per multiprocessor.
+inline std::int64_t max_blocks(int device) { return static_cast<std::int64_t>(sm_count(device)) * 8; }
+
+inline std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A 1-D grid-stride launch over `n_vec` work items with `block` threads per block:
+// min(cdiv(n_vec, block), SMs * 8) blocks, at least one (the scalar tail needs a thread).
+Dim3 grid_1d(std::int64_t n_vec, int device, unsigned block = 256);
+
+// The kernel of `family` specialized on (T = dtype, VEC = vec) for `device`: the memory-hit hot path.
+// `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).
+std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
+                                                 int device, const char* compile_forbidden);
+
+// Whether an autograd kernel must record a graph node (otherwise it calls the op below autograd).
+template <class... Ts>
+bool needs_grad(const Ts&... ts) {
+  return c10::GradMode::is_enabled() && (... || ts.requires_grad());
+}
+
+// A kernel argument of type T (the element type) holding `value`: float, double, or the bits of a
+// __half / __nv_bfloat16. `ptr()` goes into the launch's argument array.
+class ElementScalar {
+ public:
+  ElementScalar(double value, at::ScalarType dtype);
+  void* ptr() noexcept { return bytes_; }
+
+ private:
+  alignas(8) unsigned char bytes_[8] = {};
+};
+
+// A kernel argument of the arithmetic type kjit_detail::acc_t<T> (detail/numeric.cuh): double for
+// float64 elements, float for the others.
+class AccScalar {
+ public:
+  AccScalar(double value, at::ScalarType dtype)
+      : d_(value), f_(static_cast<float>(value)), double_(dtype == at::ScalarType::Double) {}
+  void* ptr() noexcept { return double_ ? static_cast<void*>(&d_) : static_cast<void*>(&f_); }
+
+ private:
+  double d_;
+  float f_;
+  bool double_;
+};
+
+}  // namespace kjit::ops

@@ -1,0 +1,573 @@
+// kjit.Template and kjit.KernelFamily. KernelFamily.specialize is the hot path: keyword arguments are
+// read straight from the vectorcall (no dict), converted to TemplateArgs by the kind of the parameter
+// they name, and looked up in the engine's in-memory table (the SpecKey KernelFamily::get makes); a
+// memory hit returns a cached Kernel object. A miss goes to KernelFamily::get without the GIL.
+#include <c10/cuda/CUDAFunctions.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include "kjit/driver_library.hpp"
+#include "kjit/error.hpp"
+#include "kjit/specialization.hpp"
+#include "launch.hpp"
+#include "objects.hpp"
+
+namespace kjit::python {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<DType> dtype_of(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return DType::Float32;
+    case c10::ScalarType::Double: return DType::Float64;
+    case c10::ScalarType::Half: return DType::Float16;
+    case c10::ScalarType::BFloat16: return DType::BFloat16;
+    case c10::ScalarType::Char: return DType::Int8;
+    case c10::ScalarType::Short: return DType::Int16;
+    case c10::ScalarType::Int: return DType::Int32;
+    case c10::ScalarType::Long: return DType::Int64;
+    case c10::ScalarType::Byte: return DType::UInt8;
+    case c10::ScalarType::UInt16: return DType::UInt16;
+    case c10::ScalarType::UInt32: return DType::UInt32;
+    case c10::ScalarType::UInt64: return DType::UInt64;
+    case c10::ScalarType::Bool: return DType::Bool;
+    default: return std::nullopt;
+  }
+}
+
+std::string prefix(const TemplateParam& p, const KernelDecl& k) {
+  return "template parameter '" + p.name + "' of kernel '" + k.name + "'";
+}
+
+// What a parameter accepts, spelled for Python.
+std::string wants(const TemplateParam& p) {
+  switch (p.kind) {
+    case TemplateParam::Kind::Type:
+      return "is a type: pass a torch.dtype or a dtype name (e.g. torch.float32, 'bfloat16')";
+    case TemplateParam::Kind::Integral: return "is an integer (" + p.cpp_type + "): pass an int";
+    case TemplateParam::Kind::Floating: return "is a floating constant (" + p.cpp_type + "): pass a float or an int";
+    case TemplateParam::Kind::Bool: return "is a bool: pass True or False";
+    case TemplateParam::Kind::Unsupported: break;
+  }
+  return "has a kind kjit cannot specialize (a template template parameter, a pack or '" + p.cpp_type +
+         "'): give it a default or use typename / integer / floating / bool parameters";
+}
+
+[[noreturn]] void wrong_kind(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
+  std::string hint;
+  if (p.kind == TemplateParam::Kind::Type && type_name(v) == "torch.Tensor") hint = " (pass the tensor's .dtype)";
+  throw TypeError(prefix(p, k) + " " + wants(p) + ", got " + describe_value(v) + hint);
+}
+
+std::int64_t to_int64(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow)
+    throw ValueError(prefix(p, k) + " is " + p.cpp_type + ": the value " + py::repr(py::handle(v)).cast<std::string>() +
+                     " does not fit in 64 bits");
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return x;
+}
+
+// A Python value as the argument of template parameter `p`.
+TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
+  switch (p.kind) {
+    case TemplateParam::Kind::Type: {
+      if (THPDtype_Check(v)) {
+        const c10::ScalarType st = reinterpret_cast<THPDtype*>(v)->scalar_type;
+        if (auto d = dtype_of(st)) return TemplateArg::type(*d);
+        throw TypeError(prefix(p, k) + " got " + describe_value(v) + ", which kjit cannot specialize on; allowed dtypes: " +
+                        dtype_names());
+      }
+      if (PyUnicode_Check(v)) {
+        Py_ssize_t n = 0;
+        const char* s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!s) throw py::error_already_set();
+        std::string_view name(s, static_cast<std::size_t>(n));
+        if (name.substr(0, 6) == "torch.") name.remove_prefix(6);
+        if (auto d = dtype_from_name(name)) return TemplateArg::type(*d);
+        throw ValueError(prefix(p, k) + ": unknown dtype name '" + std::string(s, static_cast<std::size_t>(n)) +
+                         "'; allowed: " + dtype_names() + " (or a torch.dtype)");
+      }
+      wrong_kind(p, k, v);
+    }
+    case TemplateParam::Kind::Integral:
+      if (PyBool_Check(v) || PyFloat_Check(v)) wrong_kind(p, k, v);
+      if (PyLong_Check(v)) return TemplateArg::integer(to_int64(p, k, v));
+      if (PyIndex_Check(v)) {  // numpy integers
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v));
+        if (!i) throw py::error_already_set();
+        return TemplateArg::integer(to_int64(p, k, i.ptr()));
+      }
+      wrong_kind(p, k, v);
+    case TemplateParam::Kind::Floating:
+      if (PyBool_Check(v)) wrong_kind(p, k, v);
+      if (PyFloat_Check(v)) return TemplateArg::floating(PyFloat_AS_DOUBLE(v));
+      if (PyLong_Check(v)) return TemplateArg::floating(static_cast<double>(to_int64(p, k, v)));
+      if (!PyUnicode_Check(v) && Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float) {  // numpy floats
+        const double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+        return TemplateArg::floating(d);
+      }
+      wrong_kind(p, k, v);
+    case TemplateParam::Kind::Bool:
+      if (PyBool_Check(v)) return TemplateArg::boolean(v == Py_True);
+      wrong_kind(p, k, v);
+    case TemplateParam::Kind::Unsupported: break;
+  }
+  throw TypeError(prefix(p, k) + " " + wants(p));
+}
+
+// The argument a defaulted parameter stands for, read from its default's text.
+TemplateArg default_arg(const TemplateParam& p, const KernelDecl& k) {
+  const std::string& text = *p.default_value;
+  auto cannot = [&]() -> ValueError {
+    return ValueError(prefix(p, k) + " defaults to '" + text + "', which kjit cannot evaluate; pass " + p.name +
+                      " explicitly (it comes before a parameter you passed)");
+  };
+  switch (p.kind) {
+    case TemplateParam::Kind::Type:
+      if (auto d = dtype_from_name(text)) return TemplateArg::type(*d);
+      throw cannot();
+    case TemplateParam::Kind::Bool:
+      if (text == "true") return TemplateArg::boolean(true);
+      if (text == "false") return TemplateArg::boolean(false);
+      throw cannot();
+    case TemplateParam::Kind::Integral: {
+      std::string t = text;
+      while (!t.empty() && (t.back() == 'u' || t.back() == 'U' || t.back() == 'l' || t.back() == 'L')) t.pop_back();
+      errno = 0;
+      char* end = nullptr;
+      const long long v = std::strtoll(t.c_str(), &end, 0);
+      if (t.empty() || errno || *end) throw cannot();
+      return TemplateArg::integer(v);
+    }
+    case TemplateParam::Kind::Floating: {
+      std::string t = text;
+      if (!t.empty() && (t.back() == 'f' || t.back() == 'F')) t.pop_back();
+      errno = 0;
+      char* end = nullptr;
+      const double v = std::strtod(t.c_str(), &end);
+      if (t.empty() || errno || *end) throw cannot();
+      return TemplateArg::floating(v);
+    }
+    case TemplateParam::Kind::Unsupported: break;
+  }
+  throw cannot();
+}
+
+// Template arguments in parameter order, on the stack for the usual few.
+class ArgList {
+ public:
+  explicit ArgList(std::size_t n) : n_(n) {
+    if (n > kInline) heap_.assign(n, TemplateArg::boolean(false));
+  }
+  TemplateArg* data() { return n_ > kInline ? heap_.data() : inline_.data(); }
+  bool given(std::size_t i) const { return i < kInline ? given_[i] : heap_given_.count(i) > 0; }
+  void set(std::size_t i, const TemplateArg& a) {
+    data()[i] = a;
+    if (i < kInline) given_[i] = true;
+    else heap_given_[i] = true;
+  }
+
+ private:
+  static constexpr std::size_t kInline = 16;
+  template <std::size_t... I>
+  static std::array<TemplateArg, kInline> filled(std::index_sequence<I...>) {
+    return {{((void)I, TemplateArg::boolean(false))...}};
+  }
+  std::size_t n_;
+  std::array<TemplateArg, kInline> inline_ = filled(std::make_index_sequence<kInline>{});
+  std::array<bool, kInline> given_{};
+  std::vector<TemplateArg> heap_;
+  std::map<std::size_t, bool> heap_given_;
+};
+
+[[noreturn]] void no_device() {
+  std::string why;
+  DriverLibrary::available(&why);
+  const auto stop = why.find(". ");  // the first sentence says why
+  if (stop != std::string::npos) why.resize(stop);
+  if (why.empty()) why = "torch.cuda.device_count() is 0";
+  throw ValueError("no CUDA device is available (" + why +
+                   "); to compile without a GPU, pass the target architecture, e.g. specialize(arch='sm_90', ...)");
+}
+
+int parse_device(PyObject* v) {
+  const int count = c10::cuda::device_count();
+  int d = 0;
+  if (!v || v == Py_None) {
+    if (count == 0) no_device();
+    return c10::cuda::current_device();
+  }
+  if (PyLong_Check(v) && !PyBool_Check(v)) {
+    const long x = PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+    d = x < -1 || x > 1 << 20 ? -2 : static_cast<int>(x);
+  } else if (THPDevice_Check(v) || PyUnicode_Check(v)) {
+    c10::Device dev(c10::DeviceType::CPU);
+    if (THPDevice_Check(v)) {
+      dev = reinterpret_cast<THPDevice*>(v)->device;
+    } else {
+      const std::string s = py::str(py::handle(v));
+      try {
+        dev = c10::Device(s);
+      } catch (const c10::Error&) {
+        throw ValueError("device '" + s + "' is not a device name: pass an int, a torch.device or a str such as "
+                         "'cuda:0'");
+      }
+    }
+    if (!dev.is_cuda()) throw ValueError("kernels run on CUDA devices, got the device '" + dev.str() + "'");
+    if (count == 0) no_device();
+    d = dev.has_index() ? dev.index() : c10::cuda::current_device();
+  } else {
+    throw TypeError("device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', "
+                    "got " + describe_value(v));
+  }
+  if (count == 0) no_device();
+  if (d < 0 || d >= count)
+    throw ValueError("device " + std::to_string(d) + " is not available: there " +
+                     (count == 1 ? std::string("is 1 CUDA device (0)")
+                                 : "are " + std::to_string(count) + " CUDA devices (0 to " +
+                                       std::to_string(count - 1) + ")"));
+  return d;
+}
+
+// Kernel objects by loaded kernel; for memory hits the same object is returned on every call.
+// Guarded by the GIL (the module does not declare free-threading support).
+struct KernelEntry {
+  std::shared_ptr<const KernelInfo> info;
+  std::vector<PyObject*> memory_objects;  // by device; owned references, kept for the process lifetime
+};
+std::unordered_map<const LoadedKernel*, KernelEntry>& kernel_table() {
+  static auto* t = new std::unordered_map<const LoadedKernel*, KernelEntry>();
+  return *t;
+}
+// Compile-only kernels by (template digest, name expression, options, target).
+std::unordered_map<std::string, std::shared_ptr<const KernelInfo>>& arch_table() {
+  static auto* t = new std::unordered_map<std::string, std::shared_ptr<const KernelInfo>>();
+  return *t;
+}
+
+std::vector<std::pair<std::string, TemplateArg>> named(const KernelDecl& k, const TemplateArg* args, std::size_t n) {
+  std::vector<std::pair<std::string, TemplateArg>> out;
+  for (std::size_t i = 0; i < n && i < k.template_params.size(); ++i) out.emplace_back(k.template_params[i].name, args[i]);
+  return out;
+}
+
+PyObject* kernel_object(const KernelFamily& fam, const std::shared_ptr<const LoadedKernel>& loaded,
+                        const TemplateArg* args, std::size_t n, Origin origin, int device) {
+  auto& table = kernel_table();
+  auto it = table.find(loaded.get());
+  if (it == table.end()) {
+    auto info = std::make_shared<KernelInfo>();
+    info->loaded = loaded;
+    info->key = loaded->key;
+    info->meta = loaded->meta;
+    info->name_expression = loaded->kernel->name();
+    info->args = named(fam.decl(), args, n);
+    info->layout = ParamLayout(fam.decl(), info->args, info->name_expression);
+    if (loaded->kernel->param_sizes_known()) info->layout.check_sizes(loaded->kernel->param_sizes());
+    it = table.emplace(loaded.get(), KernelEntry{std::move(info), {}}).first;
+  }
+  KernelEntry& e = it->second;  // entries are nodes: references stay valid when the table grows
+  if (origin != Origin::Memory) return py::cast(PyKernel{e.info, origin, device}).release().ptr();
+  const auto slot = static_cast<std::size_t>(device);
+  if (slot < e.memory_objects.size() && e.memory_objects[slot]) {
+    Py_INCREF(e.memory_objects[slot]);
+    return e.memory_objects[slot];
+  }
+  // Creating the object may run Python code (a garbage collection) that comes back here: store it after.
+  PyObject* obj = py::cast(PyKernel{e.info, Origin::Memory, device}).release().ptr();
+  if (e.memory_objects.size() <= slot) e.memory_objects.resize(slot + 1, nullptr);
+  if (e.memory_objects[slot]) {
+    Py_DECREF(obj);
+    obj = e.memory_objects[slot];
+  } else {
+    e.memory_objects[slot] = obj;
+  }
+  Py_INCREF(obj);
+  return obj;
+}
+
+py::object compile_only(const KernelFamily& fam, const TemplateArg* args, std::size_t n, PyObject* arch) {
+  if (!PyUnicode_Check(arch))
+    throw TypeError("arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got " + describe_value(arch));
+  const Target target = Target::parse(py::str(py::handle(arch)));
+  Specialization spec = fam.specialization(args, n);
+  std::string id = spec.tmpl().digest() + '\n' + spec.name_expression() + '\n' + target.str();
+  for (const auto& o : spec.options().canonical()) id += '\n' + o;
+  auto& table = arch_table();
+  auto it = table.find(id);
+  if (it != table.end()) {
+    fam.engine().count_memory_hit();
+    return py::cast(PyKernel{it->second, Origin::Memory, -1});
+  }
+  Prepared p;
+  {
+    py::gil_scoped_release nogil;
+    p = fam.engine().prepare(spec, target);
+  }
+  auto info = std::make_shared<KernelInfo>();
+  info->arch = target.str();
+  info->key = p.key;
+  info->meta = std::move(p.meta);
+  info->name_expression = spec.name_expression();
+  info->compile_log = std::move(p.log);
+  info->args = spec.args();
+  info->layout = ParamLayout(spec.kernel(), info->args, info->name_expression);
+  table.emplace(std::move(id), info);
+  return py::cast(PyKernel{std::move(info), p.origin, -1});
+}
+
+[[noreturn]] void unknown_param(const KernelFamily& fam, std::string_view name) {
+  // The core's message (one wording for every front end).
+  Specialization(fam.template_ptr(), fam.decl().name, {{std::string(name), TemplateArg::boolean(false)}},
+                 fam.options());
+  throw ValueError("unknown template parameter '" + std::string(name) + "'");
+}
+
+[[noreturn]] void missing_params(const KernelFamily& fam, ArgList& list, std::size_t n) {
+  std::vector<std::pair<std::string, TemplateArg>> given;
+  for (std::size_t i = 0; i < n; ++i)
+    if (list.given(i)) given.emplace_back(fam.decl().template_params[i].name, list.data()[i]);
+  Specialization(fam.template_ptr(), fam.decl().name, given, fam.options());
+  throw ValueError("kernel '" + fam.decl().name + "' needs more template parameters: " + fam.decl().describe_params());
+}
+
+PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const PyFamily& pf = py::handle(self).cast<const PyFamily&>();
+  const KernelFamily& fam = *pf.family;
+  const KernelDecl& decl = fam.decl();
+  if (nargs != 0)
+    throw TypeError("specialize() takes keyword arguments only (the template parameters by name, and device= or "
+                    "arch=), got " + std::to_string(nargs) + " positional; the parameters of '" + decl.name +
+                    "' are " + decl.describe_params());
+  const std::size_t np = decl.template_params.size();
+  ArgList list(np);
+  std::size_t n = 0;
+  PyObject* device = nullptr;
+  PyObject* arch = nullptr;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kwnames, i), &len);
+    if (!s) throw py::error_already_set();
+    const std::string_view name(s, static_cast<std::size_t>(len));
+    PyObject* value = args[i];
+    if (name == "device") {
+      device = value;
+      continue;
+    }
+    if (name == "arch") {
+      arch = value;
+      continue;
+    }
+    std::size_t j = 0;
+    while (j < np && decl.template_params[j].name != name) ++j;
+    if (j == np) unknown_param(fam, name);
+    list.set(j, to_arg(decl.template_params[j], decl, value));
+    if (j + 1 > n) n = j + 1;
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    if (list.given(j)) continue;
+    const TemplateParam& p = decl.template_params[j];
+    if (!p.default_value) missing_params(fam, list, n);
+    list.set(j, default_arg(p, decl));
+  }
+  if (arch && arch != Py_None) {
+    if (device && device != Py_None)
+      throw ValueError("specialize() takes device= (to launch) or arch= (to compile only), not both");
+    return compile_only(fam, list.data(), n, arch).release().ptr();
+  }
+  const int dev = parse_device(device);
+  // The hot path: the engine's in-memory table.
+  if (auto hit = fam.find(list.data(), n, dev)) return kernel_object(fam, hit, list.data(), n, Origin::Memory, dev);
+  // A miss: the disk cache or NVRTC, without the GIL (other threads run; warnings from compiles on
+  // other threads can take it).
+  LaunchContext ctx(dev);
+  Origin origin = Origin::Memory;
+  std::shared_ptr<const LoadedKernel> loaded;
+  {
+    py::gil_scoped_release nogil;
+    loaded = fam.get(list.data(), n, dev, &origin, ctx.compile_forbidden);
+  }
+  return kernel_object(fam, loaded, list.data(), n, origin, dev);
+}
+
+PyMethodDef specialize_def = {
+    "specialize", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&guarded<&specialize>)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "specialize($self, /, *, device=None, arch=None, **params)\n--\n\n"
+    "The kernel specialized on `params` (template parameters by name: a torch.dtype or dtype name for\n"
+    "a type, an int for an integer, a float or int for a floating constant, a bool for a bool).\n"
+    "Compiles on the first use of a specialization, then finds it in the disk cache or in memory.\n\n"
+    "device: int, torch.device, 'cuda:N' or None (the current device): the kernel can be launched.\n"
+    "arch: 'sm_90', 'sm_90a', 'compute_90', ...: compile only (no GPU needed); such a kernel cannot\n"
+    "be launched."};
+
+std::map<std::string, std::string> read_defines(const py::object& defines) {
+  std::map<std::string, std::string> out;
+  if (defines.is_none()) return out;
+  auto value_text = [](py::handle v) -> std::string {
+    if (v.is_none()) return "";
+    if (PyBool_Check(v.ptr())) return v.ptr() == Py_True ? "1" : "0";
+    if (PyUnicode_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) return py::str(v);
+    throw TypeError("a define's value must be a str, int, float, bool or None, got " + describe_value(v.ptr()));
+  };
+  if (PyDict_Check(defines.ptr())) {
+    for (auto [k, v] : defines.cast<py::dict>()) {
+      if (!PyUnicode_Check(k.ptr())) throw TypeError("define names must be str, got " + describe_value(k.ptr()));
+      out[py::str(k)] = value_text(v);
+    }
+    return out;
+  }
+  if (PyUnicode_Check(defines.ptr()))
+    throw TypeError("defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got a str");
+  for (py::handle item : defines) {
+    if (!PyUnicode_Check(item.ptr()))
+      throw TypeError("defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got an item " +
+                      describe_value(item.ptr()));
+    const std::string s = py::str(item);
+    const auto eq = s.find('=');
+    if (eq == std::string::npos) out[s] = "";
+    else out[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return out;
+}
+
+PyFamily make_family(const PyTemplate& t, const std::string& name, const std::optional<std::string>& std_,
+                     bool fast_math, const py::object& defines, std::optional<int> max_registers, bool line_info,
+                     bool device_debug) {
+  CompileOptions o;
+  if (std_) o.std = *std_;
+  o.fast_math = fast_math;
+  o.line_info = line_info;
+  o.device_debug = device_debug;
+  o.max_registers = max_registers;
+  o.defines = read_defines(defines);
+  Engine& engine = Engine::global();
+  auto family = std::make_shared<const KernelFamily>(engine, t.tmpl, name, o);
+  return PyFamily{std::move(family)};
+}
+
+py::list template_params(const KernelDecl& k) {
+  py::list out;
+  for (const auto& p : k.template_params)
+    out.append(py::make_tuple(p.name, to_string(p.kind), p.kind == TemplateParam::Kind::Type ? "typename" : p.cpp_type,
+                              p.default_value ? py::object(py::str(*p.default_value)) : py::object(py::none())));
+  return out;
+}
+
+}  // namespace
+
+void clear_kernel_objects() {
+  for (auto& [loaded, entry] : kernel_table())
+    for (PyObject* o : entry.memory_objects) Py_XDECREF(o);
+  kernel_table().clear();
+  arch_table().clear();
+}
+
+void bind_template(py::module_& m) {
+  py::class_<PyTemplate>(m, "Template",
+                         "CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in "
+                         "template (Template.builtin). Every header it includes is resolved and hashed.")
+      .def(py::init([](const std::string& source, std::optional<std::string> name, std::vector<fs::path> include_dirs) {
+             return PyTemplate{Template::from_string(source, name.value_or(""), std::move(include_dirs))};
+           }),
+           py::arg("source"), py::arg("name") = py::none(), py::arg("include_dirs") = std::vector<fs::path>{},
+           "A template from source text; `name` (e.g. 'my_kernels.cu') names it in messages and cache metadata.")
+      .def_static(
+          "from_file",
+          [](const fs::path& path, std::vector<fs::path> include_dirs) {
+            return PyTemplate{Template::from_file(path, std::move(include_dirs))};
+          },
+          py::arg("path"), py::arg("include_dirs") = std::vector<fs::path>{},
+          "A template from a .cu / .cuh file; its includes are resolved from its folder, `include_dirs`, "
+          "KJIT_INCLUDE_PATH and the CUDA headers.")
+      .def_static(
+          "builtin", [](const std::string& name) { return PyTemplate{Template::builtin(name)}; }, py::arg("name"),
+          "A built-in template of kjit's kernel_templates/ by name ('add_constant').")
+      .def_static("builtin_names", &Template::builtin_names, "Names of the built-in templates.")
+      .def_property_readonly("name", [](const PyTemplate& t) { return t.tmpl->name(); })
+      .def_property_readonly("digest", [](const PyTemplate& t) { return t.tmpl->digest(); },
+                             "Hex SHA-256 of the source and every included header.")
+      .def_property_readonly("source", [](const PyTemplate& t) { return t.tmpl->source(); })
+      .def_property_readonly("is_builtin", [](const PyTemplate& t) { return t.tmpl->is_builtin(); })
+      .def_property_readonly("kernels",
+                             [](const PyTemplate& t) {
+                               std::vector<std::string> out;
+                               for (const auto& k : t.tmpl->kernels()) out.push_back(k.name);
+                               return out;
+                             },
+                             "Names of the __global__ functions, in source order.")
+      .def_property_readonly("headers",
+                             [](const PyTemplate& t) {
+                               std::vector<std::string> out;
+                               for (const auto& h : t.tmpl->headers()) out.push_back(h.include_name);
+                               return out;
+                             },
+                             "Include names of the resolved headers.")
+      .def_property_readonly("unresolved_includes", [](const PyTemplate& t) { return t.tmpl->unresolved_includes(); })
+      .def("kernel", &make_family, py::arg("name"), py::kw_only(), py::arg("std") = py::none(),
+           py::arg("fast_math") = false, py::arg("defines") = py::none(), py::arg("max_registers") = py::none(),
+           py::arg("line_info") = false, py::arg("device_debug") = false,
+           "The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); "
+           "defines: {name: value} or ['NAME', 'NAME=VALUE'].")
+      .def("__repr__", [](const PyTemplate& t) {
+        std::string ks;
+        for (const auto& k : t.tmpl->kernels()) ks += (ks.empty() ? "" : ", ") + k.name;
+        return "<kjit.Template '" + t.tmpl->name() + "' kernels=[" + ks + "] digest=" + t.tmpl->digest().substr(0, 12) +
+               ">";
+      });
+
+  py::class_<PyFamily> family(m, "KernelFamily",
+                              "One kernel of a template with fixed compile options; specialize() it to get a "
+                              "kjit.Kernel.");
+  family.def_property_readonly("name", [](const PyFamily& f) { return f.family->decl().name; })
+      .def_property_readonly("template", [](const PyFamily& f) { return PyTemplate{f.family->template_ptr()}; })
+      .def_property_readonly("params", [](const PyFamily& f) { return template_params(f.family->decl()); },
+                             "Template parameters: (name, kind, cpp_type, default) with kind 'type', 'integer', "
+                             "'floating', 'bool' or 'unsupported' and default None or its source text.")
+      .def_property_readonly("param_summary", [](const PyFamily& f) { return f.family->decl().describe_params(); })
+      .def_property_readonly("args",
+                             [](const PyFamily& f) {
+                               py::list out;
+                               for (const auto& p : f.family->decl().params) out.append(py::make_tuple(p.name, p.type));
+                               return out;
+                             },
+                             "Function parameters as declared: (name, type).")
+      .def_property_readonly("options",
+                             [](const PyFamily& f) {
+                               const CompileOptions& o = f.family->options();
+                               py::dict d;
+                               d["std"] = o.std;
+                               d["fast_math"] = o.fast_math;
+                               d["line_info"] = o.line_info;
+                               d["device_debug"] = o.device_debug;
+                               d["max_registers"] = o.max_registers ? py::object(py::int_(*o.max_registers))
+                                                                    : py::object(py::none());
+                               d["defines"] = o.defines;
+                               return d;
+                             })
+      .def("__repr__", [](const PyFamily& f) {
+        std::string ps;
+        for (const auto& p : f.family->decl().template_params) ps += (ps.empty() ? "" : ", ") + p.name;
+        return "<kjit.KernelFamily " + f.family->decl().name + "<" + ps + "> of template '" + f.family->tmpl().name() +
+               "'>";
+      });
+  add_fast_method(family, &specialize_def);
+}
+
+}  // namespace kjit::python

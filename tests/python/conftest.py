@@ -1,0 +1,98 @@
+"""Shared pytest setup for the Python tests.
+
+- The `gpu` marker: such tests are skipped, with the reason, when no CUDA device is usable.
+- kjit reads its settings (KJIT_*) once per process. This process uses one fresh cache directory for
+  the whole session (set below, before kjit is imported); tests that need a specific cache directory
+  or mode run code in a subprocess through the `run_py` fixture, which gets the test's own directory.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+# Before any test module imports kjit: this process's cache is a fresh directory, never ~/.cache/kjit.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="kjit-pytest-")
+os.environ["KJIT_CACHE_DIR"] = _SESSION_CACHE
+os.environ.pop("KJIT_CACHE_MODE", None)
+os.environ.pop("KJIT_CACHE_PATH", None)
+os.environ.pop("KJIT_RECORD", None)
+
+
+def no_device_reason():
+    """None when a CUDA device is usable, else why not."""
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover
+        return f"no CUDA device: torch cannot be imported ({e})"
+    if not torch.cuda.is_available():
+        return (f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                f"built for CUDA {torch.version.cuda}, torch.cuda.device_count() = {torch.cuda.device_count()})")
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = no_device_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """This test's own cache directory (KJIT_CACHE_DIR for the subprocesses it starts)."""
+    d = tmp_path / "kjit-cache"
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(d))
+    return d
+
+
+class PyResult:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+
+    def __repr__(self):
+        return f"<exit {self.returncode}>\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+def run_python(args, env=None, check=True, timeout=300, cwd=None) -> PyResult:
+    """Runs `python ARGS` with os.environ updated by `env` (a value of None removes the variable)."""
+    full_env = dict(os.environ)
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = str(v)
+    proc = subprocess.run([sys.executable, *args], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+    result = PyResult(proc)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"python {' '.join(args)} failed: {result!r}")
+    return result
+
+
+@pytest.fixture
+def run_py(cache_dir):
+    """run_py(code, env=None, check=True) runs a Python snippet in a fresh process using this test's cache."""
+
+    def run(code: str, env=None, check=True, timeout=300) -> PyResult:
+        return run_python(["-c", textwrap.dedent(code)], env=env, check=check, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def run_kjit(cache_dir):
+    """run_kjit(*args, check=True) runs `python -m kjit ARGS` using this test's cache."""
+
+    def run(*args, env=None, check=True, timeout=300) -> PyResult:
+        return run_python(["-m", "kjit", *args], env=env, check=check, timeout=timeout)
+
+    return run

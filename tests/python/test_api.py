@@ -1,0 +1,297 @@
+"""Template / KernelFamily / Kernel without a GPU: compile-only specialization (arch=...), the cache
+across processes, and the exact messages of bad input."""
+
+import re
+import uuid
+
+import pytest
+import torch
+
+import kjit
+
+
+def unique_source(body: str) -> str:
+    """A template source no other test uses (so its cache key is new)."""
+    return f"// {uuid.uuid4()}\n{body}"
+
+
+@pytest.fixture(scope="module")
+def add():
+    return kjit.Template.builtin("add_constant").kernel("add_constant")
+
+
+def error_of(exc_type, fn):
+    with pytest.raises(exc_type) as e:
+        fn()
+    return str(e.value)
+
+
+# ---- Template ---------------------------------------------------------------------------------------
+
+def test_template_from_string_and_file(tmp_path):
+    src = "template <typename T, int N = 2> __global__ void scale(T* x, T s, int n) {}\n__global__ void plain(float* p) {}"
+    t = kjit.Template(src, name="mine.cu")
+    assert t.name == "mine.cu"
+    assert t.kernels == ["scale", "plain"]
+    assert re.fullmatch(r"[0-9a-f]{64}", t.digest)
+    f = tmp_path / "mine.cu"
+    f.write_text(src)
+    t2 = kjit.Template.from_file(f)
+    assert t2.digest == t.digest and t2.kernels == t.kernels
+    assert kjit.Template.from_file(str(f)).digest == t.digest
+    fam = t.kernel("scale")
+    assert fam.name == "scale"
+    assert fam.params == [("T", "type", "typename", None), ("N", "integer", "int", "2")]
+    assert fam.args == [("x", "T*"), ("s", "T"), ("n", "int")]
+    assert fam.template.digest == t.digest
+    assert "scale<T, N>" in repr(fam)
+
+
+def test_template_includes_are_hashed(tmp_path):
+    (tmp_path / "inc.cuh").write_text("#define VALUE 1\n")
+    (tmp_path / "k.cu").write_text('#include "inc.cuh"\n__global__ void k(float* p) { p[0] = VALUE; }\n')
+    d1 = kjit.Template.from_file(tmp_path / "k.cu").digest
+    (tmp_path / "inc.cuh").write_text("#define VALUE 2\n")
+    t = kjit.Template.from_file(tmp_path / "k.cu")
+    assert t.headers == ["inc.cuh"]
+    assert t.digest != d1
+
+
+def test_kernel_options():
+    t = kjit.Template.builtin("add_constant")
+    f = t.kernel("add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True},
+                 max_registers=64)
+    assert f.options == {"std": "c++17", "fast_math": True, "line_info": False, "device_debug": False,
+                         "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "", "D": "1"}}
+    assert t.kernel("add_constant", defines=["X", "Y=2"]).options["defines"] == {"X": "", "Y": "2"}
+
+
+def test_template_errors():
+    assert error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("nope")) == \
+        "template 'add_constant' has no __global__ kernel named 'nope' (it declares: add_constant)"
+    msg = error_of(kjit.ValueError, lambda: kjit.Template.builtin("nope"))
+    assert msg.startswith("there is no built-in template 'nope' in ")
+    assert "available: add_constant" in msg
+    assert error_of(kjit.ValueError, lambda: kjit.Template.from_file("/nonexistent.cu")) == \
+        "cannot read template file '/nonexistent.cu': it does not exist or is not readable. Pass the path of a " \
+        ".cu/.cuh file."
+    assert error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant",
+                                                                                          std="c++11")) == \
+        "compile option std='c++11' is not valid: allowed c++17, c++20"
+    assert error_of(kjit.TypeError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant",
+                                                                                         defines="X")) == \
+        "defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got a str"
+
+
+# ---- specialize: errors -----------------------------------------------------------------------------
+
+ALLOWED = "float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool"
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    (dict(T=torch.float32, VEC=4, X=1), kjit.ValueError,
+     "kernel 'add_constant' has no template parameter 'X'; its parameters are T (type), VEC (int)"),
+    (dict(VEC=4), kjit.ValueError,
+     "kernel 'add_constant' needs template parameter T; its parameters are T (type), VEC (int)"),
+    (dict(T=torch.float32), kjit.ValueError,
+     "kernel 'add_constant' needs template parameter VEC; its parameters are T (type), VEC (int)"),
+    (dict(T=4, VEC=4), kjit.TypeError,
+     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype or a dtype name (e.g. "
+     "torch.float32, 'bfloat16'), got the int 4"),
+    (dict(T=torch.zeros(1), VEC=4), kjit.TypeError,
+     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype or a dtype name (e.g. "
+     "torch.float32, 'bfloat16'), got a torch.Tensor (pass the tensor's .dtype)"),
+    (dict(T=torch.float32, VEC=True), kjit.TypeError,
+     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the bool True"),
+    (dict(T=torch.float32, VEC=2.0), kjit.TypeError,
+     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the float 2.0"),
+    (dict(T=torch.float32, VEC="4"), kjit.TypeError,
+     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the str '4'"),
+    (dict(T=torch.complex64, VEC=4), kjit.TypeError,
+     f"template parameter 'T' of kernel 'add_constant' got torch.complex64, which kjit cannot specialize on; "
+     f"allowed dtypes: {ALLOWED}"),
+    (dict(T="flot32", VEC=4), kjit.ValueError,
+     f"template parameter 'T' of kernel 'add_constant': unknown dtype name 'flot32'; allowed: {ALLOWED} (or a "
+     f"torch.dtype)"),
+    (dict(T=torch.float32, VEC=2**40), kjit.ValueError,
+     "template parameter 'VEC' of kernel 'add_constant' is int: the value 1099511627776 is out of its range "
+     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long) or pass a smaller value."),
+    (dict(T=torch.float32, VEC=2**70), kjit.ValueError,
+     "template parameter 'VEC' of kernel 'add_constant' is int: the value 1180591620717411303424 does not fit "
+     "in 64 bits"),
+])
+def test_specialize_argument_errors(add, kwargs, exc, message):
+    assert error_of(exc, lambda: add.specialize(arch="sm_90", **kwargs)) == message
+
+
+def test_specialize_call_errors(add):
+    assert error_of(kjit.TypeError, lambda: add.specialize(torch.float32, 4)) == \
+        "specialize() takes keyword arguments only (the template parameters by name, and device= or arch=), got 2 " \
+        "positional; the parameters of 'add_constant' are T (type), VEC (int)"
+    assert error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, arch="sm_90", device=0)) == \
+        "specialize() takes device= (to launch) or arch= (to compile only), not both"
+    assert error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, arch=90)) == \
+        "arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got the int 90"
+    msg = error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, arch="sm_91"))
+    assert "cannot compile for sm_91" in msg and "sm_90" in msg
+    assert error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, device="cpu")) == \
+        "kernels run on CUDA devices, got the device 'cpu'"
+    assert error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, device=[0])) == \
+        "device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', got a list"
+
+
+def test_specialize_without_device_says_how_to_compile(add):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    msg = error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4))
+    assert msg.startswith("no CUDA device is available (")
+    assert msg.endswith("); to compile without a GPU, pass the target architecture, e.g. "
+                        "specialize(arch='sm_90', ...)")
+
+
+# ---- specialize(arch=...): compile only --------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, "float64"])
+def test_compile_only_add_constant(add, dtype):
+    kjit.reset_stats()
+    k = add.specialize(T=dtype, VEC=2, arch="sm_90")
+    assert k.origin in ("compiled", "disk")  # another test of this session may have compiled it
+    assert k.device is None
+    assert k.target == "sm_90"
+    assert re.fullmatch(r"[0-9a-f]{64}", k.key)
+    name = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16", "float64": "double"}
+    assert k.name_expression == f"add_constant<{name[dtype]}, 2>"
+    assert k.meta["name_expression"] == k.name_expression
+    assert k.meta["target"] == "sm_90" and k.meta["output"] == "cubin"
+    assert k.meta["template"] == "add_constant"
+    again = add.specialize(T=dtype, VEC=2, arch="sm_90")
+    assert again.origin == "memory" and again.key == k.key
+    assert kjit.stats()["memory_hits"] == 1
+    msg = error_of(kjit.LaunchError, lambda: k.launch(1, 1, None, None, 1.0, 1))
+    assert msg == f"{k.name_expression} is compiled for sm_90 only (arch='sm_90'); specialize with a device to launch"
+
+
+def test_compile_only_params_and_args(add):
+    k = add.specialize(T=torch.float16, VEC=8, arch="sm_90")
+    assert k.params == [("x", "pointer", "const __half* __restrict__", "float16"),
+                        ("y", "pointer", "__half* __restrict__", "float16"),
+                        ("c", "scalar", "__half", "float16"),
+                        ("n", "scalar", "long long", "int64")]
+    assert k.args == {"T": "float16", "VEC": 8}
+    assert k.param_sizes is None
+
+
+def test_compile_only_rgb_to_gray():
+    f = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray")
+    k = f.specialize(H=480, W=640, arch="sm_80")
+    assert k.name_expression == "rgb_to_gray<480, 640>"
+    assert k.target == "sm_80"
+    assert [p[1] for p in k.params] == ["pointer", "pointer"]
+    assert k.params[0][3] == "uint8"
+    assert f.specialize(H=480, W=640, arch="sm_80").origin == "memory"
+
+
+def test_compile_counts_once_per_specialization():
+    f = kjit.Template(unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"),
+                      name="fill.cu").kernel("fill")
+    kjit.reset_stats()
+    origins = [f.specialize(N=n, arch="sm_90").origin for n in [1, 2, 1, 3, 2, 1]]
+    assert origins == ["compiled", "compiled", "memory", "compiled", "memory", "memory"]
+    s = kjit.stats()
+    assert s["compiles"] == 3 and s["memory_hits"] == 3 and s["compile_ms"] > 0
+
+
+def test_defaults_and_other_kinds():
+    src = unique_source("""
+        template <typename T, int N = 4, bool FLAG = false, float S = 1.5f>
+        __global__ void k(T* p, T v) { if (FLAG) p[0] = v * S + N; }
+    """)
+    f = kjit.Template(src, name="kinds.cu").kernel("k")
+    assert f.specialize(T="float", arch="sm_90").name_expression == "k<float>"
+    k = f.specialize(T=torch.int32, FLAG=True, arch="sm_90")  # N comes before FLAG: its default is used
+    assert k.name_expression == "k<int, 4, true>"
+    assert k.args == {"T": "int32", "N": 4, "FLAG": True}
+    k = f.specialize(T=torch.float32, S=2, arch="sm_90")  # an int for a float parameter
+    assert k.name_expression.startswith("k<float, 4, false, ")
+    assert k.args["S"] == 2.0
+    assert error_of(kjit.TypeError, lambda: f.specialize(T=torch.float32, FLAG=1, arch="sm_90")) == \
+        "template parameter 'FLAG' of kernel 'k' is a bool: pass True or False, got the int 1"
+
+
+def test_compile_error_has_the_data():
+    t = kjit.Template(unique_source("template <typename T>\n__global__ void broken(T* x) { x[0] = undefined_name; }\n"),
+                      name="broken.cu")
+    with pytest.raises(kjit.CompileError) as e:
+        t.kernel("broken").specialize(T=torch.float32, arch="sm_90")
+    err = e.value
+    assert isinstance(err, kjit.Error)
+    assert "undefined_name" in err.log and "error" in err.log
+    assert err.name_expression == "broken<float>"
+    assert "--gpu-architecture=sm_90" in err.options
+    assert "undefined_name" in err.source_excerpt and "broken.cu:3" in err.source_excerpt
+    assert "broken(T=float32) from template broken.cu" in str(err)
+    # The process is still usable.
+    ok = kjit.Template(unique_source("__global__ void fine(float* p) { p[0] = 1; }"), name="fine.cu")
+    assert ok.kernel("fine").specialize(arch="sm_90").origin == "compiled"
+
+
+# ---- across processes -------------------------------------------------------------------------------
+
+SNIPPET = """
+    import kjit, torch
+    k = kjit.Template.builtin('{tmpl}').kernel('{tmpl}').specialize({params}, arch='sm_90')
+    s = kjit.stats()
+    print(k.origin, k.key, s['compiles'], s['disk_hits'])
+"""
+
+
+@pytest.mark.parametrize("tmpl, params", [("add_constant", "T=torch.float32, VEC=4"),
+                                          ("rgb_to_gray", "H=32, W=48")])
+def test_second_process_finds_it_on_disk(run_py, cache_dir, tmpl, params):
+    first = run_py(SNIPPET.format(tmpl=tmpl, params=params)).stdout.split()
+    assert first[0] == "compiled" and first[2:] == ["1", "0"]
+    second = run_py(SNIPPET.format(tmpl=tmpl, params=params)).stdout.split()
+    assert second[0] == "disk" and second[1] == first[1] and second[2:] == ["0", "1"]
+    entries = list(cache_dir.rglob("*.kjit"))
+    assert [p.stem for p in entries] == [first[1]]
+    assert entries[0].parent.parent.name == "sm_90"
+
+
+def test_strict_mode_raises_cache_miss(run_py):
+    r = run_py("""
+        import kjit, torch
+        f = kjit.Template.builtin('add_constant').kernel('add_constant')
+        try:
+            f.specialize(T=torch.float32, VEC=4, arch='sm_90')
+        except kjit.CacheMissError as e:
+            print('key', e.key)
+            print('spec', e.specialization)
+            print('msg', e)
+        print('stats', kjit.stats()['strict_misses'], kjit.stats()['compiles'])
+    """, env={"KJIT_CACHE_MODE": "strict"})
+    out = r.stdout
+    assert re.search(r"^key [0-9a-f]{64}$", out, re.M), out
+    assert "spec add_constant(T=float32, VEC=4) from template add_constant" in out
+    assert "strict cache mode" in out and "kjit warm" in out
+    assert "stats 1 0" in out
+
+
+def test_damaged_entry_is_a_warning_and_a_recompile(run_py, cache_dir):
+    snippet = """
+        import warnings, kjit, torch
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            k = kjit.Template.builtin('add_constant').kernel('add_constant').specialize(
+                T=torch.float32, VEC=4, arch='sm_90')
+        print(k.origin)
+        for x in w:
+            print(x.category.__name__, '|', x.message)
+    """
+    assert run_py(snippet).stdout.split()[0] == "compiled"
+    (entry,) = cache_dir.rglob("*.kjit")
+    data = bytearray(entry.read_bytes())
+    data[-10] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    out = run_py(snippet).stdout
+    assert out.split()[0] == "compiled", out
+    assert "KjitWarning |" in out, out

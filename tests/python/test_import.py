@@ -1,0 +1,79 @@
+"""`import kjit` works without a GPU, is cheap, and loads neither the CUDA driver nor NVRTC by itself."""
+
+import builtins
+
+import pytest
+
+import kjit
+
+
+def test_public_names():
+    for name in ["Template", "KernelFamily", "Kernel", "Error", "CompileError", "CacheMissError", "DriverError",
+                 "LaunchError", "ValueError", "TypeError", "KjitWarning", "stats", "reset_stats", "cache_info",
+                 "launcher", "arg", "cdiv", "ops"]:
+        assert hasattr(kjit, name), name
+    assert kjit.__version__ == "0.1.0"
+    assert kjit.Template.__module__ == "kjit"
+
+
+def test_exception_hierarchy():
+    for cls in [kjit.CompileError, kjit.CacheMissError, kjit.DriverError, kjit.LaunchError, kjit.ValueError,
+                kjit.TypeError]:
+        assert issubclass(cls, kjit.Error)
+    assert issubclass(kjit.Error, Exception)
+    assert issubclass(kjit.ValueError, builtins.ValueError)
+    assert issubclass(kjit.TypeError, builtins.TypeError)
+    assert kjit.ValueError is not builtins.ValueError
+    assert issubclass(kjit.KjitWarning, UserWarning)
+    # Attributes exist with defaults, also on instances raised from Python.
+    e = kjit.CompileError("x")
+    assert (e.log, e.name_expression, e.options, e.source_excerpt) == ("", "", [], "")
+    assert kjit.CacheMissError("x").key == ""
+    assert kjit.DriverError("x").code == 0
+
+
+def test_import_loads_no_driver_and_is_fast(run_py):
+    r = run_py("""
+        import time, re
+        import torch
+        t0 = time.perf_counter()
+        import kjit
+        dt = time.perf_counter() - t0
+        maps = open('/proc/self/maps').read()
+        print('libcuda' if re.search(r'libcuda\\.so', maps) else 'no-libcuda')
+        print(f'{dt:.3f}')
+    """, env={"KJIT_NVRTC_LIBRARY": "/nonexistent/libnvrtc.so"})
+    lines = r.stdout.split()
+    assert lines[0] == "no-libcuda"
+    assert float(lines[1]) < 2.0, r
+
+
+def test_bad_setting_is_reported_on_use_not_on_import(run_py):
+    r = run_py("""
+        import kjit
+        try:
+            kjit.cache_info()
+        except kjit.ValueError as e:
+            print('ValueError:', e)
+    """, env={"KJIT_CACHE_MODE": "sometimes"})
+    assert "ValueError:" in r.stdout
+    assert "KJIT_CACHE_MODE" in r.stdout and "sometimes" in r.stdout
+
+
+def test_cache_info_and_stats():
+    info = kjit.cache_info()
+    assert set(info) >= {"dir", "mode", "writable", "layers"}
+    assert info["mode"] == "readwrite"
+    assert info["writable"] is True
+    assert info["layers"] == []
+    s = kjit.stats()
+    assert set(s) == {"memory_hits", "disk_hits", "compiles", "compile_ms", "disk_load_ms", "strict_misses"}
+    kjit.reset_stats()
+    assert kjit.stats()["compiles"] == 0
+
+
+@pytest.mark.parametrize("name", ["add_constant", "rgb_to_gray"])
+def test_builtin_templates_resolve(name):
+    assert name in kjit.Template.builtin_names()
+    t = kjit.Template.builtin(name)
+    assert t.is_builtin and t.name == name and name in t.kernels
