@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU session: run on the lent GPU machine (see ../shared/device/README.md) from the repo root,
+# with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources: ../shared/device/prepare-deps.sh plus
+# `apt-get download libgtest-dev googletest`). Builds everything, runs every test (GPU ones included) and
+# the benchmarks; logs go to $OUT (or ./gpu-out).
+#   bash .ci/gpu.sh [build|test|bench|all]...   (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
+PY=${PYTHON:-python3}
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(all)
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+rc=0
+
+if has build; then
+  {
+    echo "== $(date -u) build on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    gt=""
+    [ -d .devdeps/root/usr/src/googletest ] && gt="-DKJIT_GTEST_SOURCE_DIR=$PWD/.devdeps/root/usr/src/googletest"
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKJIT_BUILD_PYTHON=OFF $gt &&
+      cmake --build build &&
+      $PY -m pip install -q --no-build-isolation --no-deps . 
+  } > "$OUT/build.log" 2>&1 || rc=1
+  tail -n 30 "$OUT/build.log"
+fi
+if has test; then
+  ctest --test-dir build --output-on-failure -j8 > "$OUT/ctest.log" 2>&1 || rc=1
+  tail -n 25 "$OUT/ctest.log"
+  (cd tests/python && $PY -m pytest -q -p no:cacheprovider -rs . > "$OUT/pytest.log" 2>&1) || rc=1
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -40
+  tail -n 3 "$OUT/pytest.log"
+fi
+if has bench; then
+  ./build/bench/launch_overhead 20000 2>&1 | tee "$OUT/bench_launch_overhead.json"
+  $PY bench/bench_python.py ${BENCH_ARGS:-} --json "$OUT/bench_python.json" > "$OUT/bench_python.log" 2>&1
+  tail -n 80 "$OUT/bench_python.log"
+fi
+exit $rc
