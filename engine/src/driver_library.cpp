@@ -45,53 +45,53 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
     throw DriverError("the CUDA driver at " + drv->lib_.path().string() +
                           " is too old (no cuGetProcAddress_v2); kjit needs a CUDA 12.4+ driver",
                       CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED");
-  auto load = [&](const char* name, void** slot, bool required) {
+  auto load = [&](const char* name, int version, void** slot, bool required) {
     CUdriverProcAddressQueryResult status{};
-    CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    CUresult r = get_proc(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if ((r != CUDA_SUCCESS || !*slot) && required)
       throw DriverError(std::string("the CUDA driver lacks ") + name + " (driver too old for CUDA " +
-                            std::to_string(CUDA_VERSION / 1000) + "." +
-                            std::to_string(CUDA_VERSION % 1000 / 10) + " headers); update the driver",
+                            std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10) +
+                            " API); update the driver",
                         CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED");
     if (r != CUDA_SUCCESS) *slot = nullptr;
   };
-#define KJIT_LOAD(name) load(#name, reinterpret_cast<void**>(&drv->name), true)
-#define KJIT_LOAD_OPT(name) load(#name, reinterpret_cast<void**>(&drv->name), false)
-  KJIT_LOAD(cuGetErrorName);
-  KJIT_LOAD(cuGetErrorString);
-  KJIT_LOAD(cuInit);
-  KJIT_LOAD(cuDriverGetVersion);
-  KJIT_LOAD(cuDeviceGetCount);
-  KJIT_LOAD(cuDeviceGet);
-  KJIT_LOAD(cuDeviceGetName);
-  KJIT_LOAD(cuDeviceGetAttribute);
-  KJIT_LOAD(cuDevicePrimaryCtxRetain);
-  KJIT_LOAD(cuDevicePrimaryCtxRelease);
-  KJIT_LOAD(cuCtxGetCurrent);
-  KJIT_LOAD(cuCtxSetCurrent);
-  KJIT_LOAD(cuCtxGetDevice);
-  KJIT_LOAD(cuCtxSynchronize);
-  KJIT_LOAD(cuLibraryLoadData);
-  KJIT_LOAD(cuLibraryUnload);
-  KJIT_LOAD(cuLibraryGetKernel);
-  KJIT_LOAD_OPT(cuKernelGetParamInfo);
-  KJIT_LOAD(cuKernelGetAttribute);
-  KJIT_LOAD(cuLaunchKernel);
-  KJIT_LOAD(cuLaunchKernelEx);
-  KJIT_LOAD(cuStreamCreate);
-  KJIT_LOAD(cuStreamDestroy);
-  KJIT_LOAD(cuStreamSynchronize);
-  KJIT_LOAD(cuStreamIsCapturing);
-  KJIT_LOAD(cuMemAlloc);
-  KJIT_LOAD(cuMemFree);
-  KJIT_LOAD(cuMemcpyHtoD);
-  KJIT_LOAD(cuMemcpyDtoH);
-  KJIT_LOAD(cuMemsetD8);
-  KJIT_LOAD(cuEventCreate);
-  KJIT_LOAD(cuEventDestroy);
-  KJIT_LOAD(cuEventRecord);
-  KJIT_LOAD(cuEventSynchronize);
-  KJIT_LOAD(cuEventElapsedTime);
+#define KJIT_LOAD(name, version) load(#name, version, reinterpret_cast<void**>(&drv->name), true)
+#define KJIT_LOAD_OPT(name, version) load(#name, version, reinterpret_cast<void**>(&drv->name), false)
+  KJIT_LOAD(cuGetErrorName, 6000);
+  KJIT_LOAD(cuGetErrorString, 6000);
+  KJIT_LOAD(cuInit, 2000);
+  KJIT_LOAD(cuDriverGetVersion, 2020);
+  KJIT_LOAD(cuDeviceGetCount, 2000);
+  KJIT_LOAD(cuDeviceGet, 2000);
+  KJIT_LOAD(cuDeviceGetName, 2000);
+  KJIT_LOAD(cuDeviceGetAttribute, 2000);
+  KJIT_LOAD(cuDevicePrimaryCtxRetain, 7000);
+  KJIT_LOAD(cuDevicePrimaryCtxRelease, 11000);
+  KJIT_LOAD(cuCtxGetCurrent, 4000);
+  KJIT_LOAD(cuCtxSetCurrent, 4000);
+  KJIT_LOAD(cuCtxGetDevice, 2000);
+  KJIT_LOAD(cuCtxSynchronize, 2000);
+  KJIT_LOAD(cuLibraryLoadData, 12000);
+  KJIT_LOAD(cuLibraryUnload, 12000);
+  KJIT_LOAD(cuLibraryGetKernel, 12000);
+  KJIT_LOAD_OPT(cuKernelGetParamInfo, 12040);
+  KJIT_LOAD(cuKernelGetAttribute, 12000);
+  KJIT_LOAD(cuLaunchKernel, 4000);
+  KJIT_LOAD(cuLaunchKernelEx, 11060);
+  KJIT_LOAD(cuStreamCreate, 2000);
+  KJIT_LOAD(cuStreamDestroy, 4000);
+  KJIT_LOAD(cuStreamSynchronize, 2000);
+  KJIT_LOAD(cuStreamIsCapturing, 10000);
+  KJIT_LOAD(cuMemAlloc, 3020);
+  KJIT_LOAD(cuMemFree, 3020);
+  KJIT_LOAD(cuMemcpyHtoD, 3020);
+  KJIT_LOAD(cuMemcpyDtoH, 3020);
+  KJIT_LOAD(cuMemsetD8, 3020);
+  KJIT_LOAD(cuEventCreate, 2000);
+  KJIT_LOAD(cuEventDestroy, 4000);
+  KJIT_LOAD(cuEventRecord, 2000);
+  KJIT_LOAD(cuEventSynchronize, 2000);
+  KJIT_LOAD(cuEventElapsedTime, 2000);
 #undef KJIT_LOAD
 #undef KJIT_LOAD_OPT
   drv->check(drv->cuInit(0), "cuInit");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <memory>
 #include <string>
@@ -18,43 +19,45 @@ class DriverLibrary {
   // Whether a driver with at least one device is usable; `why_not` says why not. Never throws.
   static bool available(std::string* why_not = nullptr);
 
-  // Members are declared through the cuda.h macros, so each is the ABI version of the header.
-#define KJIT_CU_FN(name) decltype(&::name) name = nullptr
-  KJIT_CU_FN(cuGetErrorName);
-  KJIT_CU_FN(cuGetErrorString);
-  KJIT_CU_FN(cuInit);
-  KJIT_CU_FN(cuDriverGetVersion);
-  KJIT_CU_FN(cuDeviceGetCount);
-  KJIT_CU_FN(cuDeviceGet);
-  KJIT_CU_FN(cuDeviceGetName);
-  KJIT_CU_FN(cuDeviceGetAttribute);
-  KJIT_CU_FN(cuDevicePrimaryCtxRetain);
-  KJIT_CU_FN(cuDevicePrimaryCtxRelease);
-  KJIT_CU_FN(cuCtxGetCurrent);
-  KJIT_CU_FN(cuCtxSetCurrent);
-  KJIT_CU_FN(cuCtxGetDevice);
-  KJIT_CU_FN(cuCtxSynchronize);
-  KJIT_CU_FN(cuLibraryLoadData);
-  KJIT_CU_FN(cuLibraryUnload);
-  KJIT_CU_FN(cuLibraryGetKernel);
-  KJIT_CU_FN(cuKernelGetParamInfo);  // may stay null on drivers older than 12.4
-  KJIT_CU_FN(cuKernelGetAttribute);
-  KJIT_CU_FN(cuLaunchKernel);
-  KJIT_CU_FN(cuLaunchKernelEx);
-  KJIT_CU_FN(cuStreamCreate);
-  KJIT_CU_FN(cuStreamDestroy);
-  KJIT_CU_FN(cuStreamSynchronize);
-  KJIT_CU_FN(cuStreamIsCapturing);
-  KJIT_CU_FN(cuMemAlloc);
-  KJIT_CU_FN(cuMemFree);
-  KJIT_CU_FN(cuMemcpyHtoD);
-  KJIT_CU_FN(cuMemcpyDtoH);
-  KJIT_CU_FN(cuMemsetD8);
-  KJIT_CU_FN(cuEventCreate);
-  KJIT_CU_FN(cuEventDestroy);
-  KJIT_CU_FN(cuEventRecord);
-  KJIT_CU_FN(cuEventSynchronize);
-  KJIT_CU_FN(cuEventElapsedTime);
+  // Each entry point has the exact ABI version named here (cudaTypedefs.h PFN_<name>_v<version>) and
+  // is requested from cuGetProcAddress with that version: asking for CUDA_VERSION instead can return
+  // a newer variant with another signature (cuCtxSynchronize_v13000 takes a context).
+#define KJIT_CU_FN(name, version) PFN_##name##_v##version name = nullptr
+  KJIT_CU_FN(cuGetErrorName, 6000);
+  KJIT_CU_FN(cuGetErrorString, 6000);
+  KJIT_CU_FN(cuInit, 2000);
+  KJIT_CU_FN(cuDriverGetVersion, 2020);
+  KJIT_CU_FN(cuDeviceGetCount, 2000);
+  KJIT_CU_FN(cuDeviceGet, 2000);
+  KJIT_CU_FN(cuDeviceGetName, 2000);
+  KJIT_CU_FN(cuDeviceGetAttribute, 2000);
+  KJIT_CU_FN(cuDevicePrimaryCtxRetain, 7000);
+  KJIT_CU_FN(cuDevicePrimaryCtxRelease, 11000);
+  KJIT_CU_FN(cuCtxGetCurrent, 4000);
+  KJIT_CU_FN(cuCtxSetCurrent, 4000);
+  KJIT_CU_FN(cuCtxGetDevice, 2000);
+  KJIT_CU_FN(cuCtxSynchronize, 2000);
+  KJIT_CU_FN(cuLibraryLoadData, 12000);
+  KJIT_CU_FN(cuLibraryUnload, 12000);
+  KJIT_CU_FN(cuLibraryGetKernel, 12000);
+  KJIT_CU_FN(cuKernelGetParamInfo, 12040);  // may stay null on drivers older than 12.4
+  KJIT_CU_FN(cuKernelGetAttribute, 12000);
+  KJIT_CU_FN(cuLaunchKernel, 4000);
+  KJIT_CU_FN(cuLaunchKernelEx, 11060);
+  KJIT_CU_FN(cuStreamCreate, 2000);
+  KJIT_CU_FN(cuStreamDestroy, 4000);
+  KJIT_CU_FN(cuStreamSynchronize, 2000);
+  KJIT_CU_FN(cuStreamIsCapturing, 10000);
+  KJIT_CU_FN(cuMemAlloc, 3020);
+  KJIT_CU_FN(cuMemFree, 3020);
+  KJIT_CU_FN(cuMemcpyHtoD, 3020);
+  KJIT_CU_FN(cuMemcpyDtoH, 3020);
+  KJIT_CU_FN(cuMemsetD8, 3020);
+  KJIT_CU_FN(cuEventCreate, 2000);
+  KJIT_CU_FN(cuEventDestroy, 4000);
+  KJIT_CU_FN(cuEventRecord, 2000);
+  KJIT_CU_FN(cuEventSynchronize, 2000);
+  KJIT_CU_FN(cuEventElapsedTime, 2000);
 #undef KJIT_CU_FN
 
   int driver_version() const { return driver_version_; }  // e.g. 13000
