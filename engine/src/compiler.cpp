@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <regex>
+#include <string_view>
 #include <sstream>
 
 #include "kjit/error.hpp"
 #include "kjit/nvrtc_library.hpp"
+#include "text_scan.hpp"
 
 namespace kjit {
 namespace {
@@ -61,6 +62,26 @@ const std::string* text_of(const std::string& file, const Template& t, const std
 }
 
 }  // namespace
+
+// "file(12): error ..." or "file(12): catastrophic error ...": the first "(digits): " of the line.
+static bool parse_error_location(std::string_view line, std::string& file, int& at) {
+  for (std::size_t open = line.find('('); open != std::string_view::npos && open > 0;
+       open = line.find('(', open + 1)) {
+    const std::size_t close = line.find(')', open);
+    if (close == std::string_view::npos) return false;
+    auto number = text::small_int(line.substr(open + 1, close - open - 1));
+    if (!number) continue;
+    std::string_view rest = line.substr(close + 1);
+    if (!text::starts_with(rest, ": ")) continue;
+    rest.remove_prefix(2);
+    if (text::starts_with(rest, "catastrophic ")) rest.remove_prefix(13);
+    if (!text::starts_with(rest, "error")) return false;
+    file = std::string(line.substr(0, open));
+    at = *number;
+    return true;
+  }
+  return false;
+}
 
 std::string Compiler::program_name(const Template& t) {
   return t.is_builtin() ? t.name() + ".cuh" : t.name();
@@ -139,16 +160,14 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
 
 std::string excerpt_errors(const std::string& log, const Template& t, const std::string& program_name,
                            int context) {
-  static const std::regex re(R"(^(.+?)\((\d+)\): (?:catastrophic )?error)");
   std::ostringstream out;
   std::istringstream is(log);
   std::string line;
   std::vector<std::pair<std::string, int>> done;
   while (std::getline(is, line)) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    std::string file = m[1];
-    int at = std::stoi(m[2]);
+    std::string file;
+    int at = 0;
+    if (!parse_error_location(line, file, at)) continue;
     if (std::find(done.begin(), done.end(), std::make_pair(file, at)) != done.end()) continue;
     done.emplace_back(file, at);
     const std::string* text = text_of(file, t, program_name);

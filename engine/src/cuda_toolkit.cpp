@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
-#include <regex>
+#include <string_view>
 
 #include "kjit/elf_build_id.hpp"
 #include "kjit/settings.hpp"
+#include "text_scan.hpp"
 
 #ifndef KJIT_BUILD_CUDA_HOME
 #define KJIT_BUILD_CUDA_HOME ""
@@ -34,14 +35,17 @@ bool& discovered() {
 std::optional<fs::path> find_nvrtc_in(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
-  static const std::regex re(R"(libnvrtc\.so\.(\d+)(\.\d+)*)");
   std::optional<fs::path> best;
   int best_major = -1;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (!std::regex_match(name, m, re)) continue;
-    int major = std::stoi(m[1]);
+    const std::string name = e.path().filename().string();
+    const std::string_view prefix = "libnvrtc.so.";
+    if (!text::starts_with(name, prefix) || !text::dotted_version(std::string_view(name).substr(prefix.size())))
+      continue;
+    std::string_view version = std::string_view(name).substr(prefix.size());
+    auto major_text = version.substr(0, version.find('.'));
+    if (major_text.size() > 9) continue;
+    int major = *text::small_int(major_text);
     if (major > best_major) {
       best_major = major;
       best = e.path();
@@ -57,17 +61,18 @@ std::optional<fs::path> find_nvrtc_in(const fs::path& dir) {
 // "13.0" from libnvrtc-builtins.so.13.0 beside the library, else the major from the file name.
 std::string nvrtc_version_near(const fs::path& lib) {
   std::error_code ec;
-  static const std::regex builtins(R"(libnvrtc-builtins\.so\.(\d+\.\d+))");
+  const std::string_view builtins = "libnvrtc-builtins.so.";
   for (const auto& e : fs::directory_iterator(lib.parent_path(), ec)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, builtins)) return m[1];
+    const std::string name = e.path().filename().string();
+    if (!text::starts_with(name, builtins)) continue;
+    std::string_view v = std::string_view(name).substr(builtins.size());
+    if (text::dotted_version(v) && std::count(v.begin(), v.end(), '.') == 1) return std::string(v);
   }
   fs::path real = fs::weakly_canonical(lib, ec);
-  static const std::regex soname(R"(libnvrtc\.so\.([\d.]+))");
-  std::smatch m;
-  std::string name = real.filename().string();
-  if (std::regex_match(name, m, soname)) return m[1];
+  const std::string name = real.filename().string();
+  const std::string_view soname = "libnvrtc.so.";
+  if (text::starts_with(name, soname) && text::dotted_version(std::string_view(name).substr(soname.size())))
+    return name.substr(soname.size());
   return "unknown";
 }
 

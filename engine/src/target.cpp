@@ -1,33 +1,42 @@
 #include "kjit/target.hpp"
 
-#include <regex>
+#include <string_view>
 
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
+#include "text_scan.hpp"
 
 namespace kjit {
 
 Target Target::parse(const std::string& text) {
-  static const std::regex sm(R"((sm|compute)_(\d{2,3})(a?))");
-  static const std::regex digits(R"((\d{1,2})\.?(\d))");
-  std::smatch m;
+  auto bad = [&]() {
+    return ValueError("target '" + text +
+                      "' is not valid: allowed sm_XY (cubin), sm_XYa (arch-specific cubin), compute_XY (PTX) "
+                      "or a compute capability such as 9.0; for example sm_90");
+  };
   Target t;
-  if (std::regex_match(text, m, sm)) {
-    t.arch = std::stoi(m[2]);
-    bool a = m[3].length() > 0;
-    if (m[1] == "compute") {
-      if (a) throw ValueError("target '" + text + "' is not valid: PTX targets take no 'a' suffix; use compute_" +
-                              std::string(m[2]) + " or sm_" + std::string(m[2]) + "a");
-      t.kind = Kind::Compute;
-    } else {
-      t.kind = a ? Kind::SmArchSpecific : Kind::Sm;
-    }
-  } else if (std::regex_match(text, m, digits)) {
-    t.arch = std::stoi(m[1]) * 10 + std::stoi(m[2]);
+  std::string_view s = text;
+  bool compute = text::starts_with(s, "compute_");
+  if (compute || text::starts_with(s, "sm_")) {
+    s.remove_prefix(compute ? 8 : 3);
+    bool a = !s.empty() && s.back() == 'a';
+    if (a) s.remove_suffix(1);
+    if (s.size() < 2 || s.size() > 3 || !text::all_digits(s)) throw bad();
+    t.arch = *text::small_int(s);
+    if (compute && a)
+      throw ValueError("target '" + text + "' is not valid: PTX targets take no 'a' suffix; use compute_" +
+                       std::string(s) + " or sm_" + std::string(s) + "a");
+    t.kind = compute ? Kind::Compute : (a ? Kind::SmArchSpecific : Kind::Sm);
   } else {
-    throw ValueError("target '" + text +
-                     "' is not valid: allowed sm_XY (cubin), sm_XYa (arch-specific cubin), compute_XY (PTX) "
-                     "or a compute capability such as 9.0; for example sm_90");
+    // "9.0", "90", "100": major (1-2 digits), optional dot, minor (1 digit).
+    std::string digits;
+    for (char c : s)
+      if (c != '.') digits += c;
+    std::size_t dot = s.find('.');
+    bool ok = text::all_digits(digits) && digits.size() >= 2 && digits.size() <= 3 &&
+              (dot == std::string_view::npos || (dot == s.size() - 2 && s.find('.', dot + 1) == std::string_view::npos));
+    if (!ok) throw bad();
+    t.arch = *text::small_int(digits);
   }
   if (t.arch < 50)
     throw ValueError("target '" + text + "' is older than anything CUDA 12+ supports (sm_50 and newer)");
