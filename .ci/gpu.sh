@@ -11,6 +11,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
 PY=${PYTHON:-python3}
+# The machine's default CXX (/opt/gcc) links libstdc++ statically into shared objects, which breaks a
+# PyTorch extension (see python/check_shared_libstdcxx.cmake): use the system compiler.
+if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(all)
 has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
