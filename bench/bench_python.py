@@ -156,8 +156,11 @@ def first_calls(repeats: int) -> dict:
         for _ in range(repeats):
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(os.environ, **{CACHE_ENV[peer]: cache})
+                script = os.path.join(cache, "probe.py")  # a file: Triton reads the kernel's source
+                with open(script, "w") as f:
+                    f.write(code)
                 for bucket in (cold, warm):
-                    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+                    r = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True)
                     if r.returncode != 0:
                         out[peer] = "failed: " + r.stderr.strip().splitlines()[-1]
                         break
