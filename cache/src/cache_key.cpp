@@ -52,20 +52,22 @@ CacheKey CacheKey::compute(const KeyInputs& in) {
   FieldHasher h;
   h.number("schema_version", static_cast<std::uint64_t>(kSchemaVersion));
   h.bytes("kjit_version", in.kjit_version);
-  h.bytes("source", in.source);
-
-  // Headers are hashed sorted by include name (then bytes, for a total order), so the order the
-  // engine discovered them in does not matter.
-  std::vector<const std::pair<std::string, std::string>*> headers;
-  headers.reserve(in.headers.size());
-  for (const auto& hdr : in.headers) headers.push_back(&hdr);
-  std::sort(headers.begin(), headers.end(), [](const auto* a, const auto* b) { return *a < *b; });
-  h.number("header_count", headers.size());
-  for (const auto* hdr : headers) {
-    h.bytes("header_name", hdr->first);
-    h.bytes("header_bytes", hdr->second);
+  if (!in.content_digest.empty()) {
+    h.bytes("content_digest", in.content_digest);
+  } else {
+    h.bytes("source", in.source);
+    // Headers are hashed sorted by include name (then bytes, for a total order), so the order the
+    // engine discovered them in does not matter.
+    std::vector<const std::pair<std::string, std::string>*> headers;
+    headers.reserve(in.headers.size());
+    for (const auto& hdr : in.headers) headers.push_back(&hdr);
+    std::sort(headers.begin(), headers.end(), [](const auto* a, const auto* b) { return *a < *b; });
+    h.number("header_count", headers.size());
+    for (const auto* hdr : headers) {
+      h.bytes("header_name", hdr->first);
+      h.bytes("header_bytes", hdr->second);
+    }
   }
-
   h.bytes("name_expression", in.name_expression);
   h.number("option_count", in.options.size());
   for (const auto& opt : in.options) h.bytes("option", opt);

@@ -219,3 +219,16 @@ TEST(CacheKey, HashFunctorUsesDigest) {
   EXPECT_EQ(h(a), h(CacheKey::compute(base_inputs())));
   EXPECT_NE(h(a), h(CacheKey::compute(other)));
 }
+
+TEST(CacheKey, ContentDigestStandsForSourceAndHeaders) {
+  KeyInputs a = base_inputs();
+  a.content_digest = std::string(64, 'a');
+  KeyInputs b = a;
+  b.source += " changed";  // ignored once the digest of the content is given
+  b.headers.clear();
+  EXPECT_EQ(key_of(a), key_of(b));
+  KeyInputs c = a;
+  c.content_digest[0] = 'b';
+  EXPECT_NE(key_of(a), key_of(c));
+  EXPECT_NE(key_of(a), key_of(base_inputs()));
+}

@@ -24,6 +24,10 @@ const char* to_string(OutputKind kind) noexcept;
 struct KeyInputs {
   std::string kjit_version;
   std::string source;                                      // template source bytes
+  // When set (hex SHA-256 of the source and every header, as Template::digest() computes it), hashed
+  // in place of `source` and `headers`: the same sensitivity to every byte, without rehashing
+  // megabytes of CUDA headers for each key of a template.
+  std::string content_digest;
   std::vector<std::pair<std::string, std::string>> headers;  // (include name, bytes), any order
   std::string name_expression;
   std::vector<std::string> options;                        // canonical option list, in order
