@@ -78,6 +78,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     std::vector<Command> commands;
     commands.push_back(add_info_command(app, ctx));
     commands.push_back(add_compile_command(app, ctx));
+    for (auto& c : add_warm_commands(app, ctx)) commands.push_back(std::move(c));
     for (auto& c : add_cache_commands(app, ctx)) commands.push_back(std::move(c));
 
     try {

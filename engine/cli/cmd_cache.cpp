@@ -7,6 +7,7 @@
 #include "context.hpp"
 #include "format.hpp"
 #include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/export_lock.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
 
@@ -22,15 +23,6 @@ std::string target_of(const EntryInfo& e) {
 }
 
 std::string status_of(const EntryInfo& e) { return e.valid ? "valid" : "invalid (" + e.error + ")"; }
-
-// prune and clear only ever change the writable layer, and only in readwrite mode.
-void require_readwrite(Context& ctx, const char* command) {
-  const CacheMode mode = ctx.settings().cache_mode;
-  if (mode != CacheMode::ReadWrite)
-    throw Error(std::string(command) + " changes nothing in cache mode " + to_string(mode) +
-                " (KJIT_CACHE_MODE=" + to_string(mode) + "); unset KJIT_CACHE_MODE or set it to readwrite to " +
-                command + " " + ctx.settings().cache_dir.string());
-}
 
 // ---- ls ---------------------------------------------------------------------------------------
 
@@ -96,10 +88,33 @@ int run_ls(Context& ctx, bool as_json) {
 
 // ---- verify -----------------------------------------------------------------------------------
 
-// Room for `verify --dir DIR --lock FILE` (checking a shipped cache against a lock file).
-struct VerifyRequest {};
+// `verify --dir DIR --lock FILE` checks a shipped cache against its lock (either option alone: the
+// other is DIR/kjit.lock, or the lock's folder); without them, every entry of the configured cache.
+struct VerifyRequest {
+  std::string dir;
+  std::string lock;
+};
 
-int run_verify(Context& ctx, const VerifyRequest&) {
+int run_verify_lock(Context& ctx, const VerifyRequest& r) {
+  namespace fs = std::filesystem;
+  const fs::path lock = r.lock.empty() ? fs::path(r.dir) / cache::kLockFileName : fs::path(r.lock);
+  fs::path dir = r.dir.empty() ? lock.parent_path() : fs::path(r.dir);
+  if (dir.empty()) dir = ".";
+  const std::vector<cache::LockedFile> locked = cache::read_lock(lock);
+  const std::vector<std::string> problems = cache::verify_lock(dir, locked);
+  for (const auto& p : problems) ctx.out << p << '\n';
+  if (!problems.empty()) {
+    ctx.out << count_of(problems.size(), "problem", "problems") << " in " << dir.string() << " against "
+            << lock.string() << "; export it again (`kjit export MANIFEST --out DIR --arch ...`)\n";
+    return 1;
+  }
+  ctx.out << count_of(locked.size(), "entry", "entries") << " of " << dir.string() << " match " << lock.string()
+          << ", all valid\n";
+  return 0;
+}
+
+int run_verify(Context& ctx, const VerifyRequest& r) {
+  if (!r.dir.empty() || !r.lock.empty()) return run_verify_lock(ctx, r);
   const std::vector<EntryInfo> entries = ctx.disk().list();
   std::size_t damaged = 0;
   for (const auto& e : entries) {
@@ -119,7 +134,7 @@ int run_verify(Context& ctx, const VerifyRequest&) {
 // ---- prune ------------------------------------------------------------------------------------
 
 int run_prune(Context& ctx, const std::string& max_bytes_text) {
-  require_readwrite(ctx, "prune");
+  ctx.require_readwrite("prune");
   std::optional<std::uint64_t> limit;
   if (!max_bytes_text.empty()) limit = parse_byte_size(max_bytes_text, "--max-bytes");
   cache::DiskCache& disk = ctx.disk();
@@ -141,7 +156,7 @@ int run_prune(Context& ctx, const std::string& max_bytes_text) {
 // ---- clear ------------------------------------------------------------------------------------
 
 int run_clear(Context& ctx, bool yes) {
-  require_readwrite(ctx, "clear");
+  ctx.require_readwrite("clear");
   cache::DiskCache& disk = ctx.disk();
   const std::string root = disk.config().root.string();
   if (!yes) {
@@ -176,6 +191,9 @@ std::vector<Command> add_cache_commands(CLI::App& app, Context& ctx) {
 
   auto verify_req = std::make_shared<VerifyRequest>();
   CLI::App* verify = app.add_subcommand("verify", "Check every cache entry; exit status 1 if any is damaged");
+  verify->add_option("--dir", verify_req->dir, "Check this exported cache against its lock instead")
+      ->type_name("DIR");
+  verify->add_option("--lock", verify_req->lock, "Lock file of --dir (default DIR/kjit.lock)")->type_name("FILE");
   out.push_back({verify, [&ctx, verify_req]() { return run_verify(ctx, *verify_req); }});
 
   auto max_bytes = std::make_shared<std::string>();

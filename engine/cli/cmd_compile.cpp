@@ -42,15 +42,6 @@ std::shared_ptr<const Template> load_template(const CompileRequest& r) {
   return Template::builtin(r.template_ref);
 }
 
-std::vector<Target> parse_targets(const std::vector<std::string>& archs) {
-  std::vector<Target> out;
-  for (const auto& a : archs) {
-    Target t = Target::parse(a);
-    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-  }
-  return out;
-}
-
 CompileOptions options_of(const CompileRequest& r) {
   CompileOptions o;
   if (!r.std.empty()) o.std = r.std;

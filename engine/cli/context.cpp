@@ -1,5 +1,7 @@
 #include "context.hpp"
 
+#include "kjit/error.hpp"
+
 namespace kjit::cli {
 
 const Settings& Context::settings() {
@@ -19,6 +21,14 @@ const Settings& Context::settings() {
 Engine& Context::engine() {
   if (!engine_) engine_ = std::make_unique<Engine>(settings());
   return *engine_;
+}
+
+void Context::require_readwrite(const char* command) {
+  const CacheMode mode = settings().cache_mode;
+  if (mode != CacheMode::ReadWrite)
+    throw Error(std::string(command) + " changes nothing in cache mode " + to_string(mode) +
+                " (KJIT_CACHE_MODE=" + to_string(mode) + "); unset KJIT_CACHE_MODE or set it to readwrite to " +
+                command + " " + settings().cache_dir.string());
 }
 
 }  // namespace kjit::cli

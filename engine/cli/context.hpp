@@ -30,6 +30,9 @@ class Context {
   // An Engine of this run over settings(): its own disk cache, never Engine::global().
   Engine& engine();
   cache::DiskCache& disk() { return engine().disk(); }
+  // Commands that write the cache (prune, clear, warm) do so only in readwrite mode: throws Error
+  // naming the mode and what to do otherwise.
+  void require_readwrite(const char* command);
 
  private:
   std::optional<Settings> settings_;

@@ -1,5 +1,7 @@
 #include "param_text.hpp"
 
+#include <algorithm>
+
 #include <cctype>
 #include <charconv>
 #include <locale>
@@ -95,6 +97,15 @@ std::map<std::string, std::string> parse_defines(const std::vector<std::string>&
     if (!out.emplace(name, value).second) throw ValueError("--define " + name + " is given twice");
   }
   return out;  // CompileOptions::validate checks the names
+}
+
+std::vector<Target> parse_targets(const std::vector<std::string>& archs) {
+  std::vector<Target> out;
+  for (const auto& a : archs) {
+    Target t = Target::parse(a);
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
 }
 
 }  // namespace kjit::cli

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kjit/kernel_decl.hpp"
+#include "kjit/target.hpp"
 #include "kjit/template_arg.hpp"
 
 namespace kjit::cli {
@@ -30,5 +31,8 @@ std::vector<std::pair<std::string, TemplateArg>> parse_params(const KernelDecl& 
 // Every --define NAME[=VALUE] (a bare NAME defines it as 1, as nvcc does). Throws ValueError for a name
 // given twice.
 std::map<std::string, std::string> parse_defines(const std::vector<std::string>& defines);
+
+// Every --arch value (already split at commas), parsed and deduplicated in order. Throws ValueError.
+std::vector<Target> parse_targets(const std::vector<std::string>& archs);
 
 }  // namespace kjit::cli

@@ -7,6 +7,7 @@
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
+#include "recorder.hpp"
 
 #ifndef KJIT_VERSION
 #define KJIT_VERSION "0.0.0"
@@ -55,7 +56,11 @@ const char* to_string(Origin o) noexcept {
   return "?";
 }
 
-Engine::Engine(Settings settings) : settings_(std::move(settings)) {}
+Engine::Engine(Settings settings) : settings_(std::move(settings)) {
+  if (settings_.record_path) recorder_ = std::make_unique<Recorder>(*settings_.record_path, settings_.lock_timeout_s);
+}
+
+Engine::~Engine() = default;
 
 Engine& Engine::global() {
   static Engine* engine = new Engine(kjit::settings());  // never destroyed: used until exit
@@ -72,8 +77,7 @@ cache::DiskCache& Engine::disk() {
 cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
   cache::KeyInputs in;
   in.kjit_version = KJIT_VERSION;
-  in.source = spec.tmpl().source();
-  for (const auto& h : spec.tmpl().headers()) in.headers.emplace_back(h.include_name, h.bytes);
+  in.content_digest = spec.tmpl().digest();  // covers the source and every header's bytes
   in.name_expression = spec.name_expression();
   in.options = spec.options().canonical();
   in.target = plan.requested.str();
@@ -158,6 +162,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
 Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   Prepared p;
   cache::Entry e = obtain_entry(spec, target, candidates(spec, target), &p.origin, &p.log, nullptr);
+  if (recorder_) recorder_->record(spec);
   if (p.origin == Origin::Disk) disk_hits_.fetch_add(1);
   p.key = e.key;
   p.meta = std::move(e.meta);
@@ -181,6 +186,7 @@ Resolved Engine::get(const Specialization& spec, const Target& target, const cha
   Origin origin;
   std::string log;
   cache::Entry e = obtain_entry(spec, target, cands, &origin, &log, forbidden);
+  if (recorder_) recorder_->record(spec);
   auto loaded = std::make_shared<LoadedKernel>();
   loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
   loaded->key = e.key;

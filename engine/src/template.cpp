@@ -5,7 +5,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -13,6 +12,7 @@
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
+#include "text_scan.hpp"
 
 #ifndef KJIT_SOURCE_TEMPLATES_DIR
 #define KJIT_SOURCE_TEMPLATES_DIR ""
@@ -33,13 +33,13 @@ fs::path& configured_dir() {
 }
 
 bool read_file(const fs::path& p, std::string& out) {
-  std::ifstream f(p, std::ios::binary);
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
   if (!f) return false;
-  std::ostringstream os;
-  os << f.rdbuf();
-  if (f.bad()) return false;
-  out = os.str();
-  return true;
+  const std::streamoff size = f.tellg();
+  if (size < 0) return false;
+  out.resize(static_cast<std::size_t>(size));
+  f.seekg(0);
+  return static_cast<bool>(f.read(out.data(), size)) || size == 0;
 }
 
 struct IncludeDirective {
@@ -48,23 +48,34 @@ struct IncludeDirective {
 };
 
 // #include directives of a file (all of them, whatever the surrounding #if says: over-approximates).
-std::vector<IncludeDirective> scan_includes(const std::string& text) {
-  static const std::regex re(R"(^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"])");
+std::vector<IncludeDirective> scan_includes(const std::string& source) {
   std::vector<IncludeDirective> out;
-  std::istringstream is(text);
-  std::string line;
-  while (std::getline(is, line)) {
-    if (line.find("include") == std::string::npos) continue;
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.push_back({m[2].str(), m[1].str() == "<"});
+  std::string_view rest = source;
+  while (!rest.empty()) {
+    const std::size_t nl = rest.find('\n');
+    std::string_view s = text::skip_blanks(rest.substr(0, nl));
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (s.empty() || s.front() != '#') continue;
+    s = text::skip_blanks(s.substr(1));
+    if (!text::starts_with(s, "include")) continue;
+    s = text::skip_blanks(s.substr(7));
+    if (s.empty() || (s.front() != '<' && s.front() != '"')) continue;
+    const char close = s.front() == '<' ? '>' : '"';
+    const std::size_t end = s.find(close, 1);
+    if (end == std::string_view::npos || end == 1) continue;
+    out.push_back({std::string(s.substr(1, end - 1)), close == '>'});
   }
   return out;
 }
 
 class IncludeResolver {
  public:
-  IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs)
-      : base_dir_(std::move(base_dir)), user_dirs_(std::move(user_dirs)), cuda_dirs_(std::move(cuda_dirs)) {}
+  IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
+                  const std::map<std::string, std::string>& memory_headers)
+      : base_dir_(std::move(base_dir)),
+        user_dirs_(std::move(user_dirs)),
+        cuda_dirs_(std::move(cuda_dirs)),
+        memory_(memory_headers) {}
 
   void run(const std::string& root_text) { visit(root_text, base_dir_); }
   std::vector<Header> headers;
@@ -73,6 +84,7 @@ class IncludeResolver {
  private:
   void visit(const std::string& text, const fs::path& including_dir) {
     for (const auto& inc : scan_includes(text)) {
+      if (visit_memory(inc.name)) continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
       if (!inc.angled) {
         candidates.emplace_back(including_dir, false);
@@ -106,6 +118,16 @@ class IncludeResolver {
         unresolved.push_back(inc.name);
     }
   }
+  // A header held in memory (Template::from_memory): found by its include name before any directory.
+  bool visit_memory(const std::string& include_name) {
+    auto it = memory_.find(include_name);
+    if (it == memory_.end()) return false;
+    if (!seen_files_.insert("memory:" + include_name).second) return true;
+    seen_names_[include_name] = "memory:" + include_name;
+    headers.push_back({include_name, fs::path("<memory>") / include_name, it->second, false});
+    visit(it->second, fs::path{});
+    return true;
+  }
   bool in_cuda_dirs(const fs::path& dir) const {
     std::string d = dir.string();
     for (const auto& c : cuda_dirs_)
@@ -116,6 +138,7 @@ class IncludeResolver {
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
   std::map<std::string, std::string> seen_names_;
+  const std::map<std::string, std::string>& memory_;
 };
 
 std::atomic<std::uint64_t> g_next_uid{1};
@@ -135,14 +158,15 @@ void set_builtin_templates_dir(const fs::path& dir) {
 }
 
 std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
-                                               fs::path base_dir, std::vector<fs::path> include_dirs) {
+                                               fs::path base_dir, std::vector<fs::path> include_dirs,
+                                               std::map<std::string, std::string> memory_headers) {
   auto t = std::shared_ptr<Template>(new Template());
   t->name_ = std::move(name);
   t->builtin_ = builtin;
   t->source_ = std::move(source);
   for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
   const CudaToolkit& tk = cuda_toolkit();
-  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs);
+  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers);
   resolver.run(t->source_);
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
@@ -184,21 +208,30 @@ std::shared_ptr<const Template> Template::from_string(std::string source, std::s
   return load(std::move(source), std::move(name), false, fs::path{}, std::move(include_dirs));
 }
 
+std::shared_ptr<const Template> Template::from_memory(std::string source, std::string name,
+                                                      std::map<std::string, std::string> headers) {
+  if (name.empty()) name = "<string>";
+  return load(std::move(source), std::move(name), false, fs::path{}, {}, std::move(headers));
+}
+
 std::shared_ptr<const Template> Template::builtin(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 128;
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-  std::string available;
-  for (const auto& n : builtin_names()) available += (available.empty() ? "" : ", ") + n;
+  auto available_names = [] {  // only for error messages
+    std::string available;
+    for (const auto& n : builtin_names()) available += (available.empty() ? "" : ", ") + n;
+    return available;
+  };
   if (!ok)
     throw ValueError("built-in template name '" + name + "' is not valid: names are letters, digits and '_' (" +
-                     "available: " + available + "). For a file of your own use Template.from_file.");
+                     "available: " + available_names() + "). For a file of your own use Template.from_file.");
   fs::path dir = builtin_templates_dir();
   fs::path file = dir / (name + ".cuh");
   std::string source;
   std::error_code ec;
   if (!fs::is_regular_file(file, ec) || !read_file(file, source))
     throw ValueError("there is no built-in template '" + name + "' in " + dir.string() + " (available: " +
-                     available + ")");
+                     available_names() + ")");
   return load(std::move(source), name, true, dir, {});
 }
 

@@ -1,4 +1,4 @@
-"""`python -m kjit COMMAND ...`: the kjit command line (info, compile, warm, ls, verify, prune, clear),
+"""`python -m kjit COMMAND ...`: the kjit command line (info, compile, warm, export, ls, verify, prune, clear),
 the same as the C++ `kjit` binary, plus `demo`."""
 
 import sys

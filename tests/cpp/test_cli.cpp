@@ -539,8 +539,8 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
 
   Result unknown = kjit({"frobnicate"});
   EXPECT_EQ(unknown.code, 2);
-  EXPECT_EQ(unknown.err.rfind("kjit: error: unknown command 'frobnicate' (commands: info, compile, ls, verify, "
-                              "prune, clear)\n\nkjit " KJIT_VERSION ": ",
+  EXPECT_EQ(unknown.err.rfind("kjit: error: unknown command 'frobnicate' (commands: info, compile, warm, export, "
+                              "ls, verify, prune, clear)\n\nkjit " KJIT_VERSION ": ",
                               0),
             0u)
       << unknown.err;

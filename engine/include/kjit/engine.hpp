@@ -26,6 +26,8 @@
 
 namespace kjit {
 
+class Recorder;
+
 enum class Origin { Memory, Disk, Compiled };
 const char* to_string(Origin o) noexcept;
 
@@ -85,7 +87,10 @@ struct EngineStats {
 
 class Engine {
  public:
+  // With settings.record_path (KJIT_RECORD), every specialization resolved past the memory table
+  // (get() misses, prepare()) is added to that manifest.
   explicit Engine(Settings settings);
+  ~Engine();
   // The process-wide engine (settings from the environment).
   static Engine& global();
 
@@ -125,6 +130,7 @@ class Engine {
   Settings settings_;
   std::once_flag disk_once_;
   std::unique_ptr<cache::DiskCache> disk_;
+  std::unique_ptr<Recorder> recorder_;  // KJIT_RECORD
 
   mutable std::shared_mutex table_mu_;
   std::unordered_map<SpecKey, std::shared_ptr<const LoadedKernel>, SpecKeyHash> fast_;

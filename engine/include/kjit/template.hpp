@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ class Template {
   // Source text; `name` identifies it in messages, metadata and manifests ("my_kernels.cu").
   static std::shared_ptr<const Template> from_string(std::string source, std::string name,
                                                      std::vector<std::filesystem::path> include_dirs = {});
+  // Source text with the headers it includes held in memory, by include name (include name -> bytes),
+  // e.g. a template rebuilt from a manifest record. Those headers are used before any directory;
+  // other includes (the CUDA headers) are resolved as for from_string.
+  static std::shared_ptr<const Template> from_memory(std::string source, std::string name,
+                                                     std::map<std::string, std::string> headers);
   // A built-in template of kernel_templates/ by name ("add_constant"). Names are [A-Za-z0-9_]+.
   static std::shared_ptr<const Template> builtin(const std::string& name);
   // Names of the built-in templates.
@@ -53,7 +59,8 @@ class Template {
   Template() = default;
   static std::shared_ptr<const Template> load(std::string source, std::string name, bool builtin,
                                               std::filesystem::path base_dir,
-                                              std::vector<std::filesystem::path> include_dirs);
+                                              std::vector<std::filesystem::path> include_dirs,
+                                              std::map<std::string, std::string> memory_headers = {});
   std::string name_;
   bool builtin_ = false;
   std::string source_;

@@ -1,0 +1,33 @@
+// The lock file of an exported cache (`kjit export` writes DIR/kjit.lock, `kjit verify --dir --lock`
+// checks it): every entry's path relative to the cache root and the SHA-256 of its file bytes.
+//
+//   {"kjit_lock": 1, "entries": [{"path": "v1/sm_90/ab/<key>.kjit", "sha256": "<hex>"}, ...]}
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kjit::cache {
+
+inline constexpr int kLockVersion = 1;
+inline constexpr const char* kLockFileName = "kjit.lock";
+
+struct LockedFile {
+  std::string path;    // relative to the cache root, '/'-separated
+  std::string sha256;  // hex
+};
+
+// Every entry file (*.kjit) under `root`, sorted by path, with its hash.
+std::vector<LockedFile> lock_entries(const std::filesystem::path& root);
+// Writes the lock of `root` to `lock_file` atomically. Throws kjit::Error when it cannot.
+void write_lock(const std::filesystem::path& root, const std::filesystem::path& lock_file);
+// Throws kjit::ValueError naming the file and what is wrong.
+std::vector<LockedFile> read_lock(const std::filesystem::path& lock_file);
+
+// Checks `root` against the lock: every listed file exists with that hash and decodes as a valid entry
+// filed where it lies; no entry is there that the lock does not list. Returns one line per problem
+// (empty: all good).
+std::vector<std::string> verify_lock(const std::filesystem::path& root, const std::vector<LockedFile>& locked);
+
+}  // namespace kjit::cache

@@ -1,0 +1,123 @@
+#include "kjit/cache/export_lock.hpp"
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "kjit/cache/atomic_file.hpp"
+#include "kjit/cache/entry_check.hpp"
+#include "kjit/cache/file_read.hpp"
+#include "kjit/cache/layer_scan.hpp"
+#include "kjit/cache/sha256.hpp"
+#include "kjit/error.hpp"
+
+namespace kjit::cache {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+std::string relative_text(const fs::path& file, const fs::path& root) {
+  return file.lexically_relative(root).generic_string();
+}
+
+// A listed path must stay inside the root: relative, no "..".
+bool safe_relative(const std::string& p) {
+  const fs::path rel(p);
+  if (p.empty() || rel.is_absolute()) return false;
+  for (const auto& part : rel)
+    if (part == "..") return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<LockedFile> lock_entries(const fs::path& root) {
+  std::vector<LockedFile> out;
+  for (const ScannedFile& f : scan_layer(root)) {
+    if (f.name.kind != layout::FileKind::Entry) continue;
+    FileRead r = read_regular_file(f.path, kMaxEntryFileBytes);
+    if (!r.ok()) throw Error("cannot read " + f.path.string() + " to lock it: " + r.error);
+    out.push_back({relative_text(f.path, root), to_hex(Sha256::of(r.bytes))});
+  }
+  return out;
+}
+
+void write_lock(const fs::path& root, const fs::path& lock_file) {
+  Json entries = Json::array();
+  for (const auto& e : lock_entries(root)) entries.push_back({{"path", e.path}, {"sha256", e.sha256}});
+  const Json j = {{"kjit_lock", kLockVersion}, {"entries", std::move(entries)}};
+  if (auto failure = publish_atomically(lock_file, j.dump(1) + "\n"))
+    throw Error("cannot write the lock file " + lock_file.string() + ": " + failure->message());
+}
+
+std::vector<LockedFile> read_lock(const fs::path& lock_file) {
+  FileRead r = read_regular_file(lock_file, 1ull << 30);
+  if (!r.ok())
+    throw ValueError("cannot read the lock file " + lock_file.string() + ": " + r.error +
+                     ". `kjit export` writes one as DIR/kjit.lock.");
+  auto bad = [&](const std::string& what) {
+    return ValueError("lock file " + lock_file.string() + " is not valid: " + what +
+                      " (expected {\"kjit_lock\": 1, \"entries\": [{\"path\": ..., \"sha256\": ...}]}, as "
+                      "written by `kjit export`)");
+  };
+  Json j = Json::parse(r.bytes, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw bad("it is not a JSON object");
+  auto v = j.find("kjit_lock");
+  if (v == j.end() || !v->is_number_integer() || v->get<int>() != kLockVersion)
+    throw bad("\"kjit_lock\" is missing or not version " + std::to_string(kLockVersion));
+  auto entries = j.find("entries");
+  if (entries == j.end() || !entries->is_array()) throw bad("\"entries\" is missing or not an array");
+  std::vector<LockedFile> out;
+  Digest d;
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const Json& e = (*entries)[i];
+    const std::string where = "entries[" + std::to_string(i) + "]";
+    if (!e.is_object() || !e.contains("path") || !e["path"].is_string() || !e.contains("sha256") ||
+        !e["sha256"].is_string())
+      throw bad(where + " needs a string \"path\" and \"sha256\"");
+    LockedFile f{e["path"].get<std::string>(), e["sha256"].get<std::string>()};
+    if (!safe_relative(f.path)) throw bad(where + " path '" + f.path + "' is not relative to the cache root");
+    if (!from_hex(f.sha256, d)) throw bad(where + " sha256 '" + f.sha256 + "' is not 64 lowercase hex digits");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<std::string> verify_lock(const fs::path& root, const std::vector<LockedFile>& locked) {
+  std::vector<std::string> problems;
+  std::map<std::string, std::string> expected;
+  for (const auto& f : locked) expected[f.path] = f.sha256;
+  for (const auto& f : locked) {
+    const fs::path file = root / f.path;
+    FileRead r = read_regular_file(file, kMaxEntryFileBytes);
+    if (!r.ok()) {
+      problems.push_back("missing: " + f.path + ": " + r.error);
+      continue;
+    }
+    const std::string actual = to_hex(Sha256::of(r.bytes));
+    if (actual != f.sha256) {
+      problems.push_back("modified: " + f.path + ": SHA-256 " + actual + ", the lock says " + f.sha256);
+      continue;
+    }
+    const fs::path rel(f.path);
+    const layout::FileName name = layout::classify(rel.filename().string());
+    const std::string target = rel.parent_path().parent_path().filename().string();
+    if (name.kind != layout::FileKind::Entry) {
+      problems.push_back("invalid: " + f.path + ": not a cache entry file name (<key>.kjit)");
+      continue;
+    }
+    try {
+      const DecodeResult d = check_entry_bytes(r.bytes, CacheKey::from_hex(name.key), target);
+      if (!d.entry) problems.push_back("invalid: " + f.path + ": " + d.error);
+    } catch (const Error& e) {
+      problems.push_back("invalid: " + f.path + ": " + e.what());
+    }
+  }
+  for (const ScannedFile& f : scan_layer(root))
+    if (f.name.kind == layout::FileKind::Entry && !expected.count(relative_text(f.path, root)))
+      problems.push_back("unlisted: " + relative_text(f.path, root) + ": an entry the lock does not list");
+  return problems;
+}
+
+}  // namespace kjit::cache

@@ -1,0 +1,109 @@
+// `kjit warm MANIFEST --arch sm_80,sm_90 [-j N]`: compiles every recorded specialization into the cache
+// for each architecture (no GPU needed). `kjit export MANIFEST --out DIR --arch ...`: the same into DIR
+// as a fresh cache root, then DIR/kjit.lock (checked by `kjit verify --dir DIR --lock DIR/kjit.lock`).
+#include <CLI/CLI.hpp>
+
+#include <thread>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "context.hpp"
+#include "format.hpp"
+#include "kjit/cache/export_lock.hpp"
+#include "kjit/cache/manifest.hpp"
+#include "kjit/error.hpp"
+#include "param_text.hpp"
+#include "warm.hpp"
+
+namespace kjit::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct WarmRequest {
+  std::string manifest;
+  std::vector<std::string> archs;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  std::string out_dir;  // export only
+};
+
+// Warms `settings`' cache (a fresh Engine that records nothing) and prints the summary.
+// Returns the report.
+WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
+  const cache::Manifest manifest = cache::read_manifest(r.manifest);
+  const std::vector<Target> targets = parse_targets(r.archs);
+  settings.record_path.reset();  // warming must not append to a manifest (perhaps the one it reads)
+  Engine engine(std::move(settings));
+  if (!engine.disk().writable())
+    throw Error("the cache is not writable, so nothing warmed would be kept: " + engine.disk().describe() +
+                "; choose a writable directory with --cache-dir or KJIT_CACHE_DIR");
+  ctx.out << "warming " << engine.disk().config().root.string() << " from " << r.manifest << " ("
+          << count_of(manifest.records().size(), "specialization", "specializations") << ") for";
+  for (const auto& t : targets) ctx.out << ' ' << t.str();
+  ctx.out << " on " << count_of(r.jobs, "thread", "threads") << '\n';
+  ctx.out.flush();
+  WarmReport report;
+  {
+    Progress progress(ctx.err, warm_jobs(manifest, targets), Progress::stderr_is_terminal());
+    report = warm(engine, manifest, targets, r.jobs, progress);
+  }
+  report.print(ctx.out, manifest.records().size(), targets.size());
+  return report;
+}
+
+int run_warm(Context& ctx, const WarmRequest& r) {
+  ctx.require_readwrite("warm");
+  return warm_into(ctx, ctx.settings(), r).failed.empty() ? kExitOk : kExitFailure;
+}
+
+int run_export(Context& ctx, const WarmRequest& r) {
+  std::error_code ec;
+  const fs::path dir = fs::absolute(r.out_dir, ec);
+  Settings s = ctx.settings();
+  s.cache_dir = dir;
+  s.cache_dir_source = "--out";
+  s.cache_mode = CacheMode::ReadWrite;  // the export is written whatever KJIT_CACHE_MODE says
+  s.cache_layers.clear();               // every entry lands in DIR, none is satisfied from elsewhere
+  s.cache_max_bytes.reset();            // and none is evicted
+  const WarmReport report = warm_into(ctx, std::move(s), r);
+  if (!report.failed.empty()) {
+    ctx.err << "kjit: error: export incomplete: " << count_of(report.failed.size(), "job", "jobs")
+            << " failed, so no " << cache::kLockFileName << " was written\n";
+    return kExitFailure;
+  }
+  const fs::path lock = dir / cache::kLockFileName;
+  cache::write_lock(dir, lock);
+  ctx.out << "exported " << count_of(cache::read_lock(lock).size(), "entry", "entries") << " to " << dir.string()
+          << "; lock " << lock.string() << '\n';
+  return kExitOk;
+}
+
+void add_shared_options(CLI::App* sub, WarmRequest& r) {
+  sub->add_option("MANIFEST", r.manifest, "Manifest recorded with KJIT_RECORD=MANIFEST")->required()->type_name("");
+  sub->add_option("--arch", r.archs, "Targets: sm_XY, sm_XYa, compute_XY or X.Y, comma-separated or repeated")
+      ->required()
+      ->type_name("ARCH[,ARCH...]")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  sub->add_option("-j,--jobs", r.jobs, "Compile on N threads (default: the number of CPUs)")
+      ->type_name("N")
+      ->check(CLI::Range(1u, 1024u));
+}
+
+}  // namespace
+
+std::vector<Command> add_warm_commands(CLI::App& app, Context& ctx) {
+  auto w = std::make_shared<WarmRequest>();
+  CLI::App* warm = app.add_subcommand(
+      "warm", "Compile every specialization of a manifest into the cache for each --arch (no GPU needed)");
+  add_shared_options(warm, *w);
+
+  auto e = std::make_shared<WarmRequest>();
+  CLI::App* exp = app.add_subcommand(
+      "export", "Warm a manifest into a fresh directory and write DIR/kjit.lock (ship DIR as a cache)");
+  add_shared_options(exp, *e);
+  exp->add_option("--out", e->out_dir, "The directory to export into (a cache root)")->required()->type_name("DIR");
+  return {{warm, [&ctx, w]() { return run_warm(ctx, *w); }}, {exp, [&ctx, e]() { return run_export(ctx, *e); }}};
+}
+
+}  // namespace kjit::cli

@@ -1,0 +1,41 @@
+// Warming a cache from a manifest: every record rebuilt (template, specialization) and prepared for
+// every target on N threads (Engine::prepare is thread-safe; NVRTC compiles in parallel; the per-key
+// lock makes concurrent warms compile each key once). Shared by `kjit warm` and `kjit export`.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kjit/cache/manifest.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/target.hpp"
+#include "progress.hpp"
+
+namespace kjit::cli {
+
+struct WarmFailure {
+  std::string what;    // "add_constant(T=float32, VEC=4) from template add_constant for sm_90"
+  std::string reason;  // the error message
+};
+
+struct WarmReport {
+  std::size_t jobs = 0;      // records x targets
+  std::size_t compiled = 0;
+  std::size_t cached = 0;    // already in the cache
+  std::vector<WarmFailure> failed;
+  std::vector<std::string> stale;  // one note per record whose template changed since recording
+
+  // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" and the notes.
+  void print(std::ostream& out, std::size_t records, std::size_t targets) const;
+};
+
+// Counts jobs for the progress display before warming.
+inline std::size_t warm_jobs(const cache::Manifest& m, const std::vector<Target>& targets) {
+  return m.records().size() * targets.size();
+}
+
+WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
+                unsigned threads, Progress& progress);
+
+}  // namespace kjit::cli

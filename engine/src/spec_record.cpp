@@ -1,0 +1,101 @@
+#include "kjit/spec_record.hpp"
+
+#include "kjit/dtype.hpp"
+#include "kjit/error.hpp"
+
+namespace kjit {
+
+using cache::ManifestArg;
+using cache::ManifestRecord;
+
+cache::ManifestRecord to_record(const Specialization& spec) {
+  const Template& t = spec.tmpl();
+  ManifestRecord r;
+  r.template_name = t.name();
+  r.builtin = t.is_builtin();
+  r.template_digest = t.digest();
+  if (!r.builtin) {
+    r.source = t.source();
+    for (const Header& h : t.headers())
+      if (!h.from_cuda) r.headers[h.include_name] = h.bytes;
+  }
+  r.kernel = spec.kernel().name;
+  for (const auto& [name, value] : spec.args()) {
+    ManifestArg a;
+    a.name = name;
+    switch (value.kind()) {
+      case TemplateArg::Kind::Type:
+        a.kind = ManifestArg::Kind::Type;
+        a.dtype = dtype_name(value.dtype());
+        break;
+      case TemplateArg::Kind::Integer:
+        a.kind = ManifestArg::Kind::Integer;
+        a.integer = value.int_value();
+        break;
+      case TemplateArg::Kind::Float:
+        a.kind = ManifestArg::Kind::Float;
+        a.floating = value.float_value();
+        break;
+      case TemplateArg::Kind::Bool:
+        a.kind = ManifestArg::Kind::Bool;
+        a.boolean = value.bool_value();
+        break;
+    }
+    r.args.push_back(std::move(a));
+  }
+  const CompileOptions& o = spec.options();
+  r.options.std = o.std;
+  r.options.fast_math = o.fast_math;
+  r.options.line_info = o.line_info;
+  r.options.device_debug = o.device_debug;
+  r.options.max_registers = o.max_registers;
+  r.options.defines = o.defines;
+  return r;
+}
+
+std::shared_ptr<const Template> template_of(const ManifestRecord& record, std::string* stale) {
+  std::shared_ptr<const Template> t = record.builtin ? Template::builtin(record.template_name)
+                                                     : Template::from_memory(record.source, record.template_name,
+                                                                             record.headers);
+  if (stale) {
+    stale->clear();
+    if (t->digest() != record.template_digest)
+      *stale = record.builtin
+                   ? "stale: the built-in template changed since recording (recorded digest " +
+                         record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
+                         "); compiling the current one"
+                   : "the template's digest differs from the recorded one (recorded " +
+                         record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
+                         "): its CUDA headers differ from the recording machine's";
+  }
+  return t;
+}
+
+Specialization specialization_of(const ManifestRecord& record, std::shared_ptr<const Template> tmpl) {
+  std::vector<std::pair<std::string, TemplateArg>> args;
+  for (const ManifestArg& a : record.args) {
+    switch (a.kind) {
+      case ManifestArg::Kind::Type: {
+        auto dt = dtype_from_name(a.dtype);
+        if (!dt)
+          throw ValueError("recorded argument " + a.name + "='" + a.dtype + "' of " + record.describe() +
+                           " is not a dtype this kjit knows (allowed: " + dtype_names() + ")");
+        args.emplace_back(a.name, TemplateArg::type(*dt));
+        break;
+      }
+      case ManifestArg::Kind::Integer: args.emplace_back(a.name, TemplateArg::integer(a.integer)); break;
+      case ManifestArg::Kind::Float: args.emplace_back(a.name, TemplateArg::floating(a.floating)); break;
+      case ManifestArg::Kind::Bool: args.emplace_back(a.name, TemplateArg::boolean(a.boolean)); break;
+    }
+  }
+  CompileOptions o;
+  o.std = record.options.std;
+  o.fast_math = record.options.fast_math;
+  o.line_info = record.options.line_info;
+  o.device_debug = record.options.device_debug;
+  o.max_registers = record.options.max_registers;
+  o.defines = record.options.defines;
+  return Specialization(std::move(tmpl), record.kernel, args, std::move(o));
+}
+
+}  // namespace kjit

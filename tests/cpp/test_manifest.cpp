@@ -1,0 +1,269 @@
+// Manifests: record ids, the JSON round trip, defensive parsing, templates rebuilt from records, and
+// KJIT_RECORD from 4 concurrent processes (no lost or duplicated record).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kjit/cache/manifest.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/error.hpp"
+#include "kjit/log.hpp"
+#include "kjit/spec_record.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kjit::TemplateArg;
+using kjit::cache::Manifest;
+using kjit::cache::ManifestRecord;
+using kjit::testing::TempDir;
+using kjit::testing::read_file;
+using kjit::testing::write_file;
+
+kjit::Specialization add_constant(const std::string& dtype, int vec, kjit::CompileOptions o = {}) {
+  return kjit::Specialization(kjit::Template::builtin("add_constant"), "add_constant",
+                              {{"T", TemplateArg::type(*kjit::dtype_from_name(dtype))}, {"VEC", TemplateArg::integer(vec)}},
+                              std::move(o));
+}
+
+const char* kUserSource =
+    "#include \"scale_detail.cuh\"\n"
+    "template <typename T, int N, bool NEG, double F>\n"
+    "__global__ void scale(T* x) { x[threadIdx.x] = (T)(SCALE_BASE * N * F * (NEG ? -1 : 1)); }\n";
+
+// A user template in a folder of its own (with one header), loaded from the file.
+std::shared_ptr<const kjit::Template> user_template(const TempDir& dir) {
+  write_file(dir / "scale.cu", kUserSource);
+  write_file(dir / "scale_detail.cuh", "#define SCALE_BASE 2\n");
+  return kjit::Template::from_file(dir / "scale.cu");
+}
+
+kjit::Specialization user_spec(std::shared_ptr<const kjit::Template> t) {
+  kjit::CompileOptions o;
+  o.fast_math = true;
+  o.max_registers = 64;
+  o.defines = {{"A", "1"}};
+  return kjit::Specialization(std::move(t), "scale",
+                              {{"T", TemplateArg::type(kjit::DType::Float32)},
+                               {"N", TemplateArg::integer(-3)},
+                               {"NEG", TemplateArg::boolean(true)},
+                               {"F", TemplateArg::floating(0.1)}},
+                              o);
+}
+
+TEST(Manifest, RecordOfABuiltinNamesItOnly) {
+  const ManifestRecord r = kjit::to_record(add_constant("float16", 4));
+  EXPECT_TRUE(r.builtin);
+  EXPECT_EQ(r.template_name, "add_constant");
+  EXPECT_TRUE(r.source.empty());
+  EXPECT_TRUE(r.headers.empty());
+  ASSERT_EQ(r.args.size(), 2u);
+  EXPECT_EQ(r.args[0].dtype, "float16");
+  EXPECT_EQ(r.args[1].integer, 4);
+  EXPECT_EQ(r.describe(), "add_constant(T=float16, VEC=4) from template add_constant");
+  EXPECT_EQ(r.id(), kjit::to_record(add_constant("float16", 4)).id());
+  EXPECT_NE(r.id(), kjit::to_record(add_constant("float32", 4)).id());
+  kjit::CompileOptions o;
+  o.line_info = true;
+  EXPECT_NE(r.id(), kjit::to_record(add_constant("float16", 4, o)).id());
+}
+
+TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
+  TempDir dir("kjit-manifest");
+  const ManifestRecord r = kjit::to_record(user_spec(user_template(dir)));
+  EXPECT_FALSE(r.builtin);
+  EXPECT_EQ(r.source, kUserSource);
+  ASSERT_EQ(r.headers.count("scale_detail.cuh"), 1u);
+  for (const auto& [name, bytes] : r.headers) EXPECT_EQ(name.find("cuda"), std::string::npos) << name;
+  Manifest m;
+  EXPECT_TRUE(m.add(r));
+  EXPECT_FALSE(m.add(r));
+  EXPECT_TRUE(m.add(kjit::to_record(add_constant("float32", 2))));
+  const std::string text = kjit::cache::manifest_to_json(m);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["kjit_manifest"], 1);
+  EXPECT_EQ(j["records"][0]["args"][3]["value"], "0x1.999999999999ap-4");
+  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
+  ASSERT_EQ(back.records().size(), 2u);
+  const ManifestRecord& b = back.records()[0];
+  EXPECT_EQ(b.id(), r.id());
+  EXPECT_EQ(b.args[3].floating, 0.1);
+  EXPECT_EQ(b.args[2].boolean, true);
+  EXPECT_EQ(b.args[1].integer, -3);
+  EXPECT_EQ(b.options.max_registers, 64);
+  EXPECT_TRUE(b.options.fast_math);
+  EXPECT_EQ(b.options.defines.at("A"), "1");
+  EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
+}
+
+TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {
+  std::shared_ptr<const kjit::Template> original;
+  ManifestRecord r;
+  {
+    TempDir dir("kjit-manifest");
+    original = user_template(dir);
+    r = kjit::to_record(user_spec(original));
+  }  // the files are gone
+  std::string stale = "x";
+  auto rebuilt = kjit::template_of(r, &stale);
+  EXPECT_EQ(stale, "");
+  EXPECT_EQ(rebuilt->digest(), original->digest());
+  EXPECT_EQ(rebuilt->name(), "scale.cu");
+  const kjit::Specialization a = user_spec(original);
+  const kjit::Specialization b = kjit::specialization_of(r, rebuilt);
+  EXPECT_EQ(b.name_expression(), a.name_expression());
+  kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_MODE", "off"}}));
+  kjit::CompilePlan plan;
+  plan.requested = plan.actual = kjit::Target::parse("sm_90");
+  EXPECT_EQ(engine.key_for(a, plan), engine.key_for(b, plan));
+}
+
+TEST(Manifest, AChangedBuiltinIsReportedStale) {
+  ManifestRecord r = kjit::to_record(add_constant("float32", 4));
+  r.template_digest = std::string(64, '0');
+  std::string stale;
+  kjit::template_of(r, &stale);
+  EXPECT_NE(stale.find("stale: the built-in template changed since recording"), std::string::npos) << stale;
+}
+
+TEST(Manifest, ARecordThatNoLongerFitsIsAClearError) {
+  ManifestRecord r = kjit::to_record(add_constant("float32", 4));
+  r.args[0].dtype = "float128";
+  try {
+    kjit::specialization_of(r, kjit::template_of(r));
+    FAIL();
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'float128'"), std::string::npos) << e.what();
+  }
+}
+
+void expect_parse_error(const std::string& text, const std::string& what) {
+  try {
+    kjit::cache::parse_manifest(text, "/x/m.json");
+    FAIL() << "parsed: " << text;
+  } catch (const kjit::ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("manifest /x/m.json is not valid"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  }
+}
+
+TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
+  expect_parse_error("{not json", "it is not JSON");
+  expect_parse_error("[1]", "not a JSON object");
+  expect_parse_error("{\"records\": []}", "no \"kjit_manifest\" version field");
+  expect_parse_error("{\"kjit_manifest\": 2, \"records\": []}", "version 2 is not supported");
+  expect_parse_error("{\"kjit_manifest\": 1}", "missing field \"records\"");
+  expect_parse_error("{\"kjit_manifest\": 1, \"records\": {}}", "field \"records\" is object, expected array");
+  expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"kernel\": 3}]}", "records[0]: missing field \"template\"");
+
+  Manifest m;
+  m.add(kjit::to_record(add_constant("float32", 4)));
+  auto j = nlohmann::json::parse(kjit::cache::manifest_to_json(m));
+  auto edit = [&](auto f) {
+    auto c = j;
+    f(c["records"][0]);
+    return c.dump();
+  };
+  expect_parse_error(edit([](auto& r) { r["args"][1]["kind"] = "string"; }),
+                     "records[0].args[1]: kind 'string' is not one of type, integer, float, bool");
+  expect_parse_error(edit([](auto& r) { r["args"][1]["value"] = "4"; }),
+                     "records[0].args[1]: a integer argument cannot have the value \"4\"");
+  expect_parse_error(edit([](auto& r) { r["options"].erase("std"); }), "records[0].options: missing field \"std\"");
+  expect_parse_error(edit([](auto& r) { r["kernel"] = "other"; }), "its \"id\" does not match its content");
+  // Without an id (hand-written) it parses.
+  EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
+}
+
+TEST(Manifest, ReadingAMissingFileSaysHowToRecordOne) {
+  try {
+    kjit::cache::read_manifest("/nonexistent/m.json");
+    FAIL();
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("KJIT_RECORD=/nonexistent/m.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Manifest, AppendMergesByIdAndNeverOverwritesADamagedFile) {
+  TempDir dir("kjit-manifest");
+  const fs::path file = dir / "sub" / "m.json";
+  const ManifestRecord a = kjit::to_record(add_constant("float32", 4));
+  const ManifestRecord b = kjit::to_record(add_constant("float16", 2));
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {a}, 10), 1u);
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {a, b}, 10), 1u);
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {b}, 10), 0u);
+  EXPECT_EQ(kjit::cache::read_manifest(file).records().size(), 2u);
+  EXPECT_FALSE(fs::exists(file.string() + ".lock"));
+  write_file(file, "garbage");
+  EXPECT_THROW(kjit::cache::append_to_manifest(file, {a}, 10), kjit::ValueError);
+  EXPECT_EQ(read_file(file), "garbage");
+}
+
+TEST(Manifest, RecordingThroughTheEngineWarnsInsteadOfFailing) {
+  TempDir dir("kjit-manifest");
+  write_file(dir / "m.json", "garbage");
+  kjit::Engine engine(kjit::Settings::from_map(
+      {{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", (dir / "m.json").string()}}));
+  std::vector<std::string> warnings;
+  auto previous = kjit::log::set_warning_sink([&](const std::string& m) { warnings.push_back(m); });
+  EXPECT_NO_THROW(engine.prepare(add_constant("float32", 1), kjit::Target::parse("sm_90")));
+  EXPECT_NO_THROW(engine.prepare(add_constant("float32", 2), kjit::Target::parse("sm_90")));
+  kjit::log::set_warning_sink(previous);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("KJIT_RECORD: cannot record"), std::string::npos) << warnings[0];
+}
+
+// 4 processes record 3 specializations of their own and 3 shared ones into one manifest, all at once.
+TEST(Manifest, FourConcurrentProcessesLoseAndDuplicateNothing) {
+  TempDir dir("kjit-manifest");
+  const fs::path manifest = dir / "m.json";
+  constexpr int kProcs = 4;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        kjit::Engine engine(kjit::Settings::from_map(
+            {{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", manifest.string()}}));
+        const kjit::Target sm90 = kjit::Target::parse("sm_90");
+        for (int i = 0; i < 3; ++i) {
+          kjit::CompileOptions own;
+          own.defines = {{"PROC", std::to_string(p)}, {"I", std::to_string(i)}};
+          engine.prepare(add_constant("float32", 1, own), sm90);
+          engine.prepare(add_constant("float32", 1 << i), sm90);
+        }
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const Manifest m = kjit::cache::read_manifest(manifest);
+  EXPECT_EQ(m.records().size(), static_cast<std::size_t>(kProcs * 3 + 3));
+  std::set<std::string> ids;
+  std::map<std::string, int> defines;
+  for (const auto& r : m.records()) {
+    ids.insert(r.id());
+    if (r.options.defines.count("PROC")) ++defines[r.options.defines.at("PROC")];
+  }
+  EXPECT_EQ(ids.size(), m.records().size());
+  for (int p = 0; p < kProcs; ++p) EXPECT_EQ(defines[std::to_string(p)], 3) << p;
+  // The raw file has no duplicate either.
+  EXPECT_EQ(nlohmann::json::parse(read_file(manifest))["records"].size(), m.records().size());
+}
+
+}  // namespace

@@ -1,0 +1,145 @@
+"""Warm deployment without a GPU: KJIT_RECORD (from 4 processes at once), `python -m kjit warm`,
+`export` / `verify --dir --lock`, and strict mode (kjit.CacheMissError; read-only layer hits)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import run_python
+
+# A template of our own (from a string): warm must rebuild it from the manifest alone.
+SCALE = """
+template <typename T, int N>
+__global__ void scale(T* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= N; }
+"""
+
+RECORD_WORKLOAD = """
+import sys, kjit, torch
+proc = int(sys.argv[1])
+scale = kjit.Template({scale!r}, name="scale.cu").kernel("scale")
+add = kjit.Template.builtin("add_constant").kernel("add_constant")
+for i in range(3):
+    scale.specialize(T=torch.float32, N=100 * proc + i, arch="sm_90")  # this process's own
+    add.specialize(T=torch.float32, VEC=2 ** i, arch="sm_90")          # shared by every process
+print(kjit.stats()["compiles"])
+"""
+
+
+def records(path):
+    data = json.loads(path.read_text())
+    assert data["kjit_manifest"] == 1
+    return data["records"]
+
+
+def record_workload(tmp_path, manifest, procs=1):
+    """Runs RECORD_WORKLOAD in `procs` processes at once, recording into `manifest`."""
+    script = tmp_path / "workload.py"
+    script.write_text(textwrap.dedent(RECORD_WORKLOAD.format(scale=SCALE)))
+    env = dict(os.environ, KJIT_RECORD=str(manifest), KJIT_CACHE_DIR=str(tmp_path / "record-cache"))
+    running = [subprocess.Popen([sys.executable, str(script), str(p)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for p in range(procs)]
+    for p in running:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert "KJIT_RECORD" not in err, err  # no recording warning
+
+
+def test_four_concurrent_processes_record_every_specialization_once(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    record_workload(tmp_path, manifest, procs=4)
+    recs = records(manifest)
+    ids = [r["id"] for r in recs]
+    assert len(ids) == len(set(ids)) == 4 * 3 + 3
+    own = sorted(r["args"][1]["value"] for r in recs if r["kernel"] == "scale")
+    assert own == sorted(100 * p + i for p in range(4) for i in range(3))
+    shared = sorted(r["args"][1]["value"] for r in recs if r["kernel"] == "add_constant")
+    assert shared == [1, 2, 4]
+    user = next(r for r in recs if r["kernel"] == "scale")["template"]
+    assert user["name"] == "scale.cu" and not user["builtin"] and "__global__ void scale" in user["source"]
+
+
+def test_warm_two_archs_then_already_cached(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "manifest.json"
+    record_workload(tmp_path, manifest)
+    assert len(records(manifest)) == 6
+    r = run_kjit("warm", str(manifest), "--arch", "sm_80,sm_90", "-j", "2")
+    assert "12 jobs (6 specializations x 2 targets): 12 compiled, 0 already cached, 0 failed" in r.stdout, r
+    assert "[12/12] " in r.stderr, r
+    assert len(list(cache_dir.rglob("*.kjit"))) == 12
+    r = run_kjit("warm", str(manifest), "--arch", "sm_80,sm_90", "-j", "2")
+    assert "0 compiled, 12 already cached, 0 failed" in r.stdout, r
+
+
+def test_warm_bad_manifest_is_a_clear_error(tmp_path, run_kjit):
+    bad = tmp_path / "m.json"
+    bad.write_text('{"kjit_manifest": 1, "records": [{"template": {}}]}')
+    r = run_kjit("warm", str(bad), "--arch", "sm_90", check=False)
+    assert r.returncode == 1, r
+    assert f"manifest {bad} is not valid: records[0].template: missing field \"name\"" in r.stderr, r
+
+
+def test_export_verify_and_a_tampered_export(tmp_path, run_kjit):
+    manifest = tmp_path / "manifest.json"
+    record_workload(tmp_path, manifest)
+    out = tmp_path / "export"
+    r = run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90", "-j", "2")
+    assert f"exported 6 entries to {out}" in r.stdout, r
+    lock = out / "kjit.lock"
+    r = run_kjit("verify", "--dir", str(out), "--lock", str(lock))
+    assert "6 entries" in r.stdout and "all valid" in r.stdout, r
+    entry = out / json.loads(lock.read_text())["entries"][0]["path"]
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    r = run_kjit("verify", "--dir", str(out), "--lock", str(lock), check=False)
+    assert r.returncode == 1, r
+    assert "modified: " in r.stdout, r
+    # `verify` without options still checks the configured cache.
+    assert "verified, all valid" in run_kjit("verify").stdout
+
+
+def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_command(run_py):
+    r = run_py("""
+        import kjit, torch
+        fam = kjit.Template.builtin("add_constant").kernel("add_constant")
+        try:
+            fam.specialize(T=torch.float16, VEC=2, arch="sm_90")
+        except kjit.CacheMissError as e:
+            print("KEY", e.key)
+            print("SPEC", e.specialization)
+            print("MSG", str(e))
+            print("STATS", kjit.stats()["compiles"], kjit.stats()["strict_misses"])
+    """, env={"KJIT_CACHE_MODE": "strict"})
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    assert len(lines["KEY"]) == 64
+    assert lines["SPEC"] == "add_constant(T=float16, VEC=2) from template add_constant"
+    msg = lines["MSG"]
+    assert "KJIT_CACHE_MODE=strict" in msg and lines["KEY"] in msg and lines["SPEC"] in msg
+    assert "kjit warm MANIFEST --arch sm_90" in msg
+    assert "kjit compile add_constant --kernel add_constant --param T=float16 --param VEC=2 --arch sm_90" in msg
+    assert lines["STATS"] == "0 1"
+
+
+def test_strict_mode_finds_an_exported_layer_on_disk(tmp_path, run_kjit, run_py):
+    manifest = tmp_path / "manifest.json"
+    record_workload(tmp_path, manifest)
+    out = tmp_path / "export"
+    run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90")
+    r = run_py(f"""
+        import kjit, torch
+        scale = kjit.Template({SCALE!r}, name="scale.cu").kernel("scale")
+        add = kjit.Template.builtin("add_constant").kernel("add_constant")
+        print(scale.specialize(T=torch.float32, N=2, arch="sm_90").origin)
+        print(add.specialize(T=torch.float32, VEC=4, arch="sm_90").origin)
+        try:
+            add.specialize(T=torch.float32, VEC=4, arch="sm_80")
+        except kjit.CacheMissError:
+            print("miss")
+        print(kjit.stats()["compiles"])
+    """, env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out,
+              "KJIT_CACHE_DIR": tmp_path / "empty-writable"})
+    assert r.stdout.split() == ["disk", "disk", "miss", "0"], r
