@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <string>
+#include <string_view>
 
 namespace kjit::python {
 
@@ -31,6 +32,19 @@ PyObject* guarded(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObj
   } catch (...) {
     set_python_error(std::current_exception());
     return nullptr;
+  }
+}
+
+// Calls fn(name, value) for each keyword argument of a METH_FASTCALL | METH_KEYWORDS call (their values
+// follow the `nargs` positional ones in `args`).
+template <typename F>
+void for_each_kwarg(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, F&& fn) {
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kwnames, i), &len);
+    if (!s) throw py::error_already_set();
+    fn(std::string_view(s, static_cast<std::size_t>(len)), args[nargs + i]);
   }
 }
 

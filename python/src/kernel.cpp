@@ -136,13 +136,7 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
                     std::to_string(nargs) + " positional argument" + (nargs == 1 ? "" : "s"));
   unsigned shared_mem = 0;
   PyObject* stream = nullptr;
-  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t i = 0; i < nkw; ++i) {
-    Py_ssize_t len = 0;
-    const char* s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kwnames, i), &len);
-    if (!s) throw py::error_already_set();
-    const std::string_view name(s, static_cast<std::size_t>(len));
-    PyObject* value = args[nargs + i];
+  for_each_kwarg(args, nargs, kwnames, [&](std::string_view name, PyObject* value) {
     if (name == "stream") {
       stream = value;
     } else if (name == "shared_mem") {
@@ -158,7 +152,7 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
                       "': it takes launch(grid, block, *args, shared_mem=0, stream=None), the kernel's arguments " +
                       L.signature() + " by position");
     }
-  }
+  });
   if (!info.loaded)
     throw LaunchError(info.name_expression + " is compiled for " + info.arch + " only (arch='" + info.arch +
                       "'); specialize with a device to launch");

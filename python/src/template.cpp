@@ -359,27 +359,21 @@ PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   std::size_t n = 0;
   PyObject* device = nullptr;
   PyObject* arch = nullptr;
-  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t i = 0; i < nkw; ++i) {
-    Py_ssize_t len = 0;
-    const char* s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kwnames, i), &len);
-    if (!s) throw py::error_already_set();
-    const std::string_view name(s, static_cast<std::size_t>(len));
-    PyObject* value = args[i];
+  for_each_kwarg(args, nargs, kwnames, [&](std::string_view name, PyObject* value) {
     if (name == "device") {
       device = value;
-      continue;
+      return;
     }
     if (name == "arch") {
       arch = value;
-      continue;
+      return;
     }
     std::size_t j = 0;
     while (j < np && decl.template_params[j].name != name) ++j;
     if (j == np) unknown_param(fam, name);
     list.set(j, to_arg(decl.template_params[j], decl, value));
     if (j + 1 > n) n = j + 1;
-  }
+  });
   for (std::size_t j = 0; j < n; ++j) {
     if (list.given(j)) continue;
     const TemplateParam& p = decl.template_params[j];

@@ -3,7 +3,7 @@ KJIT_RECORD (cache A), warm an EMPTY cache B for this GPU's target with `python 
 the workload again with KJIT_CACHE_DIR=B and KJIT_CACHE_MODE=strict: zero compiles, identical results."""
 
 import json
-import textwrap
+import pathlib
 
 import pytest
 
@@ -11,23 +11,8 @@ from conftest import run_python
 
 pytestmark = pytest.mark.gpu
 
-WORKLOAD = """
-import sys, kjit, torch
-torch.manual_seed(0)
-x32 = torch.randn(4097, device="cuda")
-x16 = torch.randn(1000, device="cuda", dtype=torch.float16)
-img_a = torch.randint(0, 256, (7, 13, 3), device="cuda", dtype=torch.uint8)
-img_b = torch.randint(0, 256, (2, 64, 48, 3), device="cuda", dtype=torch.uint8)
-out = {
-    "add32": kjit.ops.add_constant(x32, 1.5),
-    "add16": kjit.ops.add_constant(x16, -2.0),
-    "gray_a": kjit.ops.rgb_to_gray(img_a),
-    "gray_b": kjit.ops.rgb_to_gray(img_b),
-}
-torch.cuda.synchronize()
-torch.save({k: v.cpu() for k, v in out.items()}, sys.argv[1])
-print(kjit.stats()["compiles"])
-"""
+# The example's own workload (walk.sh runs it too): a few built-in ops; prints "compiles: N".
+WORKLOAD = pathlib.Path(__file__).resolve().parents[2] / "examples" / "deploy" / "workload.py"
 
 
 def test_record_warm_strict_loop(tmp_path):
@@ -35,8 +20,7 @@ def test_record_warm_strict_loop(tmp_path):
 
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
-    script = tmp_path / "workload.py"
-    script.write_text(textwrap.dedent(WORKLOAD))
+    script = WORKLOAD
     manifest = tmp_path / "manifest.json"
     cache_a, cache_b = tmp_path / "cache-a", tmp_path / "cache-b"
 
