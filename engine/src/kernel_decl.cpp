@@ -37,7 +37,15 @@ std::vector<Token> tokenize(const std::string& s) {
           i += 2;
           continue;
         }
-        if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') break;
+        if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') {  // a comment inside the directive: skip it
+          i += 2;
+          while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
+            if (s[i] == '\n') ++line;
+            ++i;
+          }
+          i += 2;
+          continue;
+        }
         ++i;
       }
       continue;
@@ -124,12 +132,15 @@ std::size_t match_close(const std::vector<Token>& t, std::size_t open) {
 std::vector<std::vector<Token>> split_commas(const std::vector<Token>& t, std::size_t b, std::size_t e) {
   std::vector<std::vector<Token>> out;
   std::vector<Token> cur;
-  int depth = 0;
+  // Angle brackets count only outside parentheses and brackets: `int N = (sizeof(T) > 2 ? 4 : 8)`.
+  int paren = 0, angle = 0;
   for (std::size_t i = b; i < e; ++i) {
     const std::string& x = t[i].text;
-    if (x == "(" || x == "<" || x == "[" || x == "{") ++depth;
-    if (x == ")" || x == ">" || x == "]" || x == "}") --depth;
-    if (x == "," && depth == 0) {
+    if (x == "(" || x == "[" || x == "{") ++paren;
+    else if (x == ")" || x == "]" || x == "}") --paren;
+    else if (x == "<" && paren == 0) ++angle;
+    else if (x == ">" && paren == 0) --angle;
+    if (x == "," && paren == 0 && angle == 0) {
       out.push_back(std::move(cur));
       cur.clear();
       continue;
@@ -224,6 +235,8 @@ const char* to_string(TemplateParam::Kind kind) noexcept {
   return "?";
 }
 
+std::string KernelDecl::qualified_name() const { return scope.empty() ? name : scope + "::" + name; }
+
 const TemplateParam* KernelDecl::find_param(const std::string& n) const {
   for (const auto& p : template_params)
     if (p.name == n) return &p;
@@ -248,7 +261,29 @@ std::vector<KernelDecl> parse_kernel_decls(const std::string& source) {
   // Where the most recent template head ended, and its parameters.
   std::size_t head_end = std::string::npos;
   std::vector<TemplateParam> head;
+  // Enclosing namespaces: (name, brace depth inside it); anonymous ones have an empty name.
+  std::vector<std::pair<std::string, int>> scopes;
+  int braces = 0;
   for (std::size_t i = 0; i < t.size(); ++i) {
+    if (t[i].text == "namespace") {
+      std::string name;
+      std::size_t j = i + 1;
+      while (j < t.size() && (t[j].ident || t[j].text == "::")) name += t[j++].text;
+      if (j < t.size() && t[j].text == "{") {
+        scopes.emplace_back(name, ++braces);
+        i = j;
+      }
+      continue;
+    }
+    if (t[i].text == "{") {
+      ++braces;
+      continue;
+    }
+    if (t[i].text == "}") {
+      if (!scopes.empty() && scopes.back().second == braces) scopes.pop_back();
+      --braces;
+      continue;
+    }
     if (t[i].text == "template" && i + 1 < t.size() && t[i + 1].text == "<") {
       std::size_t close = match_close(t, i + 1);
       head.clear();
@@ -288,6 +323,8 @@ std::vector<KernelDecl> parse_kernel_decls(const std::string& source) {
     }
     if (open >= t.size() || open == 0 || !t[open - 1].ident) continue;
     k.name = t[open - 1].text;
+    for (const auto& [ns, depth] : scopes)
+      if (!ns.empty()) k.scope += (k.scope.empty() ? "" : "::") + ns;
     std::size_t close = match_close(t, open);
     for (auto& p : split_commas(t, open + 1, close)) {
       if (p.empty() || (p.size() == 1 && p[0].text == "void")) continue;
@@ -319,7 +356,7 @@ std::vector<KernelDecl> parse_kernel_decls(const std::string& source) {
       k.template_params = head;
     }
     head_end = std::string::npos;
-    if (seen.insert(k.name).second) out.push_back(std::move(k));
+    if (seen.insert(k.qualified_name()).second) out.push_back(std::move(k));
     i = close;
   }
   return out;

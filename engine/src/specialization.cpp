@@ -47,7 +47,7 @@ Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::
       rendered.push_back(*p.default_value);
     }
   }
-  name_expression_ = k.name;
+  name_expression_ = k.qualified_name();
   if (k.is_template) {
     name_expression_ += "<";
     for (std::size_t i = 0; i < rendered.size(); ++i) name_expression_ += (i ? ", " : "") + rendered[i];

@@ -90,8 +90,9 @@ class IncludeResolver {
         candidates.emplace_back(including_dir, false);
         if (!base_dir_.empty()) candidates.emplace_back(base_dir_, false);
       }
-      candidates.emplace_back(builtin_templates_dir(), false);
+      // The user's folders before kjit's own, so that kjit never shadows a header of the user's.
       for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
+      candidates.emplace_back(builtin_templates_dir(), false);
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
       bool found = false;
       for (const auto& [dir, is_cuda] : candidates) {
@@ -249,10 +250,12 @@ std::vector<std::string> Template::builtin_names() {
 }
 
 const KernelDecl& Template::kernel(const std::string& name) const {
+  for (const auto& k : kernels_)  // by qualified name ("mylib::k") first, then by plain name
+    if (k.qualified_name() == name) return k;
   for (const auto& k : kernels_)
     if (k.name == name) return k;
   std::string names;
-  for (const auto& k : kernels_) names += (names.empty() ? "" : ", ") + k.name;
+  for (const auto& k : kernels_) names += (names.empty() ? "" : ", ") + k.qualified_name();
   throw ValueError("template '" + name_ + "' has no __global__ kernel named '" + name + "' (it declares: " +
                    (names.empty() ? std::string("none") : names) + ")");
 }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "kjit/error.hpp"
+#include "dtypes.hpp"
 #include "launch.hpp"
 #include "objects.hpp"
 
@@ -122,6 +123,11 @@ void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgS
       throw ValueError("argument '" + p.name + "' of " + L.kernel() + " is on " + d.str() +
                        ", but the kernel runs on cuda:" + std::to_string(device) + "; move it with " + p.name +
                        ".to('cuda:" + std::to_string(device) + "') or specialize for its device");
+    if (p.pointee && dtype_of(t.scalar_type()) != p.pointee)
+      throw TypeError("argument '" + p.name + "' of " + L.kernel() + " points to " + dtype_name(*p.pointee) +
+                      " elements, got a tensor of " + std::string(c10::toString(t.scalar_type())) +
+                      "; convert it with " + p.name + ".to(torch." + dtype_name(*p.pointee) +
+                      ") or specialize the kernel for its dtype");
     return L.pack_pointer(i, t.data_ptr(), slot);
   }
   pack_number(L, i, v, slot);

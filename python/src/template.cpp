@@ -19,6 +19,7 @@
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 #include "kjit/specialization.hpp"
+#include "dtypes.hpp"
 #include "launch.hpp"
 #include "objects.hpp"
 
@@ -26,25 +27,6 @@ namespace kjit::python {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::optional<DType> dtype_of(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float: return DType::Float32;
-    case c10::ScalarType::Double: return DType::Float64;
-    case c10::ScalarType::Half: return DType::Float16;
-    case c10::ScalarType::BFloat16: return DType::BFloat16;
-    case c10::ScalarType::Char: return DType::Int8;
-    case c10::ScalarType::Short: return DType::Int16;
-    case c10::ScalarType::Int: return DType::Int32;
-    case c10::ScalarType::Long: return DType::Int64;
-    case c10::ScalarType::Byte: return DType::UInt8;
-    case c10::ScalarType::UInt16: return DType::UInt16;
-    case c10::ScalarType::UInt32: return DType::UInt32;
-    case c10::ScalarType::UInt64: return DType::UInt64;
-    case c10::ScalarType::Bool: return DType::Bool;
-    default: return std::nullopt;
-  }
-}
 
 std::string prefix(const TemplateParam& p, const KernelDecl& k) {
   return "template parameter '" + p.name + "' of kernel '" + k.name + "'";

@@ -194,3 +194,17 @@ TEST(Compile, StrictModeFindsWhatReadwriteCompiled) {
   EXPECT_EQ(b.origin, Origin::Disk);
   EXPECT_EQ(a.key, b.key);
 }
+
+TEST(Compile, KernelInANamespaceCompilesUnderItsQualifiedName) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  auto t = Template::from_string(
+      "namespace mylib { template <typename T> __global__ void scale(T* p, T s) { p[threadIdx.x] *= s; } }\n",
+      "ns.cu");
+  Specialization by_plain(t, "scale", {{"T", TemplateArg::type(DType::Float32)}});
+  EXPECT_EQ(by_plain.name_expression(), "mylib::scale<float>");
+  Specialization by_qualified(t, "mylib::scale", {{"T", TemplateArg::type(DType::Float64)}});
+  Prepared p = engine.prepare(by_qualified, Target::parse("sm_90"));
+  EXPECT_EQ(p.meta.name_expression, "mylib::scale<double>");
+  EXPECT_FALSE(p.meta.lowered_name.empty());
+}

@@ -1,6 +1,8 @@
 // The template parser: kernels, template parameters and function parameters are found by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kjit/kernel_decl.hpp"
 
 using namespace kjit;
@@ -65,4 +67,44 @@ TEST(KernelDecl, UnsupportedParameterKindsAreMarked) {
   ASSERT_EQ(ks[0].template_params.size(), 2u);
   EXPECT_EQ(ks[0].template_params[0].kind, TemplateParam::Kind::Unsupported);
   EXPECT_EQ(ks[0].template_params[1].kind, TemplateParam::Kind::Unsupported);
+}
+
+TEST(KernelDecl, ComparisonsInsideParenthesesDoNotSplitOrMergeParameters) {
+  auto ks = parse_kernel_decls(
+      "template <typename T, int VEC = (sizeof(T) > 2 ? 4 : 8), int BLOCK = 256>\n"
+      "__global__ void k(T* p) {}\n");
+  ASSERT_EQ(ks.size(), 1u);
+  ASSERT_EQ(ks[0].template_params.size(), 3u);
+  EXPECT_EQ(ks[0].template_params[1].name, "VEC");
+  std::string dflt = *ks[0].template_params[1].default_value;
+  dflt.erase(std::remove(dflt.begin(), dflt.end(), ' '), dflt.end());
+  EXPECT_EQ(dflt, "(sizeof(T)>2?4:8)");
+  EXPECT_EQ(ks[0].template_params[2].name, "BLOCK");
+}
+
+TEST(KernelDecl, CommentInsideADirectiveDoesNotLeakCode) {
+  auto ks = parse_kernel_decls(
+      "#define DECL /* helper */ __global__ void fake(float* x)\n"
+      "__global__ void real(float* x) {}\n");
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].name, "real");
+  EXPECT_EQ(ks[0].line, 2);
+}
+
+TEST(KernelDecl, KernelsInNamespacesAreQualified) {
+  auto ks = parse_kernel_decls(R"(
+    namespace mylib { namespace detail {
+      template <typename T> __global__ void k(T* p) {}
+    } }
+    namespace {
+      __global__ void hidden(float* p) { if (p) { p[0] = 1; } }
+    }
+    namespace a::b { __global__ void nested(float* p) {} }
+    __global__ void top(float* p) {}
+  )");
+  ASSERT_EQ(ks.size(), 4u);
+  EXPECT_EQ(ks[0].qualified_name(), "mylib::detail::k");
+  EXPECT_EQ(ks[1].qualified_name(), "hidden");
+  EXPECT_EQ(ks[2].qualified_name(), "a::b::nested");
+  EXPECT_EQ(ks[3].qualified_name(), "top");
 }

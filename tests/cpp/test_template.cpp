@@ -92,3 +92,12 @@ TEST(Target, ParsesAndRejects) {
   EXPECT_THROW(Target::parse("compute_90a"), ValueError);
   EXPECT_THROW(Target::parse("sm_20"), ValueError);
 }
+
+TEST(Template, UserIncludeDirsComeBeforeKjitsOwnHeaders) {
+  TempDir dir;
+  // The user has a header with the same include name as one of kjit's built-in helpers.
+  write_file(dir / "inc" / "detail" / "numeric.cuh", "#pragma once\n// the user's own\n");
+  auto t = Template::from_string("#include <detail/numeric.cuh>\n__global__ void k() {}\n", "u.cu", {dir / "inc"});
+  ASSERT_FALSE(t->headers().empty());
+  EXPECT_EQ(t->headers()[0].bytes, "#pragma once\n// the user's own\n");
+}

@@ -229,3 +229,16 @@ def test_kernel_metadata_on_device(add):
     assert k.param_sizes in (None, [8, 8, 4, 8])
     assert k.target.startswith(("sm_", "compute_"))
     assert "on cuda:" in repr(k)
+
+
+@pytest.mark.gpu
+def test_launch_rejects_a_tensor_of_another_dtype_than_the_pointer():
+    k = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=1)
+    x = torch.ones(8, device="cuda", dtype=torch.float16)
+    y = torch.empty(8, device="cuda")
+    with pytest.raises(kjit.TypeError) as e:
+        k.launch(1, 32, x, y, 1.0, 8)
+    assert str(e.value).startswith("argument 'x' of add_constant<float, 1>")
+    assert "points to float32 elements, got a tensor of Half" in str(e.value)
+    k.launch(1, 32, x.float(), y, 1.0, 8)  # the process stays usable
+    torch.testing.assert_close(y, torch.full_like(y, 2.0))

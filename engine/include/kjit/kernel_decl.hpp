@@ -24,7 +24,8 @@ struct FunctionParam {
 };
 
 struct KernelDecl {
-  std::string name;
+  std::string name;   // as declared ("k")
+  std::string scope;  // enclosing named namespaces ("mylib::detail"), empty at global scope
   std::vector<TemplateParam> template_params;
   std::vector<FunctionParam> params;
   bool is_template = false;
@@ -32,6 +33,8 @@ struct KernelDecl {
   int line = 0;  // 1-based line of `__global__`
 
   const TemplateParam* find_param(const std::string& name) const;
+  // "mylib::k": what name expressions use.
+  std::string qualified_name() const;
   // "T (type), VEC (int), N (long long) = 4" for error messages.
   std::string describe_params() const;
 };

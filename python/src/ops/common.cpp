@@ -1,5 +1,7 @@
 #include "common.hpp"
 
+#include "../dtypes.hpp"
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -18,23 +20,8 @@ std::string torch_name(at::ScalarType t) { return "torch." + c10::getDtypeNames(
 }  // namespace
 
 DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Float: return DType::Float32;
-    case at::ScalarType::Double: return DType::Float64;
-    case at::ScalarType::Half: return DType::Float16;
-    case at::ScalarType::BFloat16: return DType::BFloat16;
-    case at::ScalarType::Char: return DType::Int8;
-    case at::ScalarType::Short: return DType::Int16;
-    case at::ScalarType::Int: return DType::Int32;
-    case at::ScalarType::Long: return DType::Int64;
-    case at::ScalarType::Byte: return DType::UInt8;
-    case at::ScalarType::UInt16: return DType::UInt16;
-    case at::ScalarType::UInt32: return DType::UInt32;
-    case at::ScalarType::UInt64: return DType::UInt64;
-    case at::ScalarType::Bool: return DType::Bool;
-    default:
-      throw TypeError("dtype " + torch_name(t) + " has no kjit element type: allowed " + dtype_names());
-  }
+  if (auto d = python::dtype_of(t)) return *d;
+  throw TypeError("dtype " + torch_name(t) + " has no kjit element type: allowed " + dtype_names());
 }
 
 [[noreturn]] void fail_value(const char* op, const std::string& message) {
