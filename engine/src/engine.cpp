@@ -56,7 +56,8 @@ const char* to_string(Origin o) noexcept {
   return "?";
 }
 
-Engine::Engine(Settings settings) : settings_(std::move(settings)) {
+Engine::Engine(Settings settings)
+    : settings_(std::move(settings)), shape_policy_(settings_.max_specializations) {
   if (settings_.record_path) recorder_ = std::make_unique<Recorder>(*settings_.record_path, settings_.lock_timeout_s);
 }
 

@@ -3,8 +3,12 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <cstdint>
+#include <string_view>
+
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/engine.hpp"
+#include "kjit/shape_policy.hpp"
 #include "kjit/template.hpp"
 #include "objects.hpp"
 
@@ -22,10 +26,37 @@ void bind_engine(py::module_& m) {
         d["compile_ms"] = s.compile_ms;
         d["disk_load_ms"] = s.disk_load_ms;
         d["strict_misses"] = s.strict_misses;
+        const ShapePolicy& policy = Engine::global().shape_policy();
+        py::list specializations;
+        for (const ShapePolicyEntry& e : policy.report()) {
+          py::dict p;
+          p["kernel"] = e.kernel;
+          p["param"] = e.param;
+          p["specialized_values"] = e.specialized_values;
+          p["generic_values"] = e.generic_values;
+          p["saturated"] = e.saturated;
+          specializations.append(std::move(p));
+        }
+        d["specializations"] = std::move(specializations);
+        d["max_specializations"] = policy.max_values();
         return d;
       },
-      "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses.");
-  m.def("reset_stats", [] { Engine::global().reset_stats(); }, "Sets every counter of stats() to zero.");
+      "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
+      "specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, "
+      "saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).");
+  m.def("reset_stats", [] { Engine::global().reset_stats(); },
+        "Sets every counter of stats() to zero (the specialization policy is state and is kept).");
+  m.def(
+      "admit_shape",
+      [](std::string_view kernel, std::string_view param, std::int64_t value) {
+        return Engine::global().shape_policy().admit(kernel, param, value);
+      },
+      py::arg("kernel"), py::arg("param"), py::arg("value"),
+      "The value to specialize shape parameter `param` of `kernel` on: `value` while the kernel has seen at "
+      "most KJIT_MAX_SPECIALIZATIONS distinct values of it, else 0 (its generic variant, the size as a "
+      "runtime argument; a warning says so once). 0 in gives 0 and counts nothing.");
+  m.def("reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
+        "Forgets every value admit_shape() has seen (for tests).");
   m.def(
       "clear_memory",
       [] {

@@ -22,6 +22,7 @@
 #include "kjit/compiler.hpp"
 #include "kjit/module.hpp"
 #include "kjit/settings.hpp"
+#include "kjit/shape_policy.hpp"
 #include "kjit/specialization.hpp"
 
 namespace kjit {
@@ -113,6 +114,12 @@ class Engine {
   // Counts a hot-path hit (find() does not, so that callers decide what a hit is).
   void count_memory_hit() noexcept { memory_hits_.fetch_add(1, std::memory_order_relaxed); }
 
+  // How many distinct values of a shape parameter each kernel specializes on
+  // (settings.max_specializations, KJIT_MAX_SPECIALIZATIONS). State, not a counter: reset_stats()
+  // leaves it alone.
+  ShapePolicy& shape_policy() noexcept { return shape_policy_; }
+  const ShapePolicy& shape_policy() const noexcept { return shape_policy_; }
+
   EngineStats stats() const;
   void reset_stats();
   // Drops every loaded kernel of this process (the disk cache is untouched).
@@ -131,6 +138,7 @@ class Engine {
   std::once_flag disk_once_;
   std::unique_ptr<cache::DiskCache> disk_;
   std::unique_ptr<Recorder> recorder_;  // KJIT_RECORD
+  ShapePolicy shape_policy_;
 
   mutable std::shared_mutex table_mu_;
   std::unordered_map<SpecKey, std::shared_ptr<const LoadedKernel>, SpecKeyHash> fast_;
