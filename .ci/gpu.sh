@@ -3,7 +3,8 @@
 # with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources: ../shared/device/prepare-deps.sh plus
 # `apt-get download libgtest-dev googletest`). Builds everything, runs every test (GPU ones included) and
 # the benchmarks; logs go to $OUT (or ./gpu-out).
-#   bash .ci/gpu.sh [build|test|bench|all]...   (default: all)
+#   bash .ci/gpu.sh [build|test|bench|bandwidth|libtest|all]...   (default: all)
+# libtest: only the kernel library's tests (tests/python/test_library_*.py); not part of all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -16,7 +17,7 @@ PY=${PYTHON:-python3}
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(all)
-has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ]; } && return 0; done; return 1; }
 rc=0
 
 if has build; then
@@ -41,5 +42,16 @@ if has bench; then
   ./build/bench/launch_overhead 20000 2>&1 | tee "$OUT/bench_launch_overhead.json"
   $PY bench/bench_python.py ${BENCH_ARGS:-} --json "$OUT/bench_python.json" > "$OUT/bench_python.log" 2>&1
   tail -n 80 "$OUT/bench_python.log"
+fi
+if has libtest; then
+  (cd tests/python && $PY -m pytest -q -p no:cacheprovider -rs test_library_compile.py test_library_gpu.py \
+    > "$OUT/pytest_library.log" 2>&1) || rc=1
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_library.log" | head -40
+  tail -n 3 "$OUT/pytest_library.log"
+fi
+if has bandwidth; then
+  $PY bench/bench_bandwidth.py ${BENCH_ARGS:-} --json "$OUT/bench_bandwidth.json" --markdown "$OUT/bench_bandwidth.md" \
+    > "$OUT/bench_bandwidth.log" 2>&1 || rc=1
+  tail -n 60 "$OUT/bench_bandwidth.log"
 fi
 exit $rc

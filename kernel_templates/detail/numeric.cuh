@@ -18,6 +18,14 @@ __device__ __forceinline__ acc_t<T> widen(T v) { return static_cast<acc_t<T>>(v)
 template <typename T>
 __device__ __forceinline__ T narrow(acc_t<T> v) { return static_cast<T>(v); }
 
+// C(v) for every element type and compute type: the half types convert to double through float.
+template <typename C, typename T>
+__device__ __forceinline__ C to(T v) { return static_cast<C>(v); }
+template <> __device__ __forceinline__ double to<double, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ double to<double, __nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
 // N elements loaded and stored as one aligned access (16 bytes at most, e.g. 4 floats, 8 halves).
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {

@@ -33,6 +33,7 @@ from ._C import (
     reset_stats,
     stats,
 )
+from .elementwise import Elementwise, elementwise
 from .launcher import Launcher, arg, cdiv, launcher
 
 __version__ = _C.__version__
@@ -82,6 +83,7 @@ __all__ = [
     "CacheMissError",
     "CompileError",
     "DriverError",
+    "Elementwise",
     "Error",
     "Kernel",
     "KernelFamily",
@@ -93,6 +95,7 @@ __all__ = [
     "cache_info",
     "cdiv",
     "clear_memory",
+    "elementwise",
     "launcher",
     "reset_stats",
     "stats",

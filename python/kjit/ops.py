@@ -23,11 +23,35 @@ warm-up call, since compiling during capture is an error).
 
 Inputs must be contiguous CUDA tensors of one device and one dtype; anything else raises
 ``ValueError`` / ``TypeError`` saying what was received and what to do.
+
+The kernel library (kjit/library/, templates in kernel_templates/; float32, float16, bfloat16 and
+float64; any layout, made contiguous where a row kernel needs it):
+
+``relu(x)``, ``sigmoid(x)``, ``tanh(x)``, ``silu(x)``, ``gelu(x, approximate='none'|'tanh')``
+    Activations built on kjit.elementwise, with backward (``*_backward``).
+``sum``, ``mean``, ``amax``, ``amin`` ``(x, dim=-1, keepdim=False)``
+    Reductions over any one dim; half types accumulate in float.
+``softmax(x, dim=-1)``, ``log_softmax(x, dim=-1)``
+    Over the last dim, with backward.
+``layer_norm(x, weight=None, bias=None, eps=1e-5)``, ``rms_norm(x, weight=None, eps=1e-6)``
+    Over the last dim, with backward (dx, dweight, dbias).
+``max_pool2d(x, kernel_size, stride=kernel_size, padding=0)``, ``avg_pool2d(..., count_include_pad=True)``
+    NCHW, window specialized, with backward.
+
+Row kernels specialize on the row length up to ``KJIT_MAX_SPECIALIZATIONS`` distinct lengths per
+kernel, then run a generic variant (a warning says so once; ``kjit.stats()["specializations"]``).
 """
 
 import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.kjit.*)
+from .library.activations import (gelu, gelu_backward, relu, relu_backward, sigmoid, sigmoid_backward, silu,
+                                  silu_backward, tanh, tanh_backward)
+from .library.norms import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
+from .library.pooling import avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward
+from .library.reductions import amax, amin, mean
+from .library.reductions import sum  # noqa: A004  (kjit.ops.sum, as torch.sum)
+from .library.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 
 add_constant = torch.ops.kjit.add_constant.default
 rgb_to_gray = torch.ops.kjit.rgb_to_gray.default
@@ -35,4 +59,10 @@ outer = torch.ops.kjit.outer.default
 outer_backward = torch.ops.kjit.outer_backward.default
 fused_update = torch.ops.kjit.fused_update.default
 
-__all__ = ["add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update"]
+__all__ = [
+    "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update",
+    "relu", "relu_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward",
+    "gelu", "gelu_backward", "sum", "mean", "amax", "amin", "softmax", "softmax_backward", "log_softmax",
+    "log_softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+    "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+]

@@ -1,0 +1,61 @@
+// Device math for kjit.elementwise expressions and the activation ops: each function is defined for
+// the compute types (float, double; half types compute in float) and, where it makes sense, integers.
+// Backward helpers take the gradient first: silu_backward(g, x) = g * d silu(x) / dx. Those written in
+// terms of the forward output (relu, sigmoid, tanh) take y, as PyTorch's own backward kernels do.
+#pragma once
+
+namespace kjit_math {
+
+__device__ __forceinline__ float exp_(float x) { return expf(x); }
+__device__ __forceinline__ double exp_(double x) { return ::exp(x); }
+__device__ __forceinline__ float log_(float x) { return logf(x); }
+__device__ __forceinline__ double log_(double x) { return ::log(x); }
+__device__ __forceinline__ float erf_(float x) { return erff(x); }
+__device__ __forceinline__ double erf_(double x) { return ::erf(x); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
+
+template <typename C> __device__ __forceinline__ C relu(C x) { return x > C(0) ? x : C(0); }
+template <typename C> __device__ __forceinline__ C relu_backward(C g, C y) { return y > C(0) ? g : C(0); }
+
+template <typename C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp_(-x)); }
+template <typename C> __device__ __forceinline__ C sigmoid_backward(C g, C y) { return g * y * (C(1) - y); }
+
+template <typename C> __device__ __forceinline__ C tanh_backward(C g, C y) { return g * (C(1) - y * y); }
+
+template <typename C> __device__ __forceinline__ C silu(C x) { return x / (C(1) + exp_(-x)); }
+template <typename C> __device__ __forceinline__ C silu_backward(C g, C x) {
+  const C s = sigmoid(x);
+  return g * s * (C(1) + x * (C(1) - s));
+}
+
+// gelu(x) = x * Phi(x), Phi the standard normal CDF (PyTorch's approximate='none').
+template <typename C> __device__ __forceinline__ C gelu(C x) {
+  constexpr C kInvSqrt2 = C(0.70710678118654752440);
+  return C(0.5) * x * (C(1) + erf_(x * kInvSqrt2));
+}
+template <typename C> __device__ __forceinline__ C gelu_backward(C g, C x) {
+  constexpr C kInvSqrt2 = C(0.70710678118654752440);
+  constexpr C kInvSqrt2Pi = C(0.39894228040143267794);
+  const C cdf = C(0.5) * (C(1) + erf_(x * kInvSqrt2));
+  const C pdf = kInvSqrt2Pi * exp_(C(-0.5) * x * x);
+  return g * (cdf + x * pdf);
+}
+
+// gelu with the tanh approximation (PyTorch's approximate='tanh').
+template <typename C> __device__ __forceinline__ C gelu_tanh(C x) {
+  constexpr C kBeta = C(0.79788456080286535588);  // sqrt(2 / pi)
+  constexpr C kKappa = C(0.044715);
+  const C inner = kBeta * (x + kKappa * x * x * x);
+  return C(0.5) * x * (C(1) + tanh_(inner));
+}
+template <typename C> __device__ __forceinline__ C gelu_tanh_backward(C g, C x) {
+  constexpr C kBeta = C(0.79788456080286535588);
+  constexpr C kKappa = C(0.044715);
+  const C x2 = x * x;
+  const C t = tanh_(kBeta * (x + kKappa * x2 * x));
+  const C dinner = kBeta * (C(1) + C(3) * kKappa * x2);
+  return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
+}
+
+}  // namespace kjit_math
