@@ -97,8 +97,10 @@ __device__ __forceinline__ void flat(const F& f, TO* __restrict__ out, I n, cons
   }
   if constexpr (TAIL) {
     // Fewer than VEC elements after the last whole vector: the first threads of the grid take them.
-    const I i = n_vec * VEC + static_cast<I>(blockIdx.x) * kBlock + static_cast<I>(threadIdx.x);
-    if (blockIdx.x == 0 && i < n) out[i] = static_cast<TO>(inputs.apply_at(f, i));
+    if (blockIdx.x == 0) {
+      const I i = n_vec * VEC + static_cast<I>(threadIdx.x);
+      if (i < n) out[i] = static_cast<TO>(inputs.apply_at(f, i));
+    }
   }
 }
 

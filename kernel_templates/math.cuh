@@ -6,7 +6,13 @@
 
 namespace kjit_math {
 
+// KJIT_FAST_EXP (kjit.elementwise defines it for float16 / bfloat16 results): the hardware exp, whose
+// error (a few float ulp) is far below one rounding of a 16-bit result.
+#ifdef KJIT_FAST_EXP
+__device__ __forceinline__ float exp_(float x) { return __expf(x); }
+#else
 __device__ __forceinline__ float exp_(float x) { return expf(x); }
+#endif
 __device__ __forceinline__ double exp_(double x) { return ::exp(x); }
 __device__ __forceinline__ float log_(float x) { return logf(x); }
 __device__ __forceinline__ double log_(double x) { return ::log(x); }

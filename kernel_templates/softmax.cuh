@@ -2,7 +2,7 @@
 //
 // Launch: blockDim = (TPR, ROWS), ROWS rows per block, blocks loop over rows. With ITEMS > 0 each row
 // is read once into registers (ITEMS vectors of VEC per thread) and written once; ITEMS == 0 streams
-// long rows from memory (three reads and one write). D > 0 fixes the row length at compile time;
+// long rows from memory (two reads and one write). D > 0 fixes the row length at compile time;
 // D == 0 takes it from `d_runtime` (the generic variant). Half types compute in float.
 //
 //   softmax_forward:  y = exp(x - max) / sum(exp(x - max));   LOG: y = x - max - log(sum(exp(x - max)))
@@ -57,20 +57,26 @@ __global__ void __launch_bounds__(TPR * ROWS)
         kjit_rows::store_regs<T, TPR, VEC, ITEMS>(y + off, d, [&](int it, int k) { return v.v[it][k] * inv; });
       }
     } else {
-      C m = kjit_rows::Max::identity<C>();
+      // One pass for max and sum together (the sum rescaled whenever the max grows), one to write.
+      C m = kjit_rows::Max::identity<C>(), s = C(0);
       if (live)
         kjit_rows::stream<T, TPR, VEC>(x + off, d, [&](int, const C* c) {
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) m = max_op(m, c[k]);
+          for (int k = 0; k < VEC; ++k) {
+            const C e = c[k];
+            if (e > m) {
+              s = s * exp_(m - e) + C(1);
+              m = e;
+            } else if (e != e) {
+              s = e;  // NaN: the whole row becomes NaN, as in PyTorch
+            } else if (e != kjit_rows::Max::identity<C>()) {
+              s += exp_(e - m);  // -inf adds nothing (and must not compute -inf - -inf)
+            }
+          }
         });
-      m = kjit_rows::row_reduce<TPR, ROWS>(m, max_op);
-      C s = C(0);
-      if (live)
-        kjit_rows::stream<T, TPR, VEC>(x + off, d, [&](int, const C* c) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) s += exp_(c[k] - m);
-        });
-      s = kjit_rows::row_reduce<TPR, ROWS>(s, sum_op);
+      const C row_max = kjit_rows::row_reduce<TPR, ROWS>(m, max_op);
+      s = kjit_rows::row_reduce<TPR, ROWS>(m == row_max ? s : s * exp_(m - row_max), sum_op);
+      m = row_max;
       if (!live) continue;
       const C shift = m + log_(s);
       const C inv = C(1) / s;

@@ -13,6 +13,7 @@ Semantics:
   (``torch.promote_types``) unless ``dtype=`` fixes it. Scalars take the compute type.
 - Scalars are runtime kernel arguments (changing one never recompiles) unless named in
   ``specialize=``: then each distinct value is compiled into the kernel once and cached.
+- float16 / bfloat16 results use the hardware exp in kjit_math's functions (KJIT_FAST_EXP).
 - Every call is specialized on the dtypes, on the vector width (16-byte loads and stores when every
   pointer is aligned and the inputs are contiguous with the output's shape; narrower otherwise), on
   whether the size is a multiple of that width, and on the index type (32-bit when every offset fits,
@@ -37,7 +38,16 @@ from . import _C
 __all__ = ["Elementwise", "elementwise"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED = {"C", "TO", "I", "VEC", "TAIL", "out", "n", "size", "kjit_expr", "kjit_ew", "kjit_math"}
+# Names the generated code declares (template parameters of the kernels and of the expression's
+# functor), `out` (the call's keyword for the output) and C++ keywords; the generated kernel's own parameters all start with "kjit_".
+_RESERVED = {"C", "TO", "I", "VEC", "TAIL", "out"} | {
+    "alignas", "alignof", "auto", "bool", "break", "case", "catch", "char", "class", "const", "constexpr",
+    "const_cast", "continue", "decltype", "default", "delete", "do", "double", "dynamic_cast", "else", "enum",
+    "explicit", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable",
+    "namespace", "new", "noexcept", "nullptr", "operator", "private", "protected", "public", "register",
+    "reinterpret_cast", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
+    "switch", "template", "this", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned",
+    "using", "virtual", "void", "volatile", "while"}
 _SUPPORTED = (
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
     torch.int64, torch.uint8, torch.bool,
@@ -57,9 +67,10 @@ def _names(value, what: str) -> tuple[str, ...]:
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name) or name in _RESERVED \
-                or name.startswith("kjit_"):
-            raise _C.ValueError(f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers "
-                                f"other than {sorted(_RESERVED)} and not starting with 'kjit_'")
+                or name.startswith(("kjit_", "T_", "__")):
+            raise _C.ValueError(f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers, "
+                                "not C++ keywords, not C, TO, I, VEC, TAIL or out, and not starting with 'kjit_', 'T_' or "
+                                "'__'")
     return names
 
 
@@ -100,7 +111,8 @@ class Elementwise:
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
             raise _C.ValueError(f"kjit.elementwise: names {dup} are given more than once")
-        self.specialized = _names(tuple(specialize), "specialized scalar")
+        self.specialized = _names(specialize if isinstance(specialize, str) else tuple(specialize),
+                                  "specialized scalar")
         unknown = [s for s in self.specialized if s not in self.scalars]
         if unknown:
             raise _C.ValueError(f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
@@ -140,26 +152,26 @@ class Elementwise:
             "};",
             "",
             f"template <typename TO, typename C, int VEC, bool TAIL, typename I, {types}>",
-            "__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ out, I n"
+            "__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n"
             + "".join(f", const T_{n}* __restrict__ {n}" for n in self.inputs) + scalar_params + ") {",
-            f"  kjit_ew::flat<C, VEC, TAIL>(kjit_expr<C>{{{init}}}, out, n, {', '.join(self.inputs)});",
+            f"  kjit_ew::flat<C, VEC, TAIL>(kjit_expr<C>{{{init}}}, kjit_out, kjit_n, {', '.join(self.inputs)});",
             "}",
         ]
         for r in range(1, _MAX_RANK + 1):
-            sizes = ", ".join(f"I size{d}" for d in range(r))
+            sizes = ", ".join(f"I kjit_size{d}" for d in range(r))
             strided = "".join(
-                f", const T_{n}* __restrict__ {n}" + "".join(f", I {n}_stride{d}" for d in range(r))
+                f", const T_{n}* __restrict__ {n}" + "".join(f", I kjit_stride{d}_{n}" for d in range(r))
                 for n in self.inputs)
             ins = ", ".join(
-                f"kjit_ew::StridedIn<T_{n}, I, {r}>{{{n}, {{{', '.join(f'{n}_stride{d}' for d in range(r))}}}}}"
+                f"kjit_ew::StridedIn<T_{n}, I, {r}>{{{n}, {{{', '.join(f'kjit_stride{d}_{n}' for d in range(r))}}}}}"
                 for n in self.inputs)
             lines += [
                 "",
                 f"template <typename TO, typename C, typename I, {types}>",
                 f"__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise_strided{r}("
-                f"TO* __restrict__ out, I n, {sizes}{strided}{scalar_params}) {{",
-                f"  const I size[{r}] = {{{', '.join(f'size{d}' for d in range(r))}}};",
-                f"  kjit_ew::strided<C, {r}>(kjit_expr<C>{{{init}}}, out, n, size, {ins});",
+                f"TO* __restrict__ kjit_out, I kjit_n, {sizes}{strided}{scalar_params}) {{",
+                f"  const I kjit_size[{r}] = {{{', '.join(f'kjit_size{d}' for d in range(r))}}};",
+                f"  kjit_ew::strided<C, {r}>(kjit_expr<C>{{{init}}}, kjit_out, kjit_n, kjit_size, {ins});",
                 "}",
             ]
         return "\n".join(line for line in lines if line != "") + "\n"
@@ -234,7 +246,7 @@ class Elementwise:
         if out is None:
             out = torch.empty(shape, dtype=dtype, device=device)
         else:
-            self._check_out(out, shape, dtype, device)
+            self._check_out(out, shape, dtype, device, tensors)
         n = out.numel()
         if n == 0:
             return out
@@ -246,17 +258,33 @@ class Elementwise:
             self._launch_strided(tensors, out, n, dtype, spec_values, runtime)
         return out
 
-    def _check_out(self, out, shape, dtype, device):
+    def _check_out(self, out, shape, dtype, device, tensors):
         if not isinstance(out, torch.Tensor):
             raise _C.TypeError(f"{self!r}: out must be a torch.Tensor, got {_tensor_desc(out)}")
         if out.shape != shape or out.dtype != dtype or out.device != device or not out.is_contiguous():
             raise _C.ValueError(f"{self!r}: out must be a contiguous {dtype} tensor of shape {list(shape)} on "
                                 f"{device}, got {_tensor_desc(out)} (contiguous: {out.is_contiguous()})")
+        # In place (out is an input, element for element) is fine; any other overlap is not.
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        for name, t in zip(self.inputs, tensors):
+            if t.data_ptr() == lo and t.shape == out.shape and t.stride() == out.stride() and t.dtype == out.dtype:
+                continue
+            span = (max(t.shape[d] - 1, 0) * t.stride(d) for d in range(t.dim()))
+            t_hi = t.data_ptr() + (sum(span) + 1) * t.element_size()
+            if t.numel() and t.data_ptr() < hi and lo < t_hi:
+                raise _C.ValueError(f"{self!r}: out overlaps input '{name}' without being that very tensor; pass a "
+                                    "separate out (or the input itself, for in place)")
+
+    @staticmethod
+    def _options(out_dtype: torch.dtype) -> dict:
+        # 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
+        return {"defines": {"KJIT_FAST_EXP": "1"}} if out_dtype in _HALF else {}
 
     def _kernel(self, key: tuple, spec_values: tuple, kernel_name: str, device: torch.device, **params):
         k = self._kernels.get(key)
         if k is None:
-            k = self.template(spec_values).kernel(kernel_name).specialize(device=device, **params)
+            family = self.template(spec_values).kernel(kernel_name, **self._options(params["TO"]))
+            k = family.specialize(device=device, **params)
             self._kernels[key] = k
         return k
 
@@ -323,9 +351,9 @@ class Elementwise:
         params = {f"T_{n}": d for n, d in zip(self.inputs, dtypes)}
         t = self.template(tuple(float(v) for v in specialized_values))
         if rank == 0:
-            return t.kernel("kjit_elementwise").specialize(arch=arch, TO=out_dtype, C=_compute_dtype(out_dtype),
+            return t.kernel("kjit_elementwise", **self._options(out_dtype)).specialize(arch=arch, TO=out_dtype, C=_compute_dtype(out_dtype),
                                                           VEC=vec, TAIL=tail, I=index, **params)
-        return t.kernel(f"kjit_elementwise_strided{rank}").specialize(
+        return t.kernel(f"kjit_elementwise_strided{rank}", **self._options(out_dtype)).specialize(
             arch=arch, TO=out_dtype, C=_compute_dtype(out_dtype), I=index, **params)
 
     def __repr__(self) -> str:

@@ -43,6 +43,7 @@ def _gelu_kind(approximate: str) -> str:
 
 
 def _fake_like(x, *rest):
+    registry.check_tensor("activation", "x", x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -99,7 +100,12 @@ def _gelu_grad(ctx, grad):
     return gelu_backward(grad, x, ctx.approximate), None
 
 
-gelu = registry.define("gelu(Tensor x, str approximate='none') -> Tensor", _gelu, lambda x, approximate="none": _fake_like(x),
+def _gelu_fake(x, approximate="none"):
+    _gelu_kind(approximate)
+    return _fake_like(x)
+
+
+gelu = registry.define("gelu(Tensor x, str approximate='none') -> Tensor", _gelu, _gelu_fake,
                        backward=_gelu_grad, setup_context=_gelu_setup)
 
 FUNCTIONS = dict(_FORWARD)  # the Elementwise objects, for compile-only checks

@@ -83,6 +83,11 @@ def _backward(name, rms, grad, x, weight, has_bias, eps):
     return dx, dw, db
 
 
+def _fake(name, x, weight, bias):
+    _check(name, x, weight, bias)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 def _fake_backward(grad, x, weight, has_bias, eps):
     d = x.shape[-1]
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
@@ -126,12 +131,12 @@ def _rms_norm_grad(ctx, grad):
 layer_norm = registry.define(
     "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     lambda x, weight=None, bias=None, eps=1e-5: _forward("layer_norm", False, x, weight, bias, eps),
-    lambda x, weight=None, bias=None, eps=1e-5: torch.empty_like(x, memory_format=torch.contiguous_format),
+    lambda x, weight=None, bias=None, eps=1e-5: _fake("layer_norm", x, weight, bias),
     backward=_layer_norm_grad, setup_context=_layer_norm_setup)
 rms_norm = registry.define(
     "rms_norm(Tensor x, Tensor? weight=None, float eps=1e-06) -> Tensor",
     lambda x, weight=None, eps=1e-6: _forward("rms_norm", True, x, weight, None, eps),
-    lambda x, weight=None, eps=1e-6: torch.empty_like(x, memory_format=torch.contiguous_format),
+    lambda x, weight=None, eps=1e-6: _fake("rms_norm", x, weight, None),
     backward=_rms_norm_grad, setup_context=_rms_norm_setup)
 
 __all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"]

@@ -40,6 +40,8 @@ def _params(name, x, kernel_size, stride, padding):
     if ph > kh // 2 or pw > kw // 2:
         raise _C.ValueError(f"kjit.ops.{name}: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}")
     H, W = x.shape[-2], x.shape[-1]
+    if H * W > 2**31 - 1:
+        raise _C.ValueError(f"kjit.ops.{name}: planes of {H} x {W} elements are too large (at most 2^31 - 1 per plane)")
     oh, ow = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     if oh < 1 or ow < 1:
         raise _C.ValueError(f"kjit.ops.{name}: the input's spatial size {(H, W)} is too small for kernel_size "
@@ -47,8 +49,9 @@ def _params(name, x, kernel_size, stride, padding):
     return {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PH": ph, "PW": pw}, H, W, oh, ow
 
 
-def _grid(total: int) -> int:
-    return max(1, min(-(-total // _BLOCK), 2**31 - 1))
+def _grid(positions: int, planes: int) -> tuple[int, int]:
+    """Blocks over the positions of one plane (x) and over the planes (y, looped past 65535)."""
+    return (max(1, -(-positions // _BLOCK)), max(1, min(planes, 65535)))
 
 
 def _forward(name, is_max, x, kernel_size, stride, padding, count_include_pad=True):
@@ -57,7 +60,8 @@ def _forward(name, is_max, x, kernel_size, stride, padding, count_include_pad=Tr
     y = x.new_empty((*x.shape[:-2], oh, ow))
     if y.numel():
         k = _kernels.get("pool2d_forward", x.device.index, T=x.dtype, **p, MAX=is_max, COUNT_PAD=bool(count_include_pad))
-        k.launch(_grid(y.numel()), _BLOCK, x, y, y.numel(), H, W, oh, ow)
+        planes = y.numel() // (oh * ow)
+        k.launch(_grid(oh * ow, planes), _BLOCK, x, y, planes, H, W, oh, ow)
     return y
 
 
@@ -69,13 +73,17 @@ def _backward(name, is_max, grad, x, kernel_size, stride, padding, count_include
     if dx.numel():
         k = _kernels.get("pool2d_backward", x.device.index, T=x.dtype, **p, MAX=is_max,
                          COUNT_PAD=bool(count_include_pad))
-        k.launch(_grid(dx.numel()), _BLOCK, grad, x, dx, dx.numel(), H, W, oh, ow)
+        planes = dx.numel() // (H * W)
+        k.launch(_grid(H * W, planes), _BLOCK, grad, x, dx, planes, H, W, oh, ow)
     return dx
 
 
-def _fake_forward(x, kernel_size, stride=(), padding=0, count_include_pad=True):
-    _, _, _, oh, ow = _params("pool2d", x, kernel_size, stride, padding)
-    return x.new_empty((*x.shape[:-2], oh, ow))
+def _fake_forward(name):
+    def fake(x, kernel_size, stride=(), padding=0, count_include_pad=True):
+        _, _, _, oh, ow = _params(name, x, kernel_size, stride, padding)
+        return x.new_empty((*x.shape[:-2], oh, ow))
+
+    return fake
 
 
 max_pool2d_backward = registry.define(
@@ -110,12 +118,12 @@ def _avg_grad(ctx, grad):
 max_pool2d = registry.define(
     "max_pool2d(Tensor x, int[2] kernel_size, int[2] stride=[], int[2] padding=0) -> Tensor",
     lambda x, kernel_size, stride=(), padding=0: _forward("max_pool2d", True, x, kernel_size, stride, padding),
-    lambda x, kernel_size, stride=(), padding=0: _fake_forward(x, kernel_size, stride, padding),
+    _fake_forward("max_pool2d"),
     backward=_max_grad, setup_context=_setup)
 avg_pool2d = registry.define(
     "avg_pool2d(Tensor x, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool count_include_pad=True) -> Tensor",
     lambda x, kernel_size, stride=(), padding=0, count_include_pad=True: _forward(
         "avg_pool2d", False, x, kernel_size, stride, padding, count_include_pad),
-    _fake_forward, backward=_avg_grad, setup_context=_setup)
+    _fake_forward("avg_pool2d"), backward=_avg_grad, setup_context=_setup)
 
 __all__ = ["max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"]

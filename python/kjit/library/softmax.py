@@ -53,6 +53,12 @@ def _backward(name: str, grad: torch.Tensor, y: torch.Tensor, log: bool) -> torc
     return dx
 
 
+def _fake(name: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    registry.check_tensor(name, "x", x)
+    _check_dim(name, x, dim)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 def _define(name: str, log: bool):
     bwd = registry.define(f"{name}_backward(Tensor grad, Tensor output) -> Tensor",
                           lambda grad, output: _backward(f"{name}_backward", grad, output, log),
@@ -67,8 +73,7 @@ def _define(name: str, log: bool):
 
     fwd = registry.define(f"{name}(Tensor x, int dim=-1) -> Tensor",
                           lambda x, dim=-1: _forward(name, x, dim, log),
-                          lambda x, dim=-1: torch.empty_like(x, memory_format=torch.contiguous_format),
-                          backward=backward, setup_context=setup_context)
+                          lambda x, dim=-1: _fake(name, x, dim), backward=backward, setup_context=setup_context)
     return fwd, bwd
 
 
