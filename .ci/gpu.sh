@@ -4,7 +4,8 @@
 # `apt-get download libgtest-dev googletest`). Builds everything, runs every test (GPU ones included) and
 # the benchmarks; logs go to $OUT (or ./gpu-out).
 #   bash .ci/gpu.sh [build|test|bench|bandwidth|libtest|all]...   (default: all)
-# libtest: only the kernel library's tests (tests/python/test_library_*.py); not part of all.
+# libtest: only the kernel library's tests (tests/python/test_library_*.py); memcheck: the library's GPU tests
+# (not the gigabyte-sized ones) under compute-sanitizer memcheck; neither is part of all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -17,7 +18,7 @@ PY=${PYTHON:-python3}
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(all)
-has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ]; } && return 0; done; return 1; }
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ] && [ "$1" != memcheck ]; } && return 0; done; return 1; }
 rc=0
 
 if has build; then
@@ -48,6 +49,17 @@ if has libtest; then
     > "$OUT/pytest_library.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_library.log" | head -40
   tail -n 3 "$OUT/pytest_library.log"
+fi
+if has memcheck; then
+  # Without the caching allocator every tensor is its own allocation, so memcheck sees any overrun.
+  # API errors are not reported: Kernel counts a kernel's parameters by probing cuKernelGetParamInfo until
+  # it answers CUDA_ERROR_INVALID_VALUE (the driver has no count query), which is by design.
+  (cd tests/python && PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
+    --report-api-errors no \
+    --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile}" \
+    test_library_gpu.py > "$OUT/memcheck.log" 2>&1) || rc=1
+  grep -E "^(FAILED|ERROR)|ERROR SUMMARY|Invalid" "$OUT/memcheck.log" | sort | uniq -c | head -20
+  tail -n 3 "$OUT/memcheck.log"
 fi
 if has bandwidth; then
   $PY bench/bench_bandwidth.py ${BENCH_ARGS:-} --json "$OUT/bench_bandwidth.json" --markdown "$OUT/bench_bandwidth.md" \

@@ -1,0 +1,539 @@
+"""The kernel library without a GPU: every template kernel and activation compiles for sm_80 / sm_90 /
+sm_100 in every floating dtype; kjit.elementwise's argument errors and generated source; the ops'
+CPU-tensor errors, Meta / fake-tensor shapes (dim / keepdim rules, pool output sizes) and parameter errors.
+
+conftest.py gives this process a fresh KJIT_CACHE_DIR before kjit is imported, so the compile tests
+compile for real (NVRTC) rather than finding the kernels in a warm cache.
+"""
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kjit
+from kjit import ops
+from kjit.library import activations
+
+FLOATING = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+ARCHS = ["sm_80", "sm_90", "sm_100"]
+ORIGINS = ("compiled", "disk", "memory")
+_WORKERS = max(2, min(4, os.cpu_count() or 2))  # compile_only releases the GIL while NVRTC runs
+
+
+def meta(*shape, dtype=torch.float32):
+    return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+
+def itemsize(dtype):
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def acc(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ---- compile-only: every template kernel and activation, per arch and dtype ------------------------------
+
+
+def _template_jobs(dtype):
+    """(template, kernel, params) for one dtype: a register variant with D specialized, the D=0 generic
+    variant and the ITEMS=0 streamed variant where the kernel has them, every OP / LOG / RMS / MAX."""
+    v = 16 // itemsize(dtype)
+    a = acc(dtype)
+    rows = lambda tpr, rpb, vec, items, d: dict(TPR=tpr, ROWS=rpb, VEC=vec, ITEMS=items, D=d)  # noqa: E731
+    pool = lambda kh, kw, sh, sw, ph, pw: dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw)  # noqa: E731
+    return [
+        # reduce: rows in registers (D specialized), streamed (generic), registers generic; columns.
+        ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=0, **rows(128, 2, v, 2, 2 * 128 * v))),
+        ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=1, **rows(1024, 1, 1, 0, 0))),
+        ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=2, **rows(32, 8, 1, 1, 0))),
+        ("reduce", "reduce_cols", dict(T=dtype, TO=dtype, OP=0, VEC=v)),
+        ("reduce", "reduce_cols", dict(T=dtype, TO=a, OP=1, VEC=v)),   # first pass of a split reduction
+        ("reduce", "reduce_cols", dict(T=a, TO=dtype, OP=2, VEC=16 // itemsize(a))),  # its second pass
+        # softmax: registers with D, streamed, registers generic.
+        ("softmax", "softmax_forward", dict(T=dtype, **rows(256, 1, v, 1, 256 * v), LOG=False)),
+        ("softmax", "softmax_forward", dict(T=dtype, **rows(1024, 1, 1, 0, 0), LOG=True)),
+        ("softmax", "softmax_backward", dict(T=dtype, **rows(128, 2, v, 2, 0), LOG=True)),
+        ("softmax", "softmax_backward", dict(T=dtype, **rows(1024, 1, v, 0, 0), LOG=False)),
+        # norm: registers only (ITEMS > 0); D specialized and generic.
+        ("norm", "norm_forward", dict(T=dtype, **rows(256, 1, v, 1, 256 * v), RMS=False, HAS_W=True, HAS_B=True)),
+        ("norm", "norm_forward", dict(T=dtype, **rows(32, 8, 1, 1, 0), RMS=True, HAS_W=False, HAS_B=False)),
+        ("norm", "norm_backward", dict(T=dtype, **rows(128, 2, v, 2, 2 * 128 * v), RMS=False, HAS_W=True, HAS_B=True)),
+        ("norm", "norm_backward", dict(T=dtype, **rows(1024, 1, 1, 4, 0), RMS=True, HAS_W=True, HAS_B=False)),
+        # pool: max and avg both ways.
+        ("pool", "pool2d_forward", dict(T=dtype, **pool(3, 3, 2, 2, 1, 1), MAX=True, COUNT_PAD=True)),
+        ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
+        ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
+        ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
+    ]
+
+
+def _elementwise_jobs(dtype):
+    """(label, Elementwise, compile kwargs) for every activation and its backward, one strided variant."""
+    v = 16 // itemsize(dtype)
+    jobs = [(f"{name}", f, dict(dtypes=(dtype,), vec=v, tail=True)) for name, f in activations.FUNCTIONS.items()]
+    jobs += [(f"{name}_backward", f, dict(dtypes=(dtype, dtype), vec=v, tail=False))
+             for name, f in activations._BACKWARD.items()]
+    jobs.append(("gelu_tanh strided", activations.FUNCTIONS["gelu_tanh"],
+                 dict(dtypes=(dtype,), rank=2, index=torch.int64)))
+    return jobs
+
+
+def test_the_activation_tables_cover_every_activation():
+    assert set(activations.FUNCTIONS) == {"relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh"}
+    assert set(activations._BACKWARD) == set(activations.FUNCTIONS)
+    for f in list(activations.FUNCTIONS.values()) + list(activations._BACKWARD.values()):
+        assert isinstance(f, kjit.Elementwise)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_library_kernels_compile(arch, dtype):
+    def template_job(job):
+        tmpl, kernel, params = job
+        return kjit.Template.builtin(tmpl).kernel(kernel).specialize(arch=arch, **params)
+
+    def elementwise_job(job):
+        _, f, kwargs = job
+        return f.compile(arch=arch, **kwargs)
+
+    t_jobs, e_jobs = _template_jobs(dtype), _elementwise_jobs(dtype)
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        t_futures = [pool.submit(template_job, j) for j in t_jobs]
+        e_futures = [pool.submit(elementwise_job, j) for j in e_jobs]
+        t_kernels = [f.result() for f in t_futures]  # a CompileError propagates with NVRTC's log
+        e_kernels = [f.result() for f in e_futures]
+    for (tmpl, kernel, params), k in zip(t_jobs, t_kernels):
+        assert k.origin in ORIGINS, (tmpl, kernel, params, k.origin)
+        assert k.target == arch
+        assert k.name_expression.startswith(kernel + "<"), k.name_expression
+    for (label, _, _), k in zip(e_jobs, e_kernels):
+        assert k.origin in ORIGINS, (label, k.origin)
+        assert k.target == arch
+        assert k.name_expression.startswith("kjit_elementwise"), (label, k.name_expression)
+    # The streamed and generic variants are really those (the template arguments are as asked).
+    assert t_kernels[1].name_expression.endswith(", 1024, 1, 1, 0, 0>")
+
+
+def test_elementwise_every_strided_rank_and_index_type_compiles():
+    f = kjit.elementwise("x * y + s", "x, y", "s", name="test_ranks")
+    for rank in range(1, 7):
+        k = f.compile(arch="sm_90", dtypes=(torch.float32, torch.float16), out_dtype=torch.float32, rank=rank)
+        assert k.name_expression.startswith(f"kjit_elementwise_strided{rank}<float, float, int, float, __half")
+    k = f.compile(arch="sm_90", dtypes=(torch.bfloat16, torch.bfloat16), vec=8, tail=True, index=torch.int64)
+    assert k.name_expression == "kjit_elementwise<__nv_bfloat16, float, 8, true, long long, __nv_bfloat16, __nv_bfloat16>"
+    assert k.origin in ORIGINS
+
+
+def test_elementwise_integer_bool_and_mixed_dtypes_compile():
+    f = kjit.elementwise("x + y * k", "x, y", "k", specialize=["k"], name="test_int")
+    k = f.compile(arch="sm_90", dtypes=(torch.int32, torch.int32), vec=4, specialized_values=(3,))
+    assert k.name_expression.startswith("kjit_elementwise<int, int, 4, false, int, int, int>")
+    f.compile(arch="sm_90", dtypes=(torch.int64, torch.int64), vec=2, tail=True, specialized_values=(-7,))
+    f.compile(arch="sm_90", dtypes=(torch.uint8, torch.int8), out_dtype=torch.int16, vec=1, specialized_values=(2,))
+    where = kjit.elementwise("c ? x : y", "c, x, y", name="test_where")
+    where.compile(arch="sm_90", dtypes=(torch.bool, torch.float16, torch.float16), out_dtype=torch.float16, vec=8)
+    mixed = kjit.elementwise("x + y", "x, y", name="test_mixed")
+    k = mixed.compile(arch="sm_90", dtypes=(torch.float16, torch.float32), out_dtype=torch.float32, vec=4)
+    assert "<float, float, 4, false, int, __half, float>" in k.name_expression
+
+
+@pytest.mark.parametrize("value", [0.1, -2.5, 1e300, float("inf"), float("-inf"), float("nan")])
+def test_elementwise_specialized_scalar_values_compile(value):
+    f = kjit.elementwise("x * s", "x", "s", specialize=["s"], name="test_special_values")
+    for dtype in (torch.float32, torch.float64):
+        k = f.compile(arch="sm_90", dtypes=(dtype,), vec=1, specialized_values=(value,))
+        assert k.origin in ORIGINS
+
+
+# ---- kjit.elementwise: argument errors ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, message",
+    [
+        (("x + 1", "1x"), {}, ValueError, r"input name '1x' is not usable"),
+        (("x + 1", ["x", "out"]), {}, ValueError, r"input name 'out' is not usable"),
+        (("x + 1", "x, kjit_tmp"), {}, ValueError, r"input name 'kjit_tmp' is not usable"),
+        (("x + 1", "class"), {}, ValueError, r"input name 'class' is not usable"),
+        (("x + 1", ["x", 3]), {}, ValueError, r"input name 3 is not usable"),
+        (("x * s", "x", "2s"), {}, ValueError, r"scalar name '2s' is not usable"),
+        (("x * s", "x", "s", ), dict(specialize=["T_s"]), ValueError, r"specialized scalar name 'T_s' is not usable"),
+        (("x * s", "x", "s", ), dict(specialize="s, t"), ValueError, r"specialize=\['s', 't'\] names \['t'\]"),
+        (("x + x", "x, x"), {}, ValueError, r"names \['x'\] are given more than once"),
+        (("x * y", "x, y", "y"), {}, ValueError, r"names \['y'\] are given more than once"),
+        (("x + 1; y", "x"), {}, ValueError, r"must be one C\+\+ expression"),
+        (("{x}", "x"), {}, ValueError, r"must be one C\+\+ expression"),
+        (("#define A 1\nx", "x"), {}, ValueError, r"must be one C\+\+ expression"),
+        (("", "x"), {}, TypeError, r"the expression must be a non-empty string"),
+        (("   ", "x"), {}, TypeError, r"the expression must be a non-empty string"),
+        ((3, "x"), {}, TypeError, r"the expression must be a non-empty string"),
+        (("x", 42), {}, TypeError, r"input must be a name, a list of names or a string of names"),
+        (("x", ""), {}, ValueError, r"at least one input tensor is needed"),
+        (("x * s", "x", "s"), dict(specialize=["t"]), ValueError,
+         r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]"),
+        (("x", "x"), dict(dtype=torch.complex64), TypeError, r"dtype=torch\.complex64 is not supported"),
+    ],
+)
+def test_elementwise_definition_errors(args, kwargs, exc, message):
+    with pytest.raises(exc, match=message) as info:
+        kjit.elementwise(*args, **kwargs)
+    assert isinstance(info.value, kjit.Error)
+
+
+@pytest.fixture
+def fma():
+    return kjit.elementwise("x * y * s", "x, y", "s", name="test_errors")
+
+
+@pytest.mark.parametrize(
+    "call, exc, message",
+    [
+        (lambda f, x: f(x, x, x, s=1.0), TypeError, r"takes 2 tensor\(s\) \(x, y\) and scalars \['s'\] by keyword, "
+                                                    r"got 3 positional"),
+        (lambda f, x: f(x, s=1.0), TypeError, r"is missing input 'y'"),
+        (lambda f, x: f(x, x), TypeError, r"is missing scalar 's' \(pass s=<number>\)"),
+        (lambda f, x: f(x, x, s="2"), TypeError, r"scalar 's' must be a Python int or float, got str '2'"),
+        (lambda f, x: f(x, x, s=True), TypeError, r"scalar 's' must be a Python int or float"),
+        (lambda f, x: f(x, x, s=torch.ones(2)), TypeError, r"scalar 's' must be a Python int or float"),
+        (lambda f, x: f(x, x, s=1.0, z=2), TypeError, r"unexpected keyword arguments \['z'\]"),
+        (lambda f, x: f(x, 2.0, s=1.0), TypeError, r"input 'y' must be a torch\.Tensor, got float 2\.0"),
+        (lambda f, x: f(x, x.to(torch.complex64), s=1.0), TypeError,
+         r"input 'y' has dtype torch\.complex64, which is not supported"),
+        # Bound correctly, then rejected for the device.
+        (lambda f, x: f(x, x, s=1.0), ValueError,
+         r"expected all inputs on one CUDA device, got x on cpu, y on cpu; move them with \.to\('cuda'\)"),
+        (lambda f, x: f(y=x, x=x, s=2), ValueError, r"expected all inputs on one CUDA device"),
+        (lambda f, x: f(x, x, s=torch.tensor(2.0)), ValueError, r"expected all inputs on one CUDA device"),
+        (lambda f, x: f(meta(3), meta(3), s=1.0), ValueError, r"got x on meta, y on meta"),
+    ],
+)
+def test_elementwise_call_errors(fma, call, exc, message):
+    with pytest.raises(exc, match=message) as info:
+        call(fma, torch.ones(4))
+    assert isinstance(info.value, kjit.Error)
+    assert str(info.value).startswith("kjit.elementwise('test_errors': 'x * y * s')")
+
+
+def test_elementwise_compile_argument_errors(fma):
+    with pytest.raises(ValueError, match=r"dtypes gives 1 dtypes for 2 inputs"):
+        fma.compile(arch="sm_90", dtypes=(torch.float32,))
+    with pytest.raises(kjit.Error):
+        fma.compile(arch="sm_91x", dtypes=(torch.float32, torch.float32))
+
+
+# ---- kjit.elementwise: the generated source -------------------------------------------------------------------
+
+
+def test_elementwise_names_never_clash_with_generated_ones():
+    # Inputs and scalars named like the strided kernel's own parameters used to break its compile.
+    f = kjit.elementwise("n + size0 * x_stride0", inputs="n, x_stride0", scalars="size0", specialize="size0")
+    for rank in (0, 1, 2):
+        assert f.compile(arch="sm_90", dtypes=(torch.float32, torch.float32), rank=rank, specialized_values=(2.0,))
+
+
+def test_elementwise_source_holds_the_expression_and_the_scalars():
+    f = kjit.elementwise("x * sigmoid(x) * scale + bias", inputs="x", scalars="scale, bias", specialize=["bias"],
+                         name="silu_scaled")
+    assert f.inputs == ("x",) and f.scalars == ("scale", "bias") and f.runtime == ("scale",)
+    assert f.specialized == ("bias",)
+    assert repr(f) == "kjit.elementwise('silu_scaled': 'x * sigmoid(x) * scale + bias')"
+    src = f.source((0.5,))
+    assert src.startswith("// kjit.elementwise silu_scaled: x * sigmoid(x) * scale + bias\n")
+    assert '#include "elementwise.cuh"' in src
+    assert "return static_cast<C>(x * sigmoid(x) * scale + bias);" in src
+    assert f"const C bias = static_cast<C>({(0.5).hex()});" in src
+    assert "C scale;" in src
+    assert ", double scale)" in src and "double bias" not in src
+    assert "kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n, const T_x* __restrict__ x, double scale)" in src
+    for r in range(1, 7):
+        assert f"kjit_elementwise_strided{r}(" in src
+    assert "kjit_elementwise_strided7" not in src
+    # Each specialized value is its own source (and template); the runtime scalar is not in it.
+    assert f.source((0.25,)) != src and (0.25).hex() in f.source((0.25,))
+    assert f.template((0.5,)) is f.template((0.5,))
+
+
+def test_elementwise_names_as_strings_lists_and_default_scalars():
+    f = kjit.elementwise("a + b * s", ["a", "b"], {"s": 2.0})
+    assert f.inputs == ("a", "b") and f.scalars == ("s",) and f.defaults == {"s": 2.0}
+    g = kjit.elementwise("a+b", " a ,b ")
+    assert g.inputs == ("a", "b") and g.scalars == ()
+    assert kjit.elementwise("x", "x").name == "elementwise"
+    src = f.source()
+    assert "template <typename TO, typename C, int VEC, bool TAIL, typename I, typename T_a, typename T_b>" in src
+    # A default is still a runtime argument.
+    assert ", double s)" in src
+    with pytest.raises(ValueError, match="expected all inputs on one CUDA device"):
+        f(torch.ones(2), torch.ones(2))  # s from its default: bound, then the device check
+
+
+def test_elementwise_expression_is_stripped():
+    f = kjit.elementwise("  x * 2  ", "x")
+    assert f.expr == "x * 2"
+    assert "return static_cast<C>(x * 2);" in f.source()
+
+
+# ---- kjit.ops with CPU tensors: kjit.ValueError saying to use CUDA ------------------------------------------
+
+_x = lambda *s: torch.randn(*s)  # noqa: E731
+CPU_CALLS = [
+    ("relu", lambda: ops.relu(_x(3))),
+    ("sigmoid", lambda: ops.sigmoid(_x(3))),
+    ("tanh", lambda: ops.tanh(_x(3))),
+    ("silu", lambda: ops.silu(_x(3))),
+    ("gelu", lambda: ops.gelu(_x(3))),
+    ("gelu", lambda: ops.gelu(_x(3), approximate="tanh")),
+    ("relu_backward", lambda: ops.relu_backward(_x(3), _x(3))),
+    ("sigmoid_backward", lambda: ops.sigmoid_backward(_x(3), _x(3))),
+    ("tanh_backward", lambda: ops.tanh_backward(_x(3), _x(3))),
+    ("silu_backward", lambda: ops.silu_backward(_x(3), _x(3))),
+    ("gelu_backward", lambda: ops.gelu_backward(_x(3), _x(3), "tanh")),
+    ("sum", lambda: ops.sum(_x(3, 4))),
+    ("mean", lambda: ops.mean(_x(3, 4), 0)),
+    ("amax", lambda: ops.amax(_x(3, 4), 1, True)),
+    ("amin", lambda: ops.amin(_x(3, 4), dim=0, keepdim=True)),
+    ("softmax", lambda: ops.softmax(_x(3, 4))),
+    ("log_softmax", lambda: ops.log_softmax(_x(3, 4), -1)),
+    ("softmax_backward", lambda: ops.softmax_backward(_x(3, 4), _x(3, 4))),
+    ("log_softmax_backward", lambda: ops.log_softmax_backward(_x(3, 4), _x(3, 4))),
+    ("layer_norm", lambda: ops.layer_norm(_x(3, 4), _x(4), _x(4))),
+    ("layer_norm", lambda: ops.layer_norm(_x(3, 4))),
+    ("rms_norm", lambda: ops.rms_norm(_x(3, 4), _x(4))),
+    ("layer_norm_backward", lambda: ops.layer_norm_backward(_x(3, 4), _x(3, 4), _x(4), True, 1e-5)),
+    ("rms_norm_backward", lambda: ops.rms_norm_backward(_x(3, 4), _x(3, 4), None, False, 1e-6)),
+    ("max_pool2d", lambda: ops.max_pool2d(_x(1, 2, 8, 8), [2, 2])),
+    ("avg_pool2d", lambda: ops.avg_pool2d(_x(2, 8, 8), [3, 3], [2, 2], [1, 1], False)),
+    ("max_pool2d_backward", lambda: ops.max_pool2d_backward(_x(1, 2, 4, 4), _x(1, 2, 8, 8), [2, 2])),
+    ("avg_pool2d_backward", lambda: ops.avg_pool2d_backward(_x(1, 2, 4, 4), _x(1, 2, 8, 8), [2, 2])),
+]
+
+
+@pytest.mark.parametrize("op, call", CPU_CALLS, ids=[f"{op}-{i}" for i, (op, _) in enumerate(CPU_CALLS)])
+def test_cpu_tensors_are_a_value_error_saying_to_use_cuda(op, call):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert isinstance(info.value, kjit.ValueError) and isinstance(info.value, kjit.Error)
+    msg = str(info.value)
+    assert f"kjit.ops.{op}:" in msg and "CUDA" in msg and ".to('cuda')" in msg, msg
+
+
+def test_cpu_tensor_that_requires_grad_gets_the_same_error():
+    for call in (lambda x: ops.silu(x), lambda x: ops.softmax(x), lambda x: ops.layer_norm(x),
+                 lambda x: ops.sum(x, 0), lambda x: ops.max_pool2d(x.view(1, 1, 4, 4), 2)):
+        with pytest.raises(kjit.ValueError, match="CUDA"):
+            call(torch.randn(4, 4, requires_grad=True))
+
+
+def test_ops_are_the_registered_operators():
+    names = ["relu", "sigmoid", "tanh", "silu", "gelu", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+             "layer_norm", "rms_norm", "max_pool2d", "avg_pool2d"]
+    backward = ["relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+                "max_pool2d", "avg_pool2d"]
+    for name in names + [f"{n}_backward" for n in backward]:
+        assert getattr(ops, name) is getattr(torch.ops.kjit, name).default, name
+        assert name in ops.__all__
+
+
+# ---- Meta tensors: shapes and dtypes (what fake tensors / torch.compile see) ---------------------------------
+
+UNARY = ["relu", "sigmoid", "tanh", "silu", "gelu"]
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_activation_shapes(dtype):
+    for name in UNARY:
+        op, bwd = getattr(ops, name), getattr(ops, f"{name}_backward")
+        for shape in [(), (0,), (7,), (3, 5, 2)]:
+            y = op(meta(*shape, dtype=dtype))
+            assert y.shape == shape and y.dtype == dtype, name
+            g = bwd(meta(*shape, dtype=dtype), meta(*shape, dtype=dtype))
+            assert g.shape == shape and g.dtype == dtype, name
+        # A strided input gives a contiguous result.
+        assert op(meta(4, 6, dtype=dtype).t()).is_contiguous()
+    assert ops.gelu(meta(5, dtype=dtype), approximate="tanh").shape == (5,)
+    assert ops.gelu_backward(meta(5, dtype=dtype), meta(5, dtype=dtype), "tanh").shape == (5,)
+
+
+REDUCE_SHAPES = [(), (5,), (4, 7), (2, 3, 5), (2, 0, 3), (1, 1, 1, 6)]
+
+
+@pytest.mark.parametrize("shape", REDUCE_SHAPES, ids=lambda s: "x".join(map(str, s)) or "scalar")
+def test_meta_reduction_dim_and_keepdim_follow_torch(shape):
+    rank = max(len(shape), 1)
+    for dim in range(-rank, rank):
+        for keepdim in (False, True):
+            want = torch.sum(meta(*shape), dim, keepdim).shape
+            for name in ("sum", "mean", "amax", "amin"):
+                got = getattr(ops, name)(meta(*shape), dim, keepdim)
+                assert got.shape == want, (name, shape, dim, keepdim, got.shape, want)
+    # The defaults: the last dim, keepdim=False.
+    assert ops.sum(meta(*shape)).shape == torch.sum(meta(*shape), -1).shape
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_reductions_keep_the_dtype(dtype):
+    for name in ("sum", "mean", "amax", "amin"):
+        assert getattr(ops, name)(meta(3, 4, dtype=dtype), 0).dtype == dtype
+
+
+def test_reduction_dim_out_of_range_is_a_value_error():
+    for name in ("sum", "mean", "amax", "amin"):
+        with pytest.raises(ValueError, match=rf"kjit\.ops\.{name}: dim 2 is out of range for a tensor of 2 dims "
+                                             r"\(allowed: -2 to 1\)") as info:
+            getattr(ops, name)(meta(3, 4), 2)
+        assert isinstance(info.value, kjit.Error)
+        with pytest.raises(ValueError, match=r"dim -3 is out of range"):
+            getattr(ops, name)(meta(3, 4), -3, True)
+    with pytest.raises(ValueError, match=r"dim 1 is out of range for a tensor of 0 dims \(allowed: -1 to 0\)"):
+        ops.sum(meta(), 1)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_softmax_and_norm_shapes(dtype):
+    for shape in [(7,), (4, 1000), (2, 3, 50257), (0, 8), (4, 0)]:
+        for op in (ops.softmax, ops.log_softmax):
+            y = op(meta(*shape, dtype=dtype))
+            assert y.shape == shape and y.dtype == dtype
+            assert op(meta(*shape, dtype=dtype), -1).shape == shape
+        assert ops.softmax_backward(meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)).shape == shape
+        assert ops.log_softmax_backward(meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)).shape == shape
+    assert ops.softmax(meta(6, 4, dtype=dtype).t()).is_contiguous()
+
+    d = 768
+    x, w, b = meta(2, 5, d, dtype=dtype), meta(d, dtype=dtype), meta(d, dtype=dtype)
+    for y in (ops.layer_norm(x, w, b), ops.layer_norm(x, w), ops.layer_norm(x), ops.layer_norm(x, None, b, 1e-3),
+              ops.rms_norm(x, w), ops.rms_norm(x), ops.rms_norm(x, w, 1e-5)):
+        assert y.shape == x.shape and y.dtype == dtype
+    dx, dw, db = ops.layer_norm_backward(x, x, w, True, 1e-5)
+    assert (dx.shape, dw.shape, db.shape) == (x.shape, (d,), (d,))
+    assert dx.dtype == dw.dtype == db.dtype == dtype
+    dx, dw, db = ops.layer_norm_backward(x, x, None, False, 1e-5)
+    assert (dx.shape, dw.shape, db.shape) == (x.shape, (0,), (0,))
+    dx, dw, db = ops.rms_norm_backward(x, x, w, False, 1e-6)
+    assert (dx.shape, dw.shape, db.shape) == (x.shape, (d,), (0,))
+
+
+POOL_CONFIGS = [
+    # kernel_size, stride, padding
+    (2, 2, 0),
+    (3, 2, 1),
+    (3, 1, 1),
+    ((2, 3), (1, 2), (1, 1)),
+    ((3, 3), (), 0),   # stride defaults to the kernel size
+    (5, 3, 2),
+    (1, 1, 0),
+]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 17, 23), (3, 17, 23), (1, 1, 5, 5), (0, 3, 8, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config", POOL_CONFIGS, ids=lambda c: str(c).replace(" ", ""))
+def test_meta_pool_output_shapes_follow_torch(shape, config):
+    k, s, p = config
+    torch_stride = s if s != () else None
+    x = meta(*shape)
+    want = F.max_pool2d(x, k, torch_stride, p).shape
+    assert ops.max_pool2d(x, k, s, p).shape == want
+    for cip in (True, False):
+        assert ops.avg_pool2d(x, k, s, p, cip).shape == F.avg_pool2d(x, k, torch_stride, p, count_include_pad=cip).shape
+    g = meta(*want)
+    assert ops.max_pool2d_backward(g, x, k, s, p).shape == shape
+    assert ops.avg_pool2d_backward(g, x, k, s, p, False).shape == shape
+
+
+def test_meta_pool_defaults_and_dtypes():
+    x = meta(2, 3, 16, 16, dtype=torch.bfloat16)
+    y = ops.max_pool2d(x, 2)
+    assert y.shape == (2, 3, 8, 8) and y.dtype == torch.bfloat16
+    assert ops.avg_pool2d(x, [4, 4]).shape == (2, 3, 4, 4)
+    assert ops.avg_pool2d(x, 3, 1, 1).shape == (2, 3, 16, 16)
+
+
+@pytest.mark.parametrize(
+    "call, exc, message",
+    [
+        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, 2, 2), ValueError,
+         r"padding \(2, 2\) must be at most half the kernel size \(2, 2\)"),
+        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), [3, 2], [1, 1], [1, 2]), ValueError,
+         r"padding \(1, 2\) must be at most half the kernel size \(3, 2\)"),
+        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), [2, 2, 2]), TypeError,
+         r"kernel_size must be an int or a pair of ints, got \[2, 2, 2\]"),
+        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, [1, 1, 1]), TypeError, r"stride must be an int or a pair of ints"),
+        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 0), ValueError, r"kernel_size and stride must be >= 1"),
+        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 0), ValueError, r"kernel_size and stride must be >= 1"),
+        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 2, -1), ValueError, r"padding >= 0"),
+        (lambda: ops.max_pool2d(meta(1, 1, 2, 2), 3), ValueError,
+         r"the input's spatial size \(2, 2\) is too small for kernel_size \(3, 3\)"),
+        (lambda: ops.max_pool2d(meta(8, 8), 2), ValueError, r"x must be NCHW or CHW \(4 or 3 dims\), got shape \[8, 8\]"),
+        (lambda: ops.avg_pool2d(meta(1, 1, 1, 8, 8), 2), ValueError, r"x must be NCHW or CHW"),
+        (lambda: ops.max_pool2d(meta(1, 1, 8, 8, dtype=torch.int32), 2), TypeError,
+         r"x has dtype torch\.int32, which is not supported"),
+    ],
+)
+def test_pool_parameter_errors(call, exc, message):
+    with pytest.raises(exc, match=message) as info:
+        call()
+    assert isinstance(info.value, kjit.Error)
+
+
+def test_pool_kernel_size_of_the_wrong_type_is_rejected():
+    # A float does not match the schema's int[2]: the dispatcher rejects it before kjit sees it.
+    with pytest.raises((TypeError, RuntimeError), match="kernel_size"):
+        ops.max_pool2d(meta(1, 1, 8, 8), 2.0)
+    with pytest.raises((TypeError, RuntimeError)):
+        ops.avg_pool2d(meta(1, 1, 8, 8), "2")
+
+
+def test_fake_tensor_mode_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(6, 10)
+        w = torch.empty(10)
+        assert ops.silu(a).shape == (6, 10)
+        assert ops.gelu(a, approximate="tanh").shape == (6, 10)
+        assert ops.softmax(a).shape == (6, 10)
+        assert ops.log_softmax(a, -1).shape == (6, 10)
+        assert ops.layer_norm(a, w, w).shape == (6, 10)
+        assert ops.rms_norm(a, w).shape == (6, 10)
+        assert ops.mean(a, 0, True).shape == (1, 10)
+        assert ops.amax(a).shape == (6,)
+        assert ops.avg_pool2d(torch.empty(2, 3, 9, 9), 3, 2, 1).shape == (2, 3, 5, 5)
+        assert ops.max_pool2d(torch.empty(3, 9, 9), 2).shape == (3, 4, 4)
+
+
+def _library_graph(x, w, b):
+    y = ops.softmax(ops.layer_norm(ops.silu(x), w, b))
+    y = y + ops.log_softmax(ops.rms_norm(ops.gelu(x, approximate="tanh"), w))
+    y = y + ops.sigmoid(x) * ops.tanh(x) + ops.relu(x)
+    pooled = ops.max_pool2d(x.view(1, 1, 4, 8), 2) + ops.avg_pool2d(x.view(1, 1, 4, 8), 2)
+    return y.sum() + ops.amax(x, 0).sum() + ops.mean(x).sum() + pooled.sum()
+
+
+def test_torch_compile_fullgraph_on_meta_tensors_with_autograd():
+    compiled = torch.compile(_library_graph, fullgraph=True, backend="aot_eager")
+    x, w, b = meta(4, 8).requires_grad_(), meta(8).requires_grad_(), meta(8).requires_grad_()
+    compiled(x, w, b).backward()
+    assert x.grad.shape == (4, 8) and w.grad.shape == (8,) and b.grad.shape == (8,)
+
+
+def test_backward_traces_to_the_library_backward_ops():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w, b):
+        return torch.autograd.grad(_library_graph(x, w, b), (x, w, b))
+
+    inputs = (torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True),
+              torch.randn(8, requires_grad=True))
+    code = make_fx(f, tracing_mode="symbolic")(*inputs).code
+    found = set(re.findall(r"torch\.ops\.kjit\.(\w+)\.default", code))
+    for name in ("silu", "gelu", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+                 "max_pool2d", "avg_pool2d", "amax", "mean"):
+        assert name in found, (name, sorted(found))
+        if name not in ("amax", "mean"):  # their gradients are PyTorch ops
+            assert f"{name}_backward" in found, (name, sorted(found))

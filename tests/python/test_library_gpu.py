@@ -1,0 +1,1047 @@
+"""The kernel library on a GPU: kjit.elementwise, activations, reductions, softmax, norms and pooling
+against PyTorch (forward, backward, gradcheck in float64), the specialization policy, torch.compile and
+CUDA graphs.
+
+Tolerances. References are computed by PyTorch in float64 from the same inputs and rounded once to the
+output dtype. The kernels compute in float (half types) or in the dtype itself, so a result may differ
+from its reference by one rounding of the output dtype (rtol = 2^-10 for float16, 2^-7 for bfloat16; the
+comparison itself runs in float64, so the tolerance arithmetic is exact), plus a small absolute term for
+the float arithmetic (cancellations; accumulation over R elements: 1e-5 * sqrt(R)).
+Backward ops that read the forward's rounded output (sigmoid, tanh, softmax, log_softmax) are checked
+against the formula evaluated in float64 on that same output; the autograd wiring is then checked to
+give exactly the backward op's result.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kjit
+from kjit import ops
+
+pytestmark = pytest.mark.gpu
+
+DEV = "cuda"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+ALL_DTYPES = DTYPES + [torch.float64]
+SIZES = [1, 7, 1000, 4097]
+ROW_SIZES = [1, 7, 768, 1000, 4096, 8192, 50257]
+
+# One rounding of the output dtype (the largest relative spacing of its numbers).
+ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float64: 2.0**-52}
+
+
+def dname(dtype):
+    return str(dtype).split(".")[-1]
+
+
+def randn(*shape, dtype=torch.float32, misaligned=False, scale=1.0):
+    """A contiguous tensor (a leaf, without grad); `misaligned` makes it a view one element into a larger
+    buffer (its data pointer is then not 16-byte aligned)."""
+    if not misaligned:
+        t = torch.randn(shape, dtype=dtype, device=DEV)
+        return t.mul_(scale) if scale != 1.0 else t
+    n = math.prod(shape)
+    buf = torch.randn(n + 1, dtype=dtype, device=DEV)
+    if scale != 1.0:
+        buf.mul_(scale)
+    view = buf[1:].view(shape)
+    assert n == 0 or view.data_ptr() % 16 != 0
+    return view
+
+
+def misaligned_like(t):
+    """A copy of t living one element into a larger buffer (its data pointer is not 16-byte aligned)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    assert view.data_ptr() % 16 != 0
+    return view
+
+
+def close(actual, expected, *, rtol, atol, equal_nan=False):
+    """assert_close after widening both to float64 (the tolerance arithmetic is then exact)."""
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def ew_tol(dtype):
+    """Elementwise: one rounding of the output dtype, and float arithmetic's absolute error."""
+    return {
+        torch.float32: dict(rtol=1e-5, atol=1e-5),
+        torch.float16: dict(rtol=ULP[torch.float16], atol=1e-5),
+        torch.bfloat16: dict(rtol=ULP[torch.bfloat16], atol=1e-5),
+        torch.float64: dict(rtol=1e-10, atol=1e-12),
+    }[dtype]
+
+
+def sum_tol(dtype, n):
+    """A sum of n O(1) terms accumulated in float (double for float64), rounded once to dtype."""
+    root = math.sqrt(max(n, 1))
+    if dtype == torch.float64:
+        return dict(rtol=1e-10, atol=1e-12 * root)
+    return dict(rtol=1e-5 if dtype == torch.float32 else ULP[dtype], atol=1e-5 * root)
+
+
+def row_tol(dtype):
+    """softmax / norms: float statistics over a row, then one rounding of the output dtype."""
+    return {
+        torch.float32: dict(rtol=3e-5, atol=1e-5),
+        torch.float16: dict(rtol=ULP[torch.float16], atol=1e-4),
+        torch.bfloat16: dict(rtol=ULP[torch.bfloat16], atol=1e-4),
+        torch.float64: dict(rtol=1e-10, atol=1e-10),
+    }[dtype]
+
+
+def softmax_tol(dtype, log):
+    """softmax: relative (values down to float16 subnormals); log_softmax: absolute near 0."""
+    if dtype == torch.float64:
+        return dict(rtol=1e-10, atol=1e-12)
+    return dict(rtol=3e-5 if dtype == torch.float32 else ULP[dtype], atol=1e-5 if log else 1e-6)
+
+
+def loads():
+    """Kernels this process has loaded so far (compiled, or read from the disk cache)."""
+    s = kjit.stats()
+    return s["compiles"] + s["disk_hits"]
+
+
+# ================================================ kjit.elementwise ================================================
+
+AXPY = kjit.elementwise("x * y + s * x", "x, y", "s", name="test_axpy")
+
+
+def axpy_ref(x, y, s, dtype):
+    return (x.double() * y.double() + s * x.double()).to(dtype)
+
+
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dname)
+def test_elementwise_sizes_and_alignment(dtype, n, misaligned):
+    x, y = randn(n, dtype=dtype, misaligned=misaligned), randn(n, dtype=dtype)
+    out = AXPY(x, y, s=0.75)
+    assert out.dtype == dtype and out.shape == (n,) and out.is_contiguous()
+    close(out, axpy_ref(x, y, 0.75, dtype), **ew_tol(dtype))
+    # Both misaligned (every pointer but the output's) and a 2-D view of the same data.
+    x2, y2 = misaligned_like(x), misaligned_like(y)
+    close(AXPY(x2, y2, s=-2), axpy_ref(x2, y2, -2, dtype), **ew_tol(dtype))
+    close(AXPY(x.view(1, n), y.view(1, n), s=1.5), axpy_ref(x, y, 1.5, dtype).view(1, n), **ew_tol(dtype))
+
+
+@pytest.mark.big
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)
+def test_elementwise_large(dtype):
+    n = 65536 * 4096
+    x, y = randn(n, dtype=dtype), randn(n, dtype=dtype)
+    out = AXPY(x, y, s=0.5)
+    if dtype == torch.float32:
+        ref = torch.addcmul(0.5 * x.double(), x.double(), y.double()).float()
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    else:  # float math rounded once to bfloat16 (cheaper than float64 copies)
+        xf = x.float()
+        ref = (xf * y.float() + 0.5 * xf).bfloat16()
+        close(out, ref, rtol=ULP[dtype], atol=1e-5)
+
+
+def test_elementwise_broadcasting():
+    f = kjit.elementwise("x - y", "x, y", name="test_sub")
+    a, b = randn(4097, 1), randn(1, 33)
+    out = f(a, b)
+    assert out.shape == (4097, 33)
+    torch.testing.assert_close(out, a - b, rtol=0, atol=0)
+    c, d = randn(8, 1, 5), randn(5)
+    torch.testing.assert_close(f(c, d), c - d, rtol=0, atol=0)
+    torch.testing.assert_close(f(d, c), d - c, rtol=0, atol=0)
+    # A 0-dim tensor broadcasts too, and size-1 dims everywhere.
+    e = torch.tensor(2.5, device=DEV)
+    torch.testing.assert_close(f(c, e), c - 2.5, rtol=0, atol=0)
+    assert f(randn(1, 1), randn(1)).shape == (1, 1)
+    # More than six dims that cannot be merged are materialized first.
+    g, h = randn(2, 1, 3, 1, 2, 1, 3, 1), randn(1, 2, 1, 3, 1, 2, 1, 3)
+    torch.testing.assert_close(f(g, h), g - h, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"the input shapes do not broadcast: x \[3\], y \[4\]"):
+        f(randn(3), randn(4))
+
+
+def test_elementwise_non_contiguous_inputs():
+    f = kjit.elementwise("x * 2 + y", "x, y", name="test_strided")
+    x = randn(33, 65).t()          # (65, 33), strides (1, 65)
+    y = randn(65, 33)
+    out = f(x, y)
+    assert out.is_contiguous() and out.shape == (65, 33)
+    torch.testing.assert_close(out, x * 2 + y, rtol=1e-6, atol=1e-6)
+    z = randn(10, 20, 30)[:, ::2, 1::3]   # sliced: three dims that do not merge
+    w = randn(10, 10, 10).permute(2, 0, 1)
+    torch.testing.assert_close(f(z, w), z * 2 + w, rtol=1e-6, atol=1e-6)
+    # Same shape, one of them expanded (stride 0).
+    v = randn(1, 30).expand(20, 30)
+    u = randn(20, 30)
+    torch.testing.assert_close(f(v, u), v * 2 + u, rtol=1e-6, atol=1e-6)
+
+
+def test_elementwise_empty_tensors():
+    for shape in [(0,), (3, 0), (0, 5, 7)]:
+        out = AXPY(torch.empty(shape, device=DEV), torch.empty(shape, device=DEV), s=1.0)
+        assert out.shape == shape and out.dtype == torch.float32
+    out = AXPY(torch.empty(0, 1, device=DEV), torch.empty(1, 4, device=DEV), s=1.0)
+    assert out.shape == (0, 4)
+
+
+def test_elementwise_promotion():
+    f = kjit.elementwise("x + y", "x, y", name="test_add")
+    x16, y32 = randn(1001, dtype=torch.float16), randn(1001)
+    out = f(x16, y32)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, x16.float() + y32, rtol=0, atol=0)
+    xb = randn(1001, dtype=torch.bfloat16)
+    out = f(x16, xb)
+    assert out.dtype == torch.float32  # torch.promote_types(float16, bfloat16)
+    torch.testing.assert_close(out, x16.float() + xb.float(), rtol=0, atol=0)
+    i = torch.arange(1001, device=DEV, dtype=torch.int32)
+    out = f(i, x16)
+    assert out.dtype == torch.float16
+    close(out, (i.double() + x16.double()).half(), **ew_tol(torch.float16))
+    # dtype= fixes the result's dtype.
+    g = kjit.elementwise("x + y", "x, y", dtype=torch.float16, name="test_add_half")
+    out = g(y32, y32)
+    assert out.dtype == torch.float16
+    close(out, (2 * y32.double()).half(), **ew_tol(torch.float16))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=dname)
+def test_elementwise_integers_with_a_specialized_scalar(dtype):
+    f = kjit.elementwise("x + y * k", "x, y", "k", specialize=["k"], name=f"test_int_{dname(dtype)}")
+    x = torch.randint(-1000, 1000, (4097,), device=DEV, dtype=dtype)
+    y = torch.randint(-1000, 1000, (4097,), device=DEV, dtype=dtype)
+    out = f(x, y, k=3)
+    assert out.dtype == dtype
+    assert torch.equal(out, x + y * 3)
+    before = loads()
+    assert torch.equal(f(x, y, k=3), x + y * 3)
+    assert loads() == before  # the same value: the same kernel
+    assert torch.equal(f(x, y, k=-7), x + y * -7)
+    assert loads() == before + 1  # a new value of a specialized scalar: one more kernel
+
+
+def test_changing_a_scalar_never_recompiles():
+    f = kjit.elementwise("x * s + t", "x", "s, t", name="test_runtime_scalars")
+    x = randn(10_000)
+    torch.testing.assert_close(f(x, s=1.5, t=0.0), x * 1.5, rtol=1e-6, atol=1e-6)
+    before = loads()
+    for i in range(20):
+        s, t = 0.25 * i - 2.0, float(i)
+        torch.testing.assert_close(f(x, s=s, t=t), x * s + t, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f(x, s=2, t=-1), x * 2 - 1, rtol=1e-6, atol=1e-6)  # ints for the scalars
+    assert loads() == before
+
+
+def test_scalar_defaults_and_keyword_inputs():
+    f = kjit.elementwise("a * s + b", "a, b", {"s": 3.0}, name="test_defaults")
+    a, b = randn(100), randn(100)
+    torch.testing.assert_close(f(a, b), a * 3 + b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f(b=b, a=a, s=-1.0), b - a, rtol=1e-5, atol=1e-5)
+
+
+def test_elementwise_out():
+    x, y = randn(4097), randn(4097)
+    out = torch.empty(4097, device=DEV)
+    r = AXPY(x, y, s=2.0, out=out)
+    assert r.data_ptr() == out.data_ptr()
+    close(out, axpy_ref(x, y, 2.0, torch.float32), **ew_tol(torch.float32))
+    with pytest.raises(ValueError, match=r"out must be a contiguous torch\.float32 tensor of shape \[4097\]"):
+        AXPY(x, y, s=1.0, out=torch.empty(4096, device=DEV))
+    with pytest.raises(ValueError, match=r"out must be a contiguous torch\.float32 tensor"):
+        AXPY(x, y, s=1.0, out=torch.empty(4097, device=DEV, dtype=torch.float16))
+    with pytest.raises(TypeError, match=r"out must be a torch\.Tensor"):
+        AXPY(x, y, s=1.0, out=[1.0])
+
+
+def test_elementwise_math_functions():
+    f = kjit.elementwise("exp_(x) + log_(y) + erf_(x) + tanh_(y) + sigmoid(x) + gelu_tanh(y)", "x, y", name="test_math")
+    x, y = randn(5000), randn(5000).abs() + 0.1
+    x64, y64 = x.double(), y.double()
+    ref = x64.exp() + y64.log() + torch.erf(x64) + y64.tanh() + x64.sigmoid() + F.gelu(y64, approximate="tanh")
+    close(f(x, y), ref.float(), rtol=2e-5, atol=1e-5)
+    close(f(x64, y64), ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.big
+def test_elementwise_more_than_2_pow_31_elements():
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    if free < 16 * 2**30:
+        pytest.skip(f"needs 16 GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+    n = 2**31 + 1003  # 64-bit indexing, and a tail after the last whole vector
+    f = kjit.elementwise("x * s", "x", "s", name="test_huge")
+    x = torch.randn(n, dtype=torch.bfloat16, device=DEV)
+    y = f(x, s=1.5)
+    assert y.shape == (n,) and y.dtype == torch.bfloat16
+    gen = torch.Generator().manual_seed(0)
+    starts = [0, n - (1 << 20), 2**31 - 4096] + torch.randint(0, n - (1 << 20), (5,), generator=gen).tolist()
+    for start in starts:
+        sl = slice(start, start + (1 << 20))
+        assert torch.equal(y[sl], (x[sl].float() * 1.5).bfloat16()), start
+    assert torch.equal(y[-3:], (x[-3:].float() * 1.5).bfloat16())
+    del x, y
+    torch.cuda.empty_cache()
+
+
+# ================================================== activations ===================================================
+
+TORCH_ACT = {
+    "relu": F.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "silu": F.silu,
+    "gelu": lambda t: F.gelu(t),
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+}
+
+
+def kjit_act(name):
+    if name == "gelu_tanh":
+        return lambda t: ops.gelu(t, approximate="tanh")
+    return getattr(ops, name)
+
+
+def kjit_act_backward(name):
+    if name == "gelu":
+        return lambda g, s: ops.gelu_backward(g, s)
+    if name == "gelu_tanh":
+        return lambda g, s: ops.gelu_backward(g, s, "tanh")
+    return getattr(ops, f"{name}_backward")
+
+
+THROUGH_OUTPUT = {"relu", "sigmoid", "tanh"}
+
+
+def act_inputs(n, dtype):
+    """Activation inputs: N(0, 2) so that the tails of sigmoid / tanh / gelu are reached."""
+    return randn(n, dtype=dtype, scale=2.0)
+
+
+@pytest.mark.parametrize("name", list(TORCH_ACT))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_activation_forward(dtype, name):
+    op, ref = kjit_act(name), TORCH_ACT[name]
+    tol = ew_tol(dtype)
+    for n in SIZES:
+        x = act_inputs(n, dtype)
+        y = op(x)
+        assert y.dtype == dtype and y.shape == (n,)
+        close(y, ref(x.double()).to(dtype), **tol)
+    # Misaligned, transposed (strided), 3-D, empty.
+    x = misaligned_like(act_inputs(4097, dtype))
+    close(op(x), ref(x.double()).to(dtype), **tol)
+    x = act_inputs(37 * 61, dtype).view(37, 61).t()
+    y = op(x)
+    assert y.shape == (61, 37) and y.is_contiguous()
+    close(y, ref(x.double()).to(dtype), **tol)
+    x = act_inputs(2 * 3 * 50, dtype).view(2, 3, 50)
+    close(op(x), ref(x.double()).to(dtype), **tol)
+    for shape in [(0,), (4, 0)]:
+        y = op(torch.empty(shape, dtype=dtype, device=DEV))
+        assert y.shape == shape and y.dtype == dtype
+
+
+def _backward_reference(name, g, saved):
+    """The gradient in float64 from (grad, saved) as given: saved is y for relu / sigmoid / tanh, x otherwise."""
+    g64, s64 = g.double(), saved.double()
+    if name == "relu":
+        return torch.where(s64 > 0, g64, torch.zeros_like(g64))
+    if name == "sigmoid":
+        return g64 * s64 * (1 - s64)
+    if name == "tanh":
+        return g64 * (1 - s64 * s64)
+    x64 = s64.clone().requires_grad_()
+    (dx,) = torch.autograd.grad(TORCH_ACT[name](x64), x64, g64)
+    return dx
+
+
+def _saved_values(name, n, dtype):
+    if name == "sigmoid":
+        return torch.rand(n, device=DEV).to(dtype)
+    if name == "tanh":
+        return (2 * torch.rand(n, device=DEV) - 1).to(dtype)
+    if name == "relu":
+        return F.relu(randn(n, dtype=dtype))
+    return act_inputs(n, dtype)
+
+
+@pytest.mark.parametrize("name", list(TORCH_ACT))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_activation_backward_op(dtype, name):
+    bwd = kjit_act_backward(name)
+    for n, misaligned in [(7, False), (1000, False), (4097, False), (4097, True)]:
+        g = randn(n, dtype=dtype, misaligned=misaligned)
+        saved = _saved_values(name, n, dtype)
+        dx = bwd(g, saved)
+        assert dx.dtype == dtype and dx.shape == (n,)
+        close(dx, _backward_reference(name, g, saved).to(dtype), **ew_tol(dtype))
+    # Strided grad (as an expanded incoming gradient is).
+    g = randn(1, 50, dtype=dtype).expand(20, 50)
+    saved = _saved_values(name, 1000, dtype).view(20, 50)
+    close(bwd(g, saved), _backward_reference(name, g, saved).to(dtype), **ew_tol(dtype))
+
+
+@pytest.mark.parametrize("name", list(TORCH_ACT))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_activation_autograd(dtype, name):
+    op, bwd = kjit_act(name), kjit_act_backward(name)
+    x = act_inputs(4097, dtype).requires_grad_()
+    g = randn(4097, dtype=dtype)
+    y = op(x)
+    y.backward(g)
+    saved = y.detach() if name in THROUGH_OUTPUT else x.detach()
+    assert torch.equal(x.grad, bwd(g, saved))  # the registered backward is the backward op
+    # Against PyTorch's autograd on the same inputs in float64.
+    x64 = x.detach().double().requires_grad_()
+    TORCH_ACT[name](x64).backward(g.double())
+    if dtype == torch.float32:
+        close(x.grad, x64.grad.to(dtype), rtol=1e-4, atol=1e-5)
+    elif name not in THROUGH_OUTPUT:
+        close(x.grad, x64.grad.to(dtype), **ew_tol(dtype))
+    # (sigmoid / tanh in half types differentiate through their rounded output: test_activation_backward_op.)
+
+
+@pytest.mark.parametrize("name", list(TORCH_ACT))
+def test_activation_gradcheck(name):
+    x = torch.randn(4, 7, dtype=torch.float64, device=DEV)
+    x = (x.abs() + 0.1) * x.sign()  # away from relu's kink
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(kjit_act(name), (x,))
+
+
+def test_activation_errors_on_cuda():
+    with pytest.raises(TypeError, match=r"kjit\.ops\.silu: x has dtype torch\.int32, which is not supported"):
+        ops.silu(torch.ones(3, dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match=r"approximate='fast' is not supported; allowed: 'none', 'tanh'"):
+        ops.gelu(randn(3), approximate="fast")
+    with pytest.raises(ValueError, match=r"grad has shape \[4\] but must have shape \[3\]"):
+        ops.silu_backward(randn(4), randn(3))
+    with pytest.raises(TypeError, match=r"grad has dtype torch\.float16 but saved has dtype torch\.float32"):
+        ops.relu_backward(randn(3, dtype=torch.float16), randn(3))
+
+
+# =================================================== reductions ===================================================
+
+REDUCE_OPS = ["sum", "mean", "amax", "amin"]
+
+
+def reduce_ref(name, x, dim, keepdim):
+    if name == "sum":
+        return torch.sum(x, dim, keepdim, dtype=torch.float64).to(x.dtype)
+    if name == "mean":
+        return torch.mean(x.double(), dim, keepdim).to(x.dtype)
+    return getattr(torch, name)(x, dim, keepdim)
+
+
+def check_reduction(name, x, dim, keepdim):
+    out = getattr(ops, name)(x, dim, keepdim)
+    ref = reduce_ref(name, x, dim, keepdim)
+    n = x.shape[dim] if x.dim() else 1
+    if name in ("amax", "amin"):
+        close(out, ref, rtol=0, atol=0, equal_nan=True)
+    elif name == "sum":
+        close(out, ref, **sum_tol(x.dtype, n))
+    else:
+        tol = sum_tol(x.dtype, n)
+        close(out, ref, rtol=tol["rtol"], atol=tol["atol"] / max(n, 1))
+
+
+@pytest.mark.parametrize("dtype, d", [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
+                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v))
+def test_reduce_last_dim(dtype, d):
+    rows = 37 if d <= 1000 else 5
+    x = randn(rows, d, dtype=dtype)
+    # amin mirrors amax (the same code with the comparison reversed): two sizes suffice.
+    names = REDUCE_OPS if d in (7, 50257) else ["sum", "mean", "amax"]
+    for name in names:
+        for keepdim in (False, True):
+            check_reduction(name, x, -1, keepdim)
+        check_reduction(name, x, 1, False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_reduce_last_dim_layouts(dtype):
+    x = randn(9, 1000, dtype=dtype, misaligned=True)   # rows not on a 16-byte boundary
+    y = randn(1000, 9, dtype=dtype).t()                 # transposed: made contiguous first
+    z = randn(4, 6, 768, dtype=dtype)                   # 3-D
+    v = randn(1000, dtype=dtype)                        # 1-D
+    for name in REDUCE_OPS:
+        for t in (x, y, z, v):
+            check_reduction(name, t, -1, False)
+            check_reduction(name, t, -1, True)
+
+
+SHAPES_3D = [(5, 7, 33), (4, 1000, 12), (3, 768, 64), (6, 9, 1), (2, 8192, 48), (1, 3, 4097)]
+
+
+@pytest.mark.parametrize("dtype, shape", [(t, s) for t in DTYPES for s in SHAPES_3D]
+                         + [(torch.float64, (5, 7, 33)), (torch.float64, (2, 8192, 48))],
+                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else "x".join(map(str, v)))
+def test_reduce_other_dims(dtype, shape):
+    x = randn(*shape, dtype=dtype)
+    for name in REDUCE_OPS:
+        for dim in (0, 1, -2):
+            for keepdim in (False, True):
+                check_reduction(name, x, dim, keepdim)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_reduce_short_and_wide_uses_the_split_path(dtype):
+    for shape, dim in [((4096 * 4, 64), 0), ((65536, 8), 0), ((3, 4096, 40), 1)]:
+        x = randn(*shape, dtype=dtype)
+        for name in REDUCE_OPS:
+            check_reduction(name, x, dim, False)
+            check_reduction(name, x, dim, True)
+
+
+@pytest.mark.big
+def test_reduce_large():
+    x = randn(65536, 4096)
+    check_reduction("sum", x, -1, False)
+    check_reduction("amax", x, -1, False)
+    check_reduction("mean", x, 0, False)   # columns, split over R = 65536
+    check_reduction("amin", x, 0, True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_amax_amin_propagate_nan(dtype):
+    for shape, dim, where in [((6, 1000), -1, [(1, 17), (4, 999)]), ((6, 1000), 0, [(1, 17), (4, 999)]),
+                              ((16384, 64), 0, [(5000, 3), (16383, 63)]), ((7, 50257), -1, [(2, 50000)])]:
+        x = randn(*shape, dtype=dtype)
+        for r, c in where:
+            x[r, c] = float("nan")
+        for name in ("amax", "amin"):
+            out = getattr(ops, name)(x, dim)
+            ref = getattr(torch, name)(x, dim)
+            assert out.isnan().sum().item() == len(where), (name, shape, dim)
+            close(out, ref, rtol=0, atol=0, equal_nan=True)
+        # sum / mean propagate it as arithmetic does.
+        assert ops.sum(x, dim).isnan().sum().item() == len(where)
+
+
+def test_reduce_empty():
+    e = torch.empty(3, 0, device=DEV)
+    torch.testing.assert_close(ops.sum(e), torch.zeros(3, device=DEV))
+    torch.testing.assert_close(ops.sum(e, -1, True), torch.zeros(3, 1, device=DEV))
+    assert ops.mean(e).isnan().all() and ops.mean(e).shape == (3,)
+    assert torch.equal(ops.sum(torch.empty(0, 5, device=DEV), 0), torch.zeros(5, device=DEV))
+    assert ops.mean(torch.empty(0, 5, device=DEV), 0).isnan().all()
+    for name in ("amax", "amin"):
+        with pytest.raises(ValueError, match=rf"kjit\.ops\.{name}: dim 1 has size 0 and {name} of nothing is "
+                                             "undefined") as info:
+            getattr(ops, name)(e)
+        assert isinstance(info.value, kjit.Error)
+    # An empty result is fine, whatever the reduced dim.
+    for name in REDUCE_OPS:
+        assert getattr(ops, name)(torch.empty(0, 5, device=DEV)).shape == (0,)
+        assert getattr(ops, name)(torch.empty(0, 5, device=DEV), 1, True).shape == (0, 1)
+    # 0-dim input.
+    s = torch.tensor(2.5, device=DEV)
+    for name in REDUCE_OPS:
+        out = getattr(ops, name)(s)
+        assert out.shape == () and out.item() == 2.5
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin"])
+def test_reduce_gradcheck(name):
+    x = torch.randn(3, 5, 4, dtype=torch.float64, device=DEV, requires_grad=True)
+    op = getattr(ops, name)
+    for dim, keepdim in [(-1, False), (0, True), (1, False)]:
+        assert torch.autograd.gradcheck(lambda t: op(t, dim, keepdim), (x,))
+
+
+def test_reduce_autograd_matches_torch():
+    x = randn(8, 300).requires_grad_()
+    g = randn(8)
+    for name in REDUCE_OPS:
+        x.grad = None
+        getattr(ops, name)(x).backward(g)
+        x64 = x.detach().double().requires_grad_()
+        getattr(torch, name)(x64, -1).backward(g.double())
+        close(x.grad, x64.grad.float(), rtol=1e-6, atol=1e-7)
+
+
+# ==================================================== softmax =====================================================
+
+
+def softmax_ref(x, log):
+    f = torch.log_softmax if log else torch.softmax
+    return f(x.double(), -1).to(x.dtype)
+
+
+def softmax_backward_ref(g, y, log):
+    g64, y64 = g.double(), y.double()
+    if log:
+        return g64 - y64.exp() * g64.sum(-1, keepdim=True)
+    return y64 * (g64 - (g64 * y64).sum(-1, keepdim=True))
+
+
+def softmax_op(log):
+    return ops.log_softmax if log else ops.softmax
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype, d", [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
+                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v))
+def test_softmax_forward(dtype, d, log):
+    rows = 37 if d <= 1000 else 5
+    x = randn(rows, d, dtype=dtype, scale=3.0)
+    y = softmax_op(log)(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    close(y, softmax_ref(x, log), **softmax_tol(dtype, log))
+    if not log:  # each element within one rounding: the row sums to 1 within a few roundings
+        atol = {torch.float32: 1e-4, torch.float64: 1e-10}.get(dtype, 4 * ULP[dtype])
+        close(y.double().sum(-1), torch.ones(rows, dtype=torch.float64, device=DEV), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_softmax_layouts(dtype, log):
+    op = softmax_op(log)
+    for x in (randn(9, 1000, dtype=dtype, misaligned=True, scale=3.0),      # misaligned rows
+              randn(2, 9, 1000, dtype=dtype, misaligned=True, scale=3.0).view(18, 1000),
+              randn(4, 6, 768, dtype=dtype, scale=3.0),                      # 3-D
+              randn(1000, 9, dtype=dtype, scale=3.0).t(),                    # transposed
+              randn(1000, dtype=dtype, scale=3.0)):                          # 1-D
+        close(op(x), softmax_ref(x, log), **softmax_tol(dtype, log))
+        close(op(x, x.dim() - 1), softmax_ref(x, log), **softmax_tol(dtype, log))
+    for shape in [(0, 5), (3, 0), (0,)]:
+        y = op(torch.empty(shape, dtype=dtype, device=DEV))
+        assert y.shape == shape and y.dtype == dtype
+    s = op(torch.tensor(2.0, dtype=dtype, device=DEV))
+    assert s.shape == () and s.item() == (0.0 if log else 1.0)
+
+
+@pytest.mark.parametrize("d", [1000, 50257], ids=["registers", "streamed"])
+def test_softmax_masked_and_nan_rows(d):
+    # -inf (masked) entries, a row starting with -inf, a fully masked row and a NaN row, as torch.
+    x = randn(5, d, scale=3.0)
+    x[0, ::3] = float("-inf")
+    x[1, : d // 2] = float("-inf")
+    x[2, :] = float("-inf")
+    x[3, d // 2] = float("nan")
+    for op, ref in ((ops.softmax, torch.softmax), (ops.log_softmax, torch.log_softmax)):
+        y, want = op(x), ref(x, -1)
+        assert torch.equal(torch.isnan(y), torch.isnan(want)), op
+        close(y.nan_to_num(0.0, 0.0, 0.0), want.nan_to_num(0.0, 0.0, 0.0), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_only_the_last_dim():
+    with pytest.raises(ValueError, match=r"kjit\.ops\.softmax: only the last dim is supported, got dim=0 for a tensor "
+                                         r"of 2 dims; move it last with x\.movedim\(0, -1\)"):
+        ops.softmax(randn(3, 4), 0)
+    with pytest.raises(ValueError, match=r"only the last dim is supported"):
+        ops.log_softmax(randn(2, 3, 4), -2)
+    with pytest.raises(ValueError, match=r"dim 2 is out of range"):
+        ops.softmax(randn(3, 4), 2)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("d", [1, 7, 1000, 4096, 8192, 50257])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_softmax_backward(dtype, d, log):
+    rows = 37 if d <= 1000 else 5
+    x = randn(rows, d, dtype=dtype, scale=3.0).requires_grad_()
+    g = randn(rows, d, dtype=dtype)
+    y = softmax_op(log)(x)
+    bwd = ops.log_softmax_backward if log else ops.softmax_backward
+    dx = bwd(g, y.detach())
+    # The backward op against its formula on the same (grad, output), in float64.
+    close(dx, softmax_backward_ref(g, y.detach(), log).to(dtype), **row_tol(dtype))
+    # Autograd runs the backward op.
+    y.backward(g)
+    assert torch.equal(x.grad, dx)
+    if dtype == torch.float32:  # against PyTorch's autograd in float64 (the forward's rounding included)
+        x64 = x.detach().double().requires_grad_()
+        (torch.log_softmax if log else torch.softmax)(x64, -1).backward(g.double())
+        close(x.grad, x64.grad.float(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_backward_misaligned_and_strided_grad(log):
+    y = softmax_op(log)(randn(9, 1000, scale=3.0))
+    bwd = ops.log_softmax_backward if log else ops.softmax_backward
+    for g, yy in [(randn(9, 1000, misaligned=True), y), (randn(9, 1000), misaligned_like(y)),
+                  (randn(1, 1000).expand(9, 1000), y)]:
+        close(bwd(g, yy), softmax_backward_ref(g, yy, log).float(), **row_tol(torch.float32))
+
+
+@pytest.mark.big
+def test_softmax_large():
+    x = randn(65536, 4096, scale=3.0)
+    y = ops.softmax(x)
+    close(y, torch.softmax(x.double(), -1).float(), **softmax_tol(torch.float32, False))
+    del y
+    y = ops.log_softmax(x)
+    close(y, torch.log_softmax(x.double(), -1).float(), **softmax_tol(torch.float32, True))
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_gradcheck(log):
+    for shape in [(3, 7), (2, 3, 5), (1, 40)]:
+        x = torch.randn(*shape, dtype=torch.float64, device=DEV, requires_grad=True)
+        assert torch.autograd.gradcheck(softmax_op(log), (x,))
+
+
+# ===================================================== norms ======================================================
+
+EPS_LN, EPS_RMS = 1e-5, 1e-6
+
+
+def norm_inputs(rows, d, dtype, *, misaligned=False):
+    x = randn(rows, d, dtype=dtype, misaligned=misaligned, scale=2.0)
+    x.add_(randn(rows, 1, dtype=dtype))  # a per-row offset: the mean matters (in place: keeps the alignment)
+    w = (1.0 + 0.5 * randn(d)).to(dtype)
+    b = (0.1 * randn(d)).to(dtype)
+    return x, w, b
+
+
+def layer_norm_ref(x, w, b):
+    d = x.shape[-1]
+    return F.layer_norm(x.double(), (d,), None if w is None else w.double(), None if b is None else b.double(),
+                        EPS_LN).to(x.dtype)
+
+
+def rms_norm_ref(x, w):
+    return F.rms_norm(x.double(), (x.shape[-1],), None if w is None else w.double(), EPS_RMS).to(x.dtype)
+
+
+NORM_SIZES = [7, 768, 1000, 4096, 8192, 50257]
+
+
+@pytest.mark.parametrize("d", NORM_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)   # float64: test_norm_gradcheck
+def test_norm_forward(dtype, d):
+    rows = 33 if d <= 1000 else 5
+    x, w, b = norm_inputs(rows, d, dtype)
+    tol = row_tol(dtype)
+    close(ops.layer_norm(x, w, b), layer_norm_ref(x, w, b), **tol)
+    close(ops.rms_norm(x, w), rms_norm_ref(x, w), **tol)
+    if d == 1000:  # the other configurations at one size
+        close(ops.layer_norm(x, w), layer_norm_ref(x, w, None), **tol)
+        close(ops.layer_norm(x), layer_norm_ref(x, None, None), **tol)
+        close(ops.rms_norm(x), rms_norm_ref(x, None), **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_norm_layouts_and_eps(dtype):
+    tol = row_tol(dtype)
+    x, w, b = norm_inputs(9, 1000, dtype, misaligned=True)
+    close(ops.layer_norm(x, w, b), layer_norm_ref(x, w, b), **tol)
+    close(ops.rms_norm(x, misaligned_like(w)), rms_norm_ref(x, w), **tol)
+    x3 = randn(2, 3, 768, dtype=dtype)
+    w3 = (1 + 0.5 * randn(768)).to(dtype)
+    close(ops.layer_norm(x3, w3), F.layer_norm(x3.double(), (768,), w3.double(), None, EPS_LN).to(dtype), **tol)
+    xt = randn(768, 6, dtype=dtype).t()
+    close(ops.rms_norm(xt, w3), rms_norm_ref(xt, w3), **tol)
+    # eps is a runtime argument: a large one changes the result as PyTorch's does.
+    y = ops.layer_norm(x, w, b, eps=0.5)
+    close(y, F.layer_norm(x.double(), (1000,), w.double(), b.double(), 0.5).to(dtype), **tol)
+    y = ops.rms_norm(x, None, 0.25)
+    close(y, F.rms_norm(x.double(), (1000,), None, 0.25).to(dtype), **tol)
+    for shape in [(0, 8), (3, 0)]:
+        e = torch.empty(shape, dtype=dtype, device=DEV)
+        assert ops.layer_norm(e).shape == shape and ops.rms_norm(e).shape == shape
+
+
+@pytest.mark.big
+def test_norm_large():
+    x, w, b = norm_inputs(65536, 4096, torch.float32)
+    y = ops.layer_norm(x, w, b)
+    close(y, layer_norm_ref(x, w, b), **row_tol(torch.float32))
+    del y
+    y = ops.rms_norm(x, w)
+    close(y, rms_norm_ref(x, w), **row_tol(torch.float32))
+
+
+def test_norm_errors_on_cuda():
+    x = randn(4, 8)
+    with pytest.raises(ValueError, match=r"kjit\.ops\.layer_norm: weight has shape \[7\] but must have shape \[8\]"):
+        ops.layer_norm(x, randn(7))
+    with pytest.raises(TypeError, match=r"kjit\.ops\.rms_norm: weight has dtype torch\.float16 but x has dtype"):
+        ops.rms_norm(x, randn(8, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"x must have at least one dim"):
+        ops.layer_norm(torch.tensor(1.0, device=DEV))
+
+
+NORM_CONFIGS = [  # (rms, has_w, has_b)
+    (False, True, True), (True, True, False), (False, True, False), (False, False, False), (True, False, False),
+]
+
+
+def norm_grads_ref(x, w, b, g, rms):
+    x64 = x.detach().double().requires_grad_()
+    w64 = None if w is None else w.detach().double().requires_grad_()
+    b64 = None if b is None else b.detach().double().requires_grad_()
+    d = x.shape[-1]
+    y = F.rms_norm(x64, (d,), w64, EPS_RMS) if rms else F.layer_norm(x64, (d,), w64, b64, EPS_LN)
+    y.backward(g.double())
+    return (x64.grad.to(x.dtype), None if w is None else w64.grad.to(x.dtype),
+            None if b is None else b64.grad.to(x.dtype))
+
+
+def _norm_backward_cases():
+    # layer_norm(w, b) and rms_norm(w) at every size (rows of 50257: layer_norm only), the rest at one size.
+    for d in (7, 1000, 4096, 50257):
+        for config in NORM_CONFIGS:
+            if (config in NORM_CONFIGS[:2] and (d != 50257 or config == NORM_CONFIGS[0])) or d == 1000:
+                yield d, config
+
+
+@pytest.mark.parametrize("d, config", list(_norm_backward_cases()),
+                         ids=lambda v: str(v) if isinstance(v, int) else ("rms" if v[0] else "ln") + "_w" * v[1] + "_b" * v[2])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_norm_backward(dtype, d, config):
+    rms, has_w, has_b = config
+    rows = 33 if d <= 1000 else 6
+    x, w, b = norm_inputs(rows, d, dtype)
+    w = w if has_w else None
+    b = b if has_b else None
+    g = randn(rows, d, dtype=dtype)
+    eps = EPS_RMS if rms else EPS_LN
+    bwd = ops.rms_norm_backward if rms else ops.layer_norm_backward
+    dx, dw, db = bwd(g, x, w, has_b, eps)
+    rdx, rdw, rdb = norm_grads_ref(x, w, b, g, rms)
+    tol = row_tol(dtype)
+    close(dx, rdx, **tol)
+    sums = sum_tol(dtype, rows)
+    wide = dict(rtol=max(tol["rtol"], sums["rtol"]), atol=max(tol["atol"], sums["atol"]))
+    if has_w:
+        close(dw, rdw, **wide)
+    else:
+        assert dw.shape == (0,)
+    if has_b:
+        close(db, rdb, **wide)
+    else:
+        assert db.shape == (0,)
+    # Autograd runs the backward op.
+    xr = x.detach().requires_grad_()
+    wr = None if w is None else w.detach().requires_grad_()
+    br = None if b is None else b.detach().requires_grad_()
+    y = ops.rms_norm(xr, wr, eps) if rms else ops.layer_norm(xr, wr, br, eps)
+    y.backward(g)
+    assert torch.equal(xr.grad, dx)
+    if has_w:
+        assert torch.equal(wr.grad, dw)
+    if has_b:
+        assert torch.equal(br.grad, db)
+
+
+def test_norm_backward_many_rows():
+    # More rows than partial-sum slots: each slot accumulates many rows.
+    x, w, b = norm_inputs(20000, 256, torch.float32)
+    g = randn(20000, 256)
+    dx, dw, db = ops.layer_norm_backward(g, x, w, True, EPS_LN)
+    rdx, rdw, rdb = norm_grads_ref(x, w, b, g, False)
+    close(dx, rdx, **row_tol(torch.float32))
+    close(dw, rdw, **sum_tol(torch.float32, 20000))
+    close(db, rdb, **sum_tol(torch.float32, 20000))
+
+
+def test_norm_gradcheck():
+    for shape in [(3, 8), (2, 3, 5)]:
+        d = shape[-1]
+        x = torch.randn(*shape, dtype=torch.float64, device=DEV, requires_grad=True)
+        w = (1 + 0.5 * torch.randn(d, dtype=torch.float64, device=DEV)).requires_grad_()
+        b = torch.randn(d, dtype=torch.float64, device=DEV, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x, w, b: ops.layer_norm(x, w, b), (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, w: ops.layer_norm(x, w), (x, w))
+        assert torch.autograd.gradcheck(lambda x: ops.layer_norm(x), (x,))
+        assert torch.autograd.gradcheck(lambda x, w: ops.rms_norm(x, w), (x, w))
+        assert torch.autograd.gradcheck(lambda x: ops.rms_norm(x), (x,))
+
+
+# ===================================================== pooling ====================================================
+
+POOL_CONFIGS = [  # kernel_size, stride, padding
+    (2, 2, 0),
+    (3, 2, 1),
+    (3, 1, 1),
+    ((2, 3), (1, 2), (1, 1)),
+]
+POOL_SHAPES = [(2, 3, 17, 23), (3, 17, 23)]
+
+
+def distinct(shape, dtype):
+    """Values with no ties in dtype (so that max pooling's argmax is unique), of both signs."""
+    n = math.prod(shape)
+    if dtype in (torch.float16, torch.bfloat16):
+        base = 0x3C00 if dtype == torch.float16 else 0x3F80  # 1.0; consecutive bit patterns are increasing
+        bits = (torch.randperm(n, device=DEV) + base).to(torch.int16)
+        v = bits.view(dtype)
+    else:
+        v = (torch.randperm(n, device=DEV) + 1).to(dtype)
+    sign = torch.randint(0, 2, (n,), device=DEV).to(dtype) * 2 - 1
+    return (v * sign).view(shape)
+
+
+def config_id(c):
+    return "k{}_s{}_p{}".format(*c).replace(" ", "")
+
+
+@pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config", POOL_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_max_pool2d(dtype, config, shape):
+    k, s, p = config
+    x = randn(*shape, dtype=dtype)
+    y = ops.max_pool2d(x, k, s, p)
+    assert torch.equal(y, F.max_pool2d(x, k, s, p))
+    # Backward on values without ties, against PyTorch's autograd in float64.
+    x = distinct(shape, dtype).requires_grad_()
+    y = ops.max_pool2d(x, k, s, p)
+    g = randn(*y.shape, dtype=dtype)
+    y.backward(g)
+    x64 = x.detach().double().requires_grad_()
+    F.max_pool2d(x64, k, s, p).backward(g.double())
+    close(x.grad, x64.grad.to(dtype), **sum_tol(dtype, 9))
+    assert torch.equal(x.grad, ops.max_pool2d_backward(g, x.detach(), k, s, p))
+
+
+@pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config, count_include_pad", [(c, True) for c in POOL_CONFIGS]
+                         + [(c, False) for c in POOL_CONFIGS if c[2] != 0],   # no padding: the same divisor
+                         ids=lambda v: ("count_pad" if v else "no_count_pad") if isinstance(v, bool) else config_id(v))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_avg_pool2d(dtype, config, count_include_pad, shape):
+    k, s, p = config
+    x = randn(*shape, dtype=dtype).requires_grad_()
+    y = ops.avg_pool2d(x, k, s, p, count_include_pad)
+    x64 = x.detach().double().requires_grad_()
+    y64 = F.avg_pool2d(x64, k, s, p, count_include_pad=count_include_pad)
+    close(y, y64.to(dtype), **sum_tol(dtype, 9))
+    g = randn(*y.shape, dtype=dtype)
+    y.backward(g)
+    y64.backward(g.double())
+    close(x.grad, x64.grad.to(dtype), **sum_tol(dtype, 9))
+    assert torch.equal(x.grad, ops.avg_pool2d_backward(g, x.detach(), k, s, p, count_include_pad))
+
+
+def test_pool_defaults_layouts_and_empty():
+    x = randn(2, 3, 16, 17)
+    torch.testing.assert_close(ops.max_pool2d(x, 2), F.max_pool2d(x, 2), rtol=0, atol=0)
+    torch.testing.assert_close(ops.avg_pool2d(x, [3, 3]), F.avg_pool2d(x, 3), rtol=1e-5, atol=1e-5)
+    xt = randn(2, 3, 17, 16).transpose(2, 3)   # non-contiguous: made contiguous first
+    torch.testing.assert_close(ops.max_pool2d(xt, 3, 2, 1), F.max_pool2d(xt, 3, 2, 1), rtol=0, atol=0)
+    xm = misaligned_like(x)
+    torch.testing.assert_close(ops.avg_pool2d(xm, 3, 1, 1), F.avg_pool2d(xm, 3, 1, 1), rtol=1e-5, atol=1e-5)
+    e = torch.empty(0, 3, 8, 8, device=DEV)
+    assert ops.max_pool2d(e, 2).shape == (0, 3, 4, 4)
+    assert ops.avg_pool2d(e, 2).shape == (0, 3, 4, 4)
+    # A NaN in a window wins, as in PyTorch.
+    x = randn(1, 1, 8, 8)
+    x[0, 0, 3, 4] = float("nan")
+    torch.testing.assert_close(ops.max_pool2d(x, 2), F.max_pool2d(x, 2), rtol=0, atol=0, equal_nan=True)
+
+
+def test_pool_gradcheck():
+    x = distinct((2, 2, 7, 9), torch.float64).requires_grad_()
+    for k, s, p in POOL_CONFIGS:
+        assert torch.autograd.gradcheck(lambda t: ops.max_pool2d(t, k, s, p), (x,))
+        for cip in (True, False):
+            assert torch.autograd.gradcheck(lambda t: ops.avg_pool2d(t, k, s, p, cip), (x,))
+
+
+# ============================================ specialization policy ===============================================
+
+_POLICY_CHILD = """
+import json, warnings, torch, kjit
+from kjit import ops
+ok = []
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for rounds in range(2):
+        for d in (256, 512, 1024):
+            x = torch.randn(5, d, device="cuda")
+            w = torch.randn(d, device="cuda")
+            ok.append(bool(torch.allclose(ops.softmax(x).double(), torch.softmax(x.double(), -1), rtol=3e-5, atol=1e-6)))
+            ok.append(bool(torch.allclose(ops.layer_norm(x, w).double(),
+                                          torch.nn.functional.layer_norm(x.double(), (d,), w.double()),
+                                          rtol=1e-4, atol=1e-4)))
+            ok.append(bool(torch.allclose(ops.sum(x).double(), x.double().sum(-1), rtol=1e-5, atol=1e-4)))
+        torch.cuda.synchronize()
+        if rounds == 0:
+            s = kjit.stats()
+            first_loads = s["compiles"] + s["disk_hits"]
+s = kjit.stats()
+print(json.dumps({
+    "ok": ok,
+    "warnings": [str(w.message) for w in caught if issubclass(w.category, kjit.KjitWarning)],
+    "specializations": s["specializations"],
+    "max": s["max_specializations"],
+    "first_loads": first_loads,
+    "loads": s["compiles"] + s["disk_hits"],
+}))
+"""
+
+
+def test_specialization_policy_saturates_to_the_generic_variant(run_py):
+    r = run_py(_POLICY_CHILD, env={"KJIT_MAX_SPECIALIZATIONS": "2"})
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(out["ok"]), (out["ok"], r)
+    assert out["max"] == 2
+    by_kernel = {(e["kernel"], e["param"]): e for e in out["specializations"]}
+    for kernel in ("softmax_forward", "norm_forward", "reduce_rows"):
+        assert by_kernel[(kernel, "D")] == {"kernel": kernel, "param": "D", "specialized_values": 2,
+                                            "generic_values": 1, "saturated": True}, out["specializations"]
+        said = [w for w in out["warnings"] if f"kernel '{kernel}' has been specialized on 2 distinct values of D" in w]
+        assert len(said) == 1, out["warnings"]
+    policy = [w for w in out["warnings"] if "has been specialized on" in w]
+    assert len(policy) == 3, out["warnings"]
+    # Per kernel: two specialized lengths and the generic variant, each loaded once; none in the second round.
+    assert out["first_loads"] == 9, out
+    assert out["loads"] == 9, out
+
+
+# ======================================== torch.compile and CUDA graphs ==========================================
+
+
+def _block(x, w, b):
+    return ops.softmax(ops.layer_norm(ops.silu(x), w, b))
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    x, w, b = norm_inputs(64, 1000, torch.float32)
+    compiled = torch.compile(_block, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w, b), _block(x, w, b), rtol=1e-5, atol=1e-6)
+    # With autograd.
+    g = randn(64, 1000)
+    grads = []
+    for fn in (_block, compiled):
+        xs, ws, bs = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        (fn(xs, ws, bs) * g).sum().backward()
+        grads.append((xs.grad, ws.grad, bs.grad))
+    for eager, comp in zip(*grads):
+        torch.testing.assert_close(comp, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_graph_capture_and_replay():
+    f = kjit.elementwise("p * s + y", "p, y", "s", name="test_graph")
+    x, y = randn(64, 1000, scale=3.0), randn(64, 1000)
+    # Warm up on a side stream (loads every kernel: compiling during capture is an error).
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        f(ops.softmax(x), y, s=0.5)
+    torch.cuda.current_stream().wait_stream(side)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p = ops.softmax(x)
+        z = f(p, y, s=0.5)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x) * 3)
+        y.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = torch.softmax(x.double(), -1)
+        close(p, ref.float(), **softmax_tol(torch.float32, False))
+        close(z, (ref * 0.5 + y.double()).float(), rtol=1e-5, atol=1e-5)
