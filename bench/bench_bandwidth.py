@@ -2,8 +2,8 @@
 
 Not a test: run on a GPU machine. For each case, in the same run: a plain device copy of the same
 bytes (the reference ceiling), PyTorch eager, torch.compile (Inductor) of the same function, and kjit;
-GB/s count the bytes each op must read once and write once (weights included). GPU time is the median
-of CUDA-event timings over repetitions (after warm-up).
+GB/s count the bytes each op must read once and write once (weights included). GPU time per call is
+the median over repetitions (after warm-up) of CUDA-event timings of 10 back-to-back calls.
 
     python bench/bench_bandwidth.py [--quick] [--no-compile] [--json out.json] [--markdown out.md]
 
@@ -29,7 +29,10 @@ from kjit.library import rows as kjit_rows
 GIB = 1 << 30
 
 
-def gpu_ms(fn, warmup: int, reps: int) -> dict:
+def gpu_ms(fn, warmup: int, reps: int, inner: int = 10) -> dict:
+    """GPU ms per call: CUDA events around `inner` back-to-back calls (so that the CPU cost of launching
+    one call overlaps the GPU work of the previous one, as in a real workload, instead of being timed as
+    GPU idle time), median / min / max over `reps` such batches."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -37,10 +40,11 @@ def gpu_ms(fn, warmup: int, reps: int) -> dict:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(inner):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / inner)
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times)}
 
 

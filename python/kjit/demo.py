@@ -33,6 +33,14 @@ SCENARIOS = {
     "rgb_to_gray": [("rgb_to_gray", "rgb_to_gray", dict(H=1080, W=1920))],
     "outer": [("outer", k, p) for p in (F32, F64) for k in ("outer", "outer_backward_a", "outer_backward_c")],
     "fused_update": [("fused_update", "fused_update", F32)],
+    # kjit.ops on rows of 4096 float32 (the geometry the library picks for them on a GPU).
+    "library": [
+        ("norm", "norm_forward", dict(T=torch.float32, TPR=128, ROWS=2, VEC=4, ITEMS=8, D=4096, RMS=False, HAS_W=True,
+                                      HAS_B=True)),
+        ("softmax", "softmax_forward", dict(T=torch.float32, TPR=512, ROWS=1, VEC=4, ITEMS=2, D=4096, LOG=False)),
+        ("reduce", "reduce_rows", dict(T=torch.float32, TO=torch.float32, OP=0, TPR=256, ROWS=1, VEC=4, ITEMS=4,
+                                       D=4096)),
+    ],
 }
 
 
@@ -193,11 +201,35 @@ def scenario_fused_update(dev) -> Result:
     return r
 
 
+def scenario_library(dev) -> Result:
+    import torch.nn.functional as F
+
+    import kjit
+    from kjit import ops
+
+    r = Result("library")
+    x = torch.randn(4096, 4096, device=dev)
+    w, b = torch.randn(4096, device=dev), torch.randn(4096, device=dev)
+    silu_scaled = kjit.elementwise("silu(x) * s", "x", "s", name="silu_scaled")
+
+    def block():
+        h = ops.layer_norm(x, w, b, 1e-5)
+        h = silu_scaled(h, s=0.5)
+        return ops.sum(ops.softmax(h), -1)
+
+    out, r.first_call_ms, r.origins = _timed_first(block)
+    ref = torch.softmax(F.silu(F.layer_norm(x, (4096,), w, b, 1e-5)) * 0.5, -1).sum(-1)
+    r.check(torch.allclose(out, ref, rtol=1e-4, atol=1e-4), "layer_norm -> silu(x) * s -> softmax -> sum equals torch")
+    r.cached_call_us, r.gpu_us = _timed_cached(block, n=50)
+    return r
+
+
 RUNNERS = {
     "add_constant": scenario_add_constant,
     "rgb_to_gray": scenario_rgb_to_gray,
     "outer": scenario_outer,
     "fused_update": scenario_fused_update,
+    "library": scenario_library,
 }
 
 
