@@ -41,8 +41,8 @@ if has test; then
 fi
 if has bench; then
   ./build/bench/launch_overhead 20000 2>&1 | tee "$OUT/bench_launch_overhead.json"
-  $PY bench/bench_python.py ${BENCH_ARGS:-} --json "$OUT/bench_python.json" > "$OUT/bench_python.log" 2>&1
-  tail -n 80 "$OUT/bench_python.log"
+  $PY -m kjit.bench ${BENCH_ARGS:-} --out "$OUT/bench" > "$OUT/bench.log" 2>&1 || rc=1
+  tail -n 80 "$OUT/bench.log"
 fi
 if has libtest; then
   (cd tests/python && $PY -m pytest -q -p no:cacheprovider -rs test_library_compile.py test_library_gpu.py \
@@ -56,14 +56,13 @@ if has memcheck; then
   # it answers CUDA_ERROR_INVALID_VALUE (the driver has no count query), which is by design.
   (cd tests/python && PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
     --report-api-errors no \
-    --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile}" \
+    --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile and not cuda_graph}" \
     test_library_gpu.py > "$OUT/memcheck.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)|ERROR SUMMARY|Invalid" "$OUT/memcheck.log" | sort | uniq -c | head -20
   tail -n 3 "$OUT/memcheck.log"
 fi
 if has bandwidth; then
-  $PY bench/bench_bandwidth.py ${BENCH_ARGS:-} --json "$OUT/bench_bandwidth.json" --markdown "$OUT/bench_bandwidth.md" \
-    > "$OUT/bench_bandwidth.log" 2>&1 || rc=1
+  $PY -m kjit.bench --only bandwidth ${BENCH_ARGS:-} --out "$OUT/bench" > "$OUT/bench_bandwidth.log" 2>&1 || rc=1
   tail -n 60 "$OUT/bench_bandwidth.log"
 fi
 exit $rc

@@ -25,10 +25,10 @@ if [ -z "${CUDA_HOME:-}" ] && [ ! -d /usr/local/cuda ] && ! command -v nvcc >/de
 fi
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 
-if ! $PY -c "import torch, pybind11, scikit_build_core, pytest, tqdm" >/dev/null 2>&1; then
+if ! $PY -c "import torch, pybind11, scikit_build_core, pytest, tqdm, matplotlib" >/dev/null 2>&1; then
   echo "== pip: installing torch and the build tools"
   $PY -m pip install -q --disable-pip-version-check "torch==2.11.*" "pybind11>=2.12" "scikit-build-core>=0.10" \
-    pytest tqdm numpy ninja
+    pytest tqdm numpy ninja matplotlib
 fi
 
 echo "== C++ build (build/)"

@@ -1,0 +1,255 @@
+"""The result file (JSON) and its Markdown rendering, with the list of figures where kjit is behind.
+
+Ratios are "kjit speed relative to the peer": peer time / kjit time, or kjit GB/s / peer GB/s; above 1
+kjit is faster, below 1 the peer is (and the figure lands in "where kjit is behind").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import machine
+
+MIB = 1 << 20
+
+
+# -- files -----------------------------------------------------------------------------------------------
+def file_prefix(result: dict) -> str:
+    """<YYYY-MM-DD>-<gpu slug>-kjit-bench, from the result's machine record."""
+    m = result.get("machine", {})
+    date = (m.get("date") or machine.today())[:10]
+    return f"{date}-{machine.gpu_slug(m.get('gpu'))}-kjit-bench"
+
+
+def write_json(result: dict, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+# -- formatting ------------------------------------------------------------------------------------------
+def _num(v, fmt="{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _x(r) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _size(nbytes) -> str:
+    if nbytes is None:
+        return "-"
+    return f"{nbytes / MIB:.0f} MiB" if nbytes < 1024 * MIB else f"{nbytes / (1024 * MIB):.0f} GiB"
+
+
+def _shape(shape) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _is(v) -> bool:
+    return isinstance(v, dict)
+
+
+# -- "where kjit is behind" ------------------------------------------------------------------------------
+def behind(result: dict) -> list[dict]:
+    """Every figure where a peer is faster than kjit: {section, figure, peer, kjit, peer_value, unit, ratio}
+    with ratio = kjit speed relative to the peer (< 1)."""
+    out: list[dict] = []
+    ov = (result.get("overhead") or {}).get("results") or {}
+    for name, v in ov.items():
+        if _is(v) and v.get("kind") == "peer" and _is(ov.get(v.get("vs"))):
+            k, p = ov[v["vs"]]["us"]["median"], v["us"]["median"]
+            if p < k:
+                out.append(dict(section="overhead", figure=f"CPU cost per call: {v['vs']} vs {name}", peer=name,
+                                kjit=k, peer_value=p, unit="us", ratio=p / k))
+    fc = (result.get("first_call") or {}).get("results") or {}
+    if _is(fc.get("kjit")):
+        for peer, v in fc.items():
+            if peer == "kjit" or not _is(v):
+                continue
+            for key, label in (("empty_cache_ms", "first call, empty cache"),
+                               ("warm_cache_new_process_ms", "first call, new process, warm cache")):
+                if key in v and key in fc["kjit"]:
+                    k, p = fc["kjit"][key]["median"], v[key]["median"]
+                    if p < k:
+                        out.append(dict(section="first_call", figure=label, peer=peer, kjit=k, peer_value=p,
+                                        unit="ms", ratio=p / k))
+    bw = result.get("bandwidth") or {}
+    for part in ("sweep", "reference"):
+        for r in bw.get(part) or []:
+            g = r.get("gbps") or {}
+            if "kjit" not in g:
+                continue
+            for peer, v in g.items():
+                if peer in ("kjit", "copy", "kjit generic"):
+                    continue
+                if v > g["kjit"]:
+                    where = _size(r.get("size_bytes")) if part == "sweep" else _shape(r["shape"])
+                    out.append(dict(section="bandwidth", figure=f"{r['op']} {r['dtype']} {where} ({part})",
+                                    peer=peer, kjit=g["kjit"], peer_value=v, unit="GB/s", ratio=g["kjit"] / v))
+    rc = result.get("recompile") or {}
+    res = rc.get("results") or {}
+    for peer, ref in (rc.get("vs") or {}).items():
+        p, k = res.get(peer), res.get(ref)
+        if not (_is(p) and _is(k)) or p.get("compiles") is None or k.get("compiles") is None:
+            continue
+        if p["compiles"] < k["compiles"]:
+            out.append(dict(section="recompile", figure=f"new compiles over {p['changes']} changes ({ref})",
+                            peer=peer, kjit=k["compiles"], peer_value=p["compiles"], unit="compiles",
+                            ratio=(p["compiles"] / k["compiles"]) if k["compiles"] else 0.0))
+        elif p["compiles"] == k["compiles"] and p["seconds"] < k["seconds"]:
+            out.append(dict(section="recompile", figure=f"seconds for {p['changes']} changes ({ref})", peer=peer,
+                            kjit=k["seconds"], peer_value=p["seconds"], unit="s", ratio=p["seconds"] / k["seconds"]))
+    return out
+
+
+def _behind_line(b: dict) -> str:
+    fmt = "{:.0f}" if b["unit"] in ("GB/s", "compiles") else "{:.2f}"
+    return (f"- {b['section']}: {b['figure']}: {b['peer']} is faster, kjit at {b['ratio']:.2f}x "
+            f"({fmt.format(b['kjit'])} {b['unit']} for kjit, {fmt.format(b['peer_value'])} {b['unit']} for "
+            f"{b['peer']})")
+
+
+# -- sections --------------------------------------------------------------------------------------------
+def _overhead_md(sec: dict) -> list[str]:
+    res = sec.get("results") or {}
+    out = [f"## CPU cost per cached call ({sec.get('n')} {sec.get('dtype')} elements, add a constant)", "",
+           f"Median / min / max over {sec.get('reps')} batches of {sec.get('calls')} calls. "
+           "\"kjit / peer\": peer time / kjit time against the kjit entry named (above 1: kjit faster).", ""]
+    rows = []
+    for name, v in res.items():
+        if not _is(v):
+            rows.append([name, v, "-", "-", "-", "-", "-"])
+            continue
+        us = v["us"]
+        ref = res.get(v.get("vs")) if v.get("vs") else None
+        r = us["median"] / ref["us"]["median"] if _is(ref) and ref["us"]["median"] else None
+        rows.append([name, f"{us['median']:.2f} us", f"{us['min']:.2f}-{us['max']:.2f}",
+                     _x(v.get("ratio_vs_torch_add_out")), v.get("vs") or "(kjit)", _x(r), v.get("kind", "")])
+    return out + _table(["call", "median", "min-max", "vs torch.add(out=)", "compared with", "kjit / peer", "kind"],
+                        rows)
+
+
+def _first_call_md(sec: dict) -> list[str]:
+    res = sec.get("results") or {}
+    k = res.get("kjit") if _is(res.get("kjit")) else None
+    out = ["## First call of the add kernel (import and CUDA context excluded)", "",
+           f"Median (min-max) over {sec.get('repeats')} fresh cache directories; each time a first process "
+           "(empty cache) and a second one (warm disk cache).", ""]
+    rows = []
+    for peer, v in res.items():
+        if not _is(v):
+            rows.append([peer, v, "-", "-", "-"])
+            continue
+        e, w = v["empty_cache_ms"], v["warm_cache_new_process_ms"]
+        re_ = e["median"] / k["empty_cache_ms"]["median"] if k else None
+        rw = w["median"] / k["warm_cache_new_process_ms"]["median"] if k else None
+        rows.append([peer, f"{e['median']:.1f} ms ({e['min']:.1f}-{e['max']:.1f})",
+                     f"{w['median']:.1f} ms ({w['min']:.1f}-{w['max']:.1f})", _x(re_), _x(rw)])
+    return out + _table(["peer", "empty cache", "new process, warm cache", "kjit / peer (empty)",
+                         "kjit / peer (warm)"], rows)
+
+
+def _peers_in(rows: list[dict]) -> list[str]:
+    order = ["copy", "eager", "torch.compile", "kjit", "kjit generic", "triton", "cupy"]
+    seen = {p for r in rows for p in (r.get("gbps") or {})}
+    return [p for p in order if p in seen] + sorted(seen - set(order))
+
+
+def _bandwidth_rows(rows: list[dict], part: str) -> list[str]:
+    peers = _peers_in(rows)
+    others = [p for p in peers if p not in ("copy", "kjit", "kjit generic")]
+    header = ["op", "dtype", "size" if part == "sweep" else "shape"] + [f"{p} GB/s" for p in peers] + \
+        ["kjit min-max", "kjit / copy"] + [f"kjit / {p}" for p in others]
+    if "kjit generic" in peers:
+        header.append("specialized / generic")
+    body = []
+    for r in rows:
+        where = _size(r.get("size_bytes")) if part == "sweep" else _shape(r["shape"])
+        if "gbps" not in r:
+            body.append([r["op"], r["dtype"], where, "error: " + str(r.get("error"))] + ["-"] * (len(header) - 4))
+            continue
+        g, ms = r["gbps"], r["ms"]
+        cells = [r["op"], r["dtype"], where] + [_num(g.get(p), "{:.0f}") for p in peers]
+        if "kjit" in ms:
+            cells.append(f"{r['bytes'] / ms['kjit']['max'] / 1e6:.0f}-{r['bytes'] / ms['kjit']['min'] / 1e6:.0f}")
+            cells.append(f"{g['kjit'] / g['copy']:.0%}")
+        else:
+            cells += ["-", "-"]
+        cells += [_x(g["kjit"] / g[p]) if "kjit" in g and p in g else "-" for p in others]
+        if "kjit generic" in peers:
+            cells.append(_x(g["kjit"] / g["kjit generic"]) if "kjit" in g and "kjit generic" in g else "-")
+        body.append(cells)
+    out = _table(header, body)
+    errs = [f"- {r['op']} {r['dtype']} {_shape(r['shape'])}: {p}: {e}" for r in rows
+            for p, e in (r.get("errors") or {}).items()]
+    if errs:
+        out += ["", "Peers that failed:", ""] + errs
+    return out
+
+
+def _bandwidth_md(sec: dict) -> list[str]:
+    out = ["## Bandwidth of the kernel library", "",
+           f"GB/s of the bytes each op reads and writes once; median of {sec.get('reps')} CUDA-event timings of "
+           f"{sec.get('inner', 10)} back-to-back calls; a device copy of the same bytes in the same run. "
+           "\"kjit / peer\": kjit GB/s over the peer's (above 1: kjit faster).", ""]
+    if sec.get("sweep"):
+        out += ["### Size sweep", ""] + _bandwidth_rows(sec["sweep"], "sweep") + [""]
+    if sec.get("reference"):
+        out += ["### Reference table", ""] + _bandwidth_rows(sec["reference"], "reference")
+    return out
+
+
+def _recompile_md(sec: dict) -> list[str]:
+    res = sec.get("results") or {}
+    out = ["## Changing a scalar: new compiles", "",
+           f"{sec.get('runtime_changes')} changes of a runtime scalar; {sec.get('specialized_values')} distinct values "
+           "of a specialized one (counts exclude the warm-up call).", ""]
+    rows = []
+    for name, v in res.items():
+        if not _is(v):
+            rows.append([name, v, "-", "-", "-", "-", "-"])
+            continue
+        rows.append([name, str(v["changes"]), str(v["distinct_values"]),
+                     "?" if v.get("compiles") is None else str(v["compiles"]), f"{v['seconds']:.3f}",
+                     _num(v.get("compile_ms"), "{:.0f}"), v.get("expected", "")])
+    return out + _table(["case", "value changes", "distinct values", "new compiles", "seconds",
+                         "compile ms (kjit.stats)", "expected"], rows)
+
+
+def markdown(result: dict) -> str:
+    m = result.get("machine", {})
+    peers = m.get("peers") or {}
+    lines = [f"# kjit bench: {m.get('gpu')} ({m.get('date')})", "",
+             f"driver {m.get('driver')}, CUDA {m.get('cuda')}, torch {m.get('torch')}, kjit {m.get('kjit')}"
+             + ("; quick run" if result.get("quick") else ""), "",
+             "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()), ""]
+    for key, fn in (("overhead", _overhead_md), ("first_call", _first_call_md), ("bandwidth", _bandwidth_md),
+                    ("recompile", _recompile_md)):
+        sec = result.get(key)
+        if sec is None:
+            continue
+        if "error" in sec and len(sec) == 1:
+            lines += [f"## {key}", "", f"failed: {sec['error']}", ""]
+            continue
+        lines += fn(sec) + [""]
+    bl = behind(result)
+    lines += ["## Where kjit is behind", ""]
+    lines += [_behind_line(b) for b in bl] if bl else ["- nowhere in these figures"]
+    return "\n".join(lines) + "\n"

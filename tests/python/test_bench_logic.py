@@ -1,0 +1,244 @@
+"""kjit.bench without a GPU: statistics, Markdown, plots, the JSON round trip through --report, the
+no-GPU exit code and peer detection (the measuring code runs on the GPU machine only)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kjit.bench import machine, report, stats
+from kjit.bench.__main__ import NO_GPU, main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _ms(median, lo=None, hi=None, n=10):
+    return {"median": median, "min": lo if lo is not None else median, "max": hi if hi is not None else median,
+            "n": n}
+
+
+def _row(op, size, ms: dict, nbytes=2 << 30):
+    g = {k: stats.gbps(nbytes, v["median"]) for k, v in ms.items()}
+    return {"op": op, "dtype": "float32", "shape": [65536, 4096], "size_bytes": size, "bytes": nbytes, "ms": ms,
+            "gbps": g}
+
+
+def synthetic() -> dict:
+    mib = 1 << 20
+    return {
+        "schema": 1, "quick": True, "sections": ["overhead", "first_call", "bandwidth", "recompile"],
+        "machine": {"date": "2026-11-24T10:00:00+00:00", "gpu": "NVIDIA H200", "driver": "580.159.04",
+                    "cuda": "13.0", "torch": "2.11.0+cu130", "kjit": "0.1.0",
+                    "peers": {"triton": "3.6.0", "cupy": "skipped: cupy not installed", "torch.compile": "2.11.0",
+                              "jiterator": "2.11.0"}},
+        "overhead": {"n": 1024, "dtype": "float32", "calls": 1000, "reps": 7, "results": {
+            "torch.add(x, c, out=y)": {"kind": "peer", "vs": "kjit Kernel.launch", "us": _ms(6.4, 6.3, 6.8),
+                                       "ratio_vs_torch_add_out": 1.0},
+            "torch x + c": {"kind": "peer", "vs": "kjit.ops.add_constant(x, c)", "us": _ms(7.1, 7.0, 7.3)},
+            "kjit.ops.add_constant(x, c)": {"kind": "kjit", "vs": None, "us": _ms(6.8, 6.7, 6.9)},
+            "kjit Kernel.launch": {"kind": "kjit", "vs": None, "us": _ms(3.72, 3.66, 3.88)},
+            "bare cuLaunchKernel (ctypes, same process)": {"kind": "peer", "vs": "kjit Kernel.launch",
+                                                           "us": _ms(3.24, 3.2, 3.3)},
+            "cupy RawKernel launch": "skipped: cupy not installed",
+        }},
+        "first_call": {"repeats": 2, "results": {
+            "kjit": {"empty_cache_ms": _ms(49.0, 48.0, 50.0), "warm_cache_new_process_ms": _ms(4.6, 4.5, 4.7)},
+            "cupy": {"empty_cache_ms": _ms(44.0), "warm_cache_new_process_ms": _ms(15.5)},
+            "triton": {"empty_cache_ms": _ms(1047.0), "warm_cache_new_process_ms": _ms(456.0)},
+            "jiterator": "skipped: boom",
+        }},
+        "bandwidth": {"warmup": 3, "reps": 10, "inner": 10, "sizes": [mib, 1024 * mib], "sweep": [
+            _row("x * 0.5", mib, {"copy": _ms(0.5), "eager": _ms(0.5), "torch.compile": _ms(0.4), "kjit": _ms(0.5),
+                                  "triton": _ms(0.6)}),
+            _row("x * 0.5", 1024 * mib, {"copy": _ms(0.5), "eager": _ms(0.5), "kjit": _ms(0.5, 0.45, 0.55)}),
+            {"op": "relu", "dtype": "float32", "shape": [262144], "size_bytes": mib, "error": "RuntimeError: oom"},
+        ], "reference": [
+            dict(_row("layer_norm", None, {"copy": _ms(0.5), "eager": _ms(0.6), "torch.compile": _ms(0.48),
+                                           "kjit": _ms(0.5), "kjit generic": _ms(0.85)}),
+                 errors={"cupy": "TypeError: float32 only"}),
+        ]},
+        "recompile": {"runtime_changes": 1000, "specialized_values": 20, "results": {
+            "kjit runtime scalar": {"kind": "kjit", "mode": "runtime", "changes": 1000, "distinct_values": 1000,
+                                    "compiles": 0, "compile_ms": 0.0, "seconds": 0.02, "expected": "0 compiles"},
+            "kjit specialized scalar": {"kind": "kjit", "mode": "specialized", "changes": 20, "distinct_values": 20,
+                                        "compiles": 20, "compile_ms": 800.0, "seconds": 0.9,
+                                        "expected": "20 compiles"},
+            "torch.compile Python float": {"kind": "peer", "mode": "runtime", "changes": 1000,
+                                           "distinct_values": 1000, "compiles": 1, "seconds": 3.0},
+            "triton runtime argument": {"kind": "peer", "mode": "runtime", "changes": 1000, "distinct_values": 1000,
+                                        "compiles": 0, "seconds": 0.01},
+            "triton tl.constexpr": {"kind": "peer", "mode": "specialized", "changes": 20, "distinct_values": 20,
+                                    "compiles": 20, "seconds": 6.0},
+        }, "vs": {"torch.compile Python float": "kjit runtime scalar", "triton runtime argument": "kjit runtime scalar",
+                  "triton tl.constexpr": "kjit specialized scalar"}},
+    }
+
+
+# -- stats -----------------------------------------------------------------------------------------------
+def test_summarize():
+    assert stats.summarize([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0, "n": 4}
+    assert stats.summarize([5]) == {"median": 5.0, "min": 5.0, "max": 5.0, "n": 1}
+    with pytest.raises(ValueError):
+        stats.summarize([])
+
+
+def test_gbps_and_ratios():
+    assert stats.gbps(2e9, 1.0) == pytest.approx(2000.0)  # 2 GB in 1 ms
+    s = stats.gbps_summary(1e9, _ms(1.0, 0.5, 2.0))
+    assert (s["median"], s["min"], s["max"]) == pytest.approx((1000.0, 500.0, 2000.0))
+    assert stats.speedup(peer_time=6.0, kjit_time=3.0) == 2.0
+    assert stats.ratio(4.0, 2.0) == 2.0 and stats.ratio(1.0, 0) is None and stats.ratio(None, 1.0) is None
+
+
+def test_cpu_us_with_a_fake_clockless_function():
+    calls = []
+    s = stats.cpu_us(lambda: calls.append(1), calls=10, reps=3, warmup=5, sync=lambda: None)
+    assert s["n"] == 3 and s["min"] <= s["median"] <= s["max"] and len(calls) == 35
+
+
+# -- report ----------------------------------------------------------------------------------------------
+def test_file_prefix_and_gpu_slug():
+    assert report.file_prefix(synthetic()) == "2026-11-24-H200-kjit-bench"
+    assert machine.gpu_slug("NVIDIA H100 80GB HBM3") == "H100"
+    assert machine.gpu_slug("NVIDIA GeForce RTX 4090") == "RTX-4090"
+    assert machine.gpu_slug(None) == "gpu"
+
+
+def test_behind_list():
+    b = report.behind(synthetic())
+    got = {(x["section"], x["peer"], x["figure"]): x["ratio"] for x in b}
+    assert got[("overhead", "bare cuLaunchKernel (ctypes, same process)",
+                "CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel (ctypes, same process)")] == \
+        pytest.approx(3.24 / 3.72)
+    assert got[("first_call", "cupy", "first call, empty cache")] == pytest.approx(44 / 49)
+    assert got[("bandwidth", "torch.compile", "x * 0.5 float32 1 MiB (sweep)")] == pytest.approx(0.4 / 0.5)
+    assert got[("bandwidth", "torch.compile", "layer_norm float32 65536x4096 (reference)")] == \
+        pytest.approx(0.48 / 0.5)
+    # Slower peers, copy and kjit's own generic variant are never listed; nor is triton (slower) here.
+    assert not any(x["peer"] in ("copy", "kjit generic", "triton", "eager", "torch x + c") for x in b
+                   if x["section"] == "bandwidth" or x["section"] == "overhead")
+    assert not any(x["section"] == "first_call" and x["peer"] == "triton" for x in b)
+    # Same compile counts (0), but Triton's 1000 launches took less time than kjit's calls.
+    assert got[("recompile", "triton runtime argument", "seconds for 1000 changes (kjit runtime scalar)")] == \
+        pytest.approx(0.5)
+    assert len(b) == 5 and all(x["ratio"] < 1 for x in b)
+
+
+def test_behind_recompile_counts():
+    r = synthetic()
+    r["recompile"]["results"]["kjit runtime scalar"]["compiles"] = 3
+    b = [x for x in report.behind(r) if x["section"] == "recompile"]
+    assert {x["peer"] for x in b} == {"torch.compile Python float", "triton runtime argument"}
+
+
+def test_markdown_cells():
+    md = report.markdown(synthetic())
+    assert md.startswith("# kjit bench: NVIDIA H200 (2026-11-24T10:00:00+00:00)")
+    assert "driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, kjit 0.1.0; quick run" in md
+    # Overhead: median, min-max, ratio vs torch.add(out=), ratio vs the kjit entry compared with.
+    assert ("| bare cuLaunchKernel (ctypes, same process) | 3.24 us | 3.20-3.30 | - | kjit Kernel.launch | 0.87x "
+            "| peer |") in md
+    assert "| kjit Kernel.launch | 3.72 us | 3.66-3.88 | - | (kjit) | - | kjit |" in md
+    assert "| cupy RawKernel launch | skipped: cupy not installed |" in md
+    # First call.
+    assert "| cupy | 44.0 ms (44.0-44.0) | 15.5 ms (15.5-15.5) | 0.90x | 3.37x |" in md
+    assert "| jiterator | skipped: boom |" in md
+    # Bandwidth sweep: 2 GiB moved in 0.5 ms = 4295 GB/s; kjit min-max from the ms range.
+    assert "| x * 0.5 | float32 | 1 GiB | 4295 | 4295 | - | 4295 | - | 3905-4772 | 100% | 1.00x | - | - |" in md
+    assert "| x * 0.5 | float32 | 1 MiB | 4295 | 4295 | 5369 | 4295 | 3579 | 4295-4295 | 100% | 1.00x | 0.80x | 1.20x |" \
+        in md
+    assert "| relu | float32 | 1 MiB | error: RuntimeError: oom |" in md
+    # Reference table with the specialized / generic column and the failed peer.
+    assert "| layer_norm | float32 | 65536x4096 | 4295 | 3579 | 4474 | 4295 | 2526 | 4295-4295 | 100% | 1.20x | " \
+        "0.96x | 1.70x |" in md
+    assert "- layer_norm float32 65536x4096: cupy: TypeError: float32 only" in md
+    # Recompile.
+    assert "| kjit runtime scalar | 1000 | 1000 | 0 | 0.020 | 0 | 0 compiles |" in md
+    assert "| triton tl.constexpr | 20 | 20 | 20 | 6.000 | - |  |" in md
+    # The behind list, computed from the data.
+    behind = md.split("## Where kjit is behind")[1]
+    assert ("- bandwidth: layer_norm float32 65536x4096 (reference): torch.compile is faster, kjit at 0.96x "
+            "(4295 GB/s for kjit, 4474 GB/s for torch.compile)") in behind
+    assert "- first_call: first call, empty cache: cupy is faster, kjit at 0.90x" in behind
+    assert "- overhead: CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel" in behind
+    assert "- recompile: seconds for 1000 changes (kjit runtime scalar): triton runtime argument is faster" in behind
+    assert behind.count("\n- ") == 5
+
+
+def test_markdown_nothing_behind_and_failed_section():
+    r = {"machine": {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-24"}, "bandwidth": {"error": "boom"}}
+    md = report.markdown(r)
+    assert "## bandwidth\n\nfailed: boom" in md
+    assert md.rstrip().endswith("- nowhere in these figures")
+
+
+# -- plots and the CLI -----------------------------------------------------------------------------------
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from kjit.bench import plots
+
+    paths = plots.render(synthetic(), str(tmp_path), "p")
+    names = sorted(os.path.basename(p) for p in paths)
+    assert names == ["p-bandwidth.png", "p-first_call.png", "p-overhead.png"]
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == PNG_MAGIC
+        assert os.path.getsize(p) > 1000
+
+
+def test_report_round_trip(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "in.json"
+    report.write_json(synthetic(), str(src))
+    assert report.load_json(str(src)) == json.loads(json.dumps(synthetic()))
+    out = tmp_path / "out"
+    assert main(["--report", str(src), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    md_file = out / "2026-11-24-H200-kjit-bench.md"
+    assert md_file.read_text() == printed == report.markdown(synthetic())
+    for plot in ("bandwidth", "overhead", "first_call"):
+        assert (out / f"2026-11-24-H200-kjit-bench-{plot}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_report_missing_file(tmp_path, capsys):
+    assert main(["--report", str(tmp_path / "nope.json"), "--out", str(tmp_path)]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_bad_only_is_a_usage_error():
+    with pytest.raises(SystemExit) as e:
+        main(["--only", "overhead,nonsense", "--report", "x.json"])
+    assert e.value.code == 2
+
+
+def test_no_gpu_exit_code(tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--out", str(tmp_path / "o")], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert NO_GPU in r.stderr
+    assert NO_GPU == "no CUDA device: nothing to measure; use --report FILE.json to render saved results"
+    assert not (tmp_path / "o").exists()
+
+
+# -- peer detection --------------------------------------------------------------------------------------
+def test_detect_missing_module():
+    assert machine.detect_module("kjit_no_such_module_xyz") == "skipped: kjit_no_such_module_xyz not installed"
+    assert machine.detect_module("json") != "" and not machine.detect_module("json").startswith("skipped")
+
+
+def test_detect_broken_module(tmp_path, monkeypatch):
+    (tmp_path / "kjit_broken_peer.py").write_text("raise RuntimeError('half installed')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    v = machine.detect_module("kjit_broken_peer")
+    assert v.startswith("skipped: kjit_broken_peer import failed: RuntimeError: half installed")
+
+
+def test_peers_never_raise():
+    p = machine.peers()
+    assert set(p) == {"triton", "cupy", "torch.compile", "jiterator"}
+    assert all(isinstance(v, str) and v for v in p.values())
+    assert not machine.available({"cupy": "skipped: x"}, "cupy") and machine.available({"a": "1.0"}, "a")
+    assert not machine.available({}, "cupy")
