@@ -40,12 +40,8 @@ assert float(y[0]) == 2.0
 print(json.dumps({"ms": ms}))
 """ % ADD_SRC,
     "triton": r"""
-import json, time, torch, triton, triton.language as tl
-@triton.jit
-def add_c(x_ptr, y_ptr, c, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) + c, mask=m)
+import json, time, torch
+from kjit.bench._triton_kernels import add_c  # the kernel of the overhead section (imported, not compiled)
 x = torch.ones(1024, device="cuda"); y = torch.empty_like(x); torch.cuda.synchronize()
 t = time.perf_counter(); add_c[(4,)](x, y, 1.0, 1024, BLOCK=256); torch.cuda.synchronize()
 ms = (time.perf_counter() - t) * 1e3

@@ -215,7 +215,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
 
         add("torch.cuda.jiterator call", jiterator, "peer", KJIT_OP)
     else:
-        res["torch.cuda.jiterator call"] = peer_versions.get("jiterator")
+        res["torch.cuda.jiterator call"] = peer_versions.get("jiterator") or "skipped: jiterator not detected"
 
     if machine.available(peer_versions, "cupy"):
         def cupy_launch():
@@ -229,7 +229,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
 
         add("cupy RawKernel launch", cupy_launch, "peer", KJIT_LAUNCH)
     else:
-        res["cupy RawKernel launch"] = peer_versions.get("cupy")
+        res["cupy RawKernel launch"] = peer_versions.get("cupy") or "skipped: cupy not detected"
 
     if machine.available(peer_versions, "triton"):
         def triton_launch():
@@ -239,7 +239,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
 
         add("triton launch", triton_launch, "peer", KJIT_LAUNCH)
     else:
-        res["triton launch"] = peer_versions.get("triton")
+        res["triton launch"] = peer_versions.get("triton") or "skipped: triton not detected"
 
     add("bare cuLaunchKernel (ctypes, same process)", lambda: bare_launcher(x, y, 1.0, N), "peer", KJIT_LAUNCH)
 

@@ -167,6 +167,18 @@ def test_markdown_cells():
     assert behind.count("\n- ") == 5
 
 
+def test_markdown_lists_near_ties_apart():
+    r = synthetic()
+    ref = [x for x in r["bandwidth"]["reference"] if x["op"] == "layer_norm"][0]
+    ref["gbps"]["torch.compile"] = ref["gbps"]["kjit"] / 0.99  # ahead by 1%: within the spread
+    md = report.markdown(r)
+    behind = md.split("## Where kjit is behind")[1]
+    assert "layer_norm float32 65536x4096 (reference): torch.compile is faster" not in behind
+    assert behind.count("\n- ") == 4
+    assert ("Peers ahead by less than 2% (within run-to-run spread): layer_norm float32 65536x4096 (reference): "
+            "torch.compile 0.990x.") in behind
+
+
 def test_markdown_nothing_behind_and_failed_section():
     r = {"machine": {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-24"}, "bandwidth": {"error": "boom"}}
     md = report.markdown(r)
