@@ -29,7 +29,7 @@ DiskCacheConfig DiskCacheConfig::from_settings(const Settings& s) {
   return c;
 }
 
-DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)) {
+DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(::geteuid()) {
   if (config_.mode != CacheMode::ReadWrite) {
     state_ = to_string(config_.mode);  // nothing is created outside readwrite mode
     return;
@@ -45,6 +45,17 @@ DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)) {
   }
   if (::access(config_.root.c_str(), W_OK | X_OK) != 0) {
     degrade(config_.root.string() + " is not writable: " + errno_text(errno));
+    return;
+  }
+  struct stat st {};
+  if (::stat(config_.root.c_str(), &st) != 0) {
+    degrade("cannot stat " + config_.root.string() + ": " + errno_text(errno));
+    return;
+  }
+  why = ownership_problem(config_.root, st, uid_);
+  if (!why.empty()) {
+    degrade(why + ", so others could plant kernels in it: kjit neither writes to it nor loads from "
+            "it (chmod go-w, or chown it, or pick another KJIT_CACHE_DIR)");
     return;
   }
   usable_ = true;
@@ -108,6 +119,18 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   if (file.absent) return std::nullopt;
   const bool may_modify = is_writable_layer && config_.mode == CacheMode::ReadWrite;
 
+  if (file.ok()) {
+    const std::string why = distrust(layer_root, !may_modify, path, file.st, file.bytes);
+    if (!why.empty()) {
+      log::warn_once("cache-untrusted:" + path.string(),
+                     "kjit cache: not loading " + path.string() + ": " + why +
+                         ". kjit loads only entries written by you, or listed with their SHA-256 in "
+                         "the kjit.lock of a read-only layer (KJIT_CACHE_PATH; `kjit export DIR` "
+                         "writes one); it will be " +
+                         (config_.mode == CacheMode::Strict ? "a cache miss." : "recompiled."));
+      return std::nullopt;
+    }
+  }
   DecodeResult decoded;
   if (file.ok()) decoded = check_entry_bytes(file.bytes, key, target);
   else decoded.error = file.error;
@@ -135,6 +158,22 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
                  "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error +
                      "); " + what + " and " + then + ".");
   return std::nullopt;
+}
+
+std::string DiskCache::distrust(const fs::path& layer_root, bool read_only_layer, const fs::path& path,
+                                const struct stat& st, std::string_view bytes) const {
+  std::string why = owned_path_problem(layer_root, path, st, uid_);
+  if (why.empty()) return why;
+  if (!read_only_layer) return why;  // the writable root vouches only for the user's own files
+  std::shared_ptr<const LayerLock> lock;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto& slot = layer_locks_[layer_root];
+    if (!slot) slot = std::make_shared<const LayerLock>(LayerLock::read(layer_root));
+    lock = slot;
+  }
+  const std::string vouch = lock->vouches_for(path.lexically_relative(layer_root).generic_string(), bytes);
+  return vouch.empty() ? vouch : why + ", and " + vouch;
 }
 
 std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {

@@ -5,20 +5,26 @@
 //  - A damaged entry is a miss; in the writable layer it is removed; a warning says so once per key.
 //  - An unusable writable root (cannot create, not writable, write fails midway, disk full) degrades to
 //    "memory only": a warning once, then stores are skipped; loads still work where they can.
+//  - Trust (trust.hpp): the writable root must belong to the user and not be writable by group or
+//    others, else it is neither written nor read; an entry not owned by the user is loaded only from
+//    a read-only layer whose kjit.lock lists its SHA-256 (warned once per file otherwise).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/entry.hpp"
+#include "kjit/cache/trust.hpp"
 #include "kjit/settings.hpp"
 
 namespace kjit::cache {
@@ -99,6 +105,10 @@ class DiskCache {
   // Looks in one layer; a damaged entry is reported (and removed when `is_writable_layer`).
   std::optional<Entry> load_from(const std::filesystem::path& layer_root, bool is_writable_layer,
                                  const CacheKey& key, const std::string& target);
+  // "" when the entry at `path` (read as `bytes`, fstat `st`) may be loaded from `layer_root`;
+  // otherwise why not (see trust.hpp).
+  std::string distrust(const std::filesystem::path& layer_root, bool read_only_layer,
+                       const std::filesystem::path& path, const struct stat& st, std::string_view bytes) const;
   // The cheap size-only LRU pass after a store (no validation); never evicts `keep`.
   void evict_to(std::uint64_t max_bytes, const std::filesystem::path& keep);
   struct Layer {
@@ -110,7 +120,10 @@ class DiskCache {
   std::vector<Layer> read_layers() const;
 
   DiskCacheConfig config_;
+  uid_t uid_;                   // the effective user: the owner entries must have to be trusted
   mutable std::mutex mu_;
+  // The kjit.lock of each read-only layer, read on first need.
+  mutable std::map<std::filesystem::path, std::shared_ptr<const LayerLock>> layer_locks_;
   bool usable_ = false;         // writable root exists and is usable
   bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
   std::string state_;           // human-readable state

@@ -1,0 +1,99 @@
+#include "kjit/cache/trust.hpp"
+
+#include <cerrno>
+#include <cstdio>
+
+#include "kjit/cache/export_lock.hpp"
+#include "kjit/cache/posix_error.hpp"
+#include "kjit/cache/sha256.hpp"
+#include "kjit/error.hpp"
+
+namespace kjit::cache {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string mode_text(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+std::string writable_by_others(const fs::path& path, const struct stat& st) {
+  const bool group = st.st_mode & S_IWGRP, others = st.st_mode & S_IWOTH;
+  if (!group && !others) return {};
+  return path.string() + " is writable by " + (group && others ? "group and others" : group ? "group" : "others") +
+         " (mode " + mode_text(st.st_mode) + ")";
+}
+
+}  // namespace
+
+std::string ownership_problem(const fs::path& path, const struct stat& st, uid_t uid) {
+  if (st.st_uid != uid)
+    return path.string() + " belongs to uid " + std::to_string(st.st_uid) + ", not to you (uid " +
+           std::to_string(uid) + ")";
+  return writable_by_others(path, st);
+}
+
+std::string owned_path_problem(const fs::path& root, const fs::path& file, const struct stat& file_st,
+                               uid_t uid) {
+  std::string why = ownership_problem(file, file_st, uid);
+  if (!why.empty()) return why;
+  const fs::path rel = file.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..") return file.string() + " is not under " + root.string();
+  fs::path dir = root;
+  auto check_dir = [&](const fs::path& d) {
+    struct stat st {};
+    if (::stat(d.c_str(), &st) != 0) return "cannot stat " + d.string() + ": " + errno_text(errno);
+    return ownership_problem(d, st, uid);
+  };
+  why = check_dir(dir);
+  for (auto it = rel.begin(); why.empty() && it != rel.end(); ++it) {
+    if (std::next(it) == rel.end()) break;  // the file itself: checked above (fstat of what was read)
+    dir /= *it;
+    why = check_dir(dir);
+  }
+  return why;
+}
+
+LayerLock LayerLock::read(const fs::path& layer_root) {
+  LayerLock lock;
+  const fs::path file = layer_root / kLockFileName;
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) {
+    lock.problem_ = errno == ENOENT ? "the layer has no " + std::string(kLockFileName)
+                                    : "cannot stat " + file.string() + ": " + errno_text(errno);
+    return lock;
+  }
+  struct stat root_st {};
+  if (::stat(layer_root.c_str(), &root_st) != 0) {
+    lock.problem_ = "cannot stat " + layer_root.string() + ": " + errno_text(errno);
+    return lock;
+  }
+  for (const auto& [path, s] : {std::pair{file, st}, std::pair{layer_root, root_st}}) {
+    std::string why = writable_by_others(path, s);
+    if (!why.empty()) {
+      lock.problem_ = "its lock cannot be trusted: " + why;
+      return lock;
+    }
+  }
+  try {
+    for (auto& f : read_lock(file)) lock.sha256_by_path_[f.path] = std::move(f.sha256);
+  } catch (const Error& e) {
+    lock.problem_ = e.what();
+  }
+  return lock;
+}
+
+std::string LayerLock::vouches_for(const std::string& relative, std::string_view bytes) const {
+  if (!problem_.empty()) return problem_;
+  auto it = sha256_by_path_.find(relative);
+  if (it == sha256_by_path_.end()) return "the layer's " + std::string(kLockFileName) + " does not list " + relative;
+  const std::string actual = to_hex(Sha256::of(bytes));
+  if (actual != it->second)
+    return "its SHA-256 " + actual + " is not the one the layer's " + std::string(kLockFileName) + " lists (" +
+           it->second + ")";
+  return {};
+}
+
+}  // namespace kjit::cache
