@@ -68,14 +68,26 @@ std::vector<IncludeDirective> scan_includes(const std::string& source) {
   return out;
 }
 
+// An include name that is absolute or has a ".." part reaches outside whatever folder it is resolved in.
+bool leaves_its_folder(const std::string& include_name) {
+  const fs::path p(include_name);
+  if (p.is_absolute()) return true;
+  for (const auto& part : p)
+    if (part == "..") return true;
+  return false;
+}
+
 class IncludeResolver {
  public:
+  // `confined`: the template's headers are all in `memory_headers` (a template rebuilt from a manifest,
+  // which may come from anywhere): a name that leaves its folder resolves only among them.
   IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
-                  const std::map<std::string, std::string>& memory_headers)
+                  const std::map<std::string, std::string>& memory_headers, bool confined)
       : base_dir_(std::move(base_dir)),
         user_dirs_(std::move(user_dirs)),
         cuda_dirs_(std::move(cuda_dirs)),
-        memory_(memory_headers) {}
+        memory_(memory_headers),
+        confined_(confined) {}
 
   void run(const std::string& root_text) { visit(root_text, base_dir_); }
   std::vector<Header> headers;
@@ -94,9 +106,14 @@ class IncludeResolver {
       for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
       candidates.emplace_back(builtin_templates_dir(), false);
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
+      // kjit's templates folder never serves a name that climbs out of it, nor does any folder for a
+      // confined template; the CUDA headers' own "../x" includes resolve as the toolkit wrote them.
+      const bool leaves = leaves_its_folder(inc.name) && !in_cuda_dirs(including_dir);
+      const fs::path builtin_dir = builtin_templates_dir();
       bool found = false;
       for (const auto& [dir, is_cuda] : candidates) {
         if (dir.empty()) continue;
+        if (leaves && (confined_ || dir == builtin_dir || including_dir == builtin_dir)) continue;
         fs::path p = dir / inc.name;
         std::error_code ec;
         if (!fs::is_regular_file(p, ec)) continue;
@@ -140,6 +157,7 @@ class IncludeResolver {
   std::set<std::string> seen_files_;
   std::map<std::string, std::string> seen_names_;
   const std::map<std::string, std::string>& memory_;
+  bool confined_;
 };
 
 std::atomic<std::uint64_t> g_next_uid{1};
@@ -160,14 +178,14 @@ void set_builtin_templates_dir(const fs::path& dir) {
 
 std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
                                                fs::path base_dir, std::vector<fs::path> include_dirs,
-                                               std::map<std::string, std::string> memory_headers) {
+                                               std::map<std::string, std::string> memory_headers, bool confined) {
   auto t = std::shared_ptr<Template>(new Template());
   t->name_ = std::move(name);
   t->builtin_ = builtin;
   t->source_ = std::move(source);
   for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
   const CudaToolkit& tk = cuda_toolkit();
-  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers);
+  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined);
   resolver.run(t->source_);
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
@@ -212,7 +230,7 @@ std::shared_ptr<const Template> Template::from_string(std::string source, std::s
 std::shared_ptr<const Template> Template::from_memory(std::string source, std::string name,
                                                       std::map<std::string, std::string> headers) {
   if (name.empty()) name = "<string>";
-  return load(std::move(source), std::move(name), false, fs::path{}, {}, std::move(headers));
+  return load(std::move(source), std::move(name), false, fs::path{}, {}, std::move(headers), true);
 }
 
 std::shared_ptr<const Template> Template::builtin(const std::string& name) {

@@ -101,3 +101,47 @@ TEST(Template, UserIncludeDirsComeBeforeKjitsOwnHeaders) {
   ASSERT_FALSE(t->headers().empty());
   EXPECT_EQ(t->headers()[0].bytes, "#pragma once\n// the user's own\n");
 }
+
+// Path traversal: an include name that is absolute or climbs with ".." never reads a file through kjit's
+// templates folder, nor for a template rebuilt from a (possibly hostile) manifest; the user's own files
+// keep the compiler's rules.
+namespace {
+std::vector<std::string> header_names(const Template& t) {
+  std::vector<std::string> names;
+  for (const auto& h : t.headers()) names.push_back(h.include_name);
+  return names;
+}
+}  // namespace
+
+TEST(Template, IncludeNamesCannotClimbOutOfKjitsFolder) {
+  // kernel_templates/../CMakeLists.txt exists (the project's own): it must not be reachable.
+  auto t = Template::from_string("#include \"../CMakeLists.txt\"\n#include <../CMakeLists.txt>\n__global__ void k() {}\n",
+                                 "climb.cu");
+  EXPECT_TRUE(t->headers().empty()) << header_names(*t)[0];
+  EXPECT_EQ(t->unresolved_includes(), std::vector<std::string>{"../CMakeLists.txt"});
+}
+
+TEST(Template, ManifestTemplatesResolveEscapingNamesOnlyAmongTheirRecordedHeaders) {
+  TempDir dir;
+  write_file(dir / "secret.txt", "#define SECRET 42\n");
+  const std::string absolute = (dir / "secret.txt").string();
+  const std::string source = "#include \"" + absolute + "\"\n#include \"../secret.txt\"\n__global__ void k() {}\n";
+  auto t = Template::from_memory(source, "recorded.cu", {});
+  EXPECT_TRUE(t->headers().empty()) << header_names(*t)[0];
+  EXPECT_EQ(t->unresolved_includes(), (std::vector<std::string>{absolute, "../secret.txt"}));
+  // The recorded bytes are used, never the file system.
+  auto recorded = Template::from_memory(source, "recorded.cu", {{absolute, "#define SECRET 1\n"}, {"../secret.txt", "//\n"}});
+  ASSERT_EQ(recorded->headers().size(), 2u);
+  EXPECT_EQ(recorded->headers()[0].bytes, "#define SECRET 1\n");
+  EXPECT_TRUE(recorded->unresolved_includes().empty());
+}
+
+TEST(Template, UserFilesMayIncludeAcrossFolders) {
+  TempDir dir;
+  write_file(dir / "common.cuh", "#pragma once\n// common\n");
+  write_file(dir / "src" / "k.cu", "#include \"../common.cuh\"\n#include \"" + (dir / "common.cuh").string() +
+                                       "\"\n__global__ void k() {}\n");
+  auto t = Template::from_file(dir / "src" / "k.cu");
+  ASSERT_EQ(t->headers().size(), 1u) << "the same file, included twice, is held once";
+  EXPECT_EQ(t->headers()[0].bytes, "#pragma once\n// common\n");
+}

@@ -32,7 +32,10 @@ class Template {
                                                      std::vector<std::filesystem::path> include_dirs = {});
   // Source text with the headers it includes held in memory, by include name (include name -> bytes),
   // e.g. a template rebuilt from a manifest record. Those headers are used before any directory;
-  // other includes (the CUDA headers) are resolved as for from_string.
+  // other includes (the CUDA headers) are resolved as for from_string, except that an include name
+  // that is absolute or climbs with ".." resolves only among `headers` (a manifest may come from
+  // anywhere: it must not make kjit read files outside its folders).
+  // Whatever the template, kjit's templates folder never serves an include name that leaves it.
   static std::shared_ptr<const Template> from_memory(std::string source, std::string name,
                                                      std::map<std::string, std::string> headers);
   // A built-in template of kernel_templates/ by name ("add_constant"). Names are [A-Za-z0-9_]+.
@@ -60,7 +63,8 @@ class Template {
   static std::shared_ptr<const Template> load(std::string source, std::string name, bool builtin,
                                               std::filesystem::path base_dir,
                                               std::vector<std::filesystem::path> include_dirs,
-                                              std::map<std::string, std::string> memory_headers = {});
+                                              std::map<std::string, std::string> memory_headers = {},
+                                              bool confined = false);
   std::string name_;
   bool builtin_ = false;
   std::string source_;
