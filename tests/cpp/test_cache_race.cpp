@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cache_test_helpers.hpp"
+#include "child_process.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/entry.hpp"
 #include "kjit/cache/unique_fd.hpp"
@@ -22,6 +23,9 @@
 
 using namespace kjit::cache;
 using kjit::testing::cache_config;
+using kjit::testing::ChildGuard;
+using kjit::testing::lock_is_held;
+using kjit::testing::wait_exit_code;
 using kjit::testing::files_named;
 using kjit::testing::make_entry;
 using kjit::testing::read_file;
@@ -54,39 +58,6 @@ std::map<std::string, int> count_lines(const fs::path& log) {
   return counts;
 }
 
-int wait_exit_code(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  if (!WIFEXITED(status)) return -2;
-  return WEXITSTATUS(status);
-}
-
-// Kills and reaps a child still running when the test leaves the scope (a failed ASSERT must not
-// leave a process blocked forever holding the test's stdout).
-class ChildGuard {
- public:
-  explicit ChildGuard(pid_t pid) : pid_(pid) {}
-  ~ChildGuard() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  ChildGuard(const ChildGuard&) = delete;
-  ChildGuard& operator=(const ChildGuard&) = delete;
-  pid_t pid() const { return pid_; }
-  // Kills it now (if `kill`) and reaps it; the exit code as wait_exit_code gives it.
-  int finish(bool kill) {
-    if (kill) ::kill(pid_, SIGKILL);
-    const int code = wait_exit_code(pid_);
-    pid_ = -1;
-    return code;
-  }
-
- private:
-  pid_t pid_;
-};
-
 // Forks a child that takes the lock of `e` (inside produce), writes one byte to `ready`, and then
 // blocks until it is killed.
 pid_t fork_lock_holder(const fs::path& root, const Entry& e) {
@@ -116,14 +87,6 @@ pid_t fork_lock_holder(const fs::path& root, const Entry& e) {
     return -1;
   }
   return pid;
-}
-
-// Whether someone holds the flock on `path` (one non-blocking attempt from a new open file).
-bool lock_is_held(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd) return false;
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return false;
-  return errno == EWOULDBLOCK;
 }
 
 }  // namespace
