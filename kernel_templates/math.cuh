@@ -21,8 +21,9 @@ __device__ __forceinline__ double erf_(double x) { return ::erf(x); }
 __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
 __device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
 
-template <typename C> __device__ __forceinline__ C relu(C x) { return x > C(0) ? x : C(0); }
-template <typename C> __device__ __forceinline__ C relu_backward(C g, C y) { return y > C(0) ? g : C(0); }
+// NaN propagates as in PyTorch: relu(NaN) = NaN, and the gradient through a NaN output is g (threshold_backward).
+template <typename C> __device__ __forceinline__ C relu(C x) { return (x > C(0) || x != x) ? x : C(0); }
+template <typename C> __device__ __forceinline__ C relu_backward(C g, C y) { return y <= C(0) ? C(0) : g; }
 
 template <typename C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp_(-x)); }
 template <typename C> __device__ __forceinline__ C sigmoid_backward(C g, C y) { return g * y * (C(1) - y); }

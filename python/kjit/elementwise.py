@@ -99,20 +99,33 @@ class Elementwise:
                  dtype: torch.dtype | None = None, name: str | None = None):
         if not isinstance(expr, str) or not expr.strip():
             raise _C.TypeError(f"kjit.elementwise: the expression must be a non-empty string of C++, got {expr!r}")
-        if any(tok in expr for tok in (";", "{", "}", "#")):
+        if any(tok in expr for tok in (";", "{", "}", "#", "//", "/*")):
             raise _C.ValueError(f"kjit.elementwise: the expression {expr!r} must be one C++ expression "
-                                "(no ';', braces or preprocessor lines)")
+                                "(no ';', braces, comments or preprocessor lines)")
+        if name is not None and not isinstance(name, str):
+            raise _C.TypeError(f"kjit.elementwise: name must be a str (it names the kernel in messages and the "
+                               f"cache), got {_tensor_desc(name)}")
         self.expr = expr.strip()
         self.inputs = _names(inputs, "input")
         if not self.inputs:
             raise _C.ValueError("kjit.elementwise: at least one input tensor is needed")
         self.defaults: dict[str, float] = dict(scalars) if isinstance(scalars, dict) else {}
         self.scalars = _names(scalars, "scalar")
+        for s, v in self.defaults.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _C.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
+                                   f"got {_tensor_desc(v)}")
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
             raise _C.ValueError(f"kjit.elementwise: names {dup} are given more than once")
-        self.specialized = _names(specialize if isinstance(specialize, str) else tuple(specialize),
-                                  "specialized scalar")
+        if specialize is None:
+            specialize = ()
+        elif not isinstance(specialize, (str, list, tuple, dict)) and hasattr(specialize, "__iter__"):
+            specialize = tuple(specialize)  # a set, a generator ...
+        self.specialized = _names(specialize, "specialized scalar")
+        dup = sorted({s for s in self.specialized if self.specialized.count(s) > 1})
+        if dup:
+            raise _C.ValueError(f"kjit.elementwise: specialize names {dup} more than once")
         unknown = [s for s in self.specialized if s not in self.scalars]
         if unknown:
             raise _C.ValueError(f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
@@ -130,6 +143,7 @@ class Elementwise:
     # -- source ------------------------------------------------------------------------------------
     def source(self, specialized_values: tuple = ()) -> str:
         """The generated CUDA source for these specialized scalar values (one flat and six strided kernels)."""
+        self._check_specialized_values(specialized_values)
         members = "".join(f"  C {s};\n" for s in self.runtime)
         consts = "".join(f"    const C {s} = static_cast<C>({_cpp_float(v)});\n"
                          for s, v in zip(self.specialized, specialized_values))
@@ -138,7 +152,8 @@ class Elementwise:
         scalar_params = "".join(f", double {s}" for s in self.runtime)
         types = ", ".join(f"typename T_{n}" for n in self.inputs)
         lines = [
-            f"// kjit.elementwise {self.name}: {self.expr}",
+            # One comment line: a multi-line expression (or name) must not spill out of it into the code.
+            f"// kjit.elementwise {self.name}: {self.expr}".replace("\r", " ").replace("\n", " "),
             '#include "elementwise.cuh"',
             "",
             "template <typename C>",
@@ -176,6 +191,12 @@ class Elementwise:
             ]
         return "\n".join(line for line in lines if line != "") + "\n"
 
+    def _check_specialized_values(self, values) -> None:
+        if not isinstance(values, (list, tuple)) or len(values) != len(self.specialized) or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            raise _C.ValueError(f"{self!r}: specialized_values must be a tuple of one number per specialized scalar "
+                                f"{list(self.specialized)}, got {_tensor_desc(values)}")
+
     def template(self, specialized_values: tuple = ()) -> _C.Template:
         """The kjit.Template of the generated source (one per tuple of specialized scalar values)."""
         t = self._templates.get(specialized_values)
@@ -193,6 +214,10 @@ class Elementwise:
             raise _C.TypeError(f"{self!r} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}) and scalars "
                                f"{list(self.scalars)} by keyword, got {len(args)} positional arguments")
         tensors = list(args)
+        twice = [n for n in self.inputs[:len(args)] if n in kwargs]
+        if twice:
+            raise _C.TypeError(f"{self!r} got input '{twice[0]}' twice, by position and by keyword "
+                               f"(inputs: {', '.join(self.inputs)})")
         for name in self.inputs[len(args):]:
             if name not in kwargs:
                 raise _C.TypeError(f"{self!r} is missing input '{name}' (inputs: {', '.join(self.inputs)})")
@@ -342,7 +367,13 @@ class Elementwise:
     def compile(self, *, arch: str, dtypes, out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,
                 index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()):
         """Compiles one specialization for `arch` without a GPU (rank 0: the flat kernel; 1..6: strided)."""
+        if isinstance(dtypes, torch.dtype):
+            dtypes = (dtypes,)
+        if not isinstance(dtypes, (list, tuple)):
+            raise _C.TypeError(f"{self!r}: dtypes must be a tuple of torch.dtype, one per input "
+                               f"({', '.join(self.inputs)}), got {_tensor_desc(dtypes)}")
         dtypes = tuple(dtypes)
+        self._check_specialized_values(specialized_values)
         if len(dtypes) != len(self.inputs):
             raise _C.ValueError(f"{self!r}: dtypes gives {len(dtypes)} dtypes for {len(self.inputs)} inputs")
         out_dtype = out_dtype or self.dtype or dtypes[0]

@@ -22,7 +22,10 @@ warm-up call, since compiling during capture is an error).
     Gradients ``a * grad``, ``b * grad``, ``c * grad``.
 
 Inputs must be contiguous CUDA tensors of one device and one dtype; anything else raises
-``ValueError`` / ``TypeError`` saying what was received and what to do.
+``ValueError`` / ``TypeError`` saying what was received and what to do. Arguments that do not fit the
+operator's schema (a list where a Tensor goes, a str where an int goes, too many or missing arguments,
+an unknown keyword) are rejected by the PyTorch dispatcher before kjit sees them: its ``RuntimeError``
+names the argument, the type it found and the declaration.
 
 The kernel library (kjit/library/, templates in kernel_templates/; float32, float16, bfloat16 and
 float64; any layout, made contiguous where a row kernel needs it):

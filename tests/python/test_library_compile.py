@@ -6,6 +6,7 @@ conftest.py gives this process a fresh KJIT_CACHE_DIR before kjit is imported, s
 compile for real (NVRTC) rather than finding the kernels in a warm cache.
 """
 
+import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -369,6 +370,11 @@ def test_meta_reduction_dim_and_keepdim_follow_torch(shape):
         for keepdim in (False, True):
             want = torch.sum(meta(*shape), dim, keepdim).shape
             for name in ("sum", "mean", "amax", "amin"):
+                if name in ("amax", "amin") and shape and shape[dim] == 0 and math.prod(want):
+                    # as the CUDA implementation (and torch.amax): the extreme of nothing is an error
+                    with pytest.raises(kjit.ValueError, match=rf"kjit\.ops\.{name}: dim \d has size 0"):
+                        getattr(ops, name)(meta(*shape), dim, keepdim)
+                    continue
                 got = getattr(ops, name)(meta(*shape), dim, keepdim)
                 assert got.shape == want, (name, shape, dim, keepdim, got.shape, want)
     # The defaults: the last dim, keepdim=False.

@@ -35,16 +35,21 @@ _THROUGH_OUTPUT = {"relu", "sigmoid", "tanh"}
 _APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
-def _gelu_kind(approximate: str) -> str:
+def _gelu_kind(approximate: str, op: str = "gelu") -> str:
     kind = _APPROXIMATE.get(approximate)
     if kind is None:
-        raise _C.ValueError(f"kjit.ops.gelu: approximate={approximate!r} is not supported; allowed: 'none', 'tanh'")
+        raise _C.ValueError(f"kjit.ops.{op}: approximate={approximate!r} is not supported; allowed: 'none', 'tanh'")
     return kind
 
 
-def _fake_like(x, *rest):
-    registry.check_tensor("activation", "x", x)
+def _fake_like(name, x):
+    registry.check_tensor(name, "x", x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _fake_backward(name, g, saved, saved_arg="saved"):
+    registry.check_like(name, "grad", g, saved_arg, saved)  # as the CUDA implementation checks
+    return torch.empty_like(saved, memory_format=torch.contiguous_format)
 
 
 def _define_unary(name: str):
@@ -57,7 +62,7 @@ def _define_unary(name: str):
         return _BACKWARD[name](g, saved)
 
     bwd = registry.define(f"{name}_backward(Tensor grad, Tensor saved) -> Tensor", backward_impl,
-                          lambda g, saved: torch.empty_like(saved, memory_format=torch.contiguous_format))
+                          lambda g, saved: _fake_backward(f"{name}_backward", g, saved))
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output if name in _THROUGH_OUTPUT else inputs[0])
@@ -66,7 +71,7 @@ def _define_unary(name: str):
         (saved,) = ctx.saved_tensors
         return bwd(grad, saved)
 
-    return registry.define(f"{name}(Tensor x) -> Tensor", forward, _fake_like, backward=backward,
+    return registry.define(f"{name}(Tensor x) -> Tensor", forward, lambda x: _fake_like(name, x), backward=backward,
                            setup_context=setup_context), bwd
 
 
@@ -83,11 +88,16 @@ def _gelu(x, approximate="none"):
 
 def _gelu_backward(g, x, approximate="none"):
     registry.check_like("gelu_backward", "grad", g, "x", x)
-    return _BACKWARD[_gelu_kind(approximate)](g, x)
+    return _BACKWARD[_gelu_kind(approximate, "gelu_backward")](g, x)
+
+
+def _fake_gelu_backward(g, x, approximate="none"):
+    _gelu_kind(approximate, "gelu_backward")
+    return _fake_backward("gelu_backward", g, x, "x")
 
 
 gelu_backward = registry.define("gelu_backward(Tensor grad, Tensor x, str approximate='none') -> Tensor", _gelu_backward,
-                                lambda g, x, approximate="none": torch.empty_like(x, memory_format=torch.contiguous_format))
+                                lambda g, x, approximate="none": _fake_gelu_backward(g, x, approximate))
 
 
 def _gelu_setup(ctx, inputs, output):
@@ -101,8 +111,9 @@ def _gelu_grad(ctx, grad):
 
 
 def _gelu_fake(x, approximate="none"):
+    out = _fake_like("gelu", x)
     _gelu_kind(approximate)
-    return _fake_like(x)
+    return out
 
 
 gelu = registry.define("gelu(Tensor x, str approximate='none') -> Tensor", _gelu, _gelu_fake,

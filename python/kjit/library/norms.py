@@ -58,9 +58,14 @@ def _forward(name, rms, x, weight, bias, eps):
     return y
 
 
-def _backward(name, rms, grad, x, weight, has_bias, eps):
+def _check_backward(name, grad, x, weight):
     d = _check(name, x, weight, None)
     registry.check_like(name, "grad", grad, "x", x)
+    return d
+
+
+def _backward(name, rms, grad, x, weight, has_bias, eps):
+    _check_backward(name, grad, x, weight)
     grad, n_rows, d = rows.as_rows(grad)
     x = x.contiguous()
     w = weight.contiguous() if weight is not None else None
@@ -88,8 +93,8 @@ def _fake(name, x, weight, bias):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _fake_backward(grad, x, weight, has_bias, eps):
-    d = x.shape[-1]
+def _fake_backward(name, grad, x, weight, has_bias):
+    d = _check_backward(name, grad, x, weight)
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             x.new_empty((d,) if weight is not None else (0,)), x.new_empty((d,) if has_bias else (0,)))
 
@@ -97,11 +102,11 @@ def _fake_backward(grad, x, weight, has_bias, eps):
 layer_norm_backward = registry.define(
     "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, Tensor)",
     lambda grad, x, weight, has_bias, eps: _backward("layer_norm_backward", False, grad, x, weight, has_bias, eps),
-    _fake_backward)
+    lambda grad, x, weight, has_bias, eps: _fake_backward("layer_norm_backward", grad, x, weight, has_bias))
 rms_norm_backward = registry.define(
     "rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, Tensor)",
     lambda grad, x, weight, has_bias, eps: _backward("rms_norm_backward", True, grad, x, weight, has_bias, eps),
-    _fake_backward)
+    lambda grad, x, weight, has_bias, eps: _fake_backward("rms_norm_backward", grad, x, weight, has_bias))
 
 
 def _layer_norm_setup(ctx, inputs, output):

@@ -65,9 +65,14 @@ def _forward(name, is_max, x, kernel_size, stride, padding, count_include_pad=Tr
     return y
 
 
-def _backward(name, is_max, grad, x, kernel_size, stride, padding, count_include_pad=True):
+def _check_backward(name, grad, x, kernel_size, stride, padding):
     p, H, W, oh, ow = _params(name, x, kernel_size, stride, padding)
     registry.check_like(name, "grad", grad, "x", x, shape=(*x.shape[:-2], oh, ow))
+    return p, H, W, oh, ow
+
+
+def _backward(name, is_max, grad, x, kernel_size, stride, padding, count_include_pad=True):
+    p, H, W, oh, ow = _check_backward(name, grad, x, kernel_size, stride, padding)
     x, grad = x.contiguous(), grad.contiguous()
     dx = torch.empty_like(x)
     if dx.numel():
@@ -86,18 +91,24 @@ def _fake_forward(name):
     return fake
 
 
+def _fake_backward(name, grad, x, kernel_size, stride, padding):
+    _check_backward(name, grad, x, kernel_size, stride, padding)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 max_pool2d_backward = registry.define(
     "max_pool2d_backward(Tensor grad, Tensor x, int[2] kernel_size, int[2] stride=[], int[2] padding=0) -> Tensor",
     lambda grad, x, kernel_size, stride=(), padding=0: _backward("max_pool2d_backward", True, grad, x, kernel_size,
                                                                  stride, padding),
-    lambda grad, x, kernel_size, stride=(), padding=0: torch.empty_like(x, memory_format=torch.contiguous_format))
+    lambda grad, x, kernel_size, stride=(), padding=0: _fake_backward("max_pool2d_backward", grad, x, kernel_size, stride,
+                                                                      padding))
 avg_pool2d_backward = registry.define(
     "avg_pool2d_backward(Tensor grad, Tensor x, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
     "bool count_include_pad=True) -> Tensor",
     lambda grad, x, kernel_size, stride=(), padding=0, count_include_pad=True: _backward(
         "avg_pool2d_backward", False, grad, x, kernel_size, stride, padding, count_include_pad),
-    lambda grad, x, kernel_size, stride=(), padding=0, count_include_pad=True: torch.empty_like(
-        x, memory_format=torch.contiguous_format))
+    lambda grad, x, kernel_size, stride=(), padding=0, count_include_pad=True: _fake_backward(
+        "avg_pool2d_backward", grad, x, kernel_size, stride, padding))
 
 
 def _setup(ctx, inputs, output):

@@ -11,6 +11,8 @@ elements (PyTorch's rule), written with PyTorch ops.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _C
@@ -31,9 +33,20 @@ def _out_shape(shape, dim: int, keepdim: bool) -> list[int]:
     return shape
 
 
+def _check_reduced(name: str, x: torch.Tensor, dim: int) -> None:
+    """The checks of the reduced dim, shared by the CUDA and the fake implementation."""
+    R = x.shape[dim] if x.dim() else 1
+    if R > 2**31 - 1:
+        raise _C.ValueError(f"kjit.ops.{name}: dim {dim} has {R} elements; at most 2^31 - 1 can be reduced in one dim")
+    if R == 0 and name in ("amax", "amin") and math.prod(_out_shape(x.shape, dim, False)):
+        raise _C.ValueError(f"kjit.ops.{name}: dim {dim} has size 0 and {name} of nothing is undefined; "
+                            f"reduce a non-empty dim (torch.{name} raises here too)")
+
+
 def _reduce(name: str, x: torch.Tensor, dim: int, keepdim: bool) -> torch.Tensor:
     registry.check_tensor(name, "x", x)
     dim = registry.normalize_dim(name, dim, x.dim())
+    _check_reduced(name, x, dim)
     shape = list(x.shape) or [1]
     R = shape[dim]
     outer = 1
@@ -45,13 +58,8 @@ def _reduce(name: str, x: torch.Tensor, dim: int, keepdim: bool) -> torch.Tensor
     out = torch.empty(_out_shape(x.shape, dim, keepdim), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    if R == 0:
-        if name in ("amax", "amin"):
-            raise _C.ValueError(f"kjit.ops.{name}: dim {dim} has size 0 and {name} of nothing is undefined; "
-                                f"reduce a non-empty dim (torch.{name} raises here too)")
+    if R == 0:  # sum or mean (_check_reduced rejects amax / amin)
         return out.fill_(0 if name == "sum" else float("nan"))
-    if R > 2**31 - 1:
-        raise _C.ValueError(f"kjit.ops.{name}: dim {dim} has {R} elements; at most 2^31 - 1 can be reduced in one dim")
     x = x.contiguous()
     scale = 1.0 / R if name == "mean" else 1.0
     dev = x.device.index
@@ -93,7 +101,9 @@ def _reduce_cols(x, out, name, outer, R, inner, scale, dev) -> None:
 
 def _fake(name):
     def fake(x, dim=-1, keepdim=False):
+        registry.check_tensor(name, "x", x)  # as _reduce checks: torch.compile must not trace what CUDA rejects
         d = registry.normalize_dim(name, dim, x.dim())
+        _check_reduced(name, x, d)
         return x.new_empty(_out_shape(x.shape, d, keepdim))
 
     return fake

@@ -1,9 +1,11 @@
 """Registration of the Python-implemented built-in ops with torch.library, and their shared checks.
 
 Each op gets its schema in the ``kjit`` namespace (next to the C++ ops), a CUDA implementation (the
-kernels), a CPU implementation that raises kjit.ValueError saying to move the tensors to CUDA (instead
-of the dispatcher's "could not run with arguments from the CPU backend"), a fake implementation
-(shapes only, for FakeTensor / torch.compile) and, where given, autograd.
+kernels), a CPU implementation (also registered as CompositeExplicitAutograd: every other backend, and
+calls without a tensor) that raises kjit.ValueError saying to move the tensors to CUDA, or kjit.TypeError
+for None where a Tensor goes (instead of the dispatcher's "could not run with arguments from the CPU
+backend" / "There were no tensor arguments"), a fake implementation (shapes only, for FakeTensor /
+torch.compile; it makes the CUDA implementation's checks) and, where given, autograd.
 """
 
 from __future__ import annotations
@@ -24,19 +26,38 @@ def define(schema: str, cuda, fake, *, backward=None, setup_context=None):
     name = schema.split("(", 1)[0]
     _lib.define(schema)
     _lib.impl(name, cuda, "CUDA")
-    _lib.impl(name, _cpu_error(name), "CPU")
+    reject = _reject(name, schema)
+    _lib.impl(name, reject, "CPU")
+    # Every other backend, and calls without any tensor (None for x): kjit's message instead of the
+    # dispatcher's "could not run with arguments from the ... backend" / "There were no tensor arguments".
+    _lib.impl(name, reject, "CompositeExplicitAutograd")
     torch.library.register_fake(f"kjit::{name}", fake, lib=_lib)
     if backward is not None:
         torch.library.register_autograd(f"kjit::{name}", backward, setup_context=setup_context, lib=_lib)
     return getattr(torch.ops.kjit, name).default
 
 
-def _cpu_error(name: str):
+def _reject(name: str, schema: str):
+    """The implementation for every device but CUDA (and for calls without a tensor): a kjit error that
+    says what was received, as the C++ ops say it ("expected all tensors on one CUDA device, got cpu (x,
+    weight); ...")."""
+    arguments = torch._C.parse_schema(f"kjit::{schema}").arguments
+    arg_names = [a.name for a in arguments]
+    required_tensors = {a.name for a in arguments if isinstance(a.type, torch._C.TensorType)}
+
     def reject(*args, **kwargs):
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        where = ", ".join(str(t.device) for t in tensors) or "cpu"
-        raise _C.ValueError(f"kjit.ops.{name}: expected CUDA tensors, got tensors on {where}; move them with .to('cuda') "
-                            "(kjit ops run CUDA kernels only)")
+        named = list(zip(arg_names, args)) + list(kwargs.items())
+        for arg, value in named:
+            if arg in required_tensors and not isinstance(value, torch.Tensor):
+                raise _C.TypeError(f"kjit.ops.{name}: {arg} must be a torch.Tensor, got {type(value).__name__}")
+        groups: dict[str, list[str]] = {}
+        for arg, value in named:
+            if isinstance(value, torch.Tensor):
+                groups.setdefault(str(value.device), []).append(arg)
+        parts = [f"{dev} ({', '.join(args_)})" for dev, args_ in groups.items()] or ["no tensor"]
+        got = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        raise _C.ValueError(f"kjit.ops.{name}: expected all tensors on one CUDA device, got {got}; move them with "
+                            ".to('cuda') (kjit ops run CUDA kernels only)")
 
     return reject
 
@@ -53,12 +74,15 @@ def check_tensor(op: str, arg: str, t, allowed=FLOATING) -> None:
 def check_like(op: str, arg: str, t, ref_arg: str, ref: torch.Tensor, *, shape=None) -> None:
     """`t` has ref's dtype and device, and `shape` (ref's shape unless given)."""
     check_tensor(op, arg, t)
+    if not isinstance(ref, torch.Tensor):  # None for a Tensor argument reaches the CUDA implementation
+        raise _C.TypeError(f"kjit.ops.{op}: {ref_arg} must be a torch.Tensor, got {type(ref).__name__}")
     if t.dtype != ref.dtype:
         raise _C.TypeError(f"kjit.ops.{op}: {arg} has dtype {t.dtype} but {ref_arg} has dtype {ref.dtype}: the dtypes "
                            f"must match; convert with {arg}.to({ref_arg}.dtype)")
     if t.device != ref.device:
+        target = next((d for d in (ref.device, t.device) if d.type == "cuda"), "cuda")  # never "move them to cpu"
         raise _C.ValueError(f"kjit.ops.{op}: expected all tensors on one CUDA device, got {ref.device} ({ref_arg}) and "
-                            f"{t.device} ({arg}); move them with .to('{ref.device}')")
+                            f"{t.device} ({arg}); move them with .to('{target}')")
     want = tuple(ref.shape if shape is None else shape)
     if tuple(t.shape) != want:
         raise _C.ValueError(f"kjit.ops.{op}: {arg} has shape {list(t.shape)} but must have shape {list(want)}")

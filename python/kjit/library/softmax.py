@@ -22,6 +22,14 @@ def _check_dim(name: str, x: torch.Tensor, dim: int) -> None:
     if x.dim() and d != x.dim() - 1:
         raise _C.ValueError(f"kjit.ops.{name}: only the last dim is supported, got dim={dim} for a tensor of "
                             f"{x.dim()} dims; move it last with x.movedim({dim}, -1) (and back on the result)")
+    _check_row(name, x)
+
+
+def _check_row(name: str, x: torch.Tensor) -> None:
+    d = x.shape[-1] if x.dim() else 1
+    if d > 2**31 - 1:  # the kernels take the row length as an int
+        raise _C.ValueError(f"kjit.ops.{name}: rows of {d} elements are too long (at most 2^31 - 1 elements in the "
+                            "last dim); use torch.softmax for such rows")
 
 
 def _forward(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
@@ -38,9 +46,14 @@ def _forward(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     return y
 
 
-def _backward(name: str, grad: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
+def _check_backward(name: str, grad: torch.Tensor, y: torch.Tensor) -> None:
     registry.check_tensor(name, "output", y)
     registry.check_like(name, "grad", grad, "output", y)
+    _check_row(name, y)
+
+
+def _backward(name: str, grad: torch.Tensor, y: torch.Tensor, log: bool) -> torch.Tensor:
+    _check_backward(name, grad, y)
     grad, n_rows, d = rows.as_rows(grad)
     y = y.contiguous()
     dx = torch.empty_like(y)
@@ -59,10 +72,15 @@ def _fake(name: str, x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+def _fake_backward(name: str, grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _check_backward(name, grad, y)
+    return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
 def _define(name: str, log: bool):
     bwd = registry.define(f"{name}_backward(Tensor grad, Tensor output) -> Tensor",
                           lambda grad, output: _backward(f"{name}_backward", grad, output, log),
-                          lambda grad, output: torch.empty_like(output, memory_format=torch.contiguous_format))
+                          lambda grad, output: _fake_backward(f"{name}_backward", grad, output))
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output)
