@@ -1,6 +1,7 @@
 #include "kjit/engine.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 
 #include "kjit/cuda_toolkit.hpp"
@@ -160,45 +161,160 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   return e;
 }
 
+// One resolution in progress. The leader fills `entry` (key and metadata at least; the payload too when
+// the leader is a prepare()) and, when it is a get(), `loaded`; then it lands. A leader that fails shares
+// nothing: its waiters resolve on their own, each getting its own exception (one exception object
+// rethrown in many threads would be destroyed by whichever lets go last).
+struct Engine::InFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool have_entry = false;
+  cache::Entry entry;
+  std::shared_ptr<const LoadedKernel> loaded;
+
+  // Waits for the leader to land.
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+};
+
+Engine::Claim Engine::claim(const cache::CacheKey& id, const Candidates* table, bool may_lead) {
+  Claim c;
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  // A get() leader publishes its kernel in by_key_ before it lands: looking again here, under the lock,
+  // closes the gap between the caller's first look and its claim.
+  if (table && (c.hit = loaded_for(*table))) return c;
+  auto it = in_flight_.find(id);
+  if (it != in_flight_.end()) {
+    c.wait = it->second;
+  } else if (may_lead) {
+    c.lead = std::make_shared<InFlight>();
+    in_flight_.emplace(id, c.lead);
+  }
+  return c;
+}
+
+void Engine::land(const cache::CacheKey& id, InFlight& flight) {
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    in_flight_.erase(id);
+  }
+  {
+    std::lock_guard<std::mutex> lock(flight.mu);
+    flight.done = true;
+  }
+  flight.cv.notify_all();
+}
+
 Prepared Engine::prepare(const Specialization& spec, const Target& target) {
+  const Candidates cands = candidates(spec, target);
+  const cache::CacheKey& id = cands.front().second;
+  Claim c = claim(id, nullptr, true);
   Prepared p;
-  cache::Entry e = obtain_entry(spec, target, candidates(spec, target), &p.origin, &p.log, nullptr);
-  if (recorder_) recorder_->record(spec);
-  if (p.origin == Origin::Disk) disk_hits_.fetch_add(1);
-  p.key = e.key;
-  p.meta = std::move(e.meta);
+  if (c.wait) {
+    c.wait->wait();
+    if (c.wait->have_entry) {
+      if (recorder_) recorder_->record(spec);  // the leader's may come from another Template object
+      memory_hits_.fetch_add(1);
+      p.origin = Origin::Memory;
+      p.key = c.wait->entry.key;
+      p.meta = c.wait->entry.meta;
+      return p;
+    }
+    // The leader failed: resolve on our own below.
+  }
+  try {
+    cache::Entry e = obtain_entry(spec, target, cands, &p.origin, &p.log, nullptr);
+    if (recorder_) recorder_->record(spec);
+    if (p.origin == Origin::Disk) disk_hits_.fetch_add(1);
+    p.key = e.key;
+    p.meta = e.meta;
+    if (c.lead) {
+      c.lead->entry = std::move(e);
+      c.lead->have_entry = true;
+      land(id, *c.lead);
+    }
+  } catch (...) {
+    if (c.lead) land(id, *c.lead);
+    throw;
+  }
   return p;
+}
+
+std::shared_ptr<const LoadedKernel> Engine::loaded_for(const Candidates& cands) const {
+  std::shared_lock<std::shared_mutex> lock(table_mu_);
+  for (const auto& [plan, key] : cands) {
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) return it->second;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const LoadedKernel> Engine::load_and_publish(const Specialization& spec, cache::Entry e) {
+  auto loaded = std::make_shared<LoadedKernel>();
+  loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
+  loaded->key = e.key;
+  loaded->meta = std::move(e.meta);
+  std::unique_lock<std::shared_mutex> lock(table_mu_);
+  return by_key_.emplace(loaded->key, loaded).first->second;
 }
 
 Resolved Engine::get(const Specialization& spec, const Target& target, const char* forbidden) {
   auto t0 = Clock::now();
   const Candidates cands = candidates(spec, target);
-  {
-    std::shared_lock<std::shared_mutex> lock(table_mu_);
-    // Memory hits by key: any candidate key already loaded.
-    for (const auto& [plan, key] : cands) {
-      auto it = by_key_.find(key);
-      if (it != by_key_.end()) {
-        memory_hits_.fetch_add(1);
-        return {it->second, Origin::Memory};
-      }
+  // Memory hits by key: any candidate key already loaded.
+  if (auto hit = loaded_for(cands)) {
+    memory_hits_.fetch_add(1);
+    return {std::move(hit), Origin::Memory};
+  }
+  const cache::CacheKey& id = cands.front().second;
+  // A caller that may not compile never leads (its waiters would fail with it), but may wait.
+  Claim c = claim(id, &cands, !(forbidden && *forbidden));
+  if (c.hit) {
+    memory_hits_.fetch_add(1);
+    return {std::move(c.hit), Origin::Memory};
+  }
+  if (c.wait) {
+    c.wait->wait();
+    if (recorder_ && c.wait->have_entry) recorder_->record(spec);
+    if (c.wait->loaded) {
+      memory_hits_.fetch_add(1);
+      return {c.wait->loaded, Origin::Memory};
     }
+    if (c.wait->have_entry && !c.wait->entry.payload.empty()) {
+      // The leader was a prepare(): its entry is here, only the module is not loaded yet.
+      auto loaded = load_and_publish(spec, c.wait->entry);
+      memory_hits_.fetch_add(1);
+      return {std::move(loaded), Origin::Memory};
+    }
+    // The leader failed: resolve on our own below.
   }
-  Origin origin;
-  std::string log;
-  cache::Entry e = obtain_entry(spec, target, cands, &origin, &log, forbidden);
-  if (recorder_) recorder_->record(spec);
-  auto loaded = std::make_shared<LoadedKernel>();
-  loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
-  loaded->key = e.key;
-  loaded->meta = std::move(e.meta);
-  if (origin == Origin::Disk) {
-    disk_hits_.fetch_add(1);
-    disk_load_us_.fetch_add(micros_since(t0));
+  try {
+    Origin origin;
+    std::string log;
+    cache::Entry e = obtain_entry(spec, target, cands, &origin, &log, forbidden);
+    if (recorder_) recorder_->record(spec);
+    if (c.lead) {  // what a waiting prepare() needs, even if the module load below fails
+      c.lead->entry.key = e.key;
+      c.lead->entry.meta = e.meta;
+      c.lead->have_entry = true;
+    }
+    auto loaded = load_and_publish(spec, std::move(e));
+    if (origin == Origin::Disk) {
+      disk_hits_.fetch_add(1);
+      disk_load_us_.fetch_add(micros_since(t0));
+    }
+    if (c.lead) {
+      c.lead->loaded = loaded;
+      land(id, *c.lead);
+    }
+    return {std::move(loaded), origin};
+  } catch (...) {
+    if (c.lead) land(id, *c.lead);
+    throw;
   }
-  std::unique_lock<std::shared_mutex> lock(table_mu_);
-  auto [it, inserted] = by_key_.emplace(loaded->key, loaded);
-  return {it->second, origin};
 }
 
 std::shared_ptr<const LoadedKernel> Engine::find(const SpecKey& key) const noexcept {

@@ -1,7 +1,8 @@
 // Engine: the in-memory table of loaded kernels in front of the disk cache and the compiler.
 //
 //   get(spec, target)  memory table (by cache key) -> disk cache -> NVRTC, once per key across
-//                      processes; loads the module. Strict mode raises CacheMissError on a miss.
+//                      processes and across the threads of this one (in every cache mode); loads the
+//                      module. Strict mode raises CacheMissError on a miss.
 //   prepare(spec, target)  the same without loading (compile-only; no GPU needed).
 //   find(SpecKey)      the hot path: a fixed-size key in a hash table; no hashing of sources, no file
 //                      access, no allocation.
@@ -72,7 +73,9 @@ struct Resolved {
 
 struct Prepared {
   cache::CacheKey key;
-  Origin origin = Origin::Disk;  // Disk (already cached) or Compiled
+  // Disk (already cached), Compiled, or Memory: another thread of this process was resolving the same
+  // key at the same time, and this call shared its result.
+  Origin origin = Origin::Disk;
   cache::EntryMetadata meta;
   std::string log;  // NVRTC warnings when compiled now
 };
@@ -133,6 +136,25 @@ class Engine {
   Candidates candidates(const Specialization& spec, const Target& target) const;
   cache::Entry obtain_entry(const Specialization& spec, const Target& target, const Candidates& cands,
                             Origin* origin, std::string* log, const char* compile_forbidden_reason);
+  // by_key_ lookup of any candidate key (takes table_mu_).
+  std::shared_ptr<const LoadedKernel> loaded_for(const Candidates& cands) const;
+  // Loads `e`'s module and publishes it in by_key_; returns the kernel the table holds for its key.
+  std::shared_ptr<const LoadedKernel> load_and_publish(const Specialization& spec, cache::Entry e);
+
+  // Resolutions in progress in this process, by the first candidate key: a get() or prepare() that
+  // misses a key another thread is already loading or compiling waits for that result instead of
+  // compiling it again (between processes the per-key flock does this, but only for a writable cache).
+  struct InFlight;
+  struct Claim {
+    std::shared_ptr<const LoadedKernel> hit;  // found in by_key_ (only when asked to look there)
+    std::shared_ptr<InFlight> wait;           // another thread's resolution to wait for
+    std::shared_ptr<InFlight> lead;           // ours: resolve, then land()
+  };
+  // All under in_flight_mu_: by_key_ (when `table` is given), else the resolution in flight for `id`,
+  // else (when `may_lead`) a new one led by the caller. Nothing of the three: resolve without sharing.
+  Claim claim(const cache::CacheKey& id, const Candidates* table, bool may_lead);
+  // Ends a resolution led by this thread (after its result, if any, is published) and wakes its waiters.
+  void land(const cache::CacheKey& id, InFlight& flight);
 
   Settings settings_;
   std::once_flag disk_once_;
@@ -143,6 +165,9 @@ class Engine {
   mutable std::shared_mutex table_mu_;
   std::unordered_map<SpecKey, std::shared_ptr<const LoadedKernel>, SpecKeyHash> fast_;
   std::unordered_map<cache::CacheKey, std::shared_ptr<const LoadedKernel>, cache::CacheKeyHash> by_key_;
+
+  std::mutex in_flight_mu_;  // taken before table_mu_ where both are held
+  std::unordered_map<cache::CacheKey, std::shared_ptr<InFlight>, cache::CacheKeyHash> in_flight_;
 
   std::mutex family_mu_;
   std::unordered_map<std::string, std::uint64_t> families_;
