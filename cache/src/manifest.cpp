@@ -36,6 +36,16 @@ std::string hex_float(double v) {
   return buf;
 }
 
+// A JSON value quoted in an error message: scalars as JSON text (cut after 80 characters), arrays and
+// objects as "[...]" / "{...}". Never dump() a container here: dump() recurses once per nesting level,
+// so a file nested ~100000 deep (200 KB) overflowed the stack (tests/fuzz/fuzz_manifest, regression_deep_*).
+std::string value_text(const Json& v) {
+  if (v.is_array()) return "[...]";
+  if (v.is_object()) return "{...}";
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
 std::string arg_value_text(const ManifestArg& a) {
   switch (a.kind) {
     case ManifestArg::Kind::Type: return a.dtype;
@@ -143,7 +153,7 @@ class Reader {
     } else if (kind != "type" && kind != "integer" && kind != "float" && kind != "bool") {
       fail(where, "kind '" + kind + "' is not one of type, integer, float, bool");
     } else {
-      fail(where, "a " + kind + " argument cannot have the value " + v->dump());
+      fail(where, "a " + kind + " argument cannot have the value " + value_text(*v));
     }
     return a;
   }
@@ -189,7 +199,7 @@ class Reader {
     auto v = j.find("kjit_manifest");
     if (v == j.end()) fail("the file", "there is no \"kjit_manifest\" version field (is it a kjit manifest?)");
     if (!v->is_number_integer() || v->get<std::int64_t>() != kManifestVersion)
-      fail("the file", "version " + v->dump() + " is not supported (this kjit reads version " +
+      fail("the file", "version " + value_text(*v) + " is not supported (this kjit reads version " +
                            std::to_string(kManifestVersion) + ")");
     const Json& records = field(j, "records", Json::value_t::array, "the file");
     Manifest m;

@@ -181,6 +181,21 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
 }
 
+// Reproduced by tests/fuzz/fuzz_manifest (corpus/manifest/regression_deep_*.json): the error message
+// quoted the offending value with dump(), which recurses once per nesting level; 100000 levels (a 200 KB
+// file) overflowed the stack of a plain -O2 build.
+TEST(Manifest, ADeeplyNestedValueIsAnErrorNotAStackOverflow) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_parse_error("{\"kjit_manifest\": " + deep + "}", "version [...] is not supported");
+  expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"template\": {\"name\": \"t\", \"builtin\": true, "
+                     "\"digest\": \"\"}, \"kernel\": \"k\", \"args\": [{\"name\": \"N\", \"kind\": \"integer\", "
+                     "\"value\": " + deep + "}], \"options\": {}}]}",
+                     "records[0].args[0]: a integer argument cannot have the value [...]");
+  // A long scalar is quoted cut short.
+  expect_parse_error("{\"kjit_manifest\": \"" + std::string(1000, 'x') + "\"}",
+                     "version \"" + std::string(76, 'x') + "... is not supported");
+}
+
 TEST(Manifest, ReadingAMissingFileSaysHowToRecordOne) {
   try {
     kjit::cache::read_manifest("/nonexistent/m.json");
