@@ -56,15 +56,20 @@ std::vector<LockedFile> read_lock(const fs::path& lock_file) {
   if (!r.ok())
     throw ValueError("cannot read the lock file " + lock_file.string() + ": " + r.error +
                      ". `kjit export` writes one as DIR/kjit.lock.");
+  return parse_lock(r.bytes, lock_file.string());
+}
+
+std::vector<LockedFile> parse_lock(std::string_view text, const std::string& origin) {
   auto bad = [&](const std::string& what) {
-    return ValueError("lock file " + lock_file.string() + " is not valid: " + what +
+    return ValueError("lock file " + origin + " is not valid: " + what +
                       " (expected {\"kjit_lock\": 1, \"entries\": [{\"path\": ..., \"sha256\": ...}]}, as "
                       "written by `kjit export`)");
   };
-  Json j = Json::parse(r.bytes, nullptr, false);
+  Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad("it is not a JSON object");
   auto v = j.find("kjit_lock");
-  if (v == j.end() || !v->is_number_integer() || v->get<int>() != kLockVersion)
+  // Compared as JSON values: get<int>() would truncate 4294967297 to 1.
+  if (v == j.end() || !v->is_number_integer() || *v != Json(kLockVersion))
     throw bad("\"kjit_lock\" is missing or not version " + std::to_string(kLockVersion));
   auto entries = j.find("entries");
   if (entries == j.end() || !entries->is_array()) throw bad("\"entries\" is missing or not an array");

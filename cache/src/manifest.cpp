@@ -46,6 +46,14 @@ std::string value_text(const Json& v) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
+// A JSON integer as int64; nullopt when it is not an integer or does not fit (nlohmann would wrap a
+// large unsigned value to a negative one, or truncate it to int, silently).
+std::optional<std::int64_t> as_int64(const Json& v) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
+  return v.get<std::int64_t>();
+}
+
 std::string arg_value_text(const ManifestArg& a) {
   switch (a.kind) {
     case ManifestArg::Kind::Type: return a.dtype;
@@ -132,9 +140,9 @@ class Reader {
     if (kind == "type" && v->is_string()) {
       a.kind = ManifestArg::Kind::Type;
       a.dtype = v->get<std::string>();
-    } else if (kind == "integer" && v->is_number_integer()) {
+    } else if (kind == "integer" && as_int64(*v)) {
       a.kind = ManifestArg::Kind::Integer;
-      a.integer = v->get<std::int64_t>();
+      a.integer = *as_int64(*v);
     } else if (kind == "float" && (v->is_number() || v->is_string())) {
       a.kind = ManifestArg::Kind::Float;
       if (v->is_number()) {
@@ -182,8 +190,9 @@ class Reader {
     r.options.device_debug = boolean(o, "device_debug", ow);
     auto mr = o.find("max_registers");
     if (mr != o.end() && !mr->is_null()) {
-      if (!mr->is_number_integer()) fail(ow, "\"max_registers\" is not an integer or null");
-      r.options.max_registers = mr->get<int>();
+      const auto n = as_int64(*mr);
+      if (!n || *n < 0 || *n > INT32_MAX) fail(ow, "\"max_registers\" is not an integer in [0, 2^31) or null");
+      r.options.max_registers = static_cast<int>(*n);
     }
     r.options.defines = string_map(o, "defines", ow);
     auto id = j.find("id");
@@ -198,7 +207,7 @@ class Reader {
     if (!j.is_object()) fail("the file", "it is not a JSON object");
     auto v = j.find("kjit_manifest");
     if (v == j.end()) fail("the file", "there is no \"kjit_manifest\" version field (is it a kjit manifest?)");
-    if (!v->is_number_integer() || v->get<std::int64_t>() != kManifestVersion)
+    if (as_int64(*v) != std::optional<std::int64_t>(kManifestVersion))
       fail("the file", "version " + value_text(*v) + " is not supported (this kjit reads version " +
                            std::to_string(kManifestVersion) + ")");
     const Json& records = field(j, "records", Json::value_t::array, "the file");

@@ -241,6 +241,18 @@ TEST_F(ForeignLayer, MalformedLockVouchesForNothing) {
   EXPECT_TRUE(contains(warnings.all(), "is not relative to the cache root")) << warnings.all();
 }
 
+TEST_F(ForeignLayer, LockOfAnotherVersionVouchesForNothing) {
+  write_lock(layer_, lock_);
+  std::string text = read_file(lock_);
+  const auto at = text.find("\"kjit_lock\": 1");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 14, "\"kjit_lock\": 4294967297");  // read as int, this used to be 1
+  write_file(lock_, text);
+  WarningCapture warnings;
+  EXPECT_FALSE(load().has_value());
+  EXPECT_TRUE(contains(warnings.all(), "\"kjit_lock\" is missing or not version 1")) << warnings.all();
+}
+
 TEST_F(ForeignLayer, StrictModeReadsTheRootAsALockedLayer) {
   // A deployed cache used directly as KJIT_CACHE_DIR in strict mode: the root is read-only there, so
   // its kjit.lock vouches for entries the user did not write.

@@ -179,6 +179,12 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   expect_parse_error(edit([](auto& r) { r["kernel"] = "other"; }), "its \"id\" does not match its content");
   // Without an id (hand-written) it parses.
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
+  // Numbers that do not fit are errors, not silently wrapped (2^64 - 1 was read as -1, 2^32 + 64 as 64).
+  expect_parse_error(edit([](auto& r) { r.erase("id"); r["args"][1]["value"] = 18446744073709551615ull; }),
+                     "a integer argument cannot have the value 18446744073709551615");
+  expect_parse_error(edit([](auto& r) { r.erase("id"); r["options"]["max_registers"] = 4294967360ll; }),
+                     "\"max_registers\" is not an integer in [0, 2^31) or null");
+  expect_parse_error("{\"kjit_manifest\": 4294967297, \"records\": []}", "version 4294967297 is not supported");
 }
 
 // Reproduced by tests/fuzz/fuzz_manifest (corpus/manifest/regression_deep_*.json): the error message

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kjit::cache {
@@ -24,6 +25,8 @@ std::vector<LockedFile> lock_entries(const std::filesystem::path& root);
 void write_lock(const std::filesystem::path& root, const std::filesystem::path& lock_file);
 // Throws kjit::ValueError naming the file and what is wrong.
 std::vector<LockedFile> read_lock(const std::filesystem::path& lock_file);
+// The same for the lock's text; `origin` names it in errors. Listed paths must stay under the root.
+std::vector<LockedFile> parse_lock(std::string_view text, const std::string& origin);
 
 // Checks `root` against the lock: every listed file exists with that hash and decodes as a valid entry
 // filed where it lies; no entry is there that the lock does not list. Returns one line per problem
