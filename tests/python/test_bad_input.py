@@ -126,12 +126,17 @@ class Maker:
             t = torch.randint(0, 256, alloc, generator=self.gen, dtype=torch.uint8).to(dtype)
         else:
             t = torch.randn(alloc, generator=self.gen).to(dtype)
+        if self.device not in ("meta", "cpu"):
+            # Placed before slicing: .to() of a strided view gives a contiguous copy (preserve_format keeps
+            # strides only for dense tensors), which made the "non-contiguous" GPU inputs contiguous.
+            t = t.to(self.device)
         if self.noncontig and shape:
             t = t[..., ::2]
+            assert not t.is_contiguous() or t.numel() <= 1, "the Maker must give a non-contiguous view"
         return t
 
     def _place(self, t):
-        return t if self.device in ("meta", "cpu") else t.to(self.device)
+        return t
 
     def x(self, *shape, dtype=torch.float32):
         if self.lead is not None:
