@@ -3,9 +3,13 @@
 # with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources: ../shared/device/prepare-deps.sh plus
 # `apt-get download libgtest-dev googletest`). Builds everything, runs every test (GPU ones included) and
 # the benchmarks; logs go to $OUT (or ./gpu-out).
-#   bash .ci/gpu.sh [build|test|bench|bandwidth|libtest|all]...   (default: all)
+#   bash .ci/gpu.sh [build|test|ctest|pytest|bench|bandwidth|libtest|memcheck|racecheck|tsan|multigpu|all]...
+#   (default: all = build test bench bandwidth; test = ctest + pytest)
 # libtest: only the kernel library's tests (tests/python/test_library_*.py); memcheck: the library's GPU tests
-# (not the gigabyte-sized ones) under compute-sanitizer memcheck; neither is part of all.
+# (not the gigabyte-sized ones) under compute-sanitizer memcheck; racecheck: the library's kernels that share
+# memory between threads (reductions, softmax, norms) under compute-sanitizer racecheck; multigpu: the tests
+# that need two GPUs; tsan: the 8-thread Engine tests (compiling and launching) under ThreadSanitizer (.ci/tsan.sh);
+# none of these is part of all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -18,7 +22,8 @@ PY=${PYTHON:-python3}
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(all)
-has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ] && [ "$1" != memcheck ]; } && return 0; done; return 1; }
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ] && [ "$1" != memcheck ] && [ "$1" != racecheck ] && [ "$1" != multigpu ] && [ "$1" != tsan ]; } ||
+  { [ "$s" = test ] && { [ "$1" = ctest ] || [ "$1" = pytest ]; }; } && return 0; done; return 1; }
 rc=0
 
 if has build; then
@@ -32,9 +37,11 @@ if has build; then
   } > "$OUT/build.log" 2>&1 || rc=1
   tail -n 30 "$OUT/build.log"
 fi
-if has test; then
+if has ctest; then
   ctest --test-dir build --output-on-failure -j8 > "$OUT/ctest.log" 2>&1 || rc=1
   tail -n 25 "$OUT/ctest.log"
+fi
+if has pytest; then
   (cd tests/python && $PY -m pytest -q -p no:cacheprovider -rs . > "$OUT/pytest.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -40
   tail -n 3 "$OUT/pytest.log"
@@ -60,6 +67,26 @@ if has memcheck; then
     test_library_gpu.py > "$OUT/memcheck.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)|ERROR SUMMARY|Invalid" "$OUT/memcheck.log" | sort | uniq -c | head -20
   tail -n 3 "$OUT/memcheck.log"
+fi
+if has racecheck; then
+  # Shared-memory hazards (missing __syncthreads, write-after-read between warps) in the block reductions.
+  (cd tests/python && compute-sanitizer --tool racecheck --error-exitcode 99 --target-processes all \
+    $PY -m pytest -q -p no:cacheprovider -m "not big" \
+    -k "${RACECHECK_K:-test_reduce_last_dim or test_reduce_other_dims or test_reduce_short_and_wide or test_softmax_forward or test_softmax_backward or test_norm_forward or test_norm_backward or test_max_pool2d}" \
+    test_library_gpu.py > "$OUT/racecheck.log" 2>&1) || rc=1
+  grep -E "^(FAILED|ERROR)|RACECHECK SUMMARY|Race reported" "$OUT/racecheck.log" | sort | uniq -c | head -20
+  tail -n 3 "$OUT/racecheck.log"
+fi
+if has multigpu; then
+  (cd tests/python && $PY -m pytest -q -p no:cacheprovider -rs test_multi_gpu.py test_ops_gpu.py::test_tensors_on_different_devices \
+    > "$OUT/multigpu.log" 2>&1) || rc=1
+  tail -n 5 "$OUT/multigpu.log"
+fi
+if has tsan; then
+  gt=""
+  [ -d .devdeps/root/usr/src/googletest ] && gt="-DKJIT_GTEST_SOURCE_DIR=$PWD/.devdeps/root/usr/src/googletest"
+  bash .ci/tsan.sh -G Ninja $gt > "$OUT/tsan.log" 2>&1 || rc=1
+  grep -E "^==|PASSED|FAILED|SKIPPED|ThreadSanitizer" "$OUT/tsan.log" | head -20
 fi
 if has bandwidth; then
   $PY -m kjit.bench --only bandwidth ${BENCH_ARGS:-} --out "$OUT/bench" > "$OUT/bench_bandwidth.log" 2>&1 || rc=1
