@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +23,7 @@
 #include "device_buffer.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/kernel_family.hpp"
+#include "start_line.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -46,23 +46,7 @@ const std::vector<Spec> kSpecs = {
 };
 const int kKeys = static_cast<int>(kSpecs.size());
 
-class StartLine {
- public:
-  explicit StartLine(int n) : left_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (--left_ == 0) {
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return left_ == 0; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int left_;
-};
+using kjit::testing::StartLine;
 
 template <typename T> float to_f(T v) { return static_cast<float>(v); }
 template <> float to_f(__half v) { return __half2float(v); }

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -23,6 +22,7 @@
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
+#include "start_line.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -45,24 +45,7 @@ const std::vector<Spec> kSpecs = {
 };
 const int kKeys = static_cast<int>(kSpecs.size());
 
-// Releases every waiting thread at once when the last of `n` has arrived.
-class StartLine {
- public:
-  explicit StartLine(int n) : left_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (--left_ == 0) {
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return left_ == 0; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int left_;
-};
+using kjit::testing::StartLine;
 
 struct Result {
   int spec = -1;
