@@ -54,6 +54,7 @@ DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(
   }
   why = ownership_problem(config_.root, st, uid_);
   if (!why.empty()) {
+    root_untrusted_ = true;
     degrade(why + ", so others could plant kernels in it: kjit neither writes to it nor loads from "
             "it (chmod go-w, or chown it, or pick another KJIT_CACHE_DIR)");
     return;
@@ -117,17 +118,22 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   const fs::path path = layout::entry_path(layer_root, key, target);
   FileRead file = read_regular_file(path, kMaxEntryFileBytes);
   if (file.absent) return std::nullopt;
-  const bool may_modify = is_writable_layer && config_.mode == CacheMode::ReadWrite;
+  // A root this process cannot write (readonly / strict mode, or degraded) is read like any read-only
+  // layer: its kjit.lock may vouch for entries others wrote.
+  const bool may_modify = is_writable_layer && writable();
 
   if (file.ok()) {
-    const std::string why = distrust(layer_root, !may_modify, path, file.st, file.bytes);
-    if (!why.empty()) {
-      log::warn_once("cache-untrusted:" + path.string(),
-                     "kjit cache: not loading " + path.string() + ": " + why +
+    const Distrust d = distrust(layer_root, !may_modify, path, file.st, file.bytes);
+    if (!d.why.empty()) {
+      log::warn_once(d.topic,
+                     "kjit cache: not loading " + path.string() + ": " + d.why +
                          ". kjit loads only entries written by you, or listed with their SHA-256 in "
                          "the kjit.lock of a read-only layer (KJIT_CACHE_PATH; `kjit export DIR` "
                          "writes one); it will be " +
-                         (config_.mode == CacheMode::Strict ? "a cache miss." : "recompiled."));
+                         (config_.mode == CacheMode::Strict ? "a cache miss" : "recompiled") +
+                         (d.topic.rfind("cache-untrusted-layer:", 0) == 0
+                              ? " (said once for this layer)."
+                              : "."));
       return std::nullopt;
     }
   }
@@ -160,26 +166,38 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   return std::nullopt;
 }
 
-std::string DiskCache::distrust(const fs::path& layer_root, bool read_only_layer, const fs::path& path,
-                                const struct stat& st, std::string_view bytes) const {
-  std::string why = owned_path_problem(layer_root, path, st, uid_);
-  if (why.empty()) return why;
-  if (!read_only_layer) return why;  // the writable root vouches only for the user's own files
-  std::shared_ptr<const LayerLock> lock;
+std::shared_ptr<const LayerLock> DiskCache::layer_lock(const fs::path& layer_root) const {
   {
     std::lock_guard<std::mutex> guard(mu_);
-    auto& slot = layer_locks_[layer_root];
-    if (!slot) slot = std::make_shared<const LayerLock>(LayerLock::read(layer_root));
-    lock = slot;
+    auto it = layer_locks_.find(layer_root);
+    if (it != layer_locks_.end() && it->second->current(layer_root)) return it->second;
   }
+  auto fresh = std::make_shared<const LayerLock>(LayerLock::read(layer_root, uid_));  // outside mu_
+  std::lock_guard<std::mutex> guard(mu_);
+  layer_locks_[layer_root] = fresh;
+  return fresh;
+}
+
+DiskCache::Distrust DiskCache::distrust(const fs::path& layer_root, bool read_only_layer, const fs::path& path,
+                                        const struct stat& st, std::string_view bytes) const {
+  Distrust d;
+  d.why = owned_path_problem(layer_root, path, st, uid_);
+  d.topic = "cache-untrusted:" + path.string();
+  if (d.why.empty() || !read_only_layer) return d;  // the writable root vouches only for the user's own files
+  const auto lock = layer_lock(layer_root);
   const std::string vouch = lock->vouches_for(path.lexically_relative(layer_root).generic_string(), bytes);
-  return vouch.empty() ? vouch : why + ", and " + vouch;
+  if (vouch.empty()) return {};
+  d.why += ", and " + vouch;
+  if (!lock->problem().empty()) d.topic = "cache-untrusted-layer:" + layer_root.string() + ":" + lock->problem();
+  return d;
 }
 
 std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {
   layout::check_target(target);
-  for (const auto& layer : read_layers())
+  for (const auto& layer : read_layers()) {
+    if (layer.is_writable_layer && root_untrusted_) continue;  // refused (and warned) at construction
     if (auto e = load_from(layer.root, layer.is_writable_layer, key, target)) return e;
+  }
   return std::nullopt;
 }
 

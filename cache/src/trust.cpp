@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "kjit/cache/export_lock.hpp"
+#include "kjit/cache/file_read.hpp"
 #include "kjit/cache/posix_error.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/error.hpp"
@@ -56,13 +57,36 @@ std::string owned_path_problem(const fs::path& root, const fs::path& file, const
   return why;
 }
 
-LayerLock LayerLock::read(const fs::path& layer_root) {
+namespace {
+
+// Who may vouch for a layer: the user or root, and nobody else able to rewrite it.
+std::string guardian_problem(const fs::path& path, const struct stat& st, uid_t uid) {
+  if (st.st_uid != uid && st.st_uid != 0)
+    return path.string() + " belongs to uid " + std::to_string(st.st_uid) + ", neither you (uid " +
+           std::to_string(uid) + ") nor root";
+  return writable_by_others(path, st);
+}
+
+}  // namespace
+
+LayerLock LayerLock::read(const fs::path& layer_root, uid_t uid) {
   LayerLock lock;
   const fs::path file = layer_root / kLockFileName;
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) {
-    lock.problem_ = errno == ENOENT ? "the layer has no " + std::string(kLockFileName)
-                                    : "cannot stat " + file.string() + ": " + errno_text(errno);
+  // One open: the bytes parsed are those of the file whose owner and mode are checked.
+  FileRead r = read_regular_file(file, 1ull << 30);
+  if (r.absent) {
+    lock.problem_ = "the layer has no " + std::string(kLockFileName);
+    return lock;
+  }
+  if (r.fd) {
+    lock.absent_ = false;
+    lock.dev_ = r.st.st_dev;
+    lock.ino_ = r.st.st_ino;
+    lock.size_ = r.st.st_size;
+    lock.mtime_ = r.st.st_mtim;
+  }
+  if (!r.ok()) {
+    lock.problem_ = "cannot read " + file.string() + ": " + r.error;
     return lock;
   }
   struct stat root_st {};
@@ -70,19 +94,26 @@ LayerLock LayerLock::read(const fs::path& layer_root) {
     lock.problem_ = "cannot stat " + layer_root.string() + ": " + errno_text(errno);
     return lock;
   }
-  for (const auto& [path, s] : {std::pair{file, st}, std::pair{layer_root, root_st}}) {
-    std::string why = writable_by_others(path, s);
+  for (const auto& [path, st] : {std::pair{file, r.st}, std::pair{layer_root, root_st}}) {
+    std::string why = guardian_problem(path, st, uid);
     if (!why.empty()) {
       lock.problem_ = "its lock cannot be trusted: " + why;
       return lock;
     }
   }
   try {
-    for (auto& f : read_lock(file)) lock.sha256_by_path_[f.path] = std::move(f.sha256);
+    for (auto& f : parse_lock(r.bytes, file.string())) lock.sha256_by_path_[f.path] = std::move(f.sha256);
   } catch (const Error& e) {
     lock.problem_ = e.what();
   }
   return lock;
+}
+
+bool LayerLock::current(const fs::path& layer_root) const {
+  struct stat st {};
+  if (::stat((layer_root / kLockFileName).c_str(), &st) != 0) return absent_ && errno == ENOENT;
+  return !absent_ && st.st_dev == dev_ && st.st_ino == ino_ && st.st_size == size_ &&
+         st.st_mtim.tv_sec == mtime_.tv_sec && st.st_mtim.tv_nsec == mtime_.tv_nsec;
 }
 
 std::string LayerLock::vouches_for(const std::string& relative, std::string_view bytes) const {

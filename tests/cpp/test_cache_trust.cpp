@@ -81,6 +81,7 @@ TEST_P(WritableRootOpenToOthers, IsNeitherWrittenNorRead) {
   EXPECT_TRUE(contains(warnings.messages()[0], "writable by")) << warnings.all();
   EXPECT_TRUE(contains(warnings.messages()[0], "chmod go-w")) << warnings.all();
   EXPECT_FALSE(c.load(e.key, "sm_90").has_value()) << "anyone could have planted it";
+  EXPECT_EQ(warnings.count(), 1u) << "the refused root is not warned about again per entry: " << warnings.all();
   EXPECT_TRUE(fs::exists(path)) << "an untrusted entry is left alone, not deleted";
   EXPECT_FALSE(c.store(make_entry("trust-open-root-new-" + std::to_string(GetParam()))));
   bool produced = false;
@@ -195,9 +196,49 @@ TEST_F(ForeignLayer, EntryOwnedByAnotherUserWithAVerifyingLockIsLoaded) {
     EXPECT_FALSE(load().has_value());
     EXPECT_TRUE(contains(warnings.all(), "belongs to uid 65534")) << warnings.all();
   }
-  write_lock(layer_, lock_);
-  ASSERT_EQ(::chown(lock_.c_str(), kNobody, kNobody), 0);  // the lock's owner does not matter
+  write_lock(layer_, lock_);  // owned by root, which may vouch
   EXPECT_TRUE(load().has_value());
+}
+
+TEST_F(ForeignLayer, LockOfAnotherUserVouchesForNothing) {
+  // Whoever owns the lock can rewrite it: only the user's own or root's lock vouches.
+  KJIT_NEEDS_ROOT();
+  write_lock(layer_, lock_);
+  ASSERT_EQ(::chown(lock_.c_str(), kNobody, kNobody), 0);
+  WarningCapture warnings;
+  EXPECT_FALSE(load().has_value());
+  EXPECT_TRUE(contains(warnings.all(), lock_.string() + " belongs to uid 65534, neither you")) << warnings.all();
+  ASSERT_EQ(::chown(lock_.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chown(layer_.c_str(), kNobody, kNobody), 0);  // nor a layer directory of another user
+  EXPECT_FALSE(load().has_value());
+}
+
+TEST_F(ForeignLayer, ALockWrittenLaterIsRead) {
+  // The same cache object: a missing lock is not remembered forever (a layer being exported), and a
+  // re-exported layer's new lock replaces the old one.
+  DiskCache c(with_layer(dir_ / "root", layer_));
+  {
+    WarningCapture warnings;
+    EXPECT_FALSE(c.load(entry_.key, "sm_90").has_value());
+  }
+  write_lock(layer_, lock_);
+  EXPECT_TRUE(c.load(entry_.key, "sm_90").has_value());
+  write_file(lock_, "{\"kjit_lock\": 1, \"entries\": []}\n");
+  set_mode(lock_, 0600);
+  WarningCapture warnings;
+  EXPECT_FALSE(c.load(entry_.key, "sm_90").has_value());
+}
+
+TEST_F(ForeignLayer, ALayerWithoutALockIsWarnedAboutOnce) {
+  const Entry second = make_entry("trust-layer-second");
+  const fs::path second_path = stored(layer_, second);
+  set_mode(second_path, 0664);
+  DiskCache c(with_layer(dir_ / "root", layer_));
+  WarningCapture warnings;
+  EXPECT_FALSE(c.load(entry_.key, "sm_90").has_value());
+  EXPECT_FALSE(c.load(second.key, "sm_90").has_value());
+  EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_TRUE(contains(warnings.all(), "said once for this layer")) << warnings.all();
 }
 
 TEST_F(ForeignLayer, EntryReplacedAfterLockingIsNotLoaded) {

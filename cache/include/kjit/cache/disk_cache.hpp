@@ -105,10 +105,16 @@ class DiskCache {
   // Looks in one layer; a damaged entry is reported (and removed when `is_writable_layer`).
   std::optional<Entry> load_from(const std::filesystem::path& layer_root, bool is_writable_layer,
                                  const CacheKey& key, const std::string& target);
-  // "" when the entry at `path` (read as `bytes`, fstat `st`) may be loaded from `layer_root`;
-  // otherwise why not (see trust.hpp).
-  std::string distrust(const std::filesystem::path& layer_root, bool read_only_layer,
-                       const std::filesystem::path& path, const struct stat& st, std::string_view bytes) const;
+  // Why the entry at `path` (read as `bytes`, fstat `st`) may not be loaded from `layer_root` (see
+  // trust.hpp); empty `why` when it may. `topic` says once per what the warning is given: the file, or
+  // the whole layer when its lock is the problem.
+  struct Distrust {
+    std::string why, topic;
+  };
+  Distrust distrust(const std::filesystem::path& layer_root, bool read_only_layer, const std::filesystem::path& path,
+                    const struct stat& st, std::string_view bytes) const;
+  // The layer's kjit.lock, read again when the file changed since it was last read.
+  std::shared_ptr<const LayerLock> layer_lock(const std::filesystem::path& layer_root) const;
   // The cheap size-only LRU pass after a store (no validation); never evicts `keep`.
   void evict_to(std::uint64_t max_bytes, const std::filesystem::path& keep);
   struct Layer {
@@ -122,10 +128,11 @@ class DiskCache {
   DiskCacheConfig config_;
   uid_t uid_;                   // the effective user: the owner entries must have to be trusted
   mutable std::mutex mu_;
-  // The kjit.lock of each read-only layer, read on first need.
+  // The kjit.lock of each read-only layer, as last read.
   mutable std::map<std::filesystem::path, std::shared_ptr<const LayerLock>> layer_locks_;
   bool usable_ = false;         // writable root exists and is usable
   bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
+  bool root_untrusted_ = false; // others could have written the root: it is not even read
   std::string state_;           // human-readable state
 };
 
