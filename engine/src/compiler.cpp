@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <string_view>
 #include <sstream>
 
@@ -84,7 +85,10 @@ static bool parse_error_location(std::string_view line, std::string& file, int& 
 }
 
 std::string Compiler::program_name(const Template& t) {
-  return t.is_builtin() ? t.name() + ".cuh" : t.name();
+  if (t.is_builtin()) return t.name() + ".cuh";
+  // NVRTC searches the program name's folder for includes: a confined template's name is a bare file name.
+  if (t.confined()) return std::filesystem::path(t.name()).filename().string();
+  return t.name();
 }
 
 CompilePlan Compiler::plan(const Target& requested) {
@@ -117,6 +121,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
   CompiledBinary out;
   out.plan = plan;
   out.flags = spec.options().nvrtc_flags(plan.actual, t.nvrtc_include_dirs());
+  if (t.confined()) out.flags.push_back("--no-source-include");
   std::vector<const Header*> in_memory;
   for (const auto& h : t.headers())
     if (!h.from_cuda) in_memory.push_back(&h);

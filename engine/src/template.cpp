@@ -47,22 +47,57 @@ struct IncludeDirective {
   bool angled;
 };
 
+// The source with every backslash-newline removed (translation phase 2), so that a directive continued
+// over several lines is seen whole.
+std::string joined_lines(const std::string& source) {
+  std::string out;
+  out.reserve(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\\') {
+      std::size_t j = i + 1;
+      if (j < source.size() && source[j] == '\r') ++j;
+      if (j < source.size() && source[j] == '\n') {
+        i = j;
+        continue;
+      }
+    }
+    out.push_back(source[i]);
+  }
+  return out;
+}
+
 // #include directives of a file (all of them, whatever the surrounding #if says: over-approximates).
-std::vector<IncludeDirective> scan_includes(const std::string& source) {
+// `unparsed` (when given) collects directive lines that mention "include" in a form this scanner does
+// not read (a macro, a comment inside the directive, include_next): NVRTC would still follow them.
+std::vector<IncludeDirective> scan_includes(const std::string& source, std::vector<std::string>* unparsed = nullptr) {
   std::vector<IncludeDirective> out;
-  std::string_view rest = source;
+  const std::string text = joined_lines(source);
+  std::string_view rest = text;
   while (!rest.empty()) {
     const std::size_t nl = rest.find('\n');
-    std::string_view s = text::skip_blanks(rest.substr(0, nl));
+    const std::string_view line = rest.substr(0, nl);
+    std::string_view s = text::skip_blanks(line);
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-    if (s.empty() || s.front() != '#') continue;
-    s = text::skip_blanks(s.substr(1));
-    if (!text::starts_with(s, "include")) continue;
-    s = text::skip_blanks(s.substr(7));
-    if (s.empty() || (s.front() != '<' && s.front() != '"')) continue;
-    const char close = s.front() == '<' ? '>' : '"';
-    const std::size_t end = s.find(close, 1);
-    if (end == std::string_view::npos || end == 1) continue;
+    if (text::starts_with(s, "#")) s.remove_prefix(1);
+    else if (text::starts_with(s, "%:")) s.remove_prefix(2);  // the digraph of '#'
+    else continue;
+    s = text::skip_blanks(s);
+    // An include directive this scanner may not read right: include_next, a macro, a comment before it.
+    const bool maybe_include = text::starts_with(s, "include") ||
+                               (text::starts_with(s, "/*") && line.find("include") != std::string_view::npos);
+    std::size_t end = std::string_view::npos;
+    char close = 0;
+    if (text::starts_with(s, "include")) {
+      s = text::skip_blanks(s.substr(7));
+      if (!s.empty() && (s.front() == '<' || s.front() == '"')) {
+        close = s.front() == '<' ? '>' : '"';
+        end = s.find(close, 1);
+      }
+    }
+    if (end == std::string_view::npos || end == 1) {
+      if (maybe_include && unparsed) unparsed->push_back(std::string(line));
+      continue;
+    }
     out.push_back({std::string(s.substr(1, end - 1)), close == '>'});
   }
   return out;
@@ -95,7 +130,13 @@ class IncludeResolver {
 
  private:
   void visit(const std::string& text, const fs::path& including_dir) {
-    for (const auto& inc : scan_includes(text)) {
+    std::vector<std::string> unparsed;
+    const auto includes = scan_includes(text, confined_ && !in_cuda_dirs(including_dir) ? &unparsed : nullptr);
+    if (!unparsed.empty())
+      throw ValueError("a template rebuilt from a manifest may only include headers by a plain \"name\" or "
+                       "<name>, and this one has '" + unparsed.front() + "': kjit cannot tell which file that "
+                       "reads. Record the template from a source that includes its headers plainly.");
+    for (const auto& inc : includes) {
       if (visit_memory(inc.name)) continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
       if (!inc.angled) {
@@ -189,6 +230,7 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   resolver.run(t->source_);
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
+  t->confined_ = confined;
   for (const auto& d : tk.include_dirs) t->nvrtc_include_dirs_.push_back(d.string());
   t->kernels_ = parse_kernel_decls(t->source_);
 
@@ -207,6 +249,15 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
     field(h->bytes);
   }
   t->digest_ = cache::to_hex(sha.finish());
+  if (confined) {
+    // Not hashed: the same template loaded from its files (no such names there) must keep its key.
+    for (const auto& name : t->unresolved_)
+      if (leaves_its_folder(name))
+        t->headers_.push_back({name, fs::path("<blocked>") / name,
+                               "#error \"kjit: this include is not a header recorded with this template, and a "
+                               "template rebuilt from a manifest reads no other file outside the CUDA headers\"\n",
+                               false});
+  }
   t->uid_ = g_next_uid.fetch_add(1);
   return t;
 }

@@ -208,3 +208,45 @@ TEST(Compile, KernelInANamespaceCompilesUnderItsQualifiedName) {
   EXPECT_EQ(p.meta.name_expression, "mylib::scale<double>");
   EXPECT_FALSE(p.meta.lowered_name.empty());
 }
+
+// A template rebuilt from a (possibly hostile) manifest must not make NVRTC read files: not by an
+// absolute or climbing include name, not through the folder its recorded name points to, not through a
+// directive kjit's scanner cannot read. A secret line would otherwise come back in the compile log.
+TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
+  TempDir dir;
+  const std::string secret = "TOP_SECRET_LINE_42 leaked;\n";
+  kjit::testing::write_file(dir / "keys" / "id_rsa", secret);
+  Engine engine(settings_for(dir));
+  const std::string kernel = "template <typename T>\n__global__ void k(T* p) { p[0] = T(1); }\n";
+  for (const std::string& include :
+       {"#include \"" + (dir / "keys" / "id_rsa").string() + "\"\n", std::string("#include \"../keys/id_rsa\"\n"),
+        std::string("#include \"id_rsa\"\n")}) {
+    SCOPED_TRACE(include);
+    // The recorded name points into the folder of the secret: NVRTC would search it for "id_rsa".
+    auto t = Template::from_memory(include + kernel, (dir / "keys" / "k.cu").string(), {});
+    Specialization s(t, "k", {{"T", TemplateArg::type(DType::Float32)}});
+    try {
+      engine.prepare(s, Target::parse("sm_90"));
+      FAIL() << "compiled";
+    } catch (const CompileError& e) {
+      EXPECT_EQ(std::string(e.what()).find("TOP_SECRET"), std::string::npos) << e.what();
+      EXPECT_EQ(e.log().find("TOP_SECRET"), std::string::npos) << e.log();
+    }
+  }
+  // Directives the scanner cannot read are refused before NVRTC sees them.
+  for (const std::string& include : {std::string("#define F \"/etc/hostname\"\n#include F\n"),
+                                     std::string("#/**/include \"/etc/hostname\"\n"),
+                                     std::string("#include_next \"/etc/hostname\"\n")}) {
+    SCOPED_TRACE(include);
+    EXPECT_THROW(Template::from_memory(include + kernel, "k.cu", {}), ValueError);
+  }
+  // Continued lines and the %: digraph are read as what they are.
+  auto joined = Template::from_memory("#inc\\\nlude \"../x.h\"\n%:include \"/y.h\"\n" + kernel, "k.cu", {});
+  EXPECT_EQ(joined->unresolved_includes(), (std::vector<std::string>{"../x.h", "/y.h"}));
+  // A recorded template that includes plainly still compiles.
+  auto ok = Template::from_memory("#include \"h.cuh\"\n" + kernel, (dir / "keys" / "k.cu").string(),
+                                  {{"h.cuh", "#pragma once\n"}});
+  EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90"))
+                .origin,
+            Origin::Compiled);
+}

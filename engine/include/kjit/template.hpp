@@ -48,6 +48,11 @@ class Template {
   const std::string& source() const noexcept { return source_; }
   const std::vector<Header>& headers() const noexcept { return headers_; }
   const std::vector<std::string>& unresolved_includes() const noexcept { return unresolved_; }
+  // A template rebuilt from a manifest (from_memory): it may come from anywhere, so NVRTC must read no
+  // file for it either. Its program name is a bare file name, the compile does not search the source's
+  // folder (--no-source-include), and an include name that leaves its folder and is not a recorded
+  // header reaches NVRTC as an in-memory header that is an #error (in headers(), not in the digest).
+  bool confined() const noexcept { return confined_; }
   const std::vector<KernelDecl>& kernels() const noexcept { return kernels_; }
   // Throws ValueError listing the template's kernels when there is no such kernel.
   const KernelDecl& kernel(const std::string& name) const;
@@ -70,6 +75,7 @@ class Template {
   std::string source_;
   std::vector<Header> headers_;
   std::vector<std::string> unresolved_;
+  bool confined_ = false;
   std::vector<KernelDecl> kernels_;
   std::string digest_;
   std::uint64_t uid_ = 0;
