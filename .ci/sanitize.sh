@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The C++ suites under AddressSanitizer + UndefinedBehaviorSanitizer (CPU tests; GPU ones skip without
+# a device). A separate build in build-asan/; any sanitizer report fails the test that triggered it.
+#   bash .ci/sanitize.sh            (after .ci/setup.sh has installed the dependencies)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_BUILD_PYTHON=OFF -DKJIT_BUILD_BENCH=OFF \
+  -DKJIT_SANITIZE=address,undefined >/dev/null
+cmake --build build-asan -j"$(nproc)"
+# Leaks inside NVIDIA's closed libraries (NVRTC, the driver) are theirs, not ours: suppressed by name.
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export LSAN_OPTIONS="suppressions=$PWD/.ci/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
