@@ -47,6 +47,15 @@ struct IncludeDirective {
   bool angled;
 };
 
+// An include name that is absolute or has a ".." part reaches outside whatever folder it is resolved in.
+bool leaves_its_folder(const std::string& include_name) {
+  const fs::path p(include_name);
+  if (p.is_absolute()) return true;
+  for (const auto& part : p)
+    if (part == "..") return true;
+  return false;
+}
+
 // The source with every backslash-newline removed (translation phase 2), so that a directive continued
 // over several lines is seen whole.
 std::string joined_lines(const std::string& source) {
@@ -66,9 +75,28 @@ std::string joined_lines(const std::string& source) {
   return out;
 }
 
+// Whether a line's __has_include / __has_include_next probes a name outside its folder, or one this
+// scanner cannot read (a macro).
+bool probes_outside(std::string_view line) {
+  for (std::size_t at = line.find("__has_include"); at != std::string_view::npos;
+       at = line.find("__has_include", at + 1)) {
+    std::string_view s = line.substr(at + 13);
+    if (text::starts_with(s, "_next")) s.remove_prefix(5);
+    s = text::skip_blanks(s);
+    if (s.empty() || s.front() != '(') return true;
+    s = text::skip_blanks(s.substr(1));
+    if (s.empty() || (s.front() != '<' && s.front() != '"')) return true;
+    const std::size_t end = s.find(s.front() == '<' ? '>' : '"', 1);
+    if (end == std::string_view::npos || leaves_its_folder(std::string(s.substr(1, end - 1)))) return true;
+  }
+  return false;
+}
+
 // #include directives of a file (all of them, whatever the surrounding #if says: over-approximates).
 // `unparsed` (when given) collects directive lines that mention "include" in a form this scanner does
-// not read (a macro, a comment inside the directive, include_next): NVRTC would still follow them.
+// not read (a macro, a comment inside the directive, include_next): NVRTC would still follow them; and
+// lines whose __has_include probes a name outside its folder (or one it cannot read): an oracle for
+// whether a file exists.
 std::vector<IncludeDirective> scan_includes(const std::string& source, std::vector<std::string>* unparsed = nullptr) {
   std::vector<IncludeDirective> out;
   const std::string text = joined_lines(source);
@@ -78,6 +106,8 @@ std::vector<IncludeDirective> scan_includes(const std::string& source, std::vect
     const std::string_view line = rest.substr(0, nl);
     std::string_view s = text::skip_blanks(line);
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (unparsed && line.find("__has_include") != std::string_view::npos && probes_outside(line))
+      unparsed->push_back(std::string(line));
     if (text::starts_with(s, "#")) s.remove_prefix(1);
     else if (text::starts_with(s, "%:")) s.remove_prefix(2);  // the digraph of '#'
     else continue;
@@ -103,15 +133,6 @@ std::vector<IncludeDirective> scan_includes(const std::string& source, std::vect
   return out;
 }
 
-// An include name that is absolute or has a ".." part reaches outside whatever folder it is resolved in.
-bool leaves_its_folder(const std::string& include_name) {
-  const fs::path p(include_name);
-  if (p.is_absolute()) return true;
-  for (const auto& part : p)
-    if (part == "..") return true;
-  return false;
-}
-
 class IncludeResolver {
  public:
   // `confined`: the template's headers are all in `memory_headers` (a template rebuilt from a manifest,
@@ -133,9 +154,10 @@ class IncludeResolver {
     std::vector<std::string> unparsed;
     const auto includes = scan_includes(text, confined_ && !in_cuda_dirs(including_dir) ? &unparsed : nullptr);
     if (!unparsed.empty())
-      throw ValueError("a template rebuilt from a manifest may only include headers by a plain \"name\" or "
-                       "<name>, and this one has '" + unparsed.front() + "': kjit cannot tell which file that "
-                       "reads. Record the template from a source that includes its headers plainly.");
+      throw ValueError("a template rebuilt from a manifest may only include (or probe with __has_include) "
+                       "headers by a plain \"name\" or <name> inside its folder, and this one has '" +
+                       unparsed.front() + "': kjit will not let it read (or test for) a file it did not record. "
+                       "Record the template from a source that includes its headers plainly.");
     for (const auto& inc : includes) {
       if (visit_memory(inc.name)) continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)

@@ -306,6 +306,23 @@ TEST_F(ForeignLayer, StrictModeReadsTheRootAsALockedLayer) {
       << "the writable root trusts only the user's own files, lock or not";
 }
 
+TEST_F(ForeignLayer, StrictRootOfAnotherUserIsReadOnlyThroughALockItCannotReplace) {
+  // A deployed cache used as KJIT_CACHE_DIR in strict mode, made by another user: whoever owns the
+  // directory could swap the lock in it, so only a directory of the user or root vouches.
+  KJIT_NEEDS_ROOT();
+  write_lock(layer_, lock_);
+  set_mode(path_, 0644);
+  ASSERT_EQ(::chown(path_.c_str(), kNobody, kNobody), 0);
+  ASSERT_EQ(::chown(layer_.c_str(), kNobody, kNobody), 0);
+  {
+    WarningCapture warnings;
+    EXPECT_FALSE(DiskCache(cache_config(layer_, CacheMode::Strict)).load(entry_.key, "sm_90").has_value());
+    EXPECT_TRUE(contains(warnings.all(), layer_.string() + " belongs to uid 65534, neither you")) << warnings.all();
+  }
+  ASSERT_EQ(::chown(layer_.c_str(), 0, 0), 0);  // an image built by root: the entry stays another user's
+  EXPECT_TRUE(DiskCache(cache_config(layer_, CacheMode::Strict)).load(entry_.key, "sm_90").has_value());
+}
+
 TEST(Trust, OwnEntriesInALayerNeedNoLock) {
   TempDir dir;
   const Entry e = make_entry("trust-own-layer");

@@ -236,15 +236,17 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
   // Directives the scanner cannot read are refused before NVRTC sees them.
   for (const std::string& include : {std::string("#define F \"/etc/hostname\"\n#include F\n"),
                                      std::string("#/**/include \"/etc/hostname\"\n"),
-                                     std::string("#include_next \"/etc/hostname\"\n")}) {
+                                     std::string("#include_next \"/etc/hostname\"\n"),
+                                     std::string("#if __has_include(\"/etc/hostname\")\n#error exists\n#endif\n"),
+                                     std::string("#if __has_include(<../../etc/hostname>)\n#endif\n")}) {
     SCOPED_TRACE(include);
     EXPECT_THROW(Template::from_memory(include + kernel, "k.cu", {}), ValueError);
   }
   // Continued lines and the %: digraph are read as what they are.
   auto joined = Template::from_memory("#inc\\\nlude \"../x.h\"\n%:include \"/y.h\"\n" + kernel, "k.cu", {});
   EXPECT_EQ(joined->unresolved_includes(), (std::vector<std::string>{"../x.h", "/y.h"}));
-  // A recorded template that includes plainly still compiles.
-  auto ok = Template::from_memory("#include \"h.cuh\"\n" + kernel, (dir / "keys" / "k.cu").string(),
+  // A recorded template that includes plainly still compiles (and may probe plain names).
+  auto ok = Template::from_memory("#include \"h.cuh\"\n#if __has_include(<cuda_fp16.h>)\n#endif\n" + kernel, (dir / "keys" / "k.cu").string(),
                                   {{"h.cuh", "#pragma once\n"}});
   EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90"))
                 .origin,
