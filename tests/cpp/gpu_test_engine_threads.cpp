@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "device_buffer.hpp"
+#include "host_half.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/kernel_family.hpp"
 #include "start_line.hpp"
@@ -48,12 +49,8 @@ const int kKeys = static_cast<int>(kSpecs.size());
 
 using kjit::testing::StartLine;
 
-template <typename T> float to_f(T v) { return static_cast<float>(v); }
-template <> float to_f(__half v) { return __half2float(v); }
-template <> float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> T from_f(float v) { return static_cast<T>(v); }
-template <> __half from_f(float v) { return __float2half(v); }
-template <> __nv_bfloat16 from_f(float v) { return __float2bfloat16(v); }
+using kjit::testing::from_f;
+using kjit::testing::to_f;
 
 // y = x + c for n elements on `stream`; returns an error text, empty when every element matches.
 template <typename T>

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "device_buffer.hpp"
+#include "host_half.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/kernel_family.hpp"
 #include "test_support.hpp"
@@ -39,13 +40,8 @@ unsigned blocks_for(long long n, int vec) {
   return static_cast<unsigned>(std::min<long long>((items + 255) / 256, 4096));
 }
 
-// Host conversions for the reference.
-template <typename T> float to_f(T v) { return static_cast<float>(v); }
-template <> float to_f(__half v) { return __half2float(v); }
-template <> float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> T from_f(float v) { return static_cast<T>(v); }
-template <> __half from_f(float v) { return __float2half(v); }
-template <> __nv_bfloat16 from_f(float v) { return __float2bfloat16(v); }
+using kjit::testing::from_f;
+using kjit::testing::to_f;
 
 template <typename T>
 void check_add_constant(Engine& engine, DType dt, long long n, int vec, float c) {
