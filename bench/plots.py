@@ -15,6 +15,13 @@ COLORS = {"kjit": "#d62728", "copy": "#7f7f7f", "eager": "#1f77b4", "torch.compi
           "triton": "#9467bd", "cupy": "#ff7f0e", "jiterator": "#8c564b"}
 
 
+def _save(plt, fig, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _pyplot():
     try:
         import matplotlib
@@ -54,10 +61,7 @@ def bandwidth(plt, sweep: list[dict], path: str) -> str | None:
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def overhead(plt, res: dict, path: str) -> str | None:
@@ -74,10 +78,7 @@ def overhead(plt, res: dict, path: str) -> str | None:
     ax.set_xlabel("CPU us per cached call (median)")
     ax.tick_params(labelsize=8)
     ax.set_title("CPU cost per cached call")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def first_call(plt, res: dict, path: str) -> str | None:
@@ -96,10 +97,7 @@ def first_call(plt, res: dict, path: str) -> str | None:
     ax.set_ylabel("ms (median)")
     ax.set_title("First call of the add kernel")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def render(result: dict, out_dir: str, prefix: str) -> list[str]:

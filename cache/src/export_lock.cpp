@@ -8,6 +8,7 @@
 #include "kjit/cache/entry_check.hpp"
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layer_scan.hpp"
+#include "kjit/cache/layout.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/error.hpp"
 
@@ -19,15 +20,6 @@ using Json = nlohmann::json;
 
 std::string relative_text(const fs::path& file, const fs::path& root) {
   return file.lexically_relative(root).generic_string();
-}
-
-// A listed path must stay inside the root: relative, no "..".
-bool safe_relative(const std::string& p) {
-  const fs::path rel(p);
-  if (p.empty() || rel.is_absolute()) return false;
-  for (const auto& part : rel)
-    if (part == "..") return false;
-  return true;
 }
 
 }  // namespace
@@ -82,7 +74,7 @@ std::vector<LockedFile> parse_lock(std::string_view text, const std::string& ori
         !e["sha256"].is_string())
       throw bad(where + " needs a string \"path\" and \"sha256\"");
     LockedFile f{e["path"].get<std::string>(), e["sha256"].get<std::string>()};
-    if (!safe_relative(f.path)) throw bad(where + " path '" + f.path + "' is not relative to the cache root");
+    if (!layout::stays_inside(f.path)) throw bad(where + " path '" + f.path + "' is not relative to the cache root");
     if (!from_hex(f.sha256, d)) throw bad(where + " sha256 '" + f.sha256 + "' is not 64 lowercase hex digits");
     out.push_back(std::move(f));
   }

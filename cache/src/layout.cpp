@@ -82,4 +82,11 @@ std::string temp_name(const std::string& entry_filename) {
   return entry_filename + ".tmp." + std::to_string(::getpid()) + "." + buf;
 }
 
+bool stays_inside(const std::filesystem::path& p) {
+  if (p.empty() || p.is_absolute()) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
 }  // namespace kjit::cache::layout

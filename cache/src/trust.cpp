@@ -5,6 +5,7 @@
 
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/file_read.hpp"
+#include "kjit/cache/layout.hpp"
 #include "kjit/cache/posix_error.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/error.hpp"
@@ -41,7 +42,7 @@ std::string owned_path_problem(const fs::path& root, const fs::path& file, const
   std::string why = ownership_problem(file, file_st, uid);
   if (!why.empty()) return why;
   const fs::path rel = file.lexically_relative(root);
-  if (rel.empty() || *rel.begin() == "..") return file.string() + " is not under " + root.string();
+  if (!layout::stays_inside(rel)) return file.string() + " is not under " + root.string();
   fs::path dir = root;
   auto check_dir = [&](const fs::path& d) {
     struct stat st {};

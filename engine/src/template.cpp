@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "kjit/cache/layout.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
@@ -48,13 +49,7 @@ struct IncludeDirective {
 };
 
 // An include name that is absolute or has a ".." part reaches outside whatever folder it is resolved in.
-bool leaves_its_folder(const std::string& include_name) {
-  const fs::path p(include_name);
-  if (p.is_absolute()) return true;
-  for (const auto& part : p)
-    if (part == "..") return true;
-  return false;
-}
+bool leaves_its_folder(const std::string& include_name) { return !cache::layout::stays_inside(include_name); }
 
 // The source with every backslash-newline removed (translation phase 2), so that a directive continued
 // over several lines is seen whole.

@@ -39,4 +39,8 @@ FileName classify(const std::string& filename);
 // "<key>.kjit.tmp.<pid>.<16 random hex digits>"
 std::string temp_name(const std::string& entry_filename);
 
+// Whether `p` names something inside the folder it is resolved against: not empty, not absolute, no ".."
+// part (a lock's entry paths, include names, a file under a layer root).
+bool stays_inside(const std::filesystem::path& p);
+
 }  // namespace kjit::cache::layout
