@@ -29,6 +29,7 @@
 #include "kjit/cache/entry_check.hpp"
 #include "kjit/cache/file_lock.hpp"
 #include "kjit/cache/layout.hpp"
+#include "kjit/cache/private_dir.hpp"
 #include "kjit/cache/unique_fd.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/engine.hpp"
@@ -370,11 +371,67 @@ TEST(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
     EXPECT_EQ(got.key, key);
     EXPECT_FALSE(got.payload.empty());
     EXPECT_EQ(warnings.count(), 0u) << warnings.all();
-    EXPECT_FALSE(fs::exists(lock)) << "the next holder removes the lock file";
+    if (produced) {
+      EXPECT_FALSE(fs::exists(lock)) << "the next holder removes the lock file";
+    } else {
+      // Killed after its publish, before it unlinked its lock: the next process hits the entry without
+      // taking the lock, and the dead lock file waits for prune (PublishedThenKilled... below).
+      EXPECT_FALSE(lock_is_held(lock));
+    }
     const auto back = DiskCache(cache_config(root)).load(key, kTarget);
     ASSERT_TRUE(back.has_value());
     EXPECT_TRUE(same_entry(*back, got));
   }
+}
+
+// The narrow window of load_or_produce between store() and the lock's unlink, made certain: a child
+// takes the per-key lock, publishes the entry and dies without unlinking or unlocking. The next
+// process loads the entry at once (a hit takes no lock, so it neither waits nor warns), the orphaned
+// lock file is never mistaken for a held lock, and prune removes it. Found by CI: the random kills of
+// the test above landed in this window once.
+TEST(ProcessFaults, PublishedThenKilledBeforeItsLockWasRemoved) {
+  TempDir dir;
+  const fs::path root = dir.path() / "cache";
+  const CacheKey key = key_for("faults-published-then-killed");
+  const Entry entry = make_entry("faults-published-then-killed", kTarget, 4096);
+  const fs::path lock = layout::lock_path(root, key, kTarget);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      DiskCache c(short_lock_config(root));
+      std::string why = kjit::cache::make_private_dirs(lock.parent_path());
+      FileLock held;
+      if (why.empty()) held = FileLock::acquire(lock, kLockTimeoutS, &why);
+      if (!held.locked()) ::_exit(2);
+      c.store(entry);
+      ::kill(::getpid(), SIGKILL);  // dies holding the lock, its file still there
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  ChildGuard child(pid);
+  ASSERT_EQ(child.finish(/*kill=*/false), -2) << "the child died by SIGKILL after publishing";
+  ASSERT_TRUE(fs::exists(lock)) << "the dead child's lock file is still there";
+  EXPECT_FALSE(lock_is_held(lock)) << "the kernel released the dead holder's flock";
+
+  WarningCapture warnings;
+  DiskCache c(short_lock_config(root));
+  bool produced = true;
+  const Entry got = c.load_or_produce(key, kTarget, [&]() -> Entry {
+    ADD_FAILURE() << "the published entry must be loaded, not produced again";
+    return entry;
+  }, &produced);
+  EXPECT_FALSE(produced);
+  EXPECT_TRUE(same_entry(got, entry));
+  EXPECT_EQ(warnings.count(), 0u) << warnings.all();
+
+  const auto report = DiskCache(cache_config(root)).prune();
+  EXPECT_EQ(report.removed_lock_files, 1u);
+  EXPECT_EQ(report.removed_damaged, 0u);
+  EXPECT_EQ(report.removed_entries, 0u);
+  EXPECT_FALSE(fs::exists(lock));
+  ASSERT_TRUE(DiskCache(cache_config(root)).load(key, kTarget).has_value()) << "prune kept the entry";
 }
 
 // ---- 2. SIGKILL in the middle of a write ---------------------------------------------------------
