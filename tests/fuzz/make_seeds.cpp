@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 
 #include "kjit/cache/entry.hpp"
@@ -20,6 +21,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace kjit::cache;
+
+// `text` with the first `from` replaced by `to` (throws when `from` is not there: the seed would not be
+// the mutation its name says).
+std::string with(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  if (at == std::string::npos) throw std::runtime_error("make_seeds: no \"" + from + "\" to replace");
+  return text.replace(at, from.size(), to);
+}
 
 void write(const fs::path& dir, const std::string& name, const std::string& bytes) {
   fs::create_directories(dir);
@@ -85,7 +94,7 @@ void entry_seeds(const fs::path& dir) {
   Entry wrong_meta = cubin;
   wrong_meta.meta.output = OutputKind::Ptx;
   std::string meta = metadata_to_json(wrong_meta.meta);
-  meta.replace(meta.find("\"ptx\""), 5, "\"elf\"");
+  meta = with(meta, "\"ptx\"", "\"elf\"");
   std::string raw = good.substr(0, 152) + meta + cubin.payload;
   put_le(raw, 12, meta.size(), 4);
   std::memcpy(&raw[88], Sha256::of(meta).data(), 32);
@@ -97,15 +106,9 @@ void metadata_seeds(const fs::path& dir) {
   const std::string good = metadata_to_json(ptx.meta);
   write(dir, "valid_ptx.json", good);
   write(dir, "valid_cubin.json", metadata_to_json(entry("sm_90a", "sm_90a", OutputKind::Cubin, "").meta));
-  std::string b = good;
-  b.replace(b.find("\"compile_ms\":12.5"), 17, "\"compile_ms\":\"12.5\"");
-  write(dir, "compile_ms_string.json", b);
-  b = good;
-  b.replace(b.find("\"kernel\":"), 9, "\"kernal\":");
-  write(dir, "missing_kernel.json", b);
-  b = good;
-  b.replace(b.find("\"options\":["), 11, "\"options\":[1,");
-  write(dir, "option_not_string.json", b);
+  write(dir, "compile_ms_string.json", with(good, "\"compile_ms\":12.5", "\"compile_ms\":\"12.5\""));
+  write(dir, "missing_kernel.json", with(good, "\"kernel\":", "\"kernal\":"));
+  write(dir, "option_not_string.json", with(good, "\"options\":[", "\"options\":[1,"));
   write(dir, "not_an_object.json", "[\"template\", \"kernel\"]");
   write(dir, "truncated.json", good.substr(0, good.size() / 2));
   write(dir, "nested.json", std::string(12, '[') + std::string(12, ']'));
@@ -168,15 +171,10 @@ void manifest_seeds(const fs::path& dir) {
         "\"options\": {\"std\": \"c++17\", \"fast_math\": false, \"line_info\": true, "
         "\"device_debug\": false, \"max_registers\": null, \"defines\": {}}}]}\n");
 
-  std::string b = good;
-  b.replace(b.find("\"kernel\": \"scale\""), 17, "\"kernel\": \"scalf\"");
-  write(dir, "id_mismatch.json", b);
-  b = good;
-  b.replace(b.find("\"kjit_manifest\": 1"), 18, "\"kjit_manifest\": 2");
-  write(dir, "version_2.json", b);
-  b = good;
-  b.replace(b.find("\"value\": \"0x1.999999999999ap-4\""), 31, "\"value\": \"0x1.9zzp-4\"");
-  write(dir, "bad_hex_float.json", b);
+  write(dir, "id_mismatch.json", with(good, "\"kernel\": \"scale\"", "\"kernel\": \"scalf\""));
+  write(dir, "version_2.json", with(good, "\"kjit_manifest\": 1", "\"kjit_manifest\": 2"));
+  write(dir, "bad_hex_float.json",
+        with(good, "\"value\": \"0x1.999999999999ap-4\"", "\"value\": \"0x1.9zzp-4\""));
   write(dir, "truncated.json", good.substr(0, good.size() / 2));
   write(dir, "records_not_array.json", "{\"kjit_manifest\": 1, \"records\": {}}");
 }
