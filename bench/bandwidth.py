@@ -152,17 +152,17 @@ def reference_cases(quick: bool) -> list[dict]:
 # -- kjit's generic row variant --------------------------------------------------------------------------
 def generic_rows(kernels: list[str], d: int):
     """Makes the library run its generic (D = 0) variant for rows of d in these kernels."""
-    from kjit.library import rows as kjit_rows
+    import kjit
 
     for k in kernels:
-        kjit_rows._admitted[(k, d)] = 0
+        kjit._C.pin_generic_shape(k, "D", d)
 
 
 def specialized_rows(kernels: list[str], d: int):
-    from kjit.library import rows as kjit_rows
+    import kjit
 
     for k in kernels:
-        kjit_rows._admitted.pop((k, d), None)
+        kjit._C.pin_generic_shape(k, "D", d, pinned=False)
 
 
 # -- peers of the elementwise ops ------------------------------------------------------------------------

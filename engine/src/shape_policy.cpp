@@ -27,12 +27,8 @@ std::int64_t ShapePolicy::admit(std::string_view kernel, std::string_view param,
   if (value == 0) return 0;  // the generic variant, asked for explicitly
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto k = kernels_.find(kernel);
-    if (k == kernels_.end()) k = kernels_.emplace(std::string(kernel), Params{}).first;
-    auto p = k->second.find(param);
-    if (p == k->second.end()) p = k->second.emplace(std::string(param), Slot{}).first;
-    Slot& slot = p->second;
-
+    Slot& slot = this->slot(kernel, param);
+    if (!slot.pinned.empty() && slot.pinned.count(value)) return 0;
     if (slot.admitted.count(value)) return value;
     if (slot.admitted.size() < static_cast<std::size_t>(max_values_)) {
       slot.admitted.insert(value);
@@ -51,6 +47,23 @@ std::int64_t ShapePolicy::admit(std::string_view kernel, std::string_view param,
   // Outside the lock: the sink may call into Python (and take the GIL).
   log::warn(saturation_message(kernel, param, max_values_));
   return 0;
+}
+
+ShapePolicy::Slot& ShapePolicy::slot(std::string_view kernel, std::string_view param) {
+  auto k = kernels_.find(kernel);
+  if (k == kernels_.end()) k = kernels_.emplace(std::string(kernel), Params{}).first;
+  auto p = k->second.find(param);
+  if (p == k->second.end()) p = k->second.emplace(std::string(param), Slot{}).first;
+  return p->second;
+}
+
+void ShapePolicy::pin_generic(std::string_view kernel, std::string_view param, std::int64_t value, bool pinned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot& s = slot(kernel, param);
+  if (pinned)
+    s.pinned.insert(value);
+  else
+    s.pinned.erase(value);
 }
 
 std::vector<ShapePolicyEntry> ShapePolicy::report() const {

@@ -1,11 +1,16 @@
 """Built-in ops: JIT-specialized CUDA kernels registered with PyTorch as ``torch.ops.kjit.*``.
 
-Each name below *is* the registered operator (``torch.ops.kjit.<name>.default``), not a Python wrapper:
-a call goes straight into the C++ dispatcher (argument checks, the in-memory kernel table, one
-``cuLaunchKernelEx`` on the current stream), with no Python frame of ours in between. The operators
-carry Meta implementations (fake tensors, ``torch.compile(fullgraph=True)``) and, where a backward
-exists, C++ autograd, so they work with autograd, ``torch.compile`` and CUDA graph capture (after a
-warm-up call, since compiling during capture is an error).
+Each op is defined once, in C++ (python/src/ops/, see docs/adding-an-op.md): its schema, its CUDA
+implementation (argument checks, launch geometry, the in-memory kernel table, one ``cuLaunchKernelEx`` on
+the current stream), a Meta implementation (fake tensors, ``torch.compile(fullgraph=True)``) and, where a
+backward exists, C++ autograd. ``kjit.ops.<name>`` is the op's direct entry, a C function: when nothing
+needs the dispatcher (plain CUDA tensors, no tensor that requires grad, no fake / functional / vmap
+tensor or dispatch mode, no TorchFunctionMode, arguments of their schema types) it runs the CUDA
+implementation itself; otherwise it calls ``torch.ops.kjit.<name>.default`` with the same arguments, so
+autograd, subclasses, modes and the dispatcher's argument errors behave as through torch.ops. Under
+``torch.compile``, Dynamo traces ``torch.ops.kjit.<name>.default`` in its place (no graph break).
+``kjit.stats()["op_calls"]`` counts the calls each way. Inside CUDA graph capture they work after a
+warm-up call (compiling during capture is an error).
 
 ``add_constant(x, c)``
     ``x + c`` for float32 / float16 / bfloat16 / float64 CUDA tensors. ``c`` is a runtime kernel
@@ -21,17 +26,17 @@ warm-up call, since compiling during capture is an error).
     ``a * x + b * model_out + c * noise`` in one kernel; ``a``, ``b``, ``c`` are runtime arguments.
     Gradients ``a * grad``, ``b * grad``, ``c * grad``.
 
-Inputs must be contiguous CUDA tensors of one device and one dtype; anything else raises
+The seed ops above need contiguous CUDA tensors of one device and one dtype; anything else raises
 ``ValueError`` / ``TypeError`` saying what was received and what to do. Arguments that do not fit the
 operator's schema (a list where a Tensor goes, a str where an int goes, too many or missing arguments,
-an unknown keyword) are rejected by the PyTorch dispatcher before kjit sees them: its ``RuntimeError``
-names the argument, the type it found and the declaration.
+an unknown keyword) are rejected by the PyTorch dispatcher: its ``RuntimeError`` names the argument, the
+type it found and the declaration.
 
-The kernel library (kjit/library/, templates in kernel_templates/; float32, float16, bfloat16 and
-float64; any layout, made contiguous where a row kernel needs it):
+The kernel library (templates in kernel_templates/; float32, float16, bfloat16 and float64; any layout,
+made contiguous where a row kernel needs it):
 
 ``relu(x)``, ``sigmoid(x)``, ``tanh(x)``, ``silu(x)``, ``gelu(x, approximate='none'|'tanh')``
-    Activations built on kjit.elementwise, with backward (``*_backward``).
+    Activations (elementwise functions of kernel_templates/math.cuh), with backward (``*_backward``).
 ``sum``, ``mean``, ``amax``, ``amin`` ``(x, dim=-1, keepdim=False)``
     Reductions over any one dim; half types accumulate in float.
 ``softmax(x, dim=-1)``, ``log_softmax(x, dim=-1)``
@@ -45,22 +50,13 @@ Row kernels specialize on the row length up to ``KJIT_MAX_SPECIALIZATIONS`` dist
 kernel, then run a generic variant (a warning says so once; ``kjit.stats()["specializations"]``).
 """
 
+import importlib.abc
+import importlib.util
+import sys
+
 import torch
 
-from . import _C  # noqa: F401  (loading the extension registers torch.ops.kjit.*)
-from .library.activations import (gelu, gelu_backward, relu, relu_backward, sigmoid, sigmoid_backward, silu,
-                                  silu_backward, tanh, tanh_backward)
-from .library.norms import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
-from .library.pooling import avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward
-from .library.reductions import amax, amin, mean
-from .library.reductions import sum  # noqa: A004  (kjit.ops.sum, as torch.sum)
-from .library.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
-
-add_constant = torch.ops.kjit.add_constant.default
-rgb_to_gray = torch.ops.kjit.rgb_to_gray.default
-outer = torch.ops.kjit.outer.default
-outer_backward = torch.ops.kjit.outer_backward.default
-fused_update = torch.ops.kjit.fused_update.default
+from . import _C
 
 __all__ = [
     "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update",
@@ -69,3 +65,63 @@ __all__ = [
     "log_softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
 ]
+
+_missing = [name for name in __all__ if not hasattr(_C.ops, name)]
+if _missing:  # every op of the list is defined with KJIT_OP in python/src/ops/
+    raise ImportError(f"kjit._C.ops lacks {_missing}: the extension and the Python package do not match; reinstall")
+
+globals().update({name: getattr(_C.ops, name) for name in __all__})
+
+
+def registered(name: str) -> "torch._ops.OpOverload":
+    """The registered operator behind kjit.ops.<name> (torch.ops.kjit.<name>.default)."""
+    return getattr(torch.ops.kjit, name).default
+
+
+def _polyfill(op):
+    def traced(*args, **kwargs):
+        return op(*args, **kwargs)
+
+    return traced
+
+
+def _register_with_dynamo() -> None:
+    """Dynamo traces torch.ops.kjit.<name>.default where the code calls the direct entry kjit.ops.<name>."""
+    from torch._dynamo import substitute_in_graph
+
+    for name in __all__:
+        substitute_in_graph(getattr(_C.ops, name), skip_signature_check=True)(_polyfill(registered(name)))
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Registers the direct entries with Dynamo right after torch._dynamo is imported (importing it
+    costs seconds, which `import kjit` must not pay)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        self._inner = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        _register_with_dynamo()
+
+
+if "torch._dynamo" in sys.modules:
+    _register_with_dynamo()
+else:
+    sys.meta_path.insert(0, _AfterDynamoImport())

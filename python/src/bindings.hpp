@@ -17,6 +17,7 @@ void bind_template(py::module_& m);  // template.cpp: Template, KernelFamily (sp
 void bind_kernel(py::module_& m);    // kernel.cpp: Kernel (launch)
 void bind_engine(py::module_& m);    // engine.cpp: stats, cache_info, built-in templates, toolkit roots
 void bind_cli(py::module_& m);       // cli.cpp: cli_run
+void bind_elementwise(py::module_& m);  // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
 // the kjit exception classes, with their data as attributes).

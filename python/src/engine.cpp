@@ -11,6 +11,7 @@
 #include "kjit/shape_policy.hpp"
 #include "kjit/template.hpp"
 #include "objects.hpp"
+#include "ops/ops.hpp"
 
 namespace kjit::python {
 
@@ -26,6 +27,11 @@ void bind_engine(py::module_& m) {
         d["compile_ms"] = s.compile_ms;
         d["disk_load_ms"] = s.disk_load_ms;
         d["strict_misses"] = s.strict_misses;
+        const ops::OpCalls calls = ops::op_calls();
+        py::dict op_calls;
+        op_calls["direct"] = calls.direct;
+        op_calls["dispatched"] = calls.dispatched;
+        d["op_calls"] = std::move(op_calls);
         const ShapePolicy& policy = Engine::global().shape_policy();
         py::list specializations;
         for (const ShapePolicyEntry& e : policy.report()) {
@@ -42,9 +48,14 @@ void bind_engine(py::module_& m) {
         return d;
       },
       "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
+      "op_calls: {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that "
+      "went through the dispatcher (autograd, fake tensors, subclasses, modes); "
       "specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, "
       "saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).");
-  m.def("reset_stats", [] { Engine::global().reset_stats(); },
+  m.def("reset_stats", [] {
+        Engine::global().reset_stats();
+        ops::reset_op_calls();
+      },
         "Sets every counter of stats() to zero (the specialization policy is state and is kept).");
   m.def(
       "admit_shape",
@@ -55,6 +66,14 @@ void bind_engine(py::module_& m) {
       "The value to specialize shape parameter `param` of `kernel` on: `value` while the kernel has seen at "
       "most KJIT_MAX_SPECIALIZATIONS distinct values of it, else 0 (its generic variant, the size as a "
       "runtime argument; a warning says so once). 0 in gives 0 and counts nothing.");
+  m.def(
+      "pin_generic_shape",
+      [](std::string_view kernel, std::string_view param, std::int64_t value, bool pinned) {
+        Engine::global().shape_policy().pin_generic(kernel, param, value, pinned);
+      },
+      py::arg("kernel"), py::arg("param"), py::arg("value"), py::arg("pinned") = true,
+      "Routes `value` of shape parameter `param` of `kernel` to its generic variant (pinned=False lifts "
+      "it): for benchmarks and tests of the generic variant.");
   m.def("reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
         "Forgets every value admit_shape() has seen (for tests).");
   m.def(

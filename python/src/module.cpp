@@ -1,6 +1,7 @@
 // kjit._C: the pybind11 + libtorch binding of the kjit core. Each area registers itself; the built-in
 // ops (python/src/ops/) register with torch.library when the module loads.
 #include "bindings.hpp"
+#include "ops/ops.hpp"
 
 #ifndef KJIT_VERSION
 #define KJIT_VERSION "0.0.0"
@@ -15,4 +16,6 @@ PYBIND11_MODULE(_C, m) {
   bind_kernel(m);
   bind_engine(m);
   bind_cli(m);
+  bind_elementwise(m);
+  kjit::ops::bind_direct_ops(m);
 }

@@ -41,6 +41,10 @@ class ShapePolicy {
   // A value of 0 (the generic variant asked for explicitly) returns 0 and counts nothing.
   std::int64_t admit(std::string_view kernel, std::string_view param, std::int64_t value);
 
+  // Makes admit() give 0 for `value` of (kernel, param) from now on (pinned), or lifts that (benchmarks
+  // and tests measure the generic variant on sizes that would be specialized). Counts nothing.
+  void pin_generic(std::string_view kernel, std::string_view param, std::int64_t value, bool pinned = true);
+
   // Every (kernel, parameter) seen, sorted by kernel then parameter.
   std::vector<ShapePolicyEntry> report() const;
   // Forgets every admitted and generic value (and whether it warned).
@@ -52,9 +56,12 @@ class ShapePolicy {
     std::unordered_set<std::int64_t> admitted;
     std::unordered_set<std::int64_t> generic;  // at most kMaxTrackedGenericValues
     std::uint64_t generic_untracked = 0;       // calls with a value past that cap
+    std::unordered_set<std::int64_t> pinned;   // values pin_generic() routes to the generic variant
     bool warned = false;
   };
   using Params = std::map<std::string, Slot, std::less<>>;
+
+  Slot& slot(std::string_view kernel, std::string_view param);  // under mu_
 
   const int max_values_;
   mutable std::mutex mu_;

@@ -1,12 +1,8 @@
 // kjit::add_constant(Tensor x, float c) -> Tensor: y = x + c (kernel_templates/add_constant.cuh).
 // c is a runtime kernel argument: changing it never recompiles. Specialized on (dtype, VEC).
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/library.h>
 
-#include "common.hpp"
+#include "op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -21,7 +17,7 @@ const KernelFamily& family() {
 at::Tensor add_constant_cuda(const at::Tensor& x, double c) {
   const int device = device_for(kOp, {{"x", x}});
   check_input(kOp, "x", x, kFloatingTypes);
-  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor y = new_empty(x.sizes(), x);
   const std::int64_t n = x.numel();
   if (n == 0) return y;
   LaunchContext ctx(device);
@@ -47,18 +43,11 @@ at::Tensor add_constant_meta(const at::Tensor& x, double) {
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op() {
-  static const auto h = c10::Dispatcher::singleton()
-                            .findSchemaOrThrow("kjit::add_constant", "")
-                            .typed<at::Tensor(const at::Tensor&, double)>();
-  return h;
-}
-
 class AddConstantFunction : public torch::autograd::Function<AddConstantFunction> {
  public:
+  static constexpr const char* kName = "add_constant";
   static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x, double c) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op().call(x, c);
+    return call_below_autograd<&add_constant_cuda>(kName, x, c);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
@@ -66,23 +55,9 @@ class AddConstantFunction : public torch::autograd::Function<AddConstantFunction
   }
 };
 
-at::Tensor add_constant_autograd(const at::Tensor& x, double c) {
-  if (!needs_grad(x)) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op().call(x, c);
-  }
-  return AddConstantFunction::apply(x, c);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kjit, CUDA, m) { m.impl("add_constant", kjit_errors<&add_constant_cuda>); }
-// CPU tensors reach the same function, whose checks reject them with a message saying to move them
-// to CUDA (instead of the dispatcher's "could not run with arguments from the CPU backend").
-TORCH_LIBRARY_IMPL(kjit, CPU, m) {
-  m.impl("add_constant", kjit_errors<&add_constant_cuda>);
-}
-TORCH_LIBRARY_IMPL(kjit, Meta, m) { m.impl("add_constant", kjit_errors<&add_constant_meta>); }
-TORCH_LIBRARY_IMPL(kjit, Autograd, m) { m.impl("add_constant", &add_constant_autograd); }
+KJIT_OP(add_constant, "add_constant(Tensor x, float c) -> Tensor", add_constant_cuda, add_constant_meta);
+KJIT_OP_AUTOGRAD(add_constant, (autograd_kernel<AddConstantFunction, &add_constant_cuda>))
 
 }  // namespace kjit::ops

@@ -2,9 +2,12 @@
 
 #include "../dtypes.hpp"
 
+#include <Python.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -104,10 +107,48 @@ Dim3 grid_1d(std::int64_t n_vec, int device, unsigned block) {
   return g;
 }
 
+namespace {
+// Releases the GIL for the scope when this thread holds it (a direct entry's miss); nothing otherwise
+// (torch.ops calls run without it).
+class UnlessNoGil {
+ public:
+  UnlessNoGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~UnlessNoGil() {
+    if (state_) PyEval_RestoreThread(state_);
+  }
+  UnlessNoGil(const UnlessNoGil&) = delete;
+  UnlessNoGil& operator=(const UnlessNoGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+}  // namespace
+
+std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
+                                               int device, const char* compile_forbidden) {
+  if (auto hit = family.find(args, n, device)) return hit;
+  UnlessNoGil nogil;
+  return family.get(args, n, device, nullptr, compile_forbidden);
+}
+
 std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
                                                  int device, const char* compile_forbidden) {
   const TemplateArg args[2] = {TemplateArg::type(to_dtype(dtype)), TemplateArg::integer(vec)};
-  return family.get(args, 2, device, nullptr, compile_forbidden);
+  return kernel_for(family, args, device, compile_forbidden);
+}
+
+std::shared_ptr<const Template> builtin_template(const char* name) { return Template::builtin(name); }
+
+at::Tensor new_empty(c10::IntArrayRef sizes, const at::Tensor& like, std::optional<at::ScalarType> dtype) {
+  return at::detail::empty_cuda(sizes, dtype.value_or(like.scalar_type()), like.device(), std::nullopt);
+}
+
+std::int64_t normalize_dim(const char* op, std::int64_t dim, std::int64_t ndim) {
+  const std::int64_t rank = std::max<std::int64_t>(ndim, 1);
+  if (dim < -rank || dim >= rank)
+    fail_value(op, "dim " + std::to_string(dim) + " is out of range for a tensor of " + std::to_string(ndim) +
+                       " dims (allowed: " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
+  return dim < 0 ? dim + rank : dim;
 }
 
 ElementScalar::ElementScalar(double value, at::ScalarType dtype) {

@@ -9,10 +9,12 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/StringUtil.h>
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -99,10 +101,63 @@ inline std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / 
 // min(cdiv(n_vec, block), SMs * 8) blocks, at least one (the scalar tail needs a thread).
 Dim3 grid_1d(std::int64_t n_vec, int device, unsigned block = 256);
 
-// The kernel of `family` specialized on (T = dtype, VEC = vec) for `device`: the memory-hit hot path.
-// `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).
+// Template arguments, short: a dtype, an integer, a bool.
+inline TemplateArg type_arg(at::ScalarType t) { return TemplateArg::type(to_dtype(t)); }
+inline TemplateArg int_arg(std::int64_t v) { return TemplateArg::integer(v); }
+inline TemplateArg bool_arg(bool v) { return TemplateArg::boolean(v); }
+
+// N template arguments to be overwritten (TemplateArg has no default value): for argument lists whose
+// length depends on the call.
+template <std::size_t... I>
+std::array<TemplateArg, sizeof...(I)> template_arg_slots(std::index_sequence<I...>) {
+  return {((void)I, TemplateArg::boolean(false))...};
+}
+template <std::size_t N>
+std::array<TemplateArg, N> template_arg_slots() {
+  return template_arg_slots(std::make_index_sequence<N>{});
+}
+
+// The kernel of `family` for these template arguments (in the kernel's parameter order) on `device`:
+// a memory hit on the hot path; on a miss (a disk load or a compile) the GIL is released while it waits,
+// when this thread holds it. `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).
+std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
+                                               int device, const char* compile_forbidden);
+template <std::size_t N>
+std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg (&args)[N], int device,
+                                               const char* compile_forbidden) {
+  return kernel_for(family, args, N, device, compile_forbidden);
+}
+
+// The kernel of `family` specialized on (T = dtype, VEC = vec) for `device`.
 std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
                                                  int device, const char* compile_forbidden);
+
+// A family of a built-in template (kernel_templates/<tmpl>.cuh), made once per process by the caller's
+// function-local static.
+std::shared_ptr<const Template> builtin_template(const char* name);
+
+// An uninitialized contiguous CUDA tensor of `like`'s dtype and device (without the dispatcher).
+at::Tensor new_empty(c10::IntArrayRef sizes, const at::Tensor& like, std::optional<at::ScalarType> dtype = {});
+
+// The accumulation dtype of the kernels (kjit_detail::acc_t): float64 for float64, float32 otherwise.
+inline at::ScalarType acc_dtype(at::ScalarType t) {
+  return t == at::ScalarType::Double ? at::ScalarType::Double : at::ScalarType::Float;
+}
+
+// `dim` of a tensor of `ndim` dims made non-negative (a 0-dim tensor has one dim for this purpose);
+// ValueError naming the allowed range otherwise.
+std::int64_t normalize_dim(const char* op, std::int64_t dim, std::int64_t ndim);
+
+// `t` has `ref`'s dtype (TypeError) and the shape `shape` (ValueError): the checks of an op's second tensor.
+template <class Sizes>
+void check_like(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg, const at::Tensor& ref,
+                const Sizes& shape) {
+  check_dtype(op, arg, t, kFloatingTypes);
+  check_same_dtype(op, arg, t, ref_arg, ref);
+  if (t.sym_sizes() != c10::SymIntArrayRef(shape))
+    fail_value(op, std::string(arg) + " has shape " + shape_str(t.sym_sizes()) + " but must have shape " +
+                       shape_str(shape));
+}
 
 // Whether an autograd kernel must record a graph node (otherwise it calls the op below autograd).
 template <class... Ts>

@@ -2,14 +2,10 @@
 // a * x + b * model_out + c * noise in one kernel (kernel_templates/fused_update.cuh). a, b, c are
 // runtime kernel arguments (float, double for float64 tensors): changing them never recompiles.
 // Specialized on (dtype, VEC).
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mul.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/library.h>
 
-#include "common.hpp"
+#include "op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -33,7 +29,7 @@ at::Tensor fused_update_cuda(const at::Tensor& x, const at::Tensor& model_out, c
   check_input(kOp, "x", x, kFloatingTypes);
   check_like_x(x, "model_out", model_out);
   check_like_x(x, "noise", noise);
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = new_empty(x.sizes(), x);
   const std::int64_t n = x.numel();
   if (n == 0) return out;
   LaunchContext ctx(device);
@@ -65,22 +61,15 @@ at::Tensor fused_update_meta(const at::Tensor& x, const at::Tensor& model_out, c
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
-using Sig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, double);
-
-const c10::TypedOperatorHandle<Sig>& op() {
-  static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("kjit::fused_update", "").typed<Sig>();
-  return h;
-}
-
 class FusedUpdateFunction : public torch::autograd::Function<FusedUpdateFunction> {
  public:
+  static constexpr const char* kName = "fused_update";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& model_out,
                             const at::Tensor& noise, double a, double b, double c) {
     ctx->saved_data["a"] = a;
     ctx->saved_data["b"] = b;
     ctx->saved_data["c"] = c;
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op().call(x, model_out, noise, a, b, c);
+    return call_below_autograd<&fused_update_cuda>(kName, x, model_out, noise, a, b, c);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -92,24 +81,10 @@ class FusedUpdateFunction : public torch::autograd::Function<FusedUpdateFunction
   }
 };
 
-at::Tensor fused_update_autograd(const at::Tensor& x, const at::Tensor& model_out, const at::Tensor& noise, double a,
-                                 double b, double c) {
-  if (!needs_grad(x, model_out, noise)) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op().call(x, model_out, noise, a, b, c);
-  }
-  return FusedUpdateFunction::apply(x, model_out, noise, a, b, c);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kjit, CUDA, m) { m.impl("fused_update", kjit_errors<&fused_update_cuda>); }
-// CPU tensors reach the same function, whose checks reject them with a message saying to move them
-// to CUDA (instead of the dispatcher's "could not run with arguments from the CPU backend").
-TORCH_LIBRARY_IMPL(kjit, CPU, m) {
-  m.impl("fused_update", kjit_errors<&fused_update_cuda>);
-}
-TORCH_LIBRARY_IMPL(kjit, Meta, m) { m.impl("fused_update", kjit_errors<&fused_update_meta>); }
-TORCH_LIBRARY_IMPL(kjit, Autograd, m) { m.impl("fused_update", &fused_update_autograd); }
+KJIT_OP(fused_update, "fused_update(Tensor x, Tensor model_out, Tensor noise, float a, float b, float c) -> Tensor",
+        fused_update_cuda, fused_update_meta);
+KJIT_OP_AUTOGRAD(fused_update, (autograd_kernel<FusedUpdateFunction, &fused_update_cuda>))
 
 }  // namespace kjit::ops

@@ -2,16 +2,12 @@
 // (also [M] x [N] -> [M, N]), and kjit::outer_backward(grad, a, b) -> (grad_a, grad_b).
 // Kernels: kernel_templates/outer.cuh (outer, outer_backward_a, outer_backward_c), specialized on
 // (dtype, VEC); the sizes are runtime arguments. Autograd: outer's backward calls outer_backward.
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros_like.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/library.h>
 
 #include <tuple>
 
-#include "common.hpp"
+#include "op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -166,59 +162,28 @@ std::tuple<at::Tensor, at::Tensor> outer_backward_meta(const at::Tensor& grad, c
   return {at::empty_symint(a.sym_sizes(), a.options()), at::empty_symint(b.sym_sizes(), b.options())};
 }
 
-using OuterSig = at::Tensor(const at::Tensor&, const at::Tensor&);
-using BackwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&);
-
-const c10::TypedOperatorHandle<OuterSig>& outer_op() {
-  static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow("kjit::outer", "").typed<OuterSig>();
-  return h;
-}
-const c10::TypedOperatorHandle<BackwardSig>& backward_op() {
-  static const auto h =
-      c10::Dispatcher::singleton().findSchemaOrThrow("kjit::outer_backward", "").typed<BackwardSig>();
-  return h;
-}
-
 class OuterFunction : public torch::autograd::Function<OuterFunction> {
  public:
+  static constexpr const char* kName = "outer";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return outer_op().call(a, b);
+    return call_below_autograd<&outer_cuda>(kName, a, b);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     // The incoming gradient may be a broadcast view (e.g. from .sum()): the kernel needs it dense.
-    auto [grad_a, grad_b] = backward_op().call(grads[0].contiguous(), saved[0], saved[1]);
+    auto [grad_a, grad_b] =
+        OpHandle<&outer_backward_cuda>::get("outer_backward").call(grads[0].contiguous(), saved[0], saved[1]);
     return {ctx->needs_input_grad(0) ? grad_a : at::Tensor(), ctx->needs_input_grad(1) ? grad_b : at::Tensor()};
   }
 };
 
-at::Tensor outer_autograd(const at::Tensor& a, const at::Tensor& b) {
-  if (!needs_grad(a, b)) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return outer_op().call(a, b);
-  }
-  return OuterFunction::apply(a, b);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kjit, CUDA, m) {
-  m.impl("outer", kjit_errors<&outer_cuda>);
-  m.impl("outer_backward", kjit_errors<&outer_backward_cuda>);
-}
-// CPU tensors reach the same function, whose checks reject them with a message saying to move them
-// to CUDA (instead of the dispatcher's "could not run with arguments from the CPU backend").
-TORCH_LIBRARY_IMPL(kjit, CPU, m) {
-  m.impl("outer", kjit_errors<&outer_cuda>);
-  m.impl("outer_backward", kjit_errors<&outer_backward_cuda>);
-}
-TORCH_LIBRARY_IMPL(kjit, Meta, m) {
-  m.impl("outer", kjit_errors<&outer_meta>);
-  m.impl("outer_backward", kjit_errors<&outer_backward_meta>);
-}
-TORCH_LIBRARY_IMPL(kjit, Autograd, m) { m.impl("outer", &outer_autograd); }
+KJIT_OP(outer, "outer(Tensor a, Tensor b) -> Tensor", outer_cuda, outer_meta);
+KJIT_OP(outer_backward, "outer_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)", outer_backward_cuda,
+        outer_backward_meta);
+KJIT_OP_AUTOGRAD(outer, (autograd_kernel<OuterFunction, &outer_cuda>))
 
 }  // namespace kjit::ops

@@ -2,11 +2,10 @@
 // [H, W] / [B, H, W] (kernel_templates/rgb_to_gray.cuh). The image size (H, W) is specialized: one
 // compile per distinct size, then cached; the batch is a runtime grid dimension.
 #include <ATen/ops/empty.h>
-#include <torch/library.h>
 
 #include <climits>
 
-#include "common.hpp"
+#include "op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -33,7 +32,7 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& img) {
   const std::int64_t dim = img.dim();
   check_shape(img.sizes(), dim);
   const std::int64_t H = img.size(dim - 3), W = img.size(dim - 2), B = dim == 4 ? img.size(0) : 1;
-  at::Tensor gray = dim == 4 ? at::empty({B, H, W}, img.options()) : at::empty({H, W}, img.options());
+  at::Tensor gray = dim == 4 ? new_empty({B, H, W}, img) : new_empty({H, W}, img);
   if (gray.numel() == 0) return gray;
   if (H > INT_MAX || W > INT_MAX || cdiv(H, kBlockY) > kMaxGridYZ)
     fail_value(kOp, "an image of " + c10::str(H) + " x " + c10::str(W) +
@@ -41,7 +40,7 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& img) {
                         " and W <= " + c10::str(INT_MAX) + "; split the image into tiles");
   LaunchContext ctx(device);
   const TemplateArg targs[2] = {TemplateArg::integer(H), TemplateArg::integer(W)};
-  const auto k = family().get(targs, 2, device, nullptr, ctx.compile_forbidden);
+  const auto k = kernel_for(family(), targs, device, ctx.compile_forbidden);
 
   LaunchConfig cfg;
   cfg.block.x = kBlockX;
@@ -73,12 +72,6 @@ at::Tensor rgb_to_gray_meta(const at::Tensor& img) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kjit, CUDA, m) { m.impl("rgb_to_gray", kjit_errors<&rgb_to_gray_cuda>); }
-// CPU tensors reach the same function, whose checks reject them with a message saying to move them
-// to CUDA (instead of the dispatcher's "could not run with arguments from the CPU backend").
-TORCH_LIBRARY_IMPL(kjit, CPU, m) {
-  m.impl("rgb_to_gray", kjit_errors<&rgb_to_gray_cuda>);
-}
-TORCH_LIBRARY_IMPL(kjit, Meta, m) { m.impl("rgb_to_gray", kjit_errors<&rgb_to_gray_meta>); }
+KJIT_OP(rgb_to_gray, "rgb_to_gray(Tensor img) -> Tensor", rgb_to_gray_cuda, rgb_to_gray_meta);
 
 }  // namespace kjit::ops

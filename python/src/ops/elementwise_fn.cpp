@@ -1,0 +1,505 @@
+#include "elementwise_fn.hpp"
+
+#include <ATen/ExpandUtils.h>
+#include <c10/core/ScalarType.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "common.hpp"
+
+namespace kjit::ops {
+namespace {
+
+constexpr unsigned kBlock = 256;  // kjit_ew::kBlock (kUnroll is 1)
+
+const std::pair<const char*, at::ScalarType> kDtypes[] = {
+    {"float32", at::ScalarType::Float}, {"float16", at::ScalarType::Half},  {"bfloat16", at::ScalarType::BFloat16},
+    {"float64", at::ScalarType::Double}, {"int8", at::ScalarType::Char},   {"int16", at::ScalarType::Short},
+    {"int32", at::ScalarType::Int},      {"int64", at::ScalarType::Long},  {"uint8", at::ScalarType::Byte},
+    {"bool", at::ScalarType::Bool}};
+
+at::ScalarType dtype_named(const std::string& name) {
+  for (const auto& [n, t] : kDtypes)
+    if (name == n) return t;
+  throw TypeError("kjit.elementwise: dtype '" + name + "' is not supported");
+}
+const char* dtype_name(at::ScalarType t) {
+  for (const auto& [n, d] : kDtypes)
+    if (d == t) return n;
+  return "?";
+}
+bool supported(at::ScalarType t) {
+  for (const auto& [n, d] : kDtypes)
+    if (d == t) return true;
+  return false;
+}
+bool is_half(at::ScalarType t) { return t == at::ScalarType::Half || t == at::ScalarType::BFloat16; }
+at::ScalarType compute_dtype(at::ScalarType out) { return is_half(out) ? at::ScalarType::Float : out; }
+
+std::string torch_dtype(at::ScalarType t) { return "torch." + std::string(dtype_name(t)); }
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string describe(const at::Tensor& t) {
+  return "a " + torch_dtype(t.scalar_type()) + " tensor of shape " + shape_str(t.sizes()) + " on " + t.device().str();
+}
+
+// A kernel argument in an 8-byte slot: 32- or 64-bit integer (the index type I), pointer or double.
+struct ArgPack {
+  static constexpr int kMax = 2 + ElementwiseFn::kMaxRank + ElementwiseFn::kMaxInputs * (1 + ElementwiseFn::kMaxRank) + 32;
+  alignas(8) std::uint64_t slots[kMax];
+  void* ptrs[kMax];
+  int n = 0;
+  template <class T>
+  void add(T v) {
+    static_assert(sizeof(T) <= 8);
+    slots[n] = 0;
+    std::memcpy(&slots[n], &v, sizeof(T));
+    ptrs[n] = &slots[n];
+    ++n;
+  }
+  void index(std::int64_t v, bool wide) {
+    if (wide)
+      add<long long>(v);
+    else
+      add<int>(static_cast<int>(v));
+  }
+};
+
+}  // namespace
+
+std::string cpp_float(double v) {
+  if (std::isnan(v)) return "__int_as_float(0x7fffffff)";
+  if (std::isinf(v)) return v > 0 ? "(1.0 / 0.0)" : "(-1.0 / 0.0)";
+  // Python's float.hex(): [-]0x<h>.<13 hex digits>p<sign><exponent>.
+  std::string out = std::signbit(v) ? "-0x" : "0x";
+  double m = std::fabs(v);
+  if (m == 0.0) return out + "0.0p+0";
+  int e = 0;
+  m = std::frexp(m, &e);  // m in [0.5, 1)
+  const int shift = 1 - std::max(-1021 - e, 0);
+  m = std::ldexp(m, shift);
+  e -= shift;
+  static const char* kHex = "0123456789abcdef";
+  const int lead = static_cast<int>(m);
+  out += kHex[lead];
+  out += '.';
+  m -= lead;
+  for (int i = 0; i < 13; ++i) {
+    m *= 16;
+    const int d = static_cast<int>(m);
+    out += kHex[d];
+    m -= d;
+  }
+  return out + "p" + (e >= 0 ? "+" : "") + std::to_string(e);
+}
+
+ElementwiseSpec ElementwiseSpec::from_json(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(std::string("kjit.elementwise: the function spec is not valid JSON: ") + e.what());
+  }
+  try {
+    ElementwiseSpec s;
+    s.name = j.value("name", std::string("elementwise"));
+    s.expr = j.at("expr").get<std::string>();
+    s.inputs = j.at("inputs").get<std::vector<std::string>>();
+    s.scalars = j.value("scalars", std::vector<std::string>{});
+    const auto spec = j.value("specialize", std::vector<std::string>{});
+    for (const std::string& sc : s.scalars)
+      s.specialized.push_back(std::find(spec.begin(), spec.end(), sc) != spec.end());
+    if (j.contains("dtype") && !j["dtype"].is_null()) s.dtype = dtype_named(j["dtype"].get<std::string>());
+    const auto grads = j.value("grads", nlohmann::json::object());
+    const auto no_grad = j.value("no_grad", nlohmann::json::object());
+    for (const std::string& in : s.inputs) {
+      s.grads.push_back(grads.contains(in) ? std::optional<std::string>(grads[in].get<std::string>()) : std::nullopt);
+      s.no_grad_reasons.push_back(no_grad.contains(in) ? no_grad[in].get<std::string>() : std::string());
+    }
+    const auto defaults = j.value("defaults", nlohmann::json::object());
+    for (const auto& [k, v] : defaults.items()) s.defaults.emplace_back(k, v.get<double>());
+    if (s.inputs.empty() || s.inputs.size() > static_cast<std::size_t>(ElementwiseFn::kMaxInputs))
+      throw ValueError("kjit.elementwise: a function takes 1 to " + std::to_string(ElementwiseFn::kMaxInputs) +
+                       " input tensors, got " + std::to_string(s.inputs.size()));
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(std::string("kjit.elementwise: the function spec misses a field or has one of the wrong type: ") +
+                     e.what());
+  }
+}
+
+std::string ElementwiseSpec::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["expr"] = expr;
+  j["inputs"] = inputs;
+  j["scalars"] = scalars;
+  std::vector<std::string> spec;
+  for (std::size_t i = 0; i < scalars.size(); ++i)
+    if (specialized[i]) spec.push_back(scalars[i]);
+  j["specialize"] = spec;
+  j["dtype"] = dtype ? nlohmann::json(dtype_name(*dtype)) : nlohmann::json(nullptr);
+  nlohmann::json g = nlohmann::json::object();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (grads[i]) g[inputs[i]] = *grads[i];
+  j["grads"] = g;
+  nlohmann::json why = nlohmann::json::object();
+  for (std::size_t i = 0; i < inputs.size() && i < no_grad_reasons.size(); ++i)
+    if (!no_grad_reasons[i].empty()) why[inputs[i]] = no_grad_reasons[i];
+  j["no_grad"] = why;
+  nlohmann::json defs = nlohmann::json::object();
+  for (const auto& [k, v] : defaults) defs[k] = v;
+  j["defaults"] = defs;
+  return j.dump();
+}
+
+ElementwiseFn::ElementwiseFn(ElementwiseSpec spec)
+    : spec_(std::move(spec)), json_(spec_.to_json()), derivatives_(spec_.inputs.size()) {
+  repr_ = "kjit.elementwise('" + spec_.name + "': '" + spec_.expr + "')";
+  if (std::none_of(spec_.specialized.begin(), spec_.specialized.end(), [](bool b) { return b; })) {
+    plain_ = std::make_unique<Compiled>();
+    plain_->tmpl = Template::from_string(source({}), "kjit_elementwise_" + spec_.name);
+  }
+}
+
+std::string ElementwiseFn::source(const std::vector<double>& values) const {
+  const auto& in = spec_.inputs;
+  std::vector<std::string> runtime, specialized;
+  for (std::size_t i = 0; i < spec_.scalars.size(); ++i)
+    (spec_.specialized[i] ? specialized : runtime).push_back(spec_.scalars[i]);
+  if (values.size() != specialized.size())
+    throw ValueError(repr_ + ": specialized_values must be a tuple of one number per specialized scalar, got " +
+                     std::to_string(values.size()) + " for " + std::to_string(specialized.size()));
+  std::string comment = "// kjit.elementwise " + spec_.name + ": " + spec_.expr;
+  std::replace(comment.begin(), comment.end(), '\n', ' ');
+  std::replace(comment.begin(), comment.end(), '\r', ' ');
+  std::vector<std::string> lines = {comment, "#include \"elementwise.cuh\"", "template <typename C>", "struct kjit_expr {"};
+  for (const std::string& s : runtime) lines.push_back("  C " + s + ";");
+  std::vector<std::string> params, types, init, ptrs, names;
+  for (const std::string& n : in) {
+    params.push_back("C " + n);
+    types.push_back("typename T_" + n);
+    ptrs.push_back(", const T_" + n + "* __restrict__ " + n);
+  }
+  std::string scalar_params;
+  for (const std::string& s : runtime) {
+    init.push_back("static_cast<C>(" + s + ")");
+    scalar_params += ", double " + s;
+  }
+  lines.push_back("  __device__ __forceinline__ C operator()(" + join(params, ", ") + ") const {");
+  lines.push_back("    using namespace kjit_math;");
+  for (std::size_t i = 0; i < specialized.size(); ++i)
+    lines.push_back("    const C " + specialized[i] + " = static_cast<C>(" + cpp_float(values[i]) + ");");
+  lines.push_back("    return static_cast<C>(" + spec_.expr + ");");
+  lines.push_back("  }");
+  lines.push_back("};");
+  const std::string tparams = join(types, ", ");
+  lines.push_back("template <typename TO, typename C, int VEC, bool TAIL, typename I, " + tparams + ">");
+  lines.push_back("__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n" +
+                  join(ptrs, "") + scalar_params + ") {");
+  lines.push_back("  kjit_ew::flat<C, VEC, TAIL>(kjit_expr<C>{" + join(init, ", ") + "}, kjit_out, kjit_n, " +
+                  join(in, ", ") + ");");
+  lines.push_back("}");
+  for (int r = 1; r <= kMaxRank; ++r) {
+    std::vector<std::string> sizes, size_names, ins;
+    std::string strided;
+    for (int d = 0; d < r; ++d) {
+      sizes.push_back("I kjit_size" + std::to_string(d));
+      size_names.push_back("kjit_size" + std::to_string(d));
+    }
+    for (const std::string& n : in) {
+      std::vector<std::string> strides;
+      strided += ", const T_" + n + "* __restrict__ " + n;
+      for (int d = 0; d < r; ++d) {
+        strided += ", I kjit_stride" + std::to_string(d) + "_" + n;
+        strides.push_back("kjit_stride" + std::to_string(d) + "_" + n);
+      }
+      ins.push_back("kjit_ew::StridedIn<T_" + n + ", I, " + std::to_string(r) + ">{" + n + ", {" + join(strides, ", ") +
+                    "}}");
+    }
+    const std::string rs = std::to_string(r);
+    lines.push_back("template <typename TO, typename C, typename I, " + tparams + ">");
+    lines.push_back("__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise_strided" + rs +
+                    "(TO* __restrict__ kjit_out, I kjit_n, " + join(sizes, ", ") + strided + scalar_params + ") {");
+    lines.push_back("  const I kjit_size[" + rs + "] = {" + join(size_names, ", ") + "};");
+    lines.push_back("  kjit_ew::strided<C, " + rs + ">(kjit_expr<C>{" + join(init, ", ") +
+                    "}, kjit_out, kjit_n, kjit_size, " + join(ins, ", ") + ");");
+    lines.push_back("}");
+  }
+  return join(lines, "\n") + "\n";
+}
+
+const ElementwiseFn::Compiled& ElementwiseFn::compiled(const std::vector<double>& values) const {
+  if (plain_) return *plain_;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& c = by_values_[values];
+  if (!c) {
+    auto made = std::make_unique<Compiled>();
+    made->tmpl = Template::from_string(source(values), "kjit_elementwise_" + spec_.name);
+    c = std::move(made);
+  }
+  return *c;
+}
+
+std::shared_ptr<const Template> ElementwiseFn::tmpl(const std::vector<double>& values) const {
+  return compiled(values).tmpl;
+}
+
+const KernelFamily& ElementwiseFn::family(const Compiled& c, int rank, bool fast_exp) const {
+  auto& slot = c.families[static_cast<std::size_t>(rank) * 2 + (fast_exp ? 1 : 0)];
+  if (const KernelFamily* f = slot.get()) return *f;  // set once, under c.mu, never reset
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (!slot) {
+    CompileOptions options;
+    // 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
+    if (fast_exp) options.defines["KJIT_FAST_EXP"] = "1";
+    const std::string kernel = rank == 0 ? "kjit_elementwise" : "kjit_elementwise_strided" + std::to_string(rank);
+    slot = std::make_unique<const KernelFamily>(Engine::global(), c.tmpl, kernel, std::move(options));
+  }
+  return *slot;
+}
+
+at::ScalarType ElementwiseFn::result_dtype(c10::ArrayRef<at::Tensor> inputs) const {
+  if (spec_.dtype) return *spec_.dtype;
+  at::ScalarType t = inputs[0].scalar_type();
+  for (std::size_t i = 1; i < inputs.size(); ++i) t = c10::promoteTypes(t, inputs[i].scalar_type());
+  return t;
+}
+
+void ElementwiseFn::check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype,
+                              c10::ArrayRef<at::Tensor> ins) const {
+  if (out.sizes() != shape || out.scalar_type() != dtype || out.device() != ins[0].device() || !out.is_contiguous())
+    throw ValueError(repr_ + ": out must be a contiguous " + torch_dtype(dtype) + " tensor of shape " +
+                     shape_str(shape) + " on " + ins[0].device().str() + ", got " + describe(out) +
+                     " (contiguous: " + (out.is_contiguous() ? "True" : "False") + ")");
+  // In place (out is an input, element for element) is fine; any other overlap is not.
+  const auto lo = reinterpret_cast<std::uintptr_t>(out.const_data_ptr());
+  const auto hi = lo + out.numel() * out.element_size();
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    const at::Tensor& t = ins[i];
+    const auto p = reinterpret_cast<std::uintptr_t>(t.const_data_ptr());
+    if (p == lo && t.sizes() == out.sizes() && t.strides() == out.strides() && t.scalar_type() == out.scalar_type())
+      continue;
+    std::int64_t span = 0;
+    for (std::int64_t d = 0; d < t.dim(); ++d) span += std::max<std::int64_t>(t.size(d) - 1, 0) * t.stride(d);
+    const auto t_hi = p + (span + 1) * t.element_size();
+    if (t.numel() && p < hi && lo < t_hi)
+      throw ValueError(repr_ + ": out overlaps input '" + spec_.inputs[i] +
+                       "' without being that very tensor; pass a separate out (or the input itself, for in place)");
+  }
+}
+
+at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<double> scalars,
+                               const at::Tensor* out_arg) const {
+  if (ins.size() != spec_.inputs.size())
+    throw TypeError(repr_ + " takes " + std::to_string(spec_.inputs.size()) + " tensor(s), got " +
+                    std::to_string(ins.size()));
+  if (scalars.size() != spec_.scalars.size())
+    throw TypeError(repr_ + " takes " + std::to_string(spec_.scalars.size()) + " scalar(s), got " +
+                    std::to_string(scalars.size()));
+  bool one_device = ins[0].is_cuda();
+  for (const at::Tensor& t : ins) one_device = one_device && t.device() == ins[0].device();
+  if (!one_device) {
+    std::vector<std::string> placed;
+    for (std::size_t i = 0; i < ins.size(); ++i) placed.push_back(spec_.inputs[i] + " on " + ins[i].device().str());
+    throw ValueError(repr_ + ": expected all inputs on one CUDA device, got " + join(placed, ", ") +
+                     "; move them with .to('cuda')");
+  }
+  for (std::size_t i = 0; i < ins.size(); ++i)
+    if (!supported(ins[i].scalar_type()))
+      throw TypeError(repr_ + ": input '" + spec_.inputs[i] + "' has dtype " +
+                      c10::toString(ins[i].scalar_type()) + ", which is not supported");
+  const at::ScalarType dtype = result_dtype(ins);
+  bool same = true;
+  for (const at::Tensor& t : ins) same = same && t.sizes() == ins[0].sizes();
+  std::vector<std::int64_t> shape = ins[0].sizes().vec();
+  if (!same) {
+    try {
+      for (std::size_t i = 1; i < ins.size(); ++i) shape = at::infer_size(shape, ins[i].sizes());
+    } catch (const c10::Error&) {
+      std::vector<std::string> shapes;
+      for (std::size_t i = 0; i < ins.size(); ++i) shapes.push_back(spec_.inputs[i] + " " + shape_str(ins[i].sizes()));
+      throw ValueError(repr_ + ": the input shapes do not broadcast: " + join(shapes, ", "));
+    }
+  }
+  at::Tensor out;
+  if (out_arg) {
+    check_out(*out_arg, shape, dtype, ins);
+    out = *out_arg;
+  } else {
+    out = new_empty(shape, ins[0], dtype);
+  }
+  if (out.numel() == 0) return out;
+  std::vector<double> spec_values;
+  double runtime[32];
+  std::size_t n_runtime = 0;
+  for (std::size_t i = 0; i < scalars.size(); ++i) {
+    if (spec_.specialized[i])
+      spec_values.push_back(scalars[i]);
+    else if (n_runtime < 32)
+      runtime[n_runtime++] = scalars[i];
+    else
+      throw ValueError(repr_ + ": at most 32 runtime scalars");
+  }
+  const Compiled& c = compiled(spec_values);
+  bool contiguous = same;
+  for (const at::Tensor& t : ins) contiguous = contiguous && t.is_contiguous();
+  if (contiguous)
+    launch_flat(ins, out, c, c10::ArrayRef<double>(runtime, n_runtime));
+  else
+    launch_strided(ins, out, c, c10::ArrayRef<double>(runtime, n_runtime));
+  return out;
+}
+
+void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
+                                c10::ArrayRef<double> runtime) const {
+  std::size_t widest = out.element_size();
+  for (const at::Tensor& t : ins) widest = std::max<std::size_t>(widest, t.element_size());
+  int vec = static_cast<int>(16 / widest);
+  auto aligned = [&](const at::Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % (vec * t.element_size()) == 0;
+  };
+  while (vec > 1) {
+    bool ok = aligned(out);
+    for (const at::Tensor& t : ins) ok = ok && aligned(t);
+    if (ok) break;
+    vec /= 2;
+  }
+  const std::int64_t n = out.numel();
+  const bool wide = n > INT_MAX;
+  const bool tail = n % vec != 0;
+  const int device = out.device().index();
+  LaunchContext ctx(device);
+  auto targs = template_arg_slots<5 + kMaxInputs>();
+  targs[0] = type_arg(out.scalar_type());
+  targs[1] = type_arg(compute_dtype(out.scalar_type()));
+  targs[2] = int_arg(vec);
+  targs[3] = bool_arg(tail);
+  targs[4] = TemplateArg::type(wide ? DType::Int64 : DType::Int32);
+  std::size_t nt = 5;
+  for (const at::Tensor& t : ins) targs[nt++] = type_arg(t.scalar_type());
+  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), targs.data(), nt, device, ctx.compile_forbidden);
+  ArgPack a;
+  a.add<void*>(out.data_ptr());
+  a.index(n, wide);
+  for (const at::Tensor& t : ins) a.add<const void*>(t.const_data_ptr());
+  for (double v : runtime) a.add<double>(v);
+  LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n / vec, kBlock)));
+  cfg.block.x = kBlock;
+  cfg.stream = ctx.stream;
+  k->kernel->launch(cfg, a.ptrs);
+}
+
+void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
+                                   c10::ArrayRef<double> runtime) const {
+  const c10::IntArrayRef shape = out.sizes();
+  const std::int64_t nd = static_cast<std::int64_t>(shape.size());
+  // Each input's strides over the output's dims (0 where it broadcasts).
+  std::vector<std::vector<std::int64_t>> strides;
+  for (const at::Tensor& t : ins) {
+    std::vector<std::int64_t> s(nd, 0);
+    const std::int64_t off = nd - t.dim();
+    for (std::int64_t d = 0; d < t.dim(); ++d) s[off + d] = t.size(d) == 1 && shape[off + d] != 1 ? 0 : t.stride(d);
+    strides.push_back(std::move(s));
+  }
+  // Coalesce: drop size-1 dims, merge neighbours that are contiguous with each other in every input.
+  std::vector<std::int64_t> sizes;
+  std::vector<std::vector<std::int64_t>> per_input(ins.size());
+  for (std::int64_t d = 0; d < nd; ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !sizes.empty();
+    for (std::size_t i = 0; merge && i < ins.size(); ++i) merge = per_input[i].back() == strides[i][d] * shape[d];
+    if (merge) {
+      sizes.back() *= shape[d];
+      for (std::size_t i = 0; i < ins.size(); ++i) per_input[i].back() = strides[i][d];
+      continue;
+    }
+    sizes.push_back(shape[d]);
+    for (std::size_t i = 0; i < ins.size(); ++i) per_input[i].push_back(strides[i][d]);
+  }
+  if (sizes.empty()) {
+    sizes.push_back(1);
+    for (auto& p : per_input) p.push_back(0);
+  }
+  if (sizes.size() > static_cast<std::size_t>(kMaxRank)) {
+    // Rare: more than 6 dims that cannot be merged. Materialize the inputs in the output's shape.
+    std::vector<at::Tensor> dense;
+    for (const at::Tensor& t : ins) dense.push_back(t.expand(shape).contiguous());
+    launch_flat(dense, out, c, runtime);
+    return;
+  }
+  const std::int64_t n = out.numel();
+  std::int64_t reach = 0;
+  for (const auto& p : per_input) {
+    std::int64_t r = 0;
+    for (std::size_t d = 0; d < sizes.size(); ++d) r += (sizes[d] - 1) * p[d];
+    reach = std::max(reach, r);
+  }
+  const bool wide = std::max(n, reach) > INT_MAX;
+  const int rank = static_cast<int>(sizes.size());
+  const int device = out.device().index();
+  LaunchContext ctx(device);
+  auto targs = template_arg_slots<3 + kMaxInputs>();
+  targs[0] = type_arg(out.scalar_type());
+  targs[1] = type_arg(compute_dtype(out.scalar_type()));
+  targs[2] = TemplateArg::type(wide ? DType::Int64 : DType::Int32);
+  std::size_t nt = 3;
+  for (const at::Tensor& t : ins) targs[nt++] = type_arg(t.scalar_type());
+  const auto k = kernel_for(family(c, rank, is_half(out.scalar_type())), targs.data(), nt, device, ctx.compile_forbidden);
+  ArgPack a;
+  a.add<void*>(out.data_ptr());
+  a.index(n, wide);
+  for (std::int64_t s : sizes) a.index(s, wide);
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    a.add<const void*>(ins[i].const_data_ptr());
+    for (std::int64_t s : per_input[i]) a.index(s, wide);
+  }
+  for (double v : runtime) a.add<double>(v);
+  LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n, kBlock)));
+  cfg.block.x = kBlock;
+  cfg.stream = ctx.stream;
+  k->kernel->launch(cfg, a.ptrs);
+}
+
+const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
+  if (i >= spec_.inputs.size() || !spec_.grads[i]) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!derivatives_[i]) {
+    ElementwiseSpec d;
+    d.name = spec_.name + "_d" + spec_.inputs[i];
+    d.expr = "kjit_grad * (" + *spec_.grads[i] + ")";
+    d.inputs.push_back("kjit_grad");
+    d.inputs.insert(d.inputs.end(), spec_.inputs.begin(), spec_.inputs.end());
+    if (d.inputs.size() > static_cast<std::size_t>(kMaxInputs)) return nullptr;
+    d.scalars = spec_.scalars;
+    d.specialized = spec_.specialized;
+    d.grads.assign(d.inputs.size(), std::nullopt);
+    d.no_grad_reasons.assign(d.inputs.size(), "kjit differentiates an elementwise function once (its derivative "
+                                              "has no derivative of its own)");
+    derivatives_[i] = std::make_unique<ElementwiseFn>(std::move(d));
+  }
+  return derivatives_[i].get();
+}
+
+const ElementwiseFn& elementwise_fn(const std::string& spec_json) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::unique_ptr<ElementwiseFn>> fns;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& f = fns[spec_json];
+  if (!f) f = std::make_unique<ElementwiseFn>(ElementwiseSpec::from_json(spec_json));
+  return *f;
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,107 @@
+// ElementwiseFn: one kjit.elementwise function in C++: its generated CUDA source (one flat and six strided
+// kernels around the expression, kernel_templates/elementwise.cuh) and its call: broadcasting, dtype
+// promotion, the out= checks, the choice of kernel (flat with VEC-wide accesses, or strided over the
+// coalesced dims), the index type, and the launch. The hot path computes a fixed-size key (dtypes, VEC,
+// TAIL, index type or rank) and finds the kernel in the Engine's table; no Python, no hashing of text.
+//
+// A function is described by its spec, a JSON object (made by kjit/elementwise.py at definition time):
+//   {"name": str, "expr": str, "inputs": [str], "scalars": [str], "specialize": [str],
+//    "dtype": "float32" | ... | null, "grads": {input: derivative expression},
+//    "no_grad": {input: why it has no derivative}, "defaults": {scalar: value}}
+// The spec string is also the key of the registered op kjit::elementwise(str spec, Tensor[] inputs,
+// float[] scalars), whose autograd runs the derivative of each input as an ElementwiseFn of its own
+// (inputs kjit_grad and the function's inputs).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kjit/kernel_family.hpp"
+#include "kjit/template.hpp"
+
+namespace kjit::ops {
+
+struct ElementwiseSpec {
+  std::string name = "elementwise";
+  std::string expr;
+  std::vector<std::string> inputs;
+  std::vector<std::string> scalars;                // in declaration order
+  std::vector<bool> specialized;                   // per scalar
+  std::optional<at::ScalarType> dtype;             // the result dtype (else the promotion of the inputs')
+  std::vector<std::optional<std::string>> grads;   // per input: d expr / d input, where known
+  std::vector<std::string> no_grad_reasons;        // per input: why there is no derivative ("" where there is)
+  std::vector<std::pair<std::string, double>> defaults;  // default values of scalars (runtime or specialized)
+
+  static ElementwiseSpec from_json(std::string_view json);
+  std::string to_json() const;
+};
+
+class ElementwiseFn {
+ public:
+  static constexpr int kMaxRank = 6;   // strided kernels exist for 1..6 coalesced dims
+  static constexpr int kMaxInputs = 9;  // the Engine's table keys up to 14 template arguments
+
+  explicit ElementwiseFn(ElementwiseSpec spec);
+
+  const ElementwiseSpec& spec() const noexcept { return spec_; }
+  const std::string& spec_json() const noexcept { return json_; }
+  // "kjit.elementwise('name': 'expr')", the prefix of every message.
+  const std::string& repr() const noexcept { return repr_; }
+
+  // The generated source for these specialized scalar values (one per specialized scalar).
+  std::string source(const std::vector<double>& specialized_values) const;
+  // The Template of that source (one per tuple of values, kept).
+  std::shared_ptr<const Template> tmpl(const std::vector<double>& specialized_values) const;
+
+  // The result dtype for inputs of these dtypes.
+  at::ScalarType result_dtype(c10::ArrayRef<at::Tensor> inputs) const;
+
+  // Computes the function: `scalars` holds one value per scalar, in declaration order. `out` (optional)
+  // receives the result (contiguous, of the result's shape and dtype; it may be an input, element for
+  // element). Checks devices, shapes and dtypes with messages prefixed by repr().
+  at::Tensor call(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<double> scalars,
+                  const at::Tensor* out = nullptr) const;
+
+  // The derivative function of input i (inputs: kjit_grad, then this function's inputs), or null when
+  // the spec has no derivative for it.
+  const ElementwiseFn* derivative(std::size_t i) const;
+
+ private:
+  struct Compiled {  // one tuple of specialized values
+    std::shared_ptr<const Template> tmpl;
+    mutable std::array<std::unique_ptr<const KernelFamily>, 2 * (kMaxRank + 1)> families;  // [rank][fast exp]
+    mutable std::mutex mu;
+  };
+  const Compiled& compiled(const std::vector<double>& values) const;
+  const KernelFamily& family(const Compiled& c, int rank, bool fast_exp) const;
+  void check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype, c10::ArrayRef<at::Tensor> ins) const;
+  void launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
+                   c10::ArrayRef<double> runtime) const;
+  void launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
+                      c10::ArrayRef<double> runtime) const;
+
+  ElementwiseSpec spec_;
+  std::string json_;
+  std::string repr_;
+  std::unique_ptr<Compiled> plain_;  // the one Compiled of a function without specialized scalars
+  mutable std::mutex mu_;
+  mutable std::map<std::vector<double>, std::unique_ptr<Compiled>> by_values_;
+  mutable std::vector<std::unique_ptr<ElementwiseFn>> derivatives_;  // made on first use, under mu_
+};
+
+// The function of a spec, made on first sight and kept for the process (the registered op's lookup).
+const ElementwiseFn& elementwise_fn(const std::string& spec_json);
+
+// Python's float.hex() of v ("0x1.8000000000000p+1"), or a C++ expression for NaN and infinities.
+std::string cpp_float(double v);
+
+}  // namespace kjit::ops

@@ -1,0 +1,50 @@
+// Launch geometry of the row kernels (reductions over the last dim, softmax, norms), once for every op.
+//
+// A row of d elements is handled by TPR threads (a power of two, 32 to 1024), ROWS rows per block; each
+// thread takes ITEMS vectors of VEC elements. VEC is the widest access (16 bytes at most) that divides d
+// and to which every row pointer is aligned; TPR grows until each thread has at most
+// `vectors_per_thread` vectors (ops tune it: on the H200, rows of 4096 float32 ran softmax best at 2,
+// layer_norm at 8, the others at 4). Rows whose share per thread would exceed `max_per_thread` elements
+// are streamed (ITEMS = 0) where the kernel supports it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "kjit/launch_config.hpp"
+
+namespace kjit::ops {
+
+struct RowGeometry {
+  int tpr = 32;
+  int rows_per_block = 1;
+  int vec = 1;
+  int items = 0;  // 0: streamed
+
+  Dim3 block() const { return Dim3{static_cast<unsigned>(tpr), static_cast<unsigned>(rows_per_block), 1}; }
+  // Blocks for `rows` rows (at least one, at most 2^31 - 1: the kernels loop over the rest).
+  Dim3 grid_for(std::int64_t rows) const;
+};
+
+// The widest vector (elements) that divides d and to which every tensor's data pointer is aligned.
+int vector_width(std::int64_t d, std::initializer_list<const at::Tensor*> tensors);
+
+// The geometry for rows of length d of these tensors (all of the rows' element type).
+RowGeometry row_geometry(std::int64_t d, std::initializer_list<const at::Tensor*> tensors, int max_per_thread,
+                         int vectors_per_thread = 4);
+
+// d for the kernel's D template parameter, or 0 (its generic variant) past KJIT_MAX_SPECIALIZATIONS
+// distinct lengths (the Engine's ShapePolicy).
+std::int64_t specialized_d(const char* kernel, std::int64_t d);
+
+// x made contiguous, viewed as rows of its last dim.
+struct Rows {
+  at::Tensor x;
+  std::int64_t rows = 0;
+  std::int64_t d = 1;
+};
+Rows as_rows(const at::Tensor& x);
+
+}  // namespace kjit::ops

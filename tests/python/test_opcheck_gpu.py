@@ -1,0 +1,213 @@
+"""PyTorch's own checks of every registered kjit op (torch.library.opcheck: test_schema,
+test_autograd_registration, test_faketensor, test_aot_dispatch_dynamic) on float32 and bfloat16 inputs of
+awkward sizes, on the GPU; and the direct entries' behaviour: plain calls skip the dispatcher, anything
+that needs it (autograd, subclasses, modes) goes through it, kjit.elementwise under
+torch.compile(fullgraph=True) with gradients, one kernel table (stats, clear_memory).
+
+Every operator of torch.ops.kjit must have samples here (test_every_op_has_opcheck_samples fails
+otherwise)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kjit
+from kjit import ops
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def t(*shape, dtype=torch.float32, grad=False, offset=0):
+    """A CUDA tensor of `shape` (`offset` > 0: a misaligned view of a larger one)."""
+    n = 1
+    for s in shape:
+        n *= s
+    base = torch.randn(n + offset, device="cuda", dtype=dtype)
+    x = base[offset:].view(shape).clone() if offset == 0 else base[offset:].view(shape)
+    return x.requires_grad_(grad) if grad else x
+
+
+def _elementwise_spec():
+    return kjit.elementwise("silu(a) * b + s", "a, b", "s", name="opcheck_silu_mul").spec
+
+
+def samples(name, dtype):
+    """(args, kwargs) lists for op `name`: awkward sizes, with and without gradients."""
+    g = dtype != torch.uint8
+    if name in ("relu", "sigmoid", "tanh", "silu"):
+        return [((t(7, 33, dtype=dtype, grad=g),), {}), ((t(1000, dtype=dtype, offset=1),), {})]
+    if name == "gelu":
+        return [((t(5, 129, dtype=dtype, grad=g),), {}), ((t(4097, dtype=dtype),), {"approximate": "tanh"})]
+    if name in ("relu_backward", "sigmoid_backward", "tanh_backward", "silu_backward"):
+        return [((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {})]
+    if name == "gelu_backward":
+        return [((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {"approximate": "tanh"}),
+                ((t(1000, dtype=dtype), t(1000, dtype=dtype)), {})]
+    if name in ("sum", "mean", "amax", "amin"):
+        return [((t(7, 1000, dtype=dtype, grad=g),), {}), ((t(6, 33, 5, dtype=dtype, grad=g), 1, True), {}),
+                ((t(4097, dtype=dtype), 0), {})]
+    if name in ("softmax", "log_softmax"):
+        return [((t(7, 1000, dtype=dtype, grad=g),), {}), ((t(3, 5, 4097, dtype=dtype, grad=g), -1), {})]
+    if name in ("softmax_backward", "log_softmax_backward"):
+        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype)), {})]
+    if name == "layer_norm":
+        return [((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+                ((t(5, 33, dtype=dtype, grad=g),), {"eps": 1e-3})]
+    if name == "rms_norm":
+        return [((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+                ((t(5, 33, dtype=dtype, grad=g),), {})]
+    if name in ("layer_norm_backward", "rms_norm_backward"):
+        has_b = name == "layer_norm_backward"
+        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype), has_b, 1e-5), {}),
+                ((t(5, 33, dtype=dtype), t(5, 33, dtype=dtype), None, False, 1e-5), {})]
+    if name == "max_pool2d":
+        return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1]), {}),
+                ((t(3, 8, 8, dtype=dtype, grad=g), [2, 2]), {})]
+    if name == "avg_pool2d":
+        return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1], False), {})]
+    if name == "max_pool2d_backward":
+        return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1]), {})]
+    if name == "avg_pool2d_backward":
+        return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1], True), {})]
+    if name == "add_constant":
+        return [((t(1000, dtype=dtype, grad=g), 2.5), {})]
+    if name == "fused_update":
+        return [((t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype), 0.5, 2.0,
+                  -1.0), {})]
+    if name == "outer":
+        return [((t(3, 7, dtype=dtype, grad=g), t(3, 33, dtype=dtype, grad=g)), {})]
+    if name == "outer_backward":
+        return [((t(3, 7, 33, dtype=dtype), t(3, 7, dtype=dtype), t(3, 33, dtype=dtype)), {})]
+    if name == "rgb_to_gray":
+        return [((torch.randint(0, 255, (2, 5, 7, 3), device="cuda", dtype=torch.uint8),), {})]
+    if name == "elementwise":
+        return [((_elementwise_spec(), [t(7, 33, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)], [0.5]), {}),
+                ((_elementwise_spec(), [t(5, 1, dtype=dtype, grad=g), t(4, dtype=dtype)], [-1.0]), {})]
+    return []
+
+
+def op_names():
+    return sorted(n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("kjit::"))
+
+
+def test_every_op_has_opcheck_samples():
+    missing = [n for n in op_names() if not samples(n, torch.float32)]
+    assert not missing, f"add opcheck samples for {missing}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("name", op_names())
+def test_opcheck(name, dtype):
+    op = getattr(torch.ops.kjit, name).default
+    for args, kwargs in samples(name, dtype):
+        torch.library.opcheck(op, args, kwargs)
+
+
+# ---- the direct entries ----------------------------------------------------------------------------------
+
+
+def test_plain_calls_skip_the_dispatcher_and_others_use_it():
+    x = t(8, 4096, dtype=torch.bfloat16)
+    ops.softmax(x)
+    kjit.reset_stats()
+    ops.softmax(x)
+    ops.rms_norm(x, t(4096, dtype=torch.bfloat16))
+    assert kjit.stats()["op_calls"] == {"direct": 2, "dispatched": 0}
+    xg = x.float().requires_grad_()
+    y = ops.softmax(xg)
+    assert y.grad_fn is not None
+    with torch.no_grad():
+        ops.softmax(xg)  # no gradient needed: direct again
+    assert kjit.stats()["op_calls"] == {"direct": 3, "dispatched": 1}
+
+
+def test_subclass_and_modes_go_through_the_dispatcher():
+    class Logged(torch.Tensor):
+        calls = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = t(4, 64).as_subclass(Logged)
+    ops.silu(x)
+    assert any("silu" in str(f) for f in Logged.calls)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        ops.softmax(t(4, 64))
+    assert any("kjit.softmax" in s for s in seen), seen
+
+
+def test_vmap_goes_through_the_dispatcher():
+    x = t(3, 5, 64)
+    y = torch.vmap(ops.softmax)(x)  # vmap falls back to a loop over the op: still right
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+# ---- kjit.elementwise as an op -----------------------------------------------------------------------------
+
+
+def test_elementwise_gradients_are_derived():
+    f = kjit.elementwise("silu(a) * b * s", "a, b", "s", name="grad_silu_mul")
+    a, b = t(7, 33, dtype=torch.float64, grad=True), t(33, dtype=torch.float64, grad=True)
+    torch.autograd.gradcheck(lambda a, b: f(a, b, s=0.5), (a, b))
+    y = f(a, b, s=0.5)
+    assert y.grad_fn is not None
+    y.sum().backward()
+    ref_a, ref_b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    (F.silu(ref_a) * ref_b * 0.5).sum().backward()
+    torch.testing.assert_close(a.grad, ref_a.grad)
+    torch.testing.assert_close(b.grad, ref_b.grad)  # summed over the broadcast dim
+
+
+def test_elementwise_without_a_derivative_refuses_inputs_that_require_grad():
+    f = kjit.elementwise("mystery(x)", "x", name="no_grad_fn")
+    with pytest.raises(kjit.ValueError, match="input 'x' requires grad, but kjit has no derivative"):
+        f(t(4, grad=True))
+
+
+def test_elementwise_user_gradient():
+    f = kjit.elementwise("x * x", "x", grads={"x": "static_cast<C>(3) * x"}, name="user_grad")
+    x = t(5, grad=True)
+    f(x).sum().backward()
+    torch.testing.assert_close(x.grad, 3 * x.detach())
+
+
+def test_elementwise_under_torch_compile_fullgraph():
+    f = kjit.elementwise("silu(a) * b", "a, b", name="compiled_silu_mul")
+
+    def fn(a, b):
+        return f(a, b) + ops.rms_norm(a, None)
+
+    a, b = t(8, 256, grad=True), t(8, 256, grad=True)
+    compiled = torch.compile(fn, fullgraph=True)
+    y = compiled(a, b)
+    torch.testing.assert_close(y, F.silu(a) * b + F.rms_norm(a, (256,), eps=1e-6))
+    y.sum().backward()
+    assert a.grad is not None and b.grad is not None
+    explanation = torch._dynamo.explain(fn)(a, b)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_library_calls_are_memory_hits_and_clear_memory_forgets_them():
+    x = t(8, 1024)
+    ops.layer_norm(x)
+    kjit.reset_stats()
+    ops.layer_norm(x)
+    assert kjit.stats()["memory_hits"] >= 1 and kjit.stats()["compiles"] == 0
+    kjit.clear_memory()
+    kjit.reset_stats()
+    ops.layer_norm(x)
+    s = kjit.stats()
+    assert s["memory_hits"] == 0 and s["disk_hits"] + s["compiles"] >= 1, s
