@@ -17,7 +17,6 @@ import torch.nn.functional as F
 
 import kjit
 from kjit import ops
-from kjit.library import activations
 
 FLOATING = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ARCHS = ["sm_80", "sm_90", "sm_100"]
@@ -73,22 +72,33 @@ def _template_jobs(dtype):
     ]
 
 
+# The activation ops' elementwise functions (python/src/ops/activation.cpp): the same name and expression
+# make the same source, so these compile exactly the kernels the ops run.
+ACTIVATIONS = {
+    "relu": ("relu(x)", "relu_backward(g, y)", "g, y"),
+    "sigmoid": ("sigmoid(x)", "sigmoid_backward(g, y)", "g, y"),
+    "tanh": ("tanh_(x)", "tanh_backward(g, y)", "g, y"),
+    "silu": ("silu(x)", "silu_backward(g, x)", "g, x"),
+    "gelu": ("gelu(x)", "gelu_backward(g, x)", "g, x"),
+    "gelu_tanh": ("gelu_tanh(x)", "gelu_tanh_backward(g, x)", "g, x"),
+}
+FORWARD = {n: kjit.elementwise(f, "x", name=n) for n, (f, _, _) in ACTIVATIONS.items()}
+BACKWARD = {n: kjit.elementwise(b, i, name=f"{n}_backward") for n, (_, b, i) in ACTIVATIONS.items()}
+
+
 def _elementwise_jobs(dtype):
     """(label, Elementwise, compile kwargs) for every activation and its backward, one strided variant."""
     v = 16 // itemsize(dtype)
-    jobs = [(f"{name}", f, dict(dtypes=(dtype,), vec=v, tail=True)) for name, f in activations.FUNCTIONS.items()]
-    jobs += [(f"{name}_backward", f, dict(dtypes=(dtype, dtype), vec=v, tail=False))
-             for name, f in activations._BACKWARD.items()]
-    jobs.append(("gelu_tanh strided", activations.FUNCTIONS["gelu_tanh"],
-                 dict(dtypes=(dtype,), rank=2, index=torch.int64)))
+    jobs = [(f"{name}", f, dict(dtypes=(dtype,), vec=v, tail=True)) for name, f in FORWARD.items()]
+    jobs += [(f"{name}_backward", f, dict(dtypes=(dtype, dtype), vec=v, tail=False)) for name, f in BACKWARD.items()]
+    jobs.append(("gelu_tanh strided", FORWARD["gelu_tanh"], dict(dtypes=(dtype,), rank=2, index=torch.int64)))
     return jobs
 
 
-def test_the_activation_tables_cover_every_activation():
-    assert set(activations.FUNCTIONS) == {"relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh"}
-    assert set(activations._BACKWARD) == set(activations.FUNCTIONS)
-    for f in list(activations.FUNCTIONS.values()) + list(activations._BACKWARD.values()):
-        assert isinstance(f, kjit.Elementwise)
+def test_every_activation_op_has_its_compile_job():
+    unary = {n for n in ops.__all__ if not n.endswith("_backward") and f"{n}_backward" in ops.__all__}
+    activations = unary - {"softmax", "log_softmax", "layer_norm", "rms_norm", "max_pool2d", "avg_pool2d", "outer"}
+    assert activations | {"gelu_tanh"} == set(ACTIVATIONS)
 
 
 @pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
@@ -170,6 +180,13 @@ def test_elementwise_specialized_scalar_values_compile(value):
         (("x + 1; y", "x"), {}, ValueError, r"must be one C\+\+ expression"),
         (("{x}", "x"), {}, ValueError, r"must be one C\+\+ expression"),
         (("#define A 1\nx", "x"), {}, ValueError, r"must be one C\+\+ expression"),
+        # The digraph of '#' after a line break used to inject an #include whose file came back in the log.
+        (("x\n%:include \"/etc/hostname\"\n", "x"), {}, ValueError, r"on one line: no line breaks"),
+        (("x %:%: y", "x, y"), {}, ValueError, r"must be one C\+\+ expression"),
+        (("x ??= y", "x, y"), {}, ValueError, r"must be one C\+\+ expression"),
+        (("x \\", "x"), {}, ValueError, r"backslashes"),
+        (("x * 2", "x"), dict(grads={"x": "2\n%:include <x>"}), ValueError, r"grads\['x'\] .* must be one C\+\+"),
+        (("x * 2", "x"), dict(grads={"y": "2"}), ValueError, r"grads names \['y'\], which are not inputs"),
         (("", "x"), {}, TypeError, r"the expression must be a non-empty string"),
         (("   ", "x"), {}, TypeError, r"the expression must be a non-empty string"),
         ((3, "x"), {}, TypeError, r"the expression must be a non-empty string"),
@@ -336,7 +353,8 @@ def test_ops_are_the_registered_operators():
     backward = ["relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
                 "max_pool2d", "avg_pool2d"]
     for name in names + [f"{n}_backward" for n in backward]:
-        assert getattr(ops, name) is getattr(torch.ops.kjit, name).default, name
+        assert getattr(ops, name) is getattr(kjit._C.ops, name), name  # the direct entry (a C function)
+        assert ops.registered(name) is getattr(torch.ops.kjit, name).default, name
         assert name in ops.__all__
 
 
