@@ -1,7 +1,8 @@
 """PNG figures of a result (matplotlib with the Agg backend, imported lazily; without it: no plots).
 
 bandwidth: GB/s against the input size, one panel per op, one line per peer (log x);
-overhead: horizontal bars of the CPU cost per call; first_call: grouped bars, empty and warm cache.
+overhead: horizontal bars of the CPU cost per call; first_call: grouped bars, empty and warm cache;
+small-<dtype>: kjit's time per call over eager's against the rows, one line per op, a line at 1.0 (log x).
 """
 
 from __future__ import annotations
@@ -100,6 +101,35 @@ def first_call(plt, res: dict, path: str) -> str | None:
     return _save(plt, fig, path)
 
 
+def small_ratio(plt, points: list[dict], path: str, dtype: str) -> str | None:
+    """kjit / eager time per call against the rows for one dtype (points of the small section)."""
+    ops: dict[str, list[tuple]] = {}
+    for p in points:
+        if p.get("dtype") == dtype and p.get("kjit_over_eager") is not None:
+            ops.setdefault(p["op"], []).append((p["rows"], p["kjit_over_eager"]))
+    if not ops:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    markers = "os^vD<>pPX*h"
+    for i, (op, pts) in enumerate(ops.items()):
+        pts.sort()
+        ax.plot([r for r, _ in pts], [v for _, v in pts], marker=markers[i % len(markers)], ms=4, lw=1.4,
+                label=op, color=plt.get_cmap("tab10")(i % 10))
+    ax.axhline(1.0, color="black", lw=1.2, ls="--", label="eager (1.0)")
+    ax.set_xscale("log", base=2)
+    rows = sorted({r for pts in ops.values() for r, _ in pts})
+    ax.minorticks_off()
+    ax.set_xticks(rows)
+    ax.set_xticklabels([str(r) for r in rows])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("rows of 4096 elements")
+    ax.set_ylabel("kjit time / eager time per call")
+    ax.set_title(f"kjit / eager, time per call ({dtype}; below 1: kjit faster)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(plt, fig, path)
+
+
 def render(result: dict, out_dir: str, prefix: str) -> list[str]:
     """Writes the figures the result has data for into out_dir as <prefix>-<plot>.png; returns their paths
     ([] with a message on stderr when matplotlib is missing)."""
@@ -112,6 +142,9 @@ def render(result: dict, out_dir: str, prefix: str) -> list[str]:
     jobs = [("bandwidth", bandwidth, (result.get("bandwidth") or {}).get("sweep") or []),
             ("overhead", overhead, (result.get("overhead") or {}).get("results") or {}),
             ("first_call", first_call, (result.get("first_call") or {}).get("results") or {})]
+    small_points = (result.get("small") or {}).get("points") or []
+    for dt in dict.fromkeys(p.get("dtype") for p in small_points):
+        jobs.append((f"small-{dt}", lambda plt_, pts, path, dt=dt: small_ratio(plt_, pts, path, dt), small_points))
     for name, fn, data in jobs:
         try:
             p = fn(plt, data, os.path.join(out_dir, f"{prefix}-{name}.png"))

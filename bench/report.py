@@ -1,7 +1,9 @@
 """The result file (JSON) and its Markdown rendering, with the list of figures where kjit is behind.
 
 Ratios are "kjit speed relative to the peer": peer time / kjit time, or kjit GB/s / peer GB/s; above 1
-kjit is faster, below 1 the peer is (and the figure lands in "where kjit is behind").
+kjit is faster, below 1 the peer is (and the figure lands in "where kjit is behind"). The small section
+is the exception, because its targets are stated that way: its ratios are kjit time / peer time (below 1
+kjit is faster); its entries in "where kjit is behind" follow the rule above.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import machine
+from . import machine, small
 
 MIB = 1 << 20
 
@@ -103,6 +105,15 @@ def behind(result: dict) -> list[dict]:
                     where = _size(r.get("size_bytes")) if part == "sweep" else _shape(r["shape"])
                     out.append(dict(section="bandwidth", figure=f"{r['op']} {r['dtype']} {where} ({part})",
                                     peer=peer, kjit=g["kjit"], peer_value=v, unit="GB/s", ratio=g["kjit"] / v))
+    for p in (result.get("small") or {}).get("points") or []:
+        us = p.get("us") or {}
+        if not _is(us.get("kjit")):
+            continue
+        for peer in small.PEERS:
+            if _is(us.get(peer)) and us[peer]["median"] < us["kjit"]["median"]:
+                k, v = us["kjit"]["median"], us[peer]["median"]
+                out.append(dict(section="small", figure=f"time per call: {small.where(p)}", peer=peer, kjit=k,
+                                peer_value=v, unit="us", ratio=v / k))
     rc = result.get("recompile") or {}
     res = rc.get("results") or {}
     for peer, ref in (rc.get("vs") or {}).items():
@@ -237,6 +248,82 @@ def _recompile_md(sec: dict) -> list[str]:
                          "compile ms (kjit.stats)", "expected"], rows)
 
 
+def _small_cell(p: dict, contender: str) -> str:
+    v = (p.get("us") or {}).get(contender)
+    if _is(v):
+        return f"{v['median']:.2f}"
+    reason = (p.get("skipped") or {}).get(contender)
+    return "-" if reason is None else reason.split(":")[0]  # "skipped" / "failed"; the reasons follow the tables
+
+
+def _small_ratio(p: dict, peer: str, limit: float) -> str:
+    r = p.get(small.RATIO_KEYS[peer])
+    if r is None:
+        return "-"
+    return f"**{r:.2f}x**" if r > limit else f"{r:.2f}x"
+
+
+def _small_spread(s: dict | None, what: str) -> str:
+    if not s:
+        return f"no point has both a kjit and a {what} figure"
+    return f"median kjit / {what} {s['median']:.2f}x, worst {s['worst']:.2f}x ({s['worst_at']})"
+
+
+def small_summary_line(sec: dict) -> str:
+    """The one-line verdict of the small section against its targets."""
+    t = {**small.TARGETS, **(sec.get("targets") or {})}
+    s = small.summary(sec)  # from the points, never a stale copy
+    eager = _small_spread(s["vs_eager"], "eager")
+    if s["vs_eager"]:
+        eager += f" (median target <= {t['eager_median_max']:.2f}x: {'met' if s['median_met'] else 'missed'})"
+    line = (f"{eager}; {_small_spread(s['vs_compiled'], 'torch.compile')}; misses: {s['misses_vs_eager']} vs "
+            f"eager (> {t['eager_max']:.2f}x), {s['misses_vs_compiled']} vs torch.compile "
+            f"(> {t['compiled_max']:.2f}x), over {s['points']} points")
+    if s["kjit_failed"]:
+        line += f"; kjit has no figure at {s['kjit_failed']} points"
+    return line + "."
+
+
+def _small_md(sec: dict) -> list[str]:
+    t = {**small.TARGETS, **(sec.get("targets") or {})}
+    points = sec.get("points") or []
+    s = small.summary(sec)  # from the points, never a stale copy
+    out = [f"## Time per call at small sizes (rows x {sec.get('cols', small.COLS)})", "",
+           f"Microseconds per call of back-to-back calls synchronized at the end: median of {sec.get('reps')} "
+           f"batches of {sec.get('calls')} calls, the contenders taking turns after {sec.get('warmup')} warm-up "
+           "calls each. torch.compile: mode default, dynamic=False, compiled once per shape before timing "
+           f"({sec.get('compile_s', 0):.0f} s of compiles, budget {sec.get('compile_budget_s', 0):.0f} s). "
+           f"`{small.POOL}` runs on NCHW [rows, 4, 32, 32]. \"kjit / peer\": kjit's time over the peer's "
+           "(below 1: kjit faster; bold: a miss).", "",
+           f"Targets: kjit <= {t['eager_max']:.2f}x eager at every size, median <= {t['eager_median_max']:.2f}x; "
+           f"kjit <= {t['compiled_max']:.2f}x torch.compile.", "",
+           "**Summary**: " + small_summary_line(sec), ""]
+    by_dtype = [f"{d} {v['median']:.2f}x (worst {v['worst']:.2f}x)" for d, v in (s.get("by_dtype") or {}).items()
+                if v]
+    if by_dtype:
+        out += ["Median kjit / eager by dtype: " + ", ".join(by_dtype) + ".", ""]
+    order = {op: i for i, op in enumerate(sec.get("ops") or small.OPS)}
+    for d in dict.fromkeys(p["dtype"] for p in points):
+        rows = []
+        for p in sorted((p for p in points if p["dtype"] == d), key=lambda p: (order.get(p["op"], 99), p["rows"])):
+            if "error" in p:
+                rows.append([p["op"], str(p["rows"]), "error: " + str(p["error"]), "-", "-", "-", "-"])
+                continue
+            rows.append([p["op"], str(p["rows"])] + [_small_cell(p, c) for c in small.CONTENDERS] +
+                        [_small_ratio(p, "eager", t["eager_max"]), _small_ratio(p, "torch.compile", t["compiled_max"])])
+        out += [f"### {d}", ""] + _table(["op", "rows", "kjit us", "eager us", "torch.compile us", "kjit / eager",
+                                          "kjit / torch.compile"], rows) + [""]
+    m = small.misses(sec)
+    out += ["### Misses", ""]
+    out += [f"- vs {x['peer']} (target <= {x['limit']:.2f}x): {x['op']} {x['dtype']} rows {x['rows']}: "
+            f"{x['ratio']:.2f}x ({x['kjit_us']:.2f} us for kjit, {x['peer_us']:.2f} us for {x['peer']})" for x in m] \
+        if m else ["- none: every point with figures meets its target"]
+    skipped = [f"- {small.where(p)}: {c}: {r}" for p in points for c, r in (p.get("skipped") or {}).items()]
+    if skipped:
+        out += ["", "Skipped or failed:", ""] + skipped
+    return out
+
+
 def markdown(result: dict) -> str:
     m = result.get("machine", {})
     peers = m.get("peers") or {}
@@ -245,7 +332,7 @@ def markdown(result: dict) -> str:
              + ("; quick run" if result.get("quick") else ""), "",
              "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()), ""]
     for key, fn in (("overhead", _overhead_md), ("first_call", _first_call_md), ("bandwidth", _bandwidth_md),
-                    ("recompile", _recompile_md)):
+                    ("recompile", _recompile_md), ("small", _small_md)):
         sec = result.get(key)
         if sec is None:
             continue

@@ -59,6 +59,32 @@ def cpu_us(fn, calls: int, reps: int, warmup: int = 200, sync=None) -> dict:
     return summarize(samples)
 
 
+def wall_us(fns: dict, calls: int, reps: int, warmup: int = 20, sync=None) -> dict:
+    """Microseconds per call of back-to-back calls synchronized at the end, for each named zero-argument
+    function of `fns`: perf_counter around `calls` calls and the synchronize that waits for their GPU work,
+    divided by `calls`. Once the launch queue is full a call costs the longer of its CPU cost and its GPU
+    time, so this is what a loop of such calls costs. The functions take turns batch by batch (`reps`
+    rounds, after `warmup` calls of each), so that clock and load drift touch them all alike.
+    Returns {name: summary of the reps}. `sync` defaults to torch.cuda.synchronize."""
+    if sync is None:
+        import torch
+
+        sync = torch.cuda.synchronize
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+    samples: dict = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            samples[name].append((time.perf_counter() - t) * 1e6 / calls)
+    return {name: summarize(s) for name, s in samples.items()}
+
+
 def gpu_ms(fn, warmup: int, reps: int, inner: int = 10) -> dict:
     """GPU milliseconds per call: CUDA events around `inner` back-to-back calls (so that the CPU cost of
     launching one call overlaps the GPU work of the previous one, as in a real workload, instead of

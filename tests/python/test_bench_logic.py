@@ -254,3 +254,153 @@ def test_peers_never_raise():
     assert all(isinstance(v, str) and v for v in p.values())
     assert not machine.available({"cupy": "skipped: x"}, "cupy") and machine.available({"a": "1.0"}, "a")
     assert not machine.available({}, "cupy")
+
+
+# -- the small section (time per call at small sizes) -------------------------------------------------------
+def _small_point(op, dtype, rows, **us):
+    from kjit.bench import small
+
+    p = {"op": op, "dtype": dtype, "rows": rows, "shape": list(small.input_shape(op, rows)),
+         "us": {k.replace("compiled", "torch.compile"): _ms(v, v * 0.9, v * 1.2, 11) for k, v in us.items()}}
+    return small.add_ratios(p)
+
+
+def synthetic_small() -> dict:
+    from kjit.bench import small
+
+    points = [
+        _small_point("softmax", "bfloat16", 1, kjit=9.0, eager=10.0, compiled=30.0),
+        _small_point("softmax", "bfloat16", 4096, kjit=24.0, eager=20.0, compiled=30.0),
+        dict(_small_point("rms_norm", "bfloat16", 1, kjit=6.0, eager=12.0),
+             skipped={"torch.compile": "skipped: the section's torch.compile budget of 80 s is spent (81 s of "
+                                       "compiles so far)"}),
+        _small_point("silu", "float32", 1, kjit=5.0, eager=8.0, compiled=40.0),
+        dict(_small_point("gelu", "float32", 1, eager=8.0, compiled=30.0),
+             skipped={"kjit": "failed: AssertionError: Tensor-likes are not close!"}),
+        {"op": small.POOL, "dtype": "float32", "rows": 8, "shape": [8, 4, 32, 32], "us": {},
+         "error": "RuntimeError: oom"},
+    ]
+    sec = {"cols": 4096, "rows": [1, 8, 4096], "dtypes": ["bfloat16", "float32"], "ops": list(small.OPS),
+           "calls": 200, "reps": 11, "warmup": 20, "targets": dict(small.TARGETS), "compile_budget_s": 80.0,
+           "compile_s": 81.2, "points": points}
+    sec["summary"] = small.summary(sec)
+    return {"schema": 1, "quick": False, "sections": ["small"],
+            "machine": {"date": "2026-11-25T10:00:00+00:00", "gpu": "NVIDIA H100 80GB HBM3", "driver": "580",
+                        "cuda": "13.0", "torch": "2.11.0+cu130", "kjit": "0.1.0", "peers": {}},
+            "small": sec}
+
+
+def test_wall_us_turns_and_counts():
+    order, syncs = [], []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    s = stats.wall_us(fns, calls=4, reps=3, warmup=2, sync=lambda: syncs.append(1))
+    assert set(s) == {"a", "b"} and all(v["n"] == 3 and v["min"] <= v["median"] <= v["max"] for v in s.values())
+    assert order[:4] == ["a", "a", "b", "b"]  # warm-up, then the functions take turns batch by batch
+    assert order[4:] == (["a"] * 4 + ["b"] * 4) * 3
+    assert len(syncs) == 1 + 3 * 2  # after the warm-up, and inside each timed batch
+
+
+def test_small_shapes_and_sections():
+    from kjit.bench import SECTIONS, small
+
+    assert "small" in SECTIONS
+    assert small.input_shape("softmax", 64) == (64, 4096)
+    pool = small.input_shape(small.POOL, 64)
+    assert pool == (64, 4, 32, 32) and 4 * 32 * 32 == small.COLS
+    assert small.ROWS_FULL == (1, 8, 64, 512, 4096) and small.ROWS_QUICK == (1, 64, 4096)
+    assert small.DTYPES_QUICK == ("bfloat16",) and len(small.OPS) == 10
+
+
+def test_small_ratios_misses_summary():
+    from kjit.bench import small
+
+    p = _small_point("softmax", "bfloat16", 4096, kjit=24.0, eager=20.0, compiled=30.0)
+    assert p["kjit_over_eager"] == pytest.approx(1.2) and p["kjit_over_compiled"] == pytest.approx(0.8)
+    p["us"].pop("eager")
+    assert "kjit_over_eager" not in small.add_ratios(p) and "kjit_over_compiled" in p
+    sec = synthetic_small()["small"]
+    m = small.misses(sec)
+    assert [(x["op"], x["dtype"], x["rows"], x["peer"]) for x in m] == [
+        ("softmax", "bfloat16", 4096, "eager"), ("softmax", "bfloat16", 4096, "torch.compile")]
+    assert m[0]["ratio"] == pytest.approx(1.2) and m[0]["limit"] == 1.0 and m[1]["limit"] == 0.7
+    assert (m[0]["kjit_us"], m[0]["peer_us"]) == (24.0, 20.0)
+    s = small.summary(sec)
+    assert s["points"] == 6 and s["kjit_failed"] == 2
+    assert s["vs_eager"]["median"] == pytest.approx((0.625 + 0.9) / 2) and s["vs_eager"]["n"] == 4
+    assert s["vs_eager"]["worst"] == pytest.approx(1.2) and s["vs_eager"]["worst_at"] == "softmax bfloat16 rows 4096"
+    assert s["vs_compiled"]["median"] == pytest.approx(0.3) and s["vs_compiled"]["worst"] == pytest.approx(0.8)
+    assert s["median_met"] is True and (s["misses_vs_eager"], s["misses_vs_compiled"]) == (1, 1)
+    assert s["by_dtype"]["bfloat16"]["median"] == pytest.approx(0.9)
+    assert s["by_dtype"]["float32"]["median"] == pytest.approx(0.625)
+    # Stricter targets recorded with the section are the ones applied.
+    sec["targets"]["eager_median_max"] = 0.7
+    sec["targets"]["eager_max"] = 0.6
+    s = small.summary(sec)
+    assert s["median_met"] is False and s["misses_vs_eager"] == 3
+    assert small.summary({"points": []})["vs_eager"] is None and small.summary({})["median_met"] is None
+
+
+def test_small_compile_budget():
+    from kjit.bench import small
+
+    b = small.CompileBudget(10.0)
+    assert b.reason() is None
+    b.spent_s = 12.4
+    assert b.reason() == "skipped: the section's torch.compile budget of 10 s is spent (12 s of compiles so far)"
+
+
+def test_small_markdown():
+    md = report.markdown(synthetic_small())
+    assert "## Time per call at small sizes (rows x 4096)" in md
+    assert ("**Summary**: median kjit / eager 0.76x, worst 1.20x (softmax bfloat16 rows 4096) (median target <= "
+            "0.80x: met); median kjit / torch.compile 0.30x, worst 0.80x (softmax bfloat16 rows 4096); misses: 1 "
+            "vs eager (> 1.00x), 1 vs torch.compile (> 0.70x), over 6 points; kjit has no figure at 2 points.") in md
+    assert "Median kjit / eager by dtype: bfloat16 0.90x (worst 1.20x), float32 0.62x (worst 0.62x)." in md
+    assert ("### bfloat16\n\n| op | rows | kjit us | eager us | torch.compile us | kjit / eager "
+            "| kjit / torch.compile |") in md
+    assert "| softmax | 1 | 9.00 | 10.00 | 30.00 | 0.90x | 0.30x |" in md
+    assert "| softmax | 4096 | 24.00 | 20.00 | 30.00 | **1.20x** | **0.80x** |" in md
+    assert "| rms_norm | 1 | 6.00 | 12.00 | skipped | 0.50x | - |" in md
+    assert "| gelu | 1 | failed | 8.00 | 30.00 | - | - |" in md
+    assert "| max_pool2d 2x2 s2 | 8 | error: RuntimeError: oom | - | - | - | - |" in md
+    misses = md.split("### Misses")[1]
+    assert ("- vs eager (target <= 1.00x): softmax bfloat16 rows 4096: 1.20x (24.00 us for kjit, 20.00 us for "
+            "eager)") in misses
+    assert ("- vs torch.compile (target <= 0.70x): softmax bfloat16 rows 4096: 0.80x (24.00 us for kjit, 30.00 us "
+            "for torch.compile)") in misses
+    assert "- rms_norm bfloat16 rows 1: torch.compile: skipped: the section's torch.compile budget" in misses
+    assert "- gelu float32 rows 1: kjit: failed: AssertionError: Tensor-likes are not close!" in misses
+    # The general list of figures where a peer is ahead has the one point where eager is faster.
+    behind = md.split("## Where kjit is behind")[1]
+    assert ("- small: time per call: softmax bfloat16 rows 4096: eager is faster, kjit at 0.83x (24 us for kjit, "
+            "20 us for eager)") in behind
+    assert behind.count("\n- ") == 1
+
+
+def test_small_markdown_no_misses():
+    r = synthetic_small()
+    sec = r["small"]
+    sec["points"] = sec["points"][:1]
+    del sec["summary"]  # the report computes it from the points
+    md = report.markdown(r)
+    assert "### Misses\n\n- none: every point with figures meets its target" in md
+    assert "misses: 0 vs eager (> 1.00x), 0 vs torch.compile (> 0.70x), over 1 points." in md
+
+
+def test_small_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from kjit.bench import plots
+
+    paths = plots.render(synthetic_small(), str(tmp_path), "s")
+    assert sorted(os.path.basename(p) for p in paths) == ["s-small-bfloat16.png", "s-small-float32.png"]
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == PNG_MAGIC
+        assert os.path.getsize(p) > 1000
+
+
+def test_small_report_round_trip(tmp_path, capsys):
+    src = tmp_path / "small.json"
+    report.write_json(synthetic_small(), str(src))
+    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "small"]) == 0
+    assert capsys.readouterr().out == report.markdown(synthetic_small())
