@@ -141,7 +141,7 @@ class Elementwise:
         spec = {
             "name": self.name, "expr": self.expr, "inputs": list(self.inputs), "scalars": list(self.scalars),
             "specialize": list(self.specialized), "dtype": str(dtype).split(".")[-1] if dtype is not None else None,
-            "grads": self.grads, "no_grad": self.no_grad, "defaults": {k: float(v) for k, v in self.defaults.items()},
+            "grads": self.grads, "no_grad": self.no_grad, "defaults": {k: _json_float(v) for k, v in self.defaults.items()},
         }
         self._fn = _C.ElementwiseFunction(json.dumps(spec, sort_keys=True))
         self.spec = self._fn.spec  # the key of torch.ops.kjit.elementwise for this function
@@ -159,6 +159,10 @@ class Elementwise:
             raise _C.ValueError(f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are "
                                 f"{list(self.inputs)}")
         grads, why = {}, {}
+        if len(self.inputs) >= _MAX_INPUTS:  # the derivative kernel takes the gradient and every input
+            why = {name: f"a function of {len(self.inputs)} inputs has no derivative kernel: it would take the "
+                         f"gradient and every input, at most {_MAX_INPUTS} tensors" for name in self.inputs}
+            return {}, why
         for name in self.inputs:
             if name in given:
                 if not isinstance(given[name], str) or not given[name].strip():
@@ -188,10 +192,11 @@ class Elementwise:
     def template(self, specialized_values: tuple = ()) -> _C.Template:
         """The kjit.Template of the generated source (one per tuple of specialized scalar values, kept)."""
         self._check_specialized_values(specialized_values)
-        values = tuple(float(v) for v in specialized_values)
-        t = self._templates.get(values)
+        values = [float(v) for v in specialized_values]
+        key = tuple(v.hex() for v in values)  # -0.0 and 0.0 are two values (and two kernels), NaN is one
+        t = self._templates.get(key)
         if t is None:  # the C++ function keeps the Template; this keeps its Python object
-            t = self._templates.setdefault(values, self._fn.template(list(values)))
+            t = self._templates.setdefault(key, self._fn.template(values))
         return t
 
     # -- call --------------------------------------------------------------------------------------
@@ -218,9 +223,12 @@ class Elementwise:
             if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
                 raise _C.ValueError(f"{self!r}: out= does not record gradients, and an input requires grad; call "
                                     "it without out= (or under torch.no_grad())")
-            if torch.compiler.is_compiling():
-                return out.copy_(torch.ops.kjit.elementwise.default(self.spec, tensors, values))
-            return self._fn.compute(tensors, values, out)
+            # The dispatcher is needed (the direct call declined): compute through it, then copy.
+            result = torch.ops.kjit.elementwise.default(self.spec, tensors, values)
+            if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
+                raise _C.ValueError(f"{self!r}: out must be a {result.dtype} tensor of shape {list(result.shape)} on "
+                                    f"{result.device}, got {_tensor_desc(out)}")
+            return out.copy_(result)
         return torch.ops.kjit.elementwise.default(self.spec, tensors, values)
 
     def _bind(self, args: tuple, kwargs: dict):
@@ -292,6 +300,12 @@ class Elementwise:
 
     def __repr__(self) -> str:
         return f"kjit.elementwise({self.name!r}: {self.expr!r})"
+
+
+def _json_float(v) -> float | str:
+    """A default for the JSON spec: a number, or 'nan' / 'inf' / '-inf' (JSON has no such numbers)."""
+    v = float(v)
+    return v if v == v and v not in (float("inf"), float("-inf")) else repr(v)
 
 
 def _check_expression(expr: str, what: str) -> None:

@@ -85,12 +85,27 @@ def _polyfill(op):
     return traced
 
 
-def _register_with_dynamo() -> None:
-    """Dynamo traces torch.ops.kjit.<name>.default where the code calls the direct entry kjit.ops.<name>."""
-    from torch._dynamo import substitute_in_graph
+_registered_with_dynamo = False
 
-    for name in __all__:
-        substitute_in_graph(getattr(_C.ops, name), skip_signature_check=True)(_polyfill(registered(name)))
+
+def _register_with_dynamo() -> None:
+    """Dynamo traces torch.ops.kjit.<name>.default where the code calls the direct entry kjit.ops.<name>.
+    Never fails the import it runs in: a torch without substitute_in_graph gets a warning (kjit.ops then
+    break torch.compile graphs; torch.ops.kjit.* do not)."""
+    global _registered_with_dynamo
+    if _registered_with_dynamo:
+        return
+    _registered_with_dynamo = True
+    try:
+        from torch._dynamo import substitute_in_graph
+
+        for name in __all__:
+            substitute_in_graph(getattr(_C.ops, name), skip_signature_check=True)(_polyfill(registered(name)))
+    except Exception as e:  # noqa: BLE001  (whatever this torch does, its own import must go on)
+        import warnings
+
+        warnings.warn(f"kjit: could not register kjit.ops with torch.compile ({type(e).__name__}: {e}); under "
+                      "torch.compile call torch.ops.kjit.<name> instead", _C.KjitWarning, stacklevel=2)
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -115,9 +130,10 @@ class _AfterDynamoImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module):
-        self._inner.exec_module(module)
         if self in sys.meta_path:
             sys.meta_path.remove(self)
+        module.__spec__.loader = module.__loader__ = self._inner  # torch._dynamo keeps its own loader
+        self._inner.exec_module(module)
         _register_with_dynamo()
 
 

@@ -290,6 +290,14 @@ def test_elementwise_names_as_strings_lists_and_default_scalars():
         f(torch.ones(2), torch.ones(2))  # s from its default: bound, then the device check
 
 
+def test_elementwise_non_finite_defaults_and_specialized_values():
+    f = kjit.elementwise("fmaxf(x, lo) + hi", "x", {"lo": float("-inf"), "hi": float("nan")})
+    assert f.defaults["lo"] == float("-inf") and math.isnan(f.defaults["hi"])
+    g = kjit.elementwise("x / s", "x", "s", specialize="s", name="non_finite")
+    keys = {repr(g.template((v,))).split("digest=")[1] for v in (float("nan"), float("inf"), float("-inf"), 0.0, -0.0)}
+    assert len(keys) == 5  # each value is its own source, template and kernel
+
+
 def test_elementwise_expression_is_stripped():
     f = kjit.elementwise("  x * 2  ", "x")
     assert f.expr == "x * 2"

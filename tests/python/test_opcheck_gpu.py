@@ -211,3 +211,31 @@ def test_library_calls_are_memory_hits_and_clear_memory_forgets_them():
     ops.layer_norm(x)
     s = kjit.stats()
     assert s["memory_hits"] == 0 and s["disk_hits"] + s["compiles"] >= 1, s
+
+
+def test_profiler_sees_the_ops():
+    x = t(4, 256)
+    ops.softmax(x)  # compiled and cached first
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        ops.softmax(x)
+    assert any("kjit::softmax" in e.name for e in prof.events()), sorted({e.name for e in prof.events()})
+
+
+def test_specialized_nan_inf_and_signed_zero_are_each_their_own_kernel():
+    f = kjit.elementwise("x / s", "x", "s", specialize="s", name="special_values")
+    x = torch.ones(5, device="cuda")
+    assert torch.equal(f(x, s=1.0), x)
+    assert torch.isnan(f(x, s=float("nan"))).all()
+    assert torch.equal(f(x, s=float("inf")), torch.zeros_like(x))
+    assert torch.equal(f(x, s=-0.0), torch.full_like(x, float("-inf")))
+    assert torch.equal(f(x, s=0.0), torch.full_like(x, float("inf")))
+
+
+def test_nine_input_function_refuses_gradients_with_the_reason():
+    names = [f"a{i}" for i in range(9)]
+    f = kjit.elementwise(" + ".join(names), names, name="nine_inputs")
+    args = [t(4) for _ in names]
+    torch.testing.assert_close(f(*args), sum(args))
+    args[0].requires_grad_()
+    with pytest.raises(kjit.ValueError, match="9 inputs has no derivative kernel"):
+        f(*args)

@@ -3,6 +3,7 @@
 #include "direct.hpp"
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/record_function.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -92,7 +93,10 @@ bool plain_cuda_tensor(const at::Tensor& t) noexcept {
 
 bool plain_thread_state() noexcept {
   const c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
-  return (tls.included_ - c10::default_included_set).empty() && !at::impl::torch_function_mode_enabled();
+  // RecordFunction callbacks (the profiler, torch.profiler's record_shapes...) see the op through the
+  // dispatcher, as they would any PyTorch op.
+  return (tls.included_ - c10::default_included_set).empty() && !at::impl::torch_function_mode_enabled() &&
+         !at::hasCallbacks();
 }
 
 void count_direct_call() noexcept { g_direct_calls.fetch_add(1, std::memory_order_relaxed); }

@@ -4,8 +4,8 @@
 //   - every tensor argument is an exact torch.Tensor (or Parameter) on a CUDA device with no other
 //     dispatch key than a plain CUDA tensor's (no fake, functional, batched, conjugate, nested ... tensor);
 //   - no tensor requires grad while grad mode is on;
-//   - no dispatch key is forced on for this thread (a TorchDispatchMode, functorch's transforms) and no
-//     TorchFunctionMode is active;
+//   - no dispatch key is forced on for this thread (a TorchDispatchMode, functorch's transforms), no
+//     TorchFunctionMode is active and no RecordFunction callback (the profiler) is registered;
 //   - every other argument has the exact Python type of its schema type (int, float, bool, str, lists
 //     of ints; defaults from the schema).
 // Anything else calls the registered op (torch.ops.kjit.<name>.default) with the arguments as given, so

@@ -45,6 +45,11 @@ void check_differentiable(const ElementwiseFn& fn, at::TensorList inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad() || fn.derivative(i)) continue;
     const std::string& in = fn.spec().inputs[i];
+    if (inputs.size() >= static_cast<std::size_t>(ElementwiseFn::kMaxInputs))
+      throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but a function of " +
+                       std::to_string(inputs.size()) + " inputs has no derivative kernel (it would take the gradient "
+                       "and every input: at most " + std::to_string(ElementwiseFn::kMaxInputs) +
+                       " tensors); split the function, or pass " + in + ".detach()");
     const std::string& why = fn.spec().no_grad_reasons[i];
     throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but kjit has no derivative of the expression "
                      "with respect to it" + (why.empty() ? std::string() : " (" + why + ")") +

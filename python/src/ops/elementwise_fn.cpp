@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -75,6 +77,20 @@ struct ArgPack {
   }
 };
 
+// A spec may come from a saved graph rather than kjit/elementwise.py: the same rules as at definition.
+void check_expression(const std::string& expr, const std::string& what) {
+  static const char* const kNot[] = {";", "{", "}", "#", "//", "/*", "%:", "?\?=", "<%", "%>", "\n", "\r", "\\"};
+  for (const char* tok : kNot)
+    if (expr.find(tok) != std::string::npos)
+      throw ValueError("kjit.elementwise: " + what + " '" + expr +
+                       "' must be one C++ expression (no ';', braces, comments or preprocessor lines) on one line");
+}
+void check_name(const std::string& n) {
+  const bool ok = !n.empty() && (std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_') &&
+                  std::all_of(n.begin(), n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  if (!ok) throw ValueError("kjit.elementwise: name '" + n + "' of the function spec is not a C++ identifier");
+}
+
 }  // namespace
 
 std::string cpp_float(double v) {
@@ -127,7 +143,13 @@ ElementwiseSpec ElementwiseSpec::from_json(std::string_view text) {
       s.no_grad_reasons.push_back(no_grad.contains(in) ? no_grad[in].get<std::string>() : std::string());
     }
     const auto defaults = j.value("defaults", nlohmann::json::object());
-    for (const auto& [k, v] : defaults.items()) s.defaults.emplace_back(k, v.get<double>());
+    for (const auto& [k, v] : defaults.items())
+      s.defaults.emplace_back(k, v.is_string() ? std::strtod(v.get<std::string>().c_str(), nullptr) : v.get<double>());
+    check_expression(s.expr, "the expression");
+    for (std::size_t i = 0; i < s.grads.size(); ++i)
+      if (s.grads[i]) check_expression(*s.grads[i], "the derivative of '" + s.inputs[i] + "'");
+    for (const std::string& n : s.inputs) check_name(n);
+    for (const std::string& n : s.scalars) check_name(n);
     if (s.inputs.empty() || s.inputs.size() > static_cast<std::size_t>(ElementwiseFn::kMaxInputs))
       throw ValueError("kjit.elementwise: a function takes 1 to " + std::to_string(ElementwiseFn::kMaxInputs) +
                        " input tensors, got " + std::to_string(s.inputs.size()));
@@ -158,7 +180,7 @@ std::string ElementwiseSpec::to_json() const {
     if (!no_grad_reasons[i].empty()) why[inputs[i]] = no_grad_reasons[i];
   j["no_grad"] = why;
   nlohmann::json defs = nlohmann::json::object();
-  for (const auto& [k, v] : defaults) defs[k] = v;
+  for (const auto& [k, v] : defaults) defs[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(std::to_string(v));
   j["defaults"] = defs;
   return j.dump();
 }
@@ -241,8 +263,10 @@ std::string ElementwiseFn::source(const std::vector<double>& values) const {
 
 const ElementwiseFn::Compiled& ElementwiseFn::compiled(const std::vector<double>& values) const {
   if (plain_) return *plain_;
+  std::vector<std::uint64_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) std::memcpy(&bits[i], &values[i], sizeof(double));
   std::lock_guard<std::mutex> lock(mu_);
-  auto& c = by_values_[values];
+  auto& c = by_values_[bits];
   if (!c) {
     auto made = std::make_unique<Compiled>();
     made->tmpl = Template::from_string(source(values), "kjit_elementwise_" + spec_.name);
@@ -256,17 +280,17 @@ std::shared_ptr<const Template> ElementwiseFn::tmpl(const std::vector<double>& v
 }
 
 const KernelFamily& ElementwiseFn::family(const Compiled& c, int rank, bool fast_exp) const {
-  auto& slot = c.families[static_cast<std::size_t>(rank) * 2 + (fast_exp ? 1 : 0)];
-  if (const KernelFamily* f = slot.get()) return *f;  // set once, under c.mu, never reset
+  std::atomic<const KernelFamily*>& slot = c.families[static_cast<std::size_t>(rank) * 2 + (fast_exp ? 1 : 0)];
+  if (const KernelFamily* f = slot.load(std::memory_order_acquire)) return *f;
   std::lock_guard<std::mutex> lock(c.mu);
-  if (!slot) {
-    CompileOptions options;
-    // 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
-    if (fast_exp) options.defines["KJIT_FAST_EXP"] = "1";
-    const std::string kernel = rank == 0 ? "kjit_elementwise" : "kjit_elementwise_strided" + std::to_string(rank);
-    slot = std::make_unique<const KernelFamily>(Engine::global(), c.tmpl, kernel, std::move(options));
-  }
-  return *slot;
+  if (const KernelFamily* f = slot.load(std::memory_order_relaxed)) return *f;
+  CompileOptions options;
+  // 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
+  if (fast_exp) options.defines["KJIT_FAST_EXP"] = "1";
+  const std::string kernel = rank == 0 ? "kjit_elementwise" : "kjit_elementwise_strided" + std::to_string(rank);
+  c.owned.push_back(std::make_unique<const KernelFamily>(Engine::global(), c.tmpl, kernel, std::move(options)));
+  slot.store(c.owned.back().get(), std::memory_order_release);
+  return *c.owned.back();
 }
 
 at::ScalarType ElementwiseFn::result_dtype(c10::ArrayRef<at::Tensor> inputs) const {
@@ -475,6 +499,7 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
 
 const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
   if (i >= spec_.inputs.size() || !spec_.grads[i]) return nullptr;
+  if (spec_.inputs.size() + 1 > static_cast<std::size_t>(kMaxInputs)) return nullptr;  // kjit_grad + the inputs
   std::lock_guard<std::mutex> lock(mu_);
   if (!derivatives_[i]) {
     ElementwiseSpec d;
@@ -482,24 +507,32 @@ const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
     d.expr = "kjit_grad * (" + *spec_.grads[i] + ")";
     d.inputs.push_back("kjit_grad");
     d.inputs.insert(d.inputs.end(), spec_.inputs.begin(), spec_.inputs.end());
-    if (d.inputs.size() > static_cast<std::size_t>(kMaxInputs)) return nullptr;
     d.scalars = spec_.scalars;
     d.specialized = spec_.specialized;
     d.grads.assign(d.inputs.size(), std::nullopt);
     d.no_grad_reasons.assign(d.inputs.size(), "kjit differentiates an elementwise function once (its derivative "
                                               "has no derivative of its own)");
-    derivatives_[i] = std::make_unique<ElementwiseFn>(std::move(d));
+    derivatives_[i] = &elementwise_fn(d.to_json());  // the one the registered op finds by this spec
   }
-  return derivatives_[i].get();
+  return derivatives_[i];
 }
 
 const ElementwiseFn& elementwise_fn(const std::string& spec_json) {
   static std::mutex mu;
-  static std::unordered_map<std::string, std::unique_ptr<ElementwiseFn>> fns;
+  static std::unordered_map<std::string, const ElementwiseFn*> by_text;                 // as given
+  static std::unordered_map<std::string, std::unique_ptr<const ElementwiseFn>> by_spec;  // canonical
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_text.find(spec_json);
+    if (it != by_text.end()) return *it->second;
+  }
+  auto made = std::make_unique<const ElementwiseFn>(ElementwiseSpec::from_json(spec_json));  // outside the lock
   std::lock_guard<std::mutex> lock(mu);
-  auto& f = fns[spec_json];
-  if (!f) f = std::make_unique<ElementwiseFn>(ElementwiseSpec::from_json(spec_json));
-  return *f;
+  auto& owned = by_spec[made->spec_json()];
+  if (!owned) owned = std::move(made);
+  by_text[spec_json] = owned.get();
+  by_text[owned->spec_json()] = owned.get();
+  return *owned;
 }
 
 }  // namespace kjit::ops

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -78,7 +79,9 @@ class ElementwiseFn {
  private:
   struct Compiled {  // one tuple of specialized values
     std::shared_ptr<const Template> tmpl;
-    mutable std::array<std::unique_ptr<const KernelFamily>, 2 * (kMaxRank + 1)> families;  // [rank][fast exp]
+    // [rank][fast exp]: published once (release) after construction under `mu`, read without a lock.
+    mutable std::array<std::atomic<const KernelFamily*>, 2 * (kMaxRank + 1)> families{};
+    mutable std::vector<std::unique_ptr<const KernelFamily>> owned;  // under mu
     mutable std::mutex mu;
   };
   const Compiled& compiled(const std::vector<double>& values) const;
@@ -94,11 +97,13 @@ class ElementwiseFn {
   std::string repr_;
   std::unique_ptr<Compiled> plain_;  // the one Compiled of a function without specialized scalars
   mutable std::mutex mu_;
-  mutable std::map<std::vector<double>, std::unique_ptr<Compiled>> by_values_;
-  mutable std::vector<std::unique_ptr<ElementwiseFn>> derivatives_;  // made on first use, under mu_
+  // By the bit patterns of the values (NaN, -0.0 and 0.0 are distinct values, each its own kernel).
+  mutable std::map<std::vector<std::uint64_t>, std::unique_ptr<Compiled>> by_values_;
+  mutable std::vector<const ElementwiseFn*> derivatives_;  // from elementwise_fn(), made on first use under mu_
 };
 
-// The function of a spec, made on first sight and kept for the process (the registered op's lookup).
+// The function of a spec, made on first sight and kept for the process (the registered op's lookup). Specs
+// that differ only in their JSON spelling are one function (looked up by the canonical spec_json()).
 const ElementwiseFn& elementwise_fn(const std::string& spec_json);
 
 // Python's float.hex() of v ("0x1.8000000000000p+1"), or a C++ expression for NaN and infinities.
