@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 
 #include <cstdio>
 #include <initializer_list>
@@ -74,8 +75,10 @@ bool set_known_error(std::exception_ptr p) {
     raise(g.type_error, e.what());
   } catch (const Error& e) {
     raise(g.error, e.what());
-  } catch (const c10::Error& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const c10::Error&) {
+    // As torch.ops would raise it: torch.OutOfMemoryError for c10::OutOfMemoryError, IndexError,
+    // NotImplementedError ... (a direct op entry allocates without the dispatcher).
+    torch::translate_exception_to_python(std::current_exception());
   } catch (...) {
     return false;
   }

@@ -7,6 +7,7 @@ Both skip, with the reason, when transformers is not installed.
 
 import copy
 import importlib.util
+import sys
 import json
 import os
 
@@ -22,8 +23,12 @@ def _transformers():
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("llama_kjit_example", EXAMPLE)
+    name = "llama_kjit_example"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Dynamo imports the module of the patched classes by name
     spec.loader.exec_module(mod)
     return mod
 
