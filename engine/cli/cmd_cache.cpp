@@ -191,9 +191,19 @@ std::vector<Command> add_cache_commands(CLI::App& app, Context& ctx) {
 
   auto verify_req = std::make_shared<VerifyRequest>();
   CLI::App* verify = app.add_subcommand("verify", "Check every cache entry; exit status 1 if any is damaged");
+  // An empty path (an unset shell variable) must not fall back to checking the user's own cache.
+  auto non_empty = [](const char* what) {
+    return [what](const std::string& text) {
+      return text.empty() ? std::string("an empty path is not allowed (an unset variable?); give ") + what
+                          : std::string();
+    };
+  };
   verify->add_option("--dir", verify_req->dir, "Check this exported cache against its lock instead")
-      ->type_name("DIR");
-  verify->add_option("--lock", verify_req->lock, "Lock file of --dir (default DIR/kjit.lock)")->type_name("FILE");
+      ->type_name("DIR")
+      ->check(non_empty("the exported cache's folder"));
+  verify->add_option("--lock", verify_req->lock, "Lock file of --dir (default DIR/kjit.lock)")
+      ->type_name("FILE")
+      ->check(non_empty("the lock file, or leave --lock out for DIR/kjit.lock"));
   out.push_back({verify, [&ctx, verify_req]() { return run_verify(ctx, *verify_req); }});
 
   auto max_bytes = std::make_shared<std::string>();

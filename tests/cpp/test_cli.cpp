@@ -563,6 +563,18 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
       << bad_size.err;
   EXPECT_NE(bad_size.err.find("Usage: kjit prune [OPTIONS]"), std::string::npos) << bad_size.err;
 
+  // An unset variable (`kjit verify --dir "$EXPORT"`) used to check the user's own cache and exit 0.
+  Result empty_dir = kjit({"verify", "--dir", ""});
+  EXPECT_EQ(empty_dir.code, 2);
+  EXPECT_EQ(empty_dir.err.rfind("kjit: error: --dir: an empty path is not allowed (an unset variable?); give the "
+                                "exported cache's folder\n",
+                                0),
+            0u)
+      << empty_dir.err;
+  Result empty_lock = kjit({"verify", "--lock", ""});
+  EXPECT_EQ(empty_lock.code, 2);
+  EXPECT_NE(empty_lock.err.find("--lock: an empty path is not allowed"), std::string::npos) << empty_lock.err;
+
   Result extra = kjit({"ls", "extra"});
   EXPECT_EQ(extra.code, 2);
 }

@@ -70,16 +70,25 @@ void check_same_shape(const char* op, const char* arg, const at::Tensor& t, cons
                      shape_str(ref.sizes()) + ": the shapes must be equal (kjit ops do not broadcast)");
 }
 
-int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std::int64_t divides) {
-  int vec = static_cast<int>(16 / elem_size);
-  if (vec < 1) vec = 1;
+int vector_width(const Access* accesses, std::size_t n, std::int64_t divides) {
+  std::size_t widest = 1;
+  for (std::size_t i = 0; i < n; ++i) widest = std::max(widest, accesses[i].elem_size);
+  int vec = std::max<int>(1, static_cast<int>(16 / widest));
   for (; vec > 1; vec /= 2) {
-    const std::uintptr_t align = elem_size * static_cast<std::uintptr_t>(vec);
     bool ok = divides <= 0 || divides % vec == 0;
-    for (const void* p : ptrs) ok = ok && reinterpret_cast<std::uintptr_t>(p) % align == 0;
+    for (std::size_t i = 0; ok && i < n; ++i)
+      ok = reinterpret_cast<std::uintptr_t>(accesses[i].ptr) % (accesses[i].elem_size * vec) == 0;
     if (ok) break;
   }
   return vec;
+}
+
+int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std::int64_t divides) {
+  Access a[8];
+  std::size_t n = 0;
+  for (const void* p : ptrs)
+    if (n < 8) a[n++] = {p, elem_size};
+  return vector_width(a, n, divides);
 }
 
 int sm_count(int device) {

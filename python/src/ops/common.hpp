@@ -85,9 +85,16 @@ std::string shape_str(const Sizes& sizes) {
 // Throws ValueError "<op>: <message>".
 [[noreturn]] void fail_value(const char* op, const std::string& message);
 
-// Elements per vector access: the largest power of two up to 16 bytes / elem_size such that every
-// pointer is aligned to elem_size * VEC bytes and `divides` (when > 0) is a multiple of VEC.
+// The one rule for the vector width of every op. An access: a pointer and its element size.
+struct Access {
+  const void* ptr;
+  std::size_t elem_size;
+};
+// Elements per vector access: the largest power of two up to 16 bytes / the widest element such that
+// every pointer is aligned to its elem_size * VEC bytes and `divides` (when > 0) is a multiple of VEC.
 // 1 for misaligned views.
+int vector_width(const Access* accesses, std::size_t n, std::int64_t divides = 0);
+// The same for pointers of one element size.
 int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std::int64_t divides = 0);
 
 // Multiprocessors of a device (read from the driver once per device).

@@ -387,18 +387,11 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
 
 void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
                                 c10::ArrayRef<double> runtime) const {
-  std::size_t widest = out.element_size();
-  for (const at::Tensor& t : ins) widest = std::max<std::size_t>(widest, t.element_size());
-  int vec = static_cast<int>(16 / widest);
-  auto aligned = [&](const at::Tensor& t) {
-    return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % (vec * t.element_size()) == 0;
-  };
-  while (vec > 1) {
-    bool ok = aligned(out);
-    for (const at::Tensor& t : ins) ok = ok && aligned(t);
-    if (ok) break;
-    vec /= 2;
-  }
+  Access accesses[1 + kMaxInputs];
+  std::size_t na = 0;
+  accesses[na++] = {out.const_data_ptr(), static_cast<std::size_t>(out.element_size())};
+  for (const at::Tensor& t : ins) accesses[na++] = {t.const_data_ptr(), static_cast<std::size_t>(t.element_size())};
+  const int vec = vector_width(accesses, na);
   const std::int64_t n = out.numel();
   const bool wide = n > INT_MAX;
   const bool tail = n % vec != 0;

@@ -5,6 +5,7 @@
 
 #include "kjit/engine.hpp"
 #include "kjit/shape_policy.hpp"
+#include "common.hpp"
 
 namespace kjit::ops {
 
@@ -16,15 +17,11 @@ Dim3 RowGeometry::grid_for(std::int64_t rows) const {
 }
 
 int vector_width(std::int64_t d, std::initializer_list<const at::Tensor*> tensors) {
-  const std::size_t elem = (*tensors.begin())->element_size();
-  int vec = std::max<int>(1, static_cast<int>(16 / elem));
-  for (; vec > 1; vec /= 2) {
-    bool ok = d % vec == 0;
-    for (const at::Tensor* t : tensors)
-      ok = ok && reinterpret_cast<std::uintptr_t>(t->const_data_ptr()) % (vec * t->element_size()) == 0;
-    if (ok) break;
-  }
-  return vec;
+  Access a[8];
+  std::size_t n = 0;
+  for (const at::Tensor* t : tensors)
+    if (n < 8) a[n++] = {t->const_data_ptr(), static_cast<std::size_t>(t->element_size())};
+  return ops::vector_width(a, n, d);
 }
 
 RowGeometry row_geometry(std::int64_t d, std::initializer_list<const at::Tensor*> tensors, int max_per_thread,

@@ -28,7 +28,8 @@ struct RowGeometry {
   Dim3 grid_for(std::int64_t rows) const;
 };
 
-// The widest vector (elements) that divides d and to which every tensor's data pointer is aligned.
+// The widest vector (elements) that divides d and to which every tensor's data pointer is aligned
+// (common.hpp's vector_width for these tensors).
 int vector_width(std::int64_t d, std::initializer_list<const at::Tensor*> tensors);
 
 // The geometry for rows of length d of these tensors (all of the rows' element type).
