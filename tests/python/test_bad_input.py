@@ -1079,8 +1079,9 @@ def _second_gpu(name):
 
 
 MIXED_DEVICE_CASES = _mixed_rows() + [
-    case(op("layer_norm"), "device", _second_gpu("layer_norm"), kjit.ValueError, rf"{_ONE_DEVICE}cuda:0 \(x\) and cuda:1 "
-         r"\(bias\)", "cuda:1", marks=[multi_gpu]),
+    # Every tensor grouped by its device, in argument order (the C++ ops' message).
+    case(op("layer_norm"), "device", _second_gpu("layer_norm"), kjit.ValueError, rf"{_ONE_DEVICE}cuda:0 \(x, weight\) and "
+         r"cuda:1 \(bias\); move them with \.to\('cuda:0'\)", "cuda:1", marks=[multi_gpu]),
     case(op("outer"), "device", _second_gpu("outer"), kjit.ValueError, rf"{_ONE_DEVICE}cuda:0 \(a\) and cuda:1 \(b\)",
          "cuda:1", marks=[multi_gpu]),
     case(op("layer_norm"), "device", lambda m: ops.layer_norm(torch.ones(3, 8), m.w(8).cuda()), kjit.ValueError,
