@@ -2,52 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <sstream>
 
+#include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
+#include "kjit/log.hpp"
+#include "kjit/nvrtc_job.hpp"
 #include "kjit/nvrtc_library.hpp"
 #include "text_scan.hpp"
 
 namespace kjit {
 namespace {
-
-// RAII owner of one nvrtcProgram.
-class Program {
- public:
-  Program(const NvrtcLibrary& lib, const std::string& source, const std::string& name,
-          const std::vector<const Header*>& headers)
-      : lib_(lib) {
-    std::vector<const char*> contents, names;
-    for (const Header* h : headers) {
-      contents.push_back(h->bytes.c_str());
-      names.push_back(h->include_name.c_str());
-    }
-    lib_.check(lib_.nvrtcCreateProgram(&prog_, source.c_str(), name.c_str(), static_cast<int>(headers.size()),
-                                       contents.data(), names.data()),
-               "nvrtcCreateProgram");
-  }
-  ~Program() {
-    if (prog_) lib_.nvrtcDestroyProgram(&prog_);
-  }
-  Program(const Program&) = delete;
-  Program& operator=(const Program&) = delete;
-  nvrtcProgram get() const { return prog_; }
-
-  std::string log() const {
-    std::size_t n = 0;
-    if (lib_.nvrtcGetProgramLogSize(prog_, &n) != NVRTC_SUCCESS || n <= 1) return "";
-    std::string s(n, '\0');
-    if (lib_.nvrtcGetProgramLog(prog_, s.data()) != NVRTC_SUCCESS) return "";
-    s.resize(n - 1);
-    return s;
-  }
-
- private:
-  const NvrtcLibrary& lib_;
-  nvrtcProgram prog_ = nullptr;
-};
 
 std::string join_archs(const std::vector<int>& archs) {
   std::string out;
@@ -115,49 +83,121 @@ CompilePlan Compiler::plan(const Target& requested) {
                    join_archs(archs) + " (or compute_XY for PTX)");
 }
 
-CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& plan) {
-  const NvrtcLibrary& lib = NvrtcLibrary::get();
+namespace {
+
+// The type a name expression may use that only a CUDA header declares: kjit rendered it, so kjit says
+// which include the template lacks instead of passing on NVRTC's bare "identifier is undefined".
+void check_types_are_declared(const Specialization& spec) {
+  const std::string& expr = spec.name_expression();
+  static const std::pair<const char*, const char*> needs[] = {{"__half", "cuda_fp16.h"},
+                                                              {"__nv_bfloat16", "cuda_bf16.h"}};
+  for (const auto& [type, header] : needs) {
+    if (expr.find(type) == std::string::npos) continue;
+    bool included = false;
+    for (const auto& h : spec.tmpl().headers()) included = included || h.path.filename() == header;
+    if (!included)
+      throw ValueError("kernel '" + spec.kernel().qualified_name() + "' of template '" + spec.tmpl().name() +
+                       "' is specialized as " + expr + ", which uses " + type + ": that type is declared in " +
+                       header + ", and the template does not include it. Add `#include <" + header +
+                       ">` to the template (or call it with tensors of another dtype).");
+  }
+}
+
+bool nvrtc_caches_compiles() {
+  static const bool has = [] {
+    int major = 0, minor = 0;
+    NvrtcLibrary::get().check(NvrtcLibrary::get().nvrtcVersion(&major, &minor), "nvrtcVersion");
+    return major > 12 || (major == 12 && minor >= 9);
+  }();
+  return has;
+}
+
+// The names in NVRTC's "could not open source file "X"" lines.
+std::vector<std::string> unopened_includes(const std::string& log) {
+  std::vector<std::string> out;
+  for (const char* marker : {"could not open source file \"", "cannot open source file \""}) {
+    for (std::size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+      const std::size_t from = at + std::strlen(marker);
+      const std::size_t to = log.find('"', from);
+      if (to == std::string::npos) break;
+      std::string name = log.substr(from, to - from);
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(std::move(name));
+    }
+  }
+  return out;
+}
+
+std::string unresolved_hint(const std::string& log, const Template& t) {
+  const auto names = unopened_includes(log);
+  if (names.empty()) return "";
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+  if (t.confined())
+    return "\nkjit did not find " + list + " among the headers recorded with this template (rebuilt from a "
+           "manifest), and NVRTC reads no other file for it. Record the template again from sources that "
+           "include it plainly.";
+  return "\nkjit did not find " + list + " where it resolves includes (the including file's folder, the "
+         "template's folder, include_dirs, KJIT_INCLUDE_PATH, kjit's templates, the CUDA headers), and NVRTC "
+         "reads only the headers kjit found and hashed: pass the folder that holds it in include_dirs (or "
+         "KJIT_INCLUDE_PATH), or include it by a path relative to the including file.";
+}
+
+}  // namespace
+
+CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& plan, const Settings& settings) {
   const Template& t = spec.tmpl();
+  check_types_are_declared(spec);
   CompiledBinary out;
   out.plan = plan;
-  out.flags = spec.options().nvrtc_flags(plan.actual, t.nvrtc_include_dirs());
-  if (t.confined()) out.flags.push_back("--no-source-include");
-  std::vector<const Header*> in_memory;
-  for (const auto& h : t.headers())
-    if (!h.from_cuda) in_memory.push_back(&h);
+  // NVRTC reads only what kjit resolved and hashed: every user header in memory, no search of the
+  // program's folder or the current directory (--no-source-include). A template rebuilt from a manifest
+  // gets the CUDA headers in memory too and no include path at all: its compile may open no file.
+  static const std::vector<std::string> no_dirs;
+  out.flags = spec.options().nvrtc_flags(plan.actual, t.confined() ? no_dirs : t.nvrtc_include_dirs());
+  out.flags.push_back("--no-source-include");
+  // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
+  // itself, and a compile it counts and times must be a real one with a full log.
+  if (nvrtc_caches_compiles()) out.flags.push_back("--no-cache");
+  NvrtcJob job;
+  job.source = t.source();
+  job.program_name = program_name(t);
+  for (const auto* list : {&t.headers(), &t.compile_only_headers()})
+    for (const auto& h : *list)
+      if (!h.from_cuda || t.confined()) job.headers.emplace_back(h.include_name, h.bytes);
+  job.flags = out.flags;
+  job.name_expression = spec.name_expression();
+  job.want_cubin = plan.output == cache::OutputKind::Cubin;
 
   auto start = std::chrono::steady_clock::now();
-  const std::string name = program_name(t);
-  Program prog(lib, t.source(), name, in_memory);
-  const std::string& expr = spec.name_expression();
-  lib.check(lib.nvrtcAddNameExpression(prog.get(), expr.c_str()), "nvrtcAddNameExpression");
-  std::vector<const char*> argv;
-  for (const auto& f : out.flags) argv.push_back(f.c_str());
-  nvrtcResult r = lib.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
-  out.log = prog.log();
-  if (r != NVRTC_SUCCESS) {
+  NvrtcOutcome r;
+  if (t.confined() || settings.compile_isolation == CompileIsolation::Always) {
+    CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
+    r = run_nvrtc_in_child(job, bounds, spec.describe());
+    if (!r.sandbox_note.empty())
+      log::warn_once("compile-sandbox",
+                     "kjit could not stop NVRTC from reading files while compiling a template rebuilt from a "
+                     "manifest (" + r.sandbox_note + "); kjit's include scanner is the only guard here. "
+                     "Compile untrusted manifests on a Linux kernel with seccomp.");
+  } else {
+    auto no_fork_now = hold_off_forks();
+    r = run_nvrtc(job);
+  }
+  out.log = r.log;
+  if (!r.failed_call.empty()) throw Error(r.failed_call + " failed: " + r.status_text);
+  if (!r.ok()) {
+    const std::string& name = job.program_name;
     std::string excerpt = excerpt_errors(out.log, t, name);
     std::ostringstream msg;
-    msg << "NVRTC could not compile " << spec.describe() << " for " << plan.actual.str() << " ("
-        << lib.nvrtcGetErrorString(r) << ")\n  name expression: " << expr << "\n  options:";
+    msg << "NVRTC could not compile " << spec.describe() << " for " << plan.actual.str() << " (" << r.status_text
+        << ")\n  name expression: " << job.name_expression << "\n  options:";
     for (const auto& f : out.flags) msg << ' ' << f;
+    msg << unresolved_hint(out.log, t);
     msg << "\n--- log ---\n" << out.log;
     if (!excerpt.empty()) msg << "\n--- source ---\n" << excerpt;
-    throw CompileError(msg.str(), out.log, expr, out.flags, excerpt);
+    throw CompileError(msg.str(), out.log, job.name_expression, out.flags, excerpt);
   }
-  const char* lowered = nullptr;
-  lib.check(lib.nvrtcGetLoweredName(prog.get(), expr.c_str(), &lowered), "nvrtcGetLoweredName");
-  out.lowered_name = lowered ? lowered : "";
-  std::size_t size = 0;
-  if (plan.output == cache::OutputKind::Cubin) {
-    lib.check(lib.nvrtcGetCUBINSize(prog.get(), &size), "nvrtcGetCUBINSize");
-    out.payload.resize(size);
-    lib.check(lib.nvrtcGetCUBIN(prog.get(), out.payload.data()), "nvrtcGetCUBIN");
-  } else {
-    lib.check(lib.nvrtcGetPTXSize(prog.get(), &size), "nvrtcGetPTXSize");
-    out.payload.resize(size);
-    lib.check(lib.nvrtcGetPTX(prog.get(), out.payload.data()), "nvrtcGetPTX");
-  }
+  out.lowered_name = std::move(r.lowered_name);
+  out.payload = std::move(r.payload);
   out.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;

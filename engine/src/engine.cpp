@@ -130,7 +130,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   auto produce = [&]() {
     if (forbidden && *forbidden)
       throw LaunchError(spec.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
-    CompiledBinary bin = Compiler::compile(spec, plan);
+    CompiledBinary bin = Compiler::compile(spec, plan, settings_);
     compiles_.fetch_add(1);
     compile_us_.fetch_add(static_cast<std::uint64_t>(bin.compile_ms * 1000));
     log::info(1, "compiled " + spec.describe() + " for " + plan.actual.str() + " in " +

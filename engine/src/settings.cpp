@@ -46,6 +46,13 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_MAX_SPECIALIZATIONS", "an integer >= 1",
        "distinct values of a shape parameter before a kernel falls back to its generic variant "
        "(default 16)"},
+      {"KJIT_COMPILE_ISOLATION", "untrusted | always",
+       "untrusted: templates rebuilt from a manifest compile in a child process that may read no file, "
+       "under the time and memory limits; always: every compile runs in a bounded child process"},
+      {"KJIT_COMPILE_TIMEOUT", "seconds, a number > 0",
+       "wall-clock limit of one isolated compile (default 300)"},
+      {"KJIT_COMPILE_MEMORY", "a positive integer, optional suffix K, M, G",
+       "memory one isolated compile may add (default 8G)"},
   };
   return registry;
 }
@@ -109,6 +116,19 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what, 
   return n * mult;
 }
 
+// Seconds: a number > 0 (and <= 1e7).
+static double parse_seconds(const char* var, const std::string& v, const char* hint) {
+  std::size_t pos = 0;
+  double t = 0;
+  try {
+    t = std::stod(v, &pos);
+  } catch (const std::exception&) {
+    bad_value(var, v, allowed_of(var), hint);
+  }
+  if (pos != v.size() || !(t > 0) || t > 1e7) bad_value(var, v, allowed_of(var), hint);
+  return t;
+}
+
 Settings Settings::from_lookup(const Lookup& get) {
   Settings s;
   auto nonempty = [&](const char* name) -> std::optional<std::string> {
@@ -155,18 +175,22 @@ Settings Settings::from_lookup(const Lookup& get) {
   else if (auto p = nonempty("CUDA_PATH")) s.cuda_home = fs::path(*p);
   if (auto v = nonempty("KJIT_NVRTC_LIBRARY")) s.nvrtc_library = fs::path(*v);
   if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = fs::path(*v);
-  if (auto v = nonempty("KJIT_LOCK_TIMEOUT")) {
-    const char* hint = "Example: KJIT_LOCK_TIMEOUT=60.";
-    std::size_t pos = 0;
-    double t = 0;
+  if (auto v = nonempty("KJIT_LOCK_TIMEOUT")) s.lock_timeout_s = parse_seconds("KJIT_LOCK_TIMEOUT", *v, "Example: KJIT_LOCK_TIMEOUT=60.");
+  if (auto v = nonempty("KJIT_COMPILE_ISOLATION")) {
+    if (*v == "untrusted") s.compile_isolation = CompileIsolation::Untrusted;
+    else if (*v == "always") s.compile_isolation = CompileIsolation::Always;
+    else bad_value("KJIT_COMPILE_ISOLATION", *v, allowed_of("KJIT_COMPILE_ISOLATION"),
+                   "Unset it for the default (untrusted).");
+  }
+  if (auto v = nonempty("KJIT_COMPILE_TIMEOUT"))
+    s.compile_timeout_s = parse_seconds("KJIT_COMPILE_TIMEOUT", *v, "Example: KJIT_COMPILE_TIMEOUT=600.");
+  if (auto v = nonempty("KJIT_COMPILE_MEMORY")) {
     try {
-      t = std::stod(*v, &pos);
-    } catch (const std::exception&) {
-      bad_value("KJIT_LOCK_TIMEOUT", *v, allowed_of("KJIT_LOCK_TIMEOUT"), hint);
+      s.compile_memory_bytes = parse_byte_size(*v, "KJIT_COMPILE_MEMORY", false);
+    } catch (const ValueError&) {
+      bad_value("KJIT_COMPILE_MEMORY", *v, allowed_of("KJIT_COMPILE_MEMORY"),
+                "Example: KJIT_COMPILE_MEMORY=16G. Unset it for the default (8G).");
     }
-    if (pos != v->size() || !(t > 0) || t > 1e7)
-      bad_value("KJIT_LOCK_TIMEOUT", *v, allowed_of("KJIT_LOCK_TIMEOUT"), hint);
-    s.lock_timeout_s = t;
   }
   if (auto v = nonempty("KJIT_VERBOSE"))
     s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));

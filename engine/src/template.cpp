@@ -143,6 +143,12 @@ class IncludeResolver {
   void run(const std::string& root_text) { visit(root_text, base_dir_); }
   std::vector<Header> headers;
   std::vector<std::string> unresolved;
+  std::vector<std::pair<std::string, std::string>> aliases;  // (include name, canonical path seen before)
+  // The header a canonical path was first read as.
+  const Header* header_at(const std::string& canonical) const {
+    auto it = seen_paths_.find(canonical);
+    return it == seen_paths_.end() ? nullptr : &headers[it->second];
+  }
 
  private:
   void visit(const std::string& text, const fs::path& including_dir) {
@@ -164,6 +170,9 @@ class IncludeResolver {
       for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
       candidates.emplace_back(builtin_templates_dir(), false);
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
+      // An absolute name is that file, wherever it is: a CUDA header only when it lies in the CUDA dirs
+      // (else KJIT_RECORD would leave it out of a manifest as part of the toolkit).
+      if (fs::path(inc.name).is_absolute()) candidates = {{fs::path("/"), in_cuda_dirs(fs::path(inc.name).parent_path())}};
       // kjit's templates folder never serves a name that climbs out of it, nor does any folder for a
       // confined template; the CUDA headers' own "../x" includes resolve as the toolkit wrote them.
       const bool leaves = leaves_its_folder(inc.name) && !in_cuda_dirs(including_dir);
@@ -179,7 +188,12 @@ class IncludeResolver {
         bool cuda = is_cuda || in_cuda_dirs(including_dir);
         fs::path canon = fs::weakly_canonical(p, ec);
         found = true;
-        if (!seen_files_.insert(canon.string()).second) break;
+        if (!seen_files_.insert(canon.string()).second) {
+          // The same file under another spelling: NVRTC looks in-memory headers up by spelling.
+          if (!seen_names_.count(inc.name)) aliases.push_back({inc.name, canon.string()});
+          break;
+        }
+        seen_paths_[canon.string()] = headers.size();
         std::string bytes;
         if (!read_file(p, bytes)) throw ValueError("cannot read header " + p.string() + " included as '" + inc.name + "'");
         if (!cuda && seen_names_.count(inc.name))
@@ -213,6 +227,7 @@ class IncludeResolver {
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
+  std::map<std::string, std::size_t> seen_paths_;  // canonical path -> index in headers
   std::map<std::string, std::string> seen_names_;
   const std::map<std::string, std::string>& memory_;
   bool confined_;
@@ -266,11 +281,17 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
     field(h->bytes);
   }
   t->digest_ = cache::to_hex(sha.finish());
+  // Not hashed either (the bytes are those of a header above): a header reached under a second spelling
+  // is handed to NVRTC under that spelling too, for compiles that see headers only in memory.
+  for (const auto& [alias, canonical] : resolver.aliases)
+    if (const Header* h = resolver.header_at(canonical))
+      if (std::none_of(t->headers_.begin(), t->headers_.end(), [&](const Header& x) { return x.include_name == alias; }))
+        t->compile_only_headers_.push_back({alias, h->path, h->bytes, h->from_cuda});
   if (confined) {
     // Not hashed: the same template loaded from its files (no such names there) must keep its key.
     for (const auto& name : t->unresolved_)
       if (leaves_its_folder(name))
-        t->headers_.push_back({name, fs::path("<blocked>") / name,
+        t->compile_only_headers_.push_back({name, fs::path("<blocked>") / name,
                                "#error \"kjit: this include is not a header recorded with this template, and a "
                                "template rebuilt from a manifest reads no other file outside the CUDA headers\"\n",
                                false});

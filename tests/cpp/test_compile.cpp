@@ -4,13 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 
 #include "kjit/compiler.hpp"
 #include "kjit/dynamic_library.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
+#include "kjit/log.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -250,5 +253,184 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
                                   {{"h.cuh", "#pragma once\n"}});
   EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90"))
                 .origin,
+            Origin::Compiled);
+}
+
+namespace {
+
+// Restores the working directory when it goes.
+struct InDirectory {
+  explicit InDirectory(const std::filesystem::path& dir) : before(std::filesystem::current_path()) {
+    std::filesystem::current_path(dir);
+  }
+  ~InDirectory() { std::filesystem::current_path(before); }
+  std::filesystem::path before;
+};
+
+std::string message_of_compile(Engine& engine, const Specialization& s, const std::string& target = "sm_90") {
+  try {
+    engine.prepare(s, Target::parse(target));
+  } catch (const CompileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kKernel = "template <typename T>\n__global__ void k(T* p) { p[0] = T(1); }\n";
+
+}  // namespace
+
+// NVRTC searches the program name's folder, and (for a bare file name) the current directory, for a
+// quoted include: a header kjit never resolved nor hashed would be compiled, and an edit of it would
+// bring the old kernel back from disk under the same key. NVRTC now reads only what kjit hashed.
+TEST(Compile, NvrtcReadsNoHeaderKjitDidNotResolveAndHash) {
+  TempDir dir;
+  kjit::testing::write_file(dir / "kernels" / "common.h", "#define VALUE 1\n");
+  kjit::testing::write_file(dir / "elsewhere" / "k.cu", "#include \"common.h\"\n" + kKernel);
+  Engine engine(settings_for(dir));
+  const std::string source = "#include \"common.h\"\n" + kKernel;
+  // A string template named into the folder of the header.
+  auto named = Template::from_string(source, (dir / "kernels" / "k.cu").string());
+  EXPECT_EQ(named->unresolved_includes(), (std::vector<std::string>{"common.h"}));
+  std::string msg = message_of_compile(engine, Specialization(named, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  EXPECT_NE(msg.find("kjit did not find 'common.h'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("include_dirs"), std::string::npos) << msg;
+  // A file template run from the folder of the header (its own folder does not have it).
+  {
+    InDirectory in(dir / "kernels");
+    auto file = Template::from_file(dir / "elsewhere" / "k.cu");
+    msg = message_of_compile(engine, Specialization(file, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+    EXPECT_NE(msg.find("kjit did not find 'common.h'"), std::string::npos) << msg;
+  }
+  // Resolved through include_dirs, it compiles, and its bytes are in the key.
+  auto resolved = Template::from_string(source, "k.cu", {dir / "kernels"});
+  Specialization s(resolved, "k", {{"T", TemplateArg::type(DType::Float32)}});
+  EXPECT_EQ(engine.prepare(s, Target::parse("sm_90")).origin, Origin::Compiled);
+}
+
+// Every spelling of an include or a probe a hostile manifest could use: whatever the include scanner
+// makes of it, the compile of a template rebuilt from a manifest can open no file and learn nothing of
+// what exists (it runs in a child with file syscalls answered ENOENT).
+TEST(Compile, NoSpellingLetsAManifestTemplateReadOrProbeAFile) {
+  TempDir dir;
+  const std::string secret_path = (dir / "id_rsa").string();
+  kjit::testing::write_file(dir / "id_rsa", "TOP_SECRET_LINE_42 leaked;\n");
+  std::vector<std::string> warnings;
+  auto previous = log::set_warning_sink([&](const std::string& m) { warnings.push_back(m); });
+  Engine engine(settings_for(dir));
+  const std::string q = "\"" + secret_path + "\"";
+  const std::vector<std::string> includes = {
+      "/**/#include " + q + "\n",
+      "\f#include " + q + "\n",
+      "\v#include " + q + "\n",
+      "/* a comment\n over lines */ #include " + q + "\n",
+      "#\finclude " + q + "\n",
+      "#define F " + q + "\n#include F\n",
+      "%:include " + q + "\n",
+  };
+  for (const std::string& include : includes) {
+    SCOPED_TRACE(include);
+    std::shared_ptr<const Template> t;
+    try {
+      t = Template::from_memory(include + kKernel, "k.cu", {});
+    } catch (const ValueError&) {
+      continue;  // refused by the scanner: also fine
+    }
+    const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+    EXPECT_FALSE(msg.empty()) << "compiled";
+    EXPECT_EQ(msg.find("TOP_SECRET"), std::string::npos) << msg;
+  }
+  // A __has_include built by token pasting (the scanner cannot see it): the file exists, and the probe
+  // must still say it does not.
+  auto probe = Template::from_memory("#define CAT(a, b) a##b\n#define HAS CAT(__has_, include)\n#if HAS(" + q +
+                                         ")\n#error THE_FILE_EXISTS\n#endif\n" + kKernel,
+                                     "probe.cu", {});
+  for (const auto& w : warnings)
+    if (w.find("could not stop NVRTC") != std::string::npos) GTEST_SKIP() << w;
+  const std::string msg = message_of_compile(engine, Specialization(probe, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  log::set_warning_sink(previous);
+  for (const auto& w : warnings)
+    if (w.find("could not stop NVRTC") != std::string::npos) GTEST_SKIP() << w;
+  EXPECT_EQ(msg, "") << "the probe learnt that the file exists";
+}
+
+namespace {
+// 2^40 terms after macro expansion: the compiler's time and memory grow without end.
+std::string exponential_template() {
+  std::string s = "#define A0 1\n";
+  for (int i = 1; i <= 40; ++i)
+    s += "#define A" + std::to_string(i) + " (A" + std::to_string(i - 1) + " + A" + std::to_string(i - 1) + ")\n";
+  return s + "__device__ long x = A40;\n" + kKernel;
+}
+}  // namespace
+
+TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
+  TempDir dir;
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_TIMEOUT", "2"}}));
+  auto t = Template::from_memory(exponential_template(), "exp.cu", {});
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(msg.find("took longer than kjit's limit of 2 s"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("KJIT_COMPILE_TIMEOUT"), std::string::npos) << msg;
+  EXPECT_LT(s, 60) << "the limit did not stop it";
+  // The engine works afterwards.
+  auto ok = Template::from_memory(kKernel, "ok.cu", {});
+  EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+            Origin::Compiled);
+}
+
+TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
+  TempDir dir;
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()},
+                                    {"KJIT_COMPILE_ISOLATION", "always"},
+                                    {"KJIT_COMPILE_MEMORY", "200M"},
+                                    {"KJIT_COMPILE_TIMEOUT", "120"}}));
+  auto t = Template::from_string(exponential_template(), "exp.cu");
+  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  EXPECT_NE(msg.find("200 MiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("KJIT_COMPILE_MEMORY"), std::string::npos) << msg;
+  // Your own templates still compile in the child (with the CUDA include path) under `always`.
+  auto half = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "half.cu");
+  EXPECT_EQ(engine.prepare(Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")).origin,
+            Origin::Compiled);
+}
+
+// A name expression kjit rendered with __half / __nv_bfloat16 on a template that does not include the
+// header declaring it: kjit names the include to add, not NVRTC's bare "identifier is undefined".
+TEST(Compile, AHalfSpecializationOfATemplateWithoutCudaFp16SaysWhichIncludeToAdd) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  auto t = Template::from_string(kKernel, "plain.cu");
+  for (auto [dtype, header] : {std::pair{DType::Float16, "cuda_fp16.h"}, std::pair{DType::BFloat16, "cuda_bf16.h"}}) {
+    try {
+      engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(dtype)}}), Target::parse("sm_90"));
+      FAIL() << "compiled";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("#include <") + header + ">"), std::string::npos) << e.what();
+    }
+  }
+  // Included, it compiles.
+  auto with = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "with.cu");
+  EXPECT_EQ(engine.prepare(Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")).origin,
+            Origin::Compiled);
+}
+
+// A header included by absolute path from a string template is the user's, not the toolkit's: it is
+// in memory for NVRTC and recorded in a manifest.
+TEST(Compile, AHeaderIncludedByAbsolutePathIsTheUsersOwn) {
+  TempDir dir;
+  kjit::testing::write_file(dir / "inc" / "abs.cuh", "#define ABS_VALUE 3\n");
+  const std::string source = "#include \"" + (dir / "inc" / "abs.cuh").string() + "\"\n" + kKernel;
+  auto t = Template::from_string(source, "abs.cu");
+  ASSERT_EQ(t->headers().size(), 1u);
+  EXPECT_FALSE(t->headers()[0].from_cuda);
+  Engine engine(settings_for(dir));
+  EXPECT_EQ(engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+            Origin::Compiled);
+  // Rebuilt as a manifest would (its recorded headers only), it compiles too.
+  auto rebuilt = Template::from_memory(source, "abs.cu", {{t->headers()[0].include_name, t->headers()[0].bytes}});
+  EXPECT_EQ(rebuilt->digest(), t->digest());
+  EXPECT_EQ(engine.prepare(Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")).origin,
             Origin::Compiled);
 }

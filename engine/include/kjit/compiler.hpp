@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kjit/cache/cache_key.hpp"
+#include "kjit/settings.hpp"
 #include "kjit/specialization.hpp"
 #include "kjit/target.hpp"
 
@@ -34,8 +35,12 @@ class Compiler {
   // cannot produce, listing what it supports.
   static CompilePlan plan(const Target& requested);
   // Compiles (loads NVRTC). Throws CompileError with the log, the name expression, the options and the
-  // source lines around each error.
-  static CompiledBinary compile(const Specialization& spec, const CompilePlan& plan);
+  // source lines around each error (or the limit a bounded compile exceeded). A template rebuilt from a
+  // manifest, or any template under KJIT_COMPILE_ISOLATION=always, compiles in a bounded child process
+  // (compile_sandbox.hpp) with the limits of `settings`. ValueError when the name expression uses
+  // __half / __nv_bfloat16 and the template does not include the CUDA header that declares it.
+  static CompiledBinary compile(const Specialization& spec, const CompilePlan& plan,
+                                const Settings& settings = kjit::settings());
   // The program name NVRTC sees for a template (its file name, with .cuh for built-ins).
   static std::string program_name(const Template& t);
 };

@@ -14,6 +14,10 @@ namespace kjit {
 
 enum class CacheMode { ReadWrite, ReadOnly, Strict, Off };
 
+// Which compiles run in a bounded child process (compile_sandbox.hpp): templates rebuilt from a
+// manifest only (they may come from anyone), or every compile.
+enum class CompileIsolation { Untrusted, Always };
+
 const char* to_string(CacheMode mode) noexcept;
 
 // One documented variable of the registry (for `kjit info` and the README).
@@ -40,6 +44,9 @@ struct Settings {
   double lock_timeout_s = 300.0;                      // KJIT_LOCK_TIMEOUT (seconds)
   int verbose = 0;                                    // KJIT_VERBOSE (0, 1, 2)
   int max_specializations = 16;                       // KJIT_MAX_SPECIALIZATIONS
+  CompileIsolation compile_isolation = CompileIsolation::Untrusted;  // KJIT_COMPILE_ISOLATION
+  double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)
+  std::uint64_t compile_memory_bytes = 8ull << 30;    // KJIT_COMPILE_MEMORY
 
   // Reads from an explicit variable map (tests) or the process environment.
   using Lookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -1,7 +1,8 @@
 // Template: the source text of a kernel file and every header it includes, resolved at load time.
-// `#include` is resolved against the including file's folder, the template's folder,
-// kernel_templates/, the user's include dirs (argument and KJIT_INCLUDE_PATH) and the CUDA headers.
-// The bytes of every resolved header are held, so the cache key hashes exactly what is compiled.
+// `#include` is resolved against the including file's folder, the template's folder, the user's include
+// dirs (argument and KJIT_INCLUDE_PATH), kernel_templates/ and the CUDA headers; an absolute name is
+// that file. The bytes of every resolved header are held and handed to NVRTC in memory, and NVRTC
+// searches no folder but the CUDA headers' (compiler.cpp), so the cache key hashes exactly what is compiled.
 #pragma once
 
 #include <cstdint>
@@ -48,10 +49,13 @@ class Template {
   const std::string& source() const noexcept { return source_; }
   const std::vector<Header>& headers() const noexcept { return headers_; }
   const std::vector<std::string>& unresolved_includes() const noexcept { return unresolved_; }
+  // Headers handed to NVRTC in memory besides headers(), not in the digest: a header reached under a
+  // second spelling (NVRTC looks in-memory headers up by spelling), and, for a confined template, an
+  // #error header for each include name that leaves its folder and is not a recorded header.
+  const std::vector<Header>& compile_only_headers() const noexcept { return compile_only_headers_; }
   // A template rebuilt from a manifest (from_memory): it may come from anywhere, so NVRTC must read no
-  // file for it either. Its program name is a bare file name, the compile does not search the source's
-  // folder (--no-source-include), and an include name that leaves its folder and is not a recorded
-  // header reaches NVRTC as an in-memory header that is an #error (in headers(), not in the digest).
+  // file for it. It compiles in a child process that can open no file (compile_sandbox.hpp), with every
+  // header, the CUDA ones included, in memory; its program name is a bare file name.
   bool confined() const noexcept { return confined_; }
   const std::vector<KernelDecl>& kernels() const noexcept { return kernels_; }
   // Throws ValueError listing the template's kernels when there is no such kernel.
@@ -74,6 +78,7 @@ class Template {
   bool builtin_ = false;
   std::string source_;
   std::vector<Header> headers_;
+  std::vector<Header> compile_only_headers_;
   std::vector<std::string> unresolved_;
   bool confined_ = false;
   std::vector<KernelDecl> kernels_;

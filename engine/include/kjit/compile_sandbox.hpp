@@ -1,0 +1,39 @@
+// The compile sandbox: one NVRTC compilation in a child process with a wall-clock limit, a memory
+// limit and, for templates that may come from anyone (rebuilt from a manifest), no file access at all.
+//
+// NVRTC cannot be interrupted or capped inside a process, and its preprocessor opens whatever an
+// #include or __has_include names, in whatever spelling (macros, digraphs, comments, line splices).
+// So the child: sets RLIMIT_AS to what it has plus the memory limit, arms a timer that kills it at the
+// time limit, and (when asked) installs a seccomp filter that answers every path-taking file syscall
+// (open, stat, access, readlink, exec...) with ENOENT, after which NVRTC can open or probe no file:
+// it sees only the headers handed to it in memory. The result comes back on a pipe.
+//
+// The child is forked (no helper binary to find). In-process compiles hold the fork gate shared, and a
+// fork holds it exclusively, so no thread is inside NVRTC when a child is made.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "kjit/nvrtc_job.hpp"
+
+namespace kjit {
+
+struct CompileBounds {
+  double timeout_s = 300;                    // KJIT_COMPILE_TIMEOUT
+  std::uint64_t memory_bytes = 8ull << 30;   // KJIT_COMPILE_MEMORY
+  bool no_files = false;                     // NVRTC may open or probe no file
+};
+
+// Runs `job` in a child process under `bounds`. Throws CompileError naming the limit (and the setting
+// that raises it) when the child exceeds one, Error when no child can be made or it dies otherwise.
+// When the filter cannot be installed here (no seccomp), the compile still runs, bounded, and
+// outcome.sandbox_note says why.
+NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what);
+
+// Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
+std::shared_lock<std::shared_mutex> hold_off_forks();
+
+}  // namespace kjit

@@ -1,0 +1,40 @@
+// NvrtcJob: everything one NVRTC compilation needs (source, in-memory headers, flags, name expression),
+// run in this process or in a child process (compile_sandbox.hpp), with a plain result that crosses a
+// pipe: NVRTC's status, log, lowered name and output bytes. Throwing and message-making stay in compiler.cpp.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit {
+
+struct NvrtcJob {
+  std::string source;
+  std::string program_name;
+  std::vector<std::pair<std::string, std::string>> headers;  // include name -> bytes, given in memory
+  std::vector<std::string> flags;
+  std::string name_expression;
+  bool want_cubin = true;  // else PTX
+};
+
+struct NvrtcOutcome {
+  int status = 0;                // nvrtcResult of the compile (0: success)
+  std::string failed_call;       // the NVRTC call that failed, when not the compile itself
+  std::string status_text;       // nvrtcGetErrorString(status)
+  std::string log;
+  std::string lowered_name;
+  std::string payload;           // cubin or PTX
+  std::string sandbox_note;      // set by a child that was asked to forbid file access and could not
+  bool ok() const noexcept { return status == 0; }
+};
+
+// Runs the job with the process's NVRTC (loads it). Never throws for an NVRTC failure: the outcome says.
+NvrtcOutcome run_nvrtc(const NvrtcJob& job);
+
+// The bytes of an outcome on a pipe and back (length-prefixed fields). `decode` returns false for
+// anything short or malformed (a child that died mid-write).
+std::string encode(const NvrtcOutcome& outcome);
+bool decode(const std::string& bytes, NvrtcOutcome& outcome);
+
+}  // namespace kjit

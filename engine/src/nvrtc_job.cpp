@@ -1,0 +1,103 @@
+#include "kjit/nvrtc_job.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#include "kjit/nvrtc_library.hpp"
+
+namespace kjit {
+
+NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
+  const NvrtcLibrary& lib = NvrtcLibrary::get();
+  NvrtcOutcome out;
+  auto failed = [&](nvrtcResult r, const char* call) {
+    if (r == NVRTC_SUCCESS) return false;
+    out.status = static_cast<int>(r);
+    out.status_text = lib.nvrtcGetErrorString(r);
+    out.failed_call = call;
+    return true;
+  };
+  std::vector<const char*> contents, names;
+  for (const auto& [name, bytes] : job.headers) {
+    names.push_back(name.c_str());
+    contents.push_back(bytes.c_str());
+  }
+  nvrtcProgram prog = nullptr;
+  if (failed(lib.nvrtcCreateProgram(&prog, job.source.c_str(), job.program_name.c_str(),
+                                    static_cast<int>(job.headers.size()), contents.data(), names.data()),
+             "nvrtcCreateProgram"))
+    return out;
+  struct Destroy {
+    const NvrtcLibrary& lib;
+    nvrtcProgram* p;
+    ~Destroy() { lib.nvrtcDestroyProgram(p); }
+  } destroy{lib, &prog};
+  if (failed(lib.nvrtcAddNameExpression(prog, job.name_expression.c_str()), "nvrtcAddNameExpression")) return out;
+  std::vector<const char*> argv;
+  for (const auto& f : job.flags) argv.push_back(f.c_str());
+  const nvrtcResult r = lib.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  std::size_t n = 0;
+  if (lib.nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
+    out.log.assign(n, '\0');
+    if (lib.nvrtcGetProgramLog(prog, out.log.data()) == NVRTC_SUCCESS) out.log.resize(n - 1);
+    else out.log.clear();
+  }
+  if (r != NVRTC_SUCCESS) {
+    out.status = static_cast<int>(r);
+    out.status_text = lib.nvrtcGetErrorString(r);
+    return out;
+  }
+  const char* lowered = nullptr;
+  if (failed(lib.nvrtcGetLoweredName(prog, job.name_expression.c_str(), &lowered), "nvrtcGetLoweredName")) return out;
+  out.lowered_name = lowered ? lowered : "";
+  std::size_t size = 0;
+  if (job.want_cubin) {
+    if (failed(lib.nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize")) return out;
+    out.payload.resize(size);
+    if (failed(lib.nvrtcGetCUBIN(prog, out.payload.data()), "nvrtcGetCUBIN")) return out;
+  } else {
+    if (failed(lib.nvrtcGetPTXSize(prog, &size), "nvrtcGetPTXSize")) return out;
+    out.payload.resize(size);
+    if (failed(lib.nvrtcGetPTX(prog, out.payload.data()), "nvrtcGetPTX")) return out;
+  }
+  return out;
+}
+
+namespace {
+void put(std::string& out, const std::string& field) {
+  const std::uint64_t n = field.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += field;
+}
+bool take(const std::string& in, std::size_t& at, std::string& field) {
+  std::uint64_t n = 0;
+  if (in.size() - at < sizeof n) return false;
+  std::memcpy(&n, in.data() + at, sizeof n);
+  at += sizeof n;
+  if (in.size() - at < n) return false;
+  field.assign(in, at, n);
+  at += n;
+  return true;
+}
+}  // namespace
+
+std::string encode(const NvrtcOutcome& o) {
+  std::string out;
+  put(out, std::to_string(o.status));
+  for (const std::string* f : {&o.failed_call, &o.status_text, &o.log, &o.lowered_name, &o.payload, &o.sandbox_note}) put(out, *f);
+  return out;
+}
+
+bool decode(const std::string& bytes, NvrtcOutcome& o) {
+  std::size_t at = 0;
+  std::string status;
+  if (!take(bytes, at, status) || status.empty() || status.size() > 4) return false;
+  for (char c : status)
+    if (c < '0' || c > '9') return false;
+  o.status = std::stoi(status);
+  for (std::string* f : {&o.failed_call, &o.status_text, &o.log, &o.lowered_name, &o.payload, &o.sandbox_note})
+    if (!take(bytes, at, *f)) return false;
+  return at == bytes.size();
+}
+
+}  // namespace kjit
