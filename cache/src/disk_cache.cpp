@@ -38,6 +38,8 @@ DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(
     degrade("no cache directory is configured");
     return;
   }
+  // Every `return` below the first check leaves the root unusable, said once by degrade().
+  root_unusable_ = true;
   std::string why = make_private_dirs(config_.root);
   if (!why.empty()) {
     degrade(why);
@@ -59,6 +61,7 @@ DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(
             "it (chmod go-w, or chown it, or pick another KJIT_CACHE_DIR)");
     return;
   }
+  root_unusable_ = false;
   usable_ = true;
   state_ = "writable";
 }
@@ -118,6 +121,10 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   const fs::path path = layout::entry_path(layer_root, key, target);
   FileRead file = read_regular_file(path, kMaxEntryFileBytes);
   if (file.absent) return std::nullopt;
+  if (file.denied) {
+    warn_unreadable(layer_root, is_writable_layer, path, file.error);
+    return std::nullopt;
+  }
   // A root this process cannot write (readonly / strict mode, or degraded) is read like any read-only
   // layer: its kjit.lock may vouch for entries others wrote.
   const bool may_modify = is_writable_layer && writable();
@@ -129,8 +136,7 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
                      "kjit cache: not loading " + path.string() + ": " + d.why +
                          ". kjit loads only entries written by you, or listed with their SHA-256 in "
                          "the kjit.lock of a read-only layer (KJIT_CACHE_PATH; `kjit export DIR` "
-                         "writes one); it will be " +
-                         (config_.mode == CacheMode::Strict ? "a cache miss" : "recompiled") +
+                         "writes one); " + miss_consequence() +
                          (d.topic.rfind("cache-untrusted-layer:", 0) == 0
                               ? " (said once for this layer)."
                               : "."));
@@ -157,13 +163,33 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   std::string what = removed ? "it was removed"
                      : is_writable_layer ? "it was left in place"
                                          : "it is in a read-only layer and was left in place";
-  std::string then = config_.mode == CacheMode::Strict
-                         ? "this is a cache miss (KJIT_CACHE_MODE=strict: it will not be recompiled)"
-                         : "it will be recompiled";
   log::warn_once("cache-damaged:" + key.hex(),
                  "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error +
-                     "); " + what + " and " + then + ".");
+                     "); " + what + " and " + miss_consequence() + ".");
   return std::nullopt;
+}
+
+std::string DiskCache::miss_consequence() const {
+  return config_.mode == CacheMode::Strict
+             ? "this is a cache miss (KJIT_CACHE_MODE=strict: it will not be recompiled)"
+             : "it will be recompiled";
+}
+
+void DiskCache::warn_unreadable(const fs::path& layer_root, bool is_writable_layer, const fs::path& path,
+                                const std::string& error) const {
+  // A root found unusable at construction was warned about then (degrade); that it cannot be read
+  // either adds nothing, and saying so on every lookup would bury the one warning that matters.
+  if (is_writable_layer && root_unusable_) return;
+  const std::string fix =
+      is_writable_layer
+          ? "another user wrote into your cache folder (a run with sudo, say): give it back with "
+            "`chown -R " + std::to_string(uid_) + " " + layer_root.string() + "`, or run `kjit clear`"
+          : "if another user made this layer (a `kjit export` run as root makes owner-only files), "
+            "make it readable to everyone: `chmod -R a+rX " + layer_root.string() + "`";
+  log::warn_once("cache-unreadable:" + layer_root.string(),
+                 "kjit cache: not loading " + path.string() + ": " + error + "; " + miss_consequence() +
+                     ". The file is there but this user may not read it: " + fix +
+                     " (said once for this folder).");
 }
 
 std::shared_ptr<const LayerLock> DiskCache::layer_lock(const fs::path& layer_root) const {
@@ -210,14 +236,30 @@ bool DiskCache::store(const Entry& entry) {
   const fs::path path = entry_path(entry.key, filed_target(entry.meta));
   const fs::path dir = path.parent_path();
   const std::string bytes = encode_entry(entry);
-  std::string why = make_private_dirs(dir);
-  if (!why.empty()) {
-    degrade("cannot write to " + dir.string() + " (" + why + ")");
-    return false;
-  }
-  if (auto failure = publish_atomically(path, bytes)) {
-    degrade("cannot write to " + dir.string() + " (" + failure->message() + ")");
-    return false;
+  // ENOENT while publishing means another process removed our temp file or its folder (an older
+  // kjit's `clear`, an `rm -r`): the disk is fine, so write it again. Only a failure of the disk
+  // itself (full, read-only, not permitted) makes the cache memory-only.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    std::string why = make_private_dirs(dir);
+    if (!why.empty()) {
+      degrade("cannot write to " + dir.string() + " (" + why + ")");
+      return false;
+    }
+    const auto failure = publish_atomically(path, bytes);
+    if (!failure) break;
+    if (failure->err != ENOENT) {
+      degrade("cannot write to " + dir.string() + " (" + failure->message() + ")");
+      return false;
+    }
+    if (attempt == kAttempts) {
+      log::warn_once("cache-store-vanished:" + path.string(),
+                     "kjit cache: did not store " + path.string() + ": its temporary file was removed " +
+                         std::to_string(kAttempts) + " times while it was written (" + failure->message() +
+                         "), by another process cleaning the cache; it stays in memory for this "
+                         "process and later entries are stored as usual.");
+      return false;
+    }
   }
   if (config_.max_bytes) evict_to(*config_.max_bytes, path);
   return true;

@@ -3,8 +3,13 @@
 //
 // Failure policy: nothing here crashes the process or returns a damaged entry.
 //  - A damaged entry is a miss; in the writable layer it is removed; a warning says so once per key.
+//  - An entry this user may not read (EACCES) is not damaged: a miss, left in place, and a warning once
+//    per layer saying it is not readable and what to do.
+//  - Nothing that is not a regular file is ever opened in a way that blocks (file_read.hpp).
 //  - An unusable writable root (cannot create, not writable, write fails midway, disk full) degrades to
-//    "memory only": a warning once, then stores are skipped; loads still work where they can.
+//    "memory only": a warning once, then stores are skipped; loads still work where they can, silently
+//    where they cannot. A temp file removed by another process during a store is not a disk failure:
+//    the store is written again.
 //  - Trust (trust.hpp): the writable root must belong to the user and not be writable by group or
 //    others, else it is neither written nor read; an entry not owned by the user is loaded only from
 //    a read-only layer whose kjit.lock lists its SHA-256 (warned once per file otherwise).
@@ -105,6 +110,12 @@ class DiskCache {
   // Looks in one layer; a damaged entry is reported (and removed when `is_writable_layer`).
   std::optional<Entry> load_from(const std::filesystem::path& layer_root, bool is_writable_layer,
                                  const CacheKey& key, const std::string& target);
+  // Warns (once per layer) that an entry there exists but this user may not read it, and what to do;
+  // silent for a root already reported unusable.
+  void warn_unreadable(const std::filesystem::path& layer_root, bool is_writable_layer,
+                       const std::filesystem::path& path, const std::string& error) const;
+  // What a miss means in this mode ("it will be recompiled", or strict's cache miss).
+  std::string miss_consequence() const;
   // Why the entry at `path` (read as `bytes`, fstat `st`) may not be loaded from `layer_root` (see
   // trust.hpp); empty `why` when it may. `topic` says once per what the warning is given: the file, or
   // the whole layer when its lock is the problem.
@@ -133,6 +144,7 @@ class DiskCache {
   bool usable_ = false;         // writable root exists and is usable
   bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
   bool root_untrusted_ = false; // others could have written the root: it is not even read
+  bool root_unusable_ = false;  // the constructor found the root unusable (and warned once)
   std::string state_;           // human-readable state
 };
 
