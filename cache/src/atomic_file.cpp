@@ -1,8 +1,10 @@
 #include "kjit/cache/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "kjit/cache/layout.hpp"
@@ -17,6 +19,8 @@ std::string PublishFailure::message() const {
 }
 
 namespace {
+
+std::atomic<BeforeRenameHook> before_rename_hook{nullptr};
 
 // Removes the temp file unless it was renamed into place.
 class TempFileGuard {
@@ -57,13 +61,29 @@ std::optional<PublishFailure> publish_atomically(const fs::path& final_path, std
   const fs::path dir = final_path.parent_path();
   fs::path tmp;
   UniqueFd fd;
+  UniqueFd held;  // a second descriptor of the temp file: its flock outlives the checked close of `fd`
   for (int attempt = 0; attempt < 8 && !fd; ++attempt) {
     tmp = dir / layout::temp_name(final_path.filename().string());
     int raw;
     do raw = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
     while (raw < 0 && errno == EINTR);
-    if (raw >= 0) fd.reset(raw);
-    else if (errno != EEXIST) return PublishFailure{"create", errno, tmp};
+    if (raw < 0) {
+      if (errno != EEXIST) return PublishFailure{"create", errno, tmp};
+      continue;
+    }
+    fd.reset(raw);
+    int rc;
+    do rc = ::flock(raw, LOCK_EX | LOCK_NB);
+    while (rc != 0 && errno == EINTR);
+    // EWOULDBLOCK: a `clear` or `prune` took the new file's lock before we did, and will remove it:
+    // start on another name. Any other error (a file system without flock): write unlocked, as before
+    // locks existed; if the file is removed meanwhile, the rename fails with ENOENT and the caller
+    // publishes again.
+    if (rc != 0 && errno == EWOULDBLOCK) {
+      fd.reset();
+      continue;
+    }
+    held.reset(::fcntl(raw, F_DUPFD_CLOEXEC, 0));
   }
   if (!fd) return PublishFailure{"create", EEXIST, tmp};
   TempFileGuard guard(tmp);
@@ -71,14 +91,20 @@ std::optional<PublishFailure> publish_atomically(const fs::path& final_path, std
   if (!write_all(fd.get(), bytes)) return PublishFailure{"write", errno, tmp};
   if (::fsync(fd.get()) != 0) return PublishFailure{"fsync", errno, tmp};
   if (fd.close_checked() != 0) return PublishFailure{"close", errno, tmp};
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return PublishFailure{"rename", errno, final_path};
+  if (BeforeRenameHook hook = before_rename_hook.load(std::memory_order_relaxed)) hook(tmp);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return PublishFailure{"rename", errno, tmp};
   guard.disarm();
+  held.reset();  // the temp file is the entry now: nothing left to protect
 
   // Make the rename itself durable. Some file systems refuse fsync on a directory; the entry is
   // complete and visible either way, so this is best effort.
   UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd) ::fsync(dfd.get());
   return std::nullopt;
+}
+
+void set_before_rename_hook(BeforeRenameHook hook) noexcept {
+  before_rename_hook.store(hook, std::memory_order_relaxed);
 }
 
 }  // namespace kjit::cache

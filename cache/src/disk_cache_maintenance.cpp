@@ -1,11 +1,9 @@
 // DiskCache maintenance: list, prune, clear, and the size cap applied after a store.
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <ctime>
 
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/entry_check.hpp"
@@ -18,8 +16,6 @@ namespace kjit::cache {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr long kStaleTempSeconds = 3600;
 
 // Validates one scanned *.kjit file: name, place and content. Empty error when valid.
 // `st`, when given, receives the identity of the file that was read (zeroed if none was).
@@ -54,14 +50,15 @@ bool unlink_if_same(const fs::path& path, const struct stat& st) {
   return ::unlink(path.c_str()) == 0;
 }
 
-bool older_than(const struct timespec& t, long seconds) {
-  return static_cast<long>(std::time(nullptr)) - static_cast<long>(t.tv_sec) > seconds;
-}
-
-// A temp file is abandoned when its writer is gone, or it has been there too long to be in progress.
-bool temp_is_stale(const ScannedFile& f) {
-  if (f.name.pid > 0 && ::kill(static_cast<pid_t>(f.name.pid), 0) != 0 && errno == ESRCH) return true;
-  return older_than(f.mtime, kStaleTempSeconds);
+// Removes a lock file or temp file that nobody holds: a compile in progress holds its key's lock, a
+// live writer holds the flock of its temp file until the rename (atomic_file.hpp). Judged by the
+// lock alone, never by the pid in a temp file's name or its age: that pid means nothing in another
+// PID namespace (a sidecar container on a shared volume), and a slow writer is still a writer.
+bool remove_if_abandoned(const fs::path& path) {
+  FileLock lock = FileLock::try_acquire_existing(path);
+  if (!lock.locked()) return false;
+  lock.release();  // unlinks while holding
+  return true;
 }
 
 bool mtime_before(const ScannedFile* a, const ScannedFile* b) {
@@ -132,16 +129,11 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {
   for (const auto& f : files) {
     switch (f.name.kind) {
       case layout::FileKind::Temp:
-        if (temp_is_stale(f) && ::unlink(f.path.c_str()) == 0) ++report.removed_temp_files;
+        if (remove_if_abandoned(f.path)) ++report.removed_temp_files;
         break;
-      case layout::FileKind::Lock: {
-        FileLock lock = FileLock::try_acquire_existing(f.path);  // only locks nobody holds
-        if (lock.locked()) {
-          lock.release();  // unlinks while holding
-          ++report.removed_lock_files;
-        }
+      case layout::FileKind::Lock:
+        if (remove_if_abandoned(f.path)) ++report.removed_lock_files;
         break;
-      }
       case layout::FileKind::Entry: {
         report.bytes_before += f.size;
         struct stat st {};
@@ -172,14 +164,10 @@ std::size_t DiskCache::clear() {
       case layout::FileKind::Entry:
         if (::unlink(f.path.c_str()) == 0) ++removed;
         break;
-      case layout::FileKind::Temp:
-        ::unlink(f.path.c_str());
+      case layout::FileKind::Temp:  // a held temp file is a store in progress
+      case layout::FileKind::Lock:  // a held lock is a compile in progress
+        remove_if_abandoned(f.path);
         break;
-      case layout::FileKind::Lock: {
-        FileLock lock = FileLock::try_acquire_existing(f.path);  // a held lock is a compile in progress
-        lock.release();
-        break;
-      }
       case layout::FileKind::Other:
         break;  // not ours: leave it
     }

@@ -319,6 +319,10 @@ TEST(DiskCacheFaults, LeftoverTempFilesAreIgnoredAndPruned) {
   for (const auto& p : {dead, live, old_live, unparsable}) write_file(p, "half an entry");
   set_age(old_live, 2 * 3600);
   set_age(unparsable, 2 * 3600);
+  // A live writer holds the flock of its temp file until the rename (atomic_file.hpp).
+  const int writer = ::open(live.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(::flock(writer, LOCK_EX), 0);
 
   WarningCapture warnings;
   EXPECT_FALSE(c.load(e.key, "sm_90").has_value());
@@ -327,10 +331,11 @@ TEST(DiskCacheFaults, LeftoverTempFilesAreIgnoredAndPruned) {
 
   const PruneReport r = c.prune();
   EXPECT_EQ(r.removed_temp_files, 3u);
-  EXPECT_FALSE(fs::exists(dead)) << "its writer is gone";
-  EXPECT_FALSE(fs::exists(old_live)) << "older than an hour";
+  EXPECT_FALSE(fs::exists(dead)) << "nobody holds it";
+  EXPECT_FALSE(fs::exists(old_live)) << "named after a live pid, but nobody holds it";
   EXPECT_FALSE(fs::exists(unparsable));
-  EXPECT_TRUE(fs::exists(live)) << "a live process may still be writing it";
+  EXPECT_TRUE(fs::exists(live)) << "its writer holds it";
+  ::close(writer);
 
   ASSERT_TRUE(c.store(e));
   EXPECT_TRUE(c.load(e.key, "sm_90").has_value());
