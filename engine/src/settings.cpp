@@ -72,12 +72,30 @@ const char* allowed_of(const char* var) {
   return "?";
 }
 
-std::vector<fs::path> split_paths(const std::string& value) {
+// A path setting as an absolute path, resolved against the current directory now: settings are read
+// once, at start-up, and a relative path used later would follow every chdir() (os.chdir in Python)
+// into folders nobody checked (the cache root's trust check runs once, on the path it was given).
+fs::path absolute_path(const char* var, const std::string& value) {
+  const fs::path p(value);
+  if (p.is_absolute()) return p;
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (ec)
+    throw ValueError(std::string(var) + "='" + value + "' is a relative path, and the current directory " +
+                     "cannot be determined to resolve it (" + ec.message() + "). Give an absolute path.");
+  // "./x" reads better as "<cwd>/x"; ".." is kept as written (through a symbolic link it is not the
+  // lexical parent).
+  bool climbs = false;
+  for (const auto& part : p) climbs = climbs || part == "..";
+  return climbs ? cwd / p : (cwd / p).lexically_normal();
+}
+
+std::vector<fs::path> split_paths(const char* var, const std::string& value) {
   std::vector<fs::path> out;
   std::string item;
   std::istringstream is(value);
   while (std::getline(is, item, ':'))
-    if (!item.empty()) out.emplace_back(item);
+    if (!item.empty()) out.push_back(absolute_path(var, item));
   return out;
 }
 
@@ -138,13 +156,13 @@ Settings Settings::from_lookup(const Lookup& get) {
   };
 
   if (auto v = nonempty("KJIT_CACHE_DIR")) {
-    s.cache_dir = *v;
+    s.cache_dir = absolute_path("KJIT_CACHE_DIR", *v);
     s.cache_dir_source = "KJIT_CACHE_DIR";
   } else if (auto x = nonempty("XDG_CACHE_HOME")) {
-    s.cache_dir = fs::path(*x) / "kjit";
+    s.cache_dir = absolute_path("XDG_CACHE_HOME", *x) / "kjit";
     s.cache_dir_source = "XDG_CACHE_HOME";
   } else if (auto h = nonempty("HOME")) {
-    s.cache_dir = fs::path(*h) / ".cache" / "kjit";
+    s.cache_dir = absolute_path("HOME", *h) / ".cache" / "kjit";
     s.cache_dir_source = "HOME";
   } else {
     s.cache_dir = fs::temp_directory_path() / "kjit-cache";
@@ -159,7 +177,7 @@ Settings Settings::from_lookup(const Lookup& get) {
     else bad_value("KJIT_CACHE_MODE", *v, allowed_of("KJIT_CACHE_MODE"),
                    "Unset it for the default (readwrite).");
   }
-  if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths(*v);
+  if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths("KJIT_CACHE_PATH", *v);
   if (auto v = nonempty("KJIT_CACHE_MAX_BYTES")) {
     try {
       s.cache_max_bytes = parse_byte_size(*v, "KJIT_CACHE_MAX_BYTES", false);
@@ -168,13 +186,13 @@ Settings Settings::from_lookup(const Lookup& get) {
                 "Example: KJIT_CACHE_MAX_BYTES=2G. Unset it for no limit.");
     }
   }
-  if (auto v = nonempty("KJIT_RECORD")) s.record_path = fs::path(*v);
-  if (auto v = nonempty("KJIT_INCLUDE_PATH")) s.include_dirs = split_paths(*v);
-  if (auto v = nonempty("KJIT_CUDA_HOME")) s.cuda_home = fs::path(*v);
-  else if (auto c = nonempty("CUDA_HOME")) s.cuda_home = fs::path(*c);
-  else if (auto p = nonempty("CUDA_PATH")) s.cuda_home = fs::path(*p);
-  if (auto v = nonempty("KJIT_NVRTC_LIBRARY")) s.nvrtc_library = fs::path(*v);
-  if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = fs::path(*v);
+  if (auto v = nonempty("KJIT_RECORD")) s.record_path = absolute_path("KJIT_RECORD", *v);
+  if (auto v = nonempty("KJIT_INCLUDE_PATH")) s.include_dirs = split_paths("KJIT_INCLUDE_PATH", *v);
+  if (auto v = nonempty("KJIT_CUDA_HOME")) s.cuda_home = absolute_path("KJIT_CUDA_HOME", *v);
+  else if (auto c = nonempty("CUDA_HOME")) s.cuda_home = absolute_path("CUDA_HOME", *c);
+  else if (auto p = nonempty("CUDA_PATH")) s.cuda_home = absolute_path("CUDA_PATH", *p);
+  if (auto v = nonempty("KJIT_NVRTC_LIBRARY")) s.nvrtc_library = absolute_path("KJIT_NVRTC_LIBRARY", *v);
+  if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = absolute_path("KJIT_TEMPLATES_DIR", *v);
   if (auto v = nonempty("KJIT_LOCK_TIMEOUT")) s.lock_timeout_s = parse_seconds("KJIT_LOCK_TIMEOUT", *v, "Example: KJIT_LOCK_TIMEOUT=60.");
   if (auto v = nonempty("KJIT_COMPILE_ISOLATION")) {
     if (*v == "untrusted") s.compile_isolation = CompileIsolation::Untrusted;

@@ -1,10 +1,32 @@
 // Settings: every variable typed and validated; a bad value names the variable and what is allowed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include "cache_test_helpers.hpp"
+#include "kjit/cache/disk_cache.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
+#include "test_support.hpp"
 
 using namespace kjit;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Changes the current directory for the scope of the object.
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const fs::path& dir) : old_(fs::current_path()) { fs::current_path(dir); }
+  ~ScopedCwd() {
+    std::error_code ec;
+    fs::current_path(old_, ec);
+  }
+
+ private:
+  fs::path old_;
+};
+
+}  // namespace
 
 TEST(Settings, Defaults) {
   Settings s = Settings::from_map({{"HOME", "/home/u"}});
@@ -48,4 +70,49 @@ TEST(Settings, BadValuesNameTheVariable) {
   EXPECT_THROW(Settings::from_map({{"KJIT_VERBOSE", "3"}}), ValueError);
   EXPECT_THROW(Settings::from_map({{"KJIT_LOCK_TIMEOUT", "0"}}), ValueError);
   EXPECT_THROW(Settings::from_map({{"KJIT_MAX_SPECIALIZATIONS", "many"}}), ValueError);
+}
+
+TEST(Settings, RelativePathsAreResolvedOnceAgainstTheDirectoryOfStartUp) {
+  // A relative KJIT_CACHE_DIR must not follow a later chdir() (os.chdir in Python) into a folder
+  // the start-up trust check never saw; the same for every path setting.
+  kjit::testing::TempDir start, elsewhere;
+  Settings s;
+  {
+    ScopedCwd cwd(start.path());
+    s = Settings::from_map({{"KJIT_CACHE_DIR", "cache"},
+                            {"KJIT_CACHE_PATH", "layer:/abs/layer"},
+                            {"KJIT_RECORD", "./rec.json"},
+                            {"KJIT_INCLUDE_PATH", "inc"},
+                            {"KJIT_TEMPLATES_DIR", "tpl"},
+                            {"KJIT_CUDA_HOME", "cuda"},
+                            {"KJIT_NVRTC_LIBRARY", "lib/libnvrtc.so"}});
+  }
+  ScopedCwd cwd(elsewhere.path());
+  EXPECT_EQ(s.cache_dir, start.path() / "cache");
+  ASSERT_EQ(s.cache_layers.size(), 2u);
+  EXPECT_EQ(s.cache_layers[0], start.path() / "layer");
+  EXPECT_EQ(s.cache_layers[1], "/abs/layer");
+  EXPECT_EQ(*s.record_path, start.path() / "rec.json");
+  ASSERT_EQ(s.include_dirs.size(), 1u);
+  EXPECT_EQ(s.include_dirs[0], start.path() / "inc");
+  EXPECT_EQ(*s.templates_dir, start.path() / "tpl");
+  EXPECT_EQ(*s.cuda_home, start.path() / "cuda");
+  EXPECT_EQ(*s.nvrtc_library, start.path() / "lib" / "libnvrtc.so");
+
+  // The cache made after the chdir (the engine makes it on first use) writes where start-up said.
+  fs::create_directories(elsewhere.path() / "cache");
+  fs::permissions(elsewhere.path() / "cache", fs::perms::all);  // one the trust check would refuse
+  cache::DiskCache c(cache::DiskCacheConfig::from_settings(s));
+  EXPECT_TRUE(c.writable()) << c.describe();
+  const cache::Entry e = kjit::testing::make_entry("settings-relative-cache-dir");
+  ASSERT_TRUE(c.store(e));
+  EXPECT_TRUE(fs::exists(start.path() / "cache" / "v1"));
+  EXPECT_TRUE(kjit::testing::files_under(elsewhere.path()).empty());
+}
+
+TEST(Settings, RelativeDefaultCacheDirsAreResolvedToo) {
+  kjit::testing::TempDir start;
+  ScopedCwd cwd(start.path());
+  EXPECT_EQ(Settings::from_map({{"XDG_CACHE_HOME", "xdg"}}).cache_dir, start.path() / "xdg" / "kjit");
+  EXPECT_EQ(Settings::from_map({{"HOME", "home"}}).cache_dir, start.path() / "home" / ".cache" / "kjit");
 }

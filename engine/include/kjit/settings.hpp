@@ -1,5 +1,7 @@
 // Settings: every KJIT_* environment variable, read once, typed and validated.
 // A bad value is a ValueError naming the variable, the value and what is allowed.
+// Path settings are absolute: a relative one is resolved against the current directory when the
+// settings are read (start-up), so that a later chdir() does not change which folder is meant.
 #pragma once
 
 #include <cstdint>
