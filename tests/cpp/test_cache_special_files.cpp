@@ -89,6 +89,22 @@ TEST(SpecialFiles, FifoAtAnEntryPathIsRefusedWithoutWaiting) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "a read-only layer is never modified";
 }
 
+TEST(SpecialFiles, FifoAtAKeysCompileLockDoesNotBlockTheCompile) {
+  TempDir dir;
+  const Entry e = make_entry("special-fifo-key-lock");
+  const fs::path lock = DiskCache(cache_config(dir.path())).entry_path(e.key, "sm_90").replace_extension(".lock");
+  make_fifo(lock);
+  KJIT_RUN_IN_CHILD([&](ChildChecks& c) {
+    ::alarm(kWatchdogS);
+    DiskCache cache(cache_config(dir.path()));
+    bool produced = false;
+    cache.load_or_produce(e.key, "sm_90", [&] { return e; }, &produced);
+    c.check(produced && cache.load(e.key, "sm_90").has_value(), "compiled and stored");
+    cache.prune();
+    cache.clear();
+  });
+}
+
 TEST(SpecialFiles, FifoAsALayersLockIsRefusedWithoutWaiting) {
   TempDir dir;
   const Entry e = make_entry("special-fifo-lock");
