@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "format.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 
@@ -19,11 +20,13 @@ namespace kjit::cli {
 namespace {
 
 // Routes kjit warnings (damaged entries, unusable cache directory) to the run's error stream, and
-// restores the previous sink afterwards.
+// restores the previous sink afterwards. Warnings name paths and entries: printed through printable().
 class WarningsTo {
  public:
   explicit WarningsTo(std::ostream& err)
-      : previous_(log::set_warning_sink([&err](const std::string& m) { err << "kjit: warning: " << m << '\n'; })) {}
+      : previous_(log::set_warning_sink([&err](const std::string& m) {
+          err << "kjit: warning: " << printable(m, Newlines::Keep) << '\n';
+        })) {}
   ~WarningsTo() { log::set_warning_sink(std::move(previous_)); }
   WarningsTo(const WarningsTo&) = delete;
   WarningsTo& operator=(const WarningsTo&) = delete;
@@ -63,7 +66,8 @@ int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::vector
     for (const CLI::App* sub : app.get_subcommands(all)) commands += (commands.empty() ? "" : ", ") + sub->get_name();
     message = "unknown command '" + word + "' (commands: " + commands + ")";
   }
-  err << "kjit: error: " << message << "\n\n" << app.help();  // help() of the subcommand being parsed
+  // The message quotes the command line's words; help() of the subcommand being parsed is our own text.
+  err << "kjit: error: " << printable(message, Newlines::Keep) << "\n\n" << app.help();
   return kExitUsage;
 }
 
@@ -94,11 +98,9 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       }
     err << "kjit: error: no command given\n\n" << app.help();
     return kExitUsage;
-  } catch (const Error& e) {
-    err << "kjit: error: " << e.what() << '\n';
-    return kExitFailure;
   } catch (const std::exception& e) {
-    err << "kjit: error: " << e.what() << '\n';
+    // kjit::Error and the rest alike: messages quote manifests, compile logs and paths.
+    err << "kjit: error: " << printable(e.what(), Newlines::Keep) << '\n';
     return kExitFailure;
   } catch (...) {
     err << "kjit: error: unknown exception\n";

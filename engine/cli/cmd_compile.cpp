@@ -57,7 +57,8 @@ std::string padded(const std::string& s, std::size_t width) {
 // One line per architecture, printed as each finishes (all columns but the last have fixed widths).
 void print_row(std::ostream& out, const std::string& key, const std::string& target, const std::string& origin,
                const std::string& ms) {
-  out << padded(key, 64) << "  " << padded(target, 11) << "  " << padded(origin, 8) << "  " << ms << '\n';
+  out << padded(printable(key), 64) << "  " << padded(printable(target), 11) << "  " << padded(origin, 8) << "  "
+      << ms << '\n';
 }
 
 // Engine::prepare; a compile error of a template with #include files that were not found says so.
@@ -85,7 +86,7 @@ int run_compile(Context& ctx, const CompileRequest& r) {
   Json results = Json::array();
   bool compiled_any = false;
   if (!r.json) {
-    ctx.out << spec.describe() << ": " << spec.name_expression() << '\n';
+    ctx.out << printable(spec.describe()) << ": " << printable(spec.name_expression()) << '\n';
     print_row(ctx.out, "key", "target", "origin", "compile");
   }
   for (const Target& target : targets) {
@@ -93,8 +94,8 @@ int run_compile(Context& ctx, const CompileRequest& r) {
     const bool compiled = p.origin == Origin::Compiled;
     compiled_any = compiled_any || compiled;
     if (compiled && !p.log.empty())
-      ctx.err << "kjit: NVRTC warnings for " << spec.name_expression() << " (" << target.str() << "):\n"
-              << p.log << (p.log.back() == '\n' ? "" : "\n");
+      ctx.err << "kjit: NVRTC warnings for " << printable(spec.name_expression()) << " (" << target.str() << "):\n"
+              << printable(p.log, Newlines::Keep) << (p.log.back() == '\n' ? "" : "\n");
     if (r.json) {
       results.push_back({{"arch", target.str()},
                          {"key", p.key.hex()},
@@ -106,13 +107,13 @@ int run_compile(Context& ctx, const CompileRequest& r) {
                          {"lowered_name", p.meta.lowered_name}});
     } else {
       print_row(ctx.out, p.key.hex(), p.meta.target, to_string(p.origin), compiled ? human_ms(p.meta.compile_ms) : "-");
-      if (!p.meta.note.empty()) ctx.out << "  note: " << p.meta.note << '\n';
+      if (!p.meta.note.empty()) ctx.out << "  note: " << printable(p.meta.note) << '\n';
       ctx.out.flush();
     }
   }
   if (compiled_any && !engine.disk().writable())
     ctx.err << "kjit: warning: the cache is not writable, so nothing compiled now was stored: "
-            << engine.disk().describe() << '\n';
+            << printable(engine.disk().describe()) << '\n';
   if (r.json) {
     Json j;
     j["template"] = tmpl->name();

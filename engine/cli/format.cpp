@@ -9,6 +9,77 @@
 
 namespace kjit::cli {
 
+namespace {
+
+void escape_byte(std::string& out, unsigned char b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", b);
+  out += buf;
+}
+
+void escape_code_point(std::string& out, char32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+  out += buf;
+}
+
+// The length of the well-formed UTF-8 sequence of two to four bytes that starts at s[i] (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), and its code point; 0 when there is none.
+std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t* cp) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char b0 = byte(0);
+  std::size_t n;
+  char32_t min, value;
+  if (b0 >= 0xc2 && b0 <= 0xdf) n = 2, min = 0x80, value = b0 & 0x1f;
+  else if (b0 >= 0xe0 && b0 <= 0xef) n = 3, min = 0x800, value = b0 & 0x0f;
+  else if (b0 >= 0xf0 && b0 <= 0xf4) n = 4, min = 0x10000, value = b0 & 0x07;
+  else return 0;
+  if (s.size() - i < n) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((byte(k) & 0xc0) != 0x80) return 0;
+    value = (value << 6) | (byte(k) & 0x3f);
+  }
+  if (value < min || value > 0x10ffff || (value >= 0xd800 && value <= 0xdfff)) return 0;
+  *cp = value;
+  return n;
+}
+
+// Code points a terminal acts on or that reorder what is shown: C1 controls (U+009B is CSI, as ESC [
+// is) and the bidirectional embeddings, overrides and isolates ("Trojan source").
+bool is_hidden_control(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, Newlines newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      const bool layout = b == '\n' || b == '\t';
+      const bool kept = (b >= 0x20 && b != 0x7f) || (layout && newlines == Newlines::Keep);
+      if (kept) out += static_cast<char>(b);
+      else if (layout) out += b == '\n' ? "\\n" : "\\t";
+      else escape_byte(out, b);
+      ++i;
+      continue;
+    }
+    char32_t cp = 0;
+    const std::size_t n = utf8_sequence(text, i, &cp);
+    if (n == 0) {
+      escape_byte(out, b);  // not UTF-8: this byte alone, then resynchronise on the next
+      ++i;
+    } else {
+      if (is_hidden_control(cp)) escape_code_point(out, cp);
+      else out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string human_bytes(std::uint64_t bytes) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024) return std::to_string(bytes) + " B";
@@ -33,9 +104,14 @@ std::string human_ms(double ms) {
   return buf;
 }
 
-Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
+Table::Table(std::vector<std::string> header) : header_(std::move(header)) {
+  for (auto& cell : header_) cell = printable(cell);
+}
 
-void Table::add_row(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+void Table::add_row(std::vector<std::string> row) {
+  for (auto& cell : row) cell = printable(cell);
+  rows_.push_back(std::move(row));
+}
 
 void Table::align_right(std::size_t index) {
   if (right_.size() <= index) right_.resize(index + 1, false);
@@ -68,7 +144,7 @@ void Table::print(std::ostream& out, const std::string& indent) const {
   for (const auto& r : rows_) line(r);
 }
 
-void Fields::add(std::string key, std::string value) { rows_.emplace_back(std::move(key), std::move(value)); }
+void Fields::add(std::string key, std::string value) { rows_.emplace_back(printable(key), printable(value)); }
 
 void Fields::print(std::ostream& out, const std::string& indent) const {
   std::size_t width = 0;
@@ -78,7 +154,9 @@ void Fields::print(std::ostream& out, const std::string& indent) const {
 }
 
 void print_json(std::ostream& out, const Json& value) {
-  out << value.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
+  // ensure_ascii: JSON escapes C0 controls anyway; with it, C1 controls and bidirectional overrides (valid
+  // UTF-8 that a terminal may act on) are \u escapes too, and every parser reads the same text back.
+  out << value.dump(2, ' ', true, Json::error_handler_t::replace) << '\n';
 }
 
 }  // namespace kjit::cli

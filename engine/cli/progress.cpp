@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "format.hpp"
+
 namespace kjit::cli {
 
 namespace {
@@ -18,7 +20,8 @@ bool Progress::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 void Progress::step(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   ++done_;
-  std::string line = "[" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + what;
+  // `what` names a manifest's records: one line, and nothing a terminal would act on.
+  std::string line = "[" + std::to_string(done_) + "/" + std::to_string(total_) + "] " + printable(what);
   if (!in_place_) {
     out_ << line << '\n';
     out_.flush();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "format.hpp"
 #include "kjit/dtype.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/settings.hpp"
@@ -390,6 +391,38 @@ TEST_F(CliTest, LsListsTheCompiledEntries) {
     bytes += e["size"].get<std::uint64_t>();
   }
   EXPECT_EQ(j["total"]["bytes"], bytes);
+}
+
+// ---- escaping what comes from files (issue 14 item 9) -------------------------------------------
+
+TEST(CliPrintable, NeutralisesTerminalControlsAndKeepsText) {
+  using kjit::cli::Newlines;
+  using kjit::cli::printable;
+  // ESC (clear screen, title), BEL, CR, DEL, the other C0 controls.
+  EXPECT_EQ(printable("a\x1b[2Jb\x1b]0;t\x07" "c\rd\x7f\x01"), "a\\x1b[2Jb\\x1b]0;t\\x07c\\x0dd\\x7f\\x01");
+  // C1 controls as UTF-8 (U+009B is CSI) and bidirectional overrides.
+  EXPECT_EQ(printable("x\xc2\x9b" "2Jy"), "x\\u009b2Jy");
+  EXPECT_EQ(printable("\xe2\x80\xae" "abc\xe2\x81\xa6"), "\\u202eabc\\u2066");
+  // Bytes that are not UTF-8: a lone C1 byte, a truncated sequence, an overlong '/', a surrogate.
+  EXPECT_EQ(printable("\x9b" "a\xc3"), "\\x9ba\\xc3");
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
+  // Text stays text: accents, CJK, emoji, backslashes.
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b"), "caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b");
+  // Lines: escaped in a single-line field, kept in a log.
+  EXPECT_EQ(printable("l1\n\tl2"), "l1\\n\\tl2");
+  EXPECT_EQ(printable("l1\n\tl2\x1b", Newlines::Keep), "l1\n\tl2\\x1b");
+}
+
+// An error quoting a path from the command line (or a manifest): escaped in the message.
+TEST_F(CliTest, ErrorMessagesAreEscaped) {
+  const std::string bad = (dir_ / "no\x1b]0;title\x07.cu").string();
+  Result r = kjit({"compile", bad, "--kernel", "k", "--arch", "sm_90"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x07'), std::string::npos) << r.err;
+  EXPECT_TRUE(r.err.find("no\\x1b]0;title\\x07.cu") != std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, LsShowsReadOnlyLayers) {
