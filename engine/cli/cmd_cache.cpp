@@ -1,5 +1,6 @@
 // The cache commands: `ls`, `verify`, `prune`, `clear` (DiskCache list / prune / clear).
 #include <CLI/CLI.hpp>
+#include <sys/stat.h>
 
 #include <optional>
 
@@ -69,7 +70,7 @@ int run_ls(Context& ctx, bool as_json) {
     print_json(ctx.out, j);
     return 0;
   }
-  ctx.out << "cache " << disk.describe() << '\n';
+  ctx.out << "cache " << printable(disk.describe()) << '\n';
   if (entries.empty()) {
     ctx.out << "no entries\n";
     return 0;
@@ -100,16 +101,22 @@ int run_verify_lock(Context& ctx, const VerifyRequest& r) {
   const fs::path lock = r.lock.empty() ? fs::path(r.dir) / cache::kLockFileName : fs::path(r.lock);
   fs::path dir = r.dir.empty() ? lock.parent_path() : fs::path(r.dir);
   if (dir.empty()) dir = ".";
+  // The default lock lies in DIR, which holds no links (verify_lock reports every one): not even read.
+  struct stat st {};
+  if (r.lock.empty() && ::lstat(lock.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    throw Error(lock.string() + " is a symbolic link, and `kjit verify --dir` does not follow links out of DIR "
+                "(an export holds only regular files); to check against a lock kept elsewhere, pass it with "
+                "--lock FILE");
   const std::vector<cache::LockedFile> locked = cache::read_lock(lock);
   const std::vector<std::string> problems = cache::verify_lock(dir, locked);
-  for (const auto& p : problems) ctx.out << p << '\n';
+  for (const auto& p : problems) ctx.out << printable(p) << '\n';
   if (!problems.empty()) {
-    ctx.out << count_of(problems.size(), "problem", "problems") << " in " << dir.string() << " against "
-            << lock.string() << "; export it again (`kjit export MANIFEST --out DIR --arch ...`)\n";
+    ctx.out << count_of(problems.size(), "problem", "problems") << " in " << printable(dir.string()) << " against "
+            << printable(lock.string()) << "; export it again (`kjit export MANIFEST --out DIR --arch ...`)\n";
     return 1;
   }
-  ctx.out << count_of(locked.size(), "entry", "entries") << " of " << dir.string() << " match " << lock.string()
-          << ", all valid\n";
+  ctx.out << count_of(locked.size(), "entry", "entries") << " of " << printable(dir.string()) << " match "
+          << printable(lock.string()) << ", all valid\n";
   return 0;
 }
 
@@ -120,7 +127,7 @@ int run_verify(Context& ctx, const VerifyRequest& r) {
   for (const auto& e : entries) {
     if (e.valid) continue;
     ++damaged;
-    ctx.out << "damaged: " << e.path.string() << ": " << e.error << '\n';
+    ctx.out << "damaged: " << printable(e.path.string()) << ": " << printable(e.error) << '\n';
   }
   if (damaged) {
     ctx.out << damaged << " of " << count_of(entries.size(), "entry", "entries")
@@ -140,7 +147,7 @@ int run_prune(Context& ctx, const std::string& max_bytes_text) {
   cache::DiskCache& disk = ctx.disk();
   if (!limit) limit = disk.config().max_bytes;
   const cache::PruneReport r = disk.prune(limit);
-  ctx.out << "pruned " << disk.config().root.string();
+  ctx.out << "pruned " << printable(disk.config().root.string());
   if (limit) ctx.out << " to at most " << human_bytes(*limit) << '\n';
   else ctx.out << " (no size limit: only damaged entries and abandoned files are removed)\n";
   Fields f;
@@ -168,14 +175,14 @@ int run_clear(Context& ctx, bool yes) {
         bytes += e.size;
       }
     if (n == 0) {
-      ctx.out << "nothing to clear in " << root << '\n';
+      ctx.out << "nothing to clear in " << printable(root) << '\n';
       return 0;
     }
     throw Error("clear would remove " + count_of(n, "entry", "entries") + " (" +
                 human_bytes(bytes) + ") from " + root + "; run `kjit clear --yes` to confirm");
   }
   const std::size_t removed = disk.clear();
-  ctx.out << "removed " << count_of(removed, "entry", "entries") << " from " << root << '\n';
+  ctx.out << "removed " << count_of(removed, "entry", "entries") << " from " << printable(root) << '\n';
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // `kjit warm MANIFEST --arch sm_80,sm_90 [-j N]`: compiles every recorded specialization into the cache
 // for each architecture (no GPU needed). `kjit export MANIFEST --out DIR --arch ...`: the same into DIR
 // as a fresh cache root, then DIR/kjit.lock (checked by `kjit verify --dir DIR --lock DIR/kjit.lock`).
+// Every job must have stored its entry (else exit status 1); an export starts from an empty DIR, locks
+// exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
 
 #include <thread>
@@ -9,6 +11,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "format.hpp"
+#include "kjit/cache/export_dir.hpp"
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/manifest.hpp"
 #include "kjit/error.hpp"
@@ -37,7 +40,7 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   if (!engine.disk().writable())
     throw Error("the cache is not writable, so nothing warmed would be kept: " + engine.disk().describe() +
                 "; choose a writable directory with --cache-dir or KJIT_CACHE_DIR");
-  ctx.out << "warming " << engine.disk().config().root.string() << " from " << r.manifest << " ("
+  ctx.out << "warming " << printable(engine.disk().config().root.string()) << " from " << printable(r.manifest) << " ("
           << count_of(manifest.records().size(), "specialization", "specializations") << ") for";
   for (const auto& t : targets) ctx.out << ' ' << t.str();
   ctx.out << " on " << count_of(r.jobs, "thread", "threads") << '\n';
@@ -57,8 +60,11 @@ int run_warm(Context& ctx, const WarmRequest& r) {
 }
 
 int run_export(Context& ctx, const WarmRequest& r) {
+  if (r.out_dir.empty())
+    throw ValueError("--out: an empty path is not allowed (an unset variable?); give the directory to export into");
   std::error_code ec;
   const fs::path dir = fs::absolute(r.out_dir, ec);
+  cache::prepare_export_dir(dir);  // new or empty: the lock will vouch for everything in it
   Settings s = ctx.settings();
   s.cache_dir = dir;
   s.cache_dir_source = "--out";
@@ -72,9 +78,12 @@ int run_export(Context& ctx, const WarmRequest& r) {
     return kExitFailure;
   }
   const fs::path lock = dir / cache::kLockFileName;
-  cache::write_lock(dir, lock);
-  ctx.out << "exported " << count_of(cache::read_lock(lock).size(), "entry", "entries") << " to " << dir.string()
-          << "; lock " << lock.string() << '\n';
+  const std::vector<cache::LockedFile> locked = cache::lock_entries(dir, report.entries);
+  cache::write_lock(lock, locked);
+  // The cache writes owner-only directories and files; the runtime user is often another one.
+  cache::make_export_readable(dir);
+  ctx.out << "exported " << count_of(locked.size(), "entry", "entries") << " to " << printable(dir.string())
+          << "; lock " << printable(lock.string()) << '\n';
   return kExitOk;
 }
 

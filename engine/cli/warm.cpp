@@ -8,6 +8,8 @@
 #include <optional>
 #include <thread>
 
+#include <sys/stat.h>
+
 #include "format.hpp"
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
@@ -44,14 +46,29 @@ std::vector<Rebuilt> rebuild(const cache::Manifest& manifest, WarmReport& report
   return out;
 }
 
+// The job's entry as the disk cache now holds it: its path in the writable root, or empty when only a
+// read-only layer holds it. Throws Error when no layer holds it: the store failed (the cache says why).
+std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
+  const std::string& target = cache::filed_target(p.meta);
+  // load() validates the file as a lookup would, and reads the writable root first.
+  if (!disk.load(p.key, target))
+    throw Error("compiled, but the entry was not stored in the cache, so nothing was warmed: " + disk.describe() +
+                "; fix what it names (free space, permissions) and run the command again");
+  const std::filesystem::path path = disk.entry_path(p.key, target);
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::filesystem::path();
+}
+
 }  // namespace
 
 void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targets) const {
   out << count_of(jobs, "job", "jobs") << " (" << count_of(records, "specialization", "specializations") << " x "
       << count_of(targets, "target", "targets") << "): " << compiled << " compiled, " << cached
       << " already cached, " << failed.size() << " failed\n";
-  for (const auto& s : stale) out << "  " << s << '\n';
-  for (const auto& f : failed) out << "  failed: " << f.what << ": " << f.reason << '\n';
+  // Names come from the manifest and reasons quote compile logs: through printable(), logs keep their lines.
+  for (const auto& s : stale) out << "  " << printable(s) << '\n';
+  for (const auto& f : failed)
+    out << "  failed: " << printable(f.what) << ": " << printable(f.reason, Newlines::Keep) << '\n';
 }
 
 WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
@@ -72,7 +89,9 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
       try {
         if (!specs[r].spec) throw Error(specs[r].error);
         const Prepared p = engine.prepare(*specs[r].spec, target);
+        const std::filesystem::path entry = stored_entry(engine.disk(), p);
         std::lock_guard<std::mutex> lock(mu);
+        if (!entry.empty()) report.entries.push_back(entry);
         if (p.origin == Origin::Compiled) {
           ++report.compiled;
           line = "compiled " + what + " (" + human_ms(p.meta.compile_ms) + ")";
@@ -94,6 +113,8 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   worker();
   for (auto& t : pool) t.join();
   progress.finish();
+  std::sort(report.entries.begin(), report.entries.end());
+  report.entries.erase(std::unique(report.entries.begin(), report.entries.end()), report.entries.end());
   return report;
 }
 

@@ -1,9 +1,12 @@
 // Warming a cache from a manifest: every record rebuilt (template, specialization) and prepared for
 // every target on N threads (Engine::prepare is thread-safe; NVRTC compiles in parallel; the per-key
 // lock makes concurrent warms compile each key once). Shared by `kjit warm` and `kjit export`.
+// A job succeeds only when its entry is on disk afterwards: a compile whose store failed (disk full, so
+// the cache went memory-only) warmed nothing and is a failure.
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,9 @@ struct WarmReport {
   std::size_t cached = 0;    // already in the cache
   std::vector<WarmFailure> failed;
   std::vector<std::string> stale;  // one note per record whose template changed since recording
+  // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may
+  // share an entry); jobs satisfied by a read-only layer are not listed.
+  std::vector<std::filesystem::path> entries;
 
   // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" and the notes.
   void print(std::ostream& out, std::size_t records, std::size_t targets) const;

@@ -21,7 +21,12 @@ struct LockedFile {
 
 // Every entry file (*.kjit) under `root`, sorted by path, with its hash.
 std::vector<LockedFile> lock_entries(const std::filesystem::path& root);
-// Writes the lock of `root` to `lock_file` atomically. Throws kjit::Error when it cannot.
+// Just these entry files under `root` (what an export wrote), sorted by path, with their hashes. Each must
+// read and decode as a valid entry filed where it lies: else kjit::Error naming it.
+std::vector<LockedFile> lock_entries(const std::filesystem::path& root, const std::vector<std::filesystem::path>& files);
+// Writes a lock listing `locked` to `lock_file` atomically. Throws kjit::Error when it cannot.
+void write_lock(const std::filesystem::path& lock_file, const std::vector<LockedFile>& locked);
+// Writes the lock of every entry under `root` (lock_entries(root)) to `lock_file`.
 void write_lock(const std::filesystem::path& root, const std::filesystem::path& lock_file);
 // Throws kjit::ValueError naming the file and what is wrong.
 std::vector<LockedFile> read_lock(const std::filesystem::path& lock_file);
@@ -29,8 +34,9 @@ std::vector<LockedFile> read_lock(const std::filesystem::path& lock_file);
 std::vector<LockedFile> parse_lock(std::string_view text, const std::string& origin);
 
 // Checks `root` against the lock: every listed file exists with that hash and decodes as a valid entry
-// filed where it lies; no entry is there that the lock does not list. Returns one line per problem
-// (empty: all good).
+// filed where it lies; no entry is there that the lock does not list; no symbolic link is anywhere
+// under `root` (links are reported, never followed: the check reads nothing outside `root`). Returns one
+// line per problem (empty: all good).
 std::vector<std::string> verify_lock(const std::filesystem::path& root, const std::vector<LockedFile>& locked);
 
 }  // namespace kjit::cache
