@@ -143,12 +143,7 @@ class IncludeResolver {
   void run(const std::string& root_text) { visit(root_text, base_dir_); }
   std::vector<Header> headers;
   std::vector<std::string> unresolved;
-  std::vector<std::pair<std::string, std::string>> aliases;  // (include name, canonical path seen before)
-  // The header a canonical path was first read as.
-  const Header* header_at(const std::string& canonical) const {
-    auto it = seen_paths_.find(canonical);
-    return it == seen_paths_.end() ? nullptr : &headers[it->second];
-  }
+  std::vector<std::pair<std::string, std::size_t>> aliases;  // (include name, index in headers of that file)
 
  private:
   void visit(const std::string& text, const fs::path& including_dir) {
@@ -190,7 +185,8 @@ class IncludeResolver {
         found = true;
         if (!seen_files_.insert(canon.string()).second) {
           // The same file under another spelling: NVRTC looks in-memory headers up by spelling.
-          if (!seen_names_.count(inc.name)) aliases.push_back({inc.name, canon.string()});
+          auto first = seen_paths_.find(canon.string());
+          if (!seen_names_.count(inc.name) && first != seen_paths_.end()) aliases.push_back({inc.name, first->second});
           break;
         }
         seen_paths_[canon.string()] = headers.size();
@@ -283,10 +279,13 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   t->digest_ = cache::to_hex(sha.finish());
   // Not hashed either (the bytes are those of a header above): a header reached under a second spelling
   // is handed to NVRTC under that spelling too, for compiles that see headers only in memory.
-  for (const auto& [alias, canonical] : resolver.aliases)
-    if (const Header* h = resolver.header_at(canonical))
-      if (std::none_of(t->headers_.begin(), t->headers_.end(), [&](const Header& x) { return x.include_name == alias; }))
-        t->compile_only_headers_.push_back({alias, h->path, h->bytes, h->from_cuda});
+  for (const auto& [alias, index] : resolver.aliases) {
+    const Header& h = t->headers_[index];
+    auto named = [&](const Header& x) { return x.include_name == alias; };
+    if (std::none_of(t->headers_.begin(), t->headers_.end(), named) &&
+        std::none_of(t->compile_only_headers_.begin(), t->compile_only_headers_.end(), named))
+      t->compile_only_headers_.push_back({alias, h.path, h.bytes, h.from_cuda});
+  }
   if (confined) {
     // Not hashed: the same template loaded from its files (no such names there) must keep its key.
     for (const auto& name : t->unresolved_)

@@ -434,3 +434,22 @@ TEST(Compile, AHeaderIncludedByAbsolutePathIsTheUsersOwn) {
   EXPECT_EQ(engine.prepare(Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")).origin,
             Origin::Compiled);
 }
+
+// A template rebuilt from a manifest compiles with no file access: the CUDA headers it includes are
+// resolved by kjit and handed to NVRTC in memory, under every spelling they are reached by.
+TEST(Compile, AManifestTemplateCompilesWithTheCudaHeadersInMemory) {
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  for (const std::string& include : {std::string("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"),
+                                     std::string("#include <cooperative_groups.h>\n"),
+                                     std::string("#include <cuda/std/cstdint>\n#include <cuda/std/limits>\n")}) {
+    SCOPED_TRACE(include);
+    auto t = Template::from_memory(include + kKernel, "cuda_headers.cu", {});
+    try {
+      EXPECT_EQ(engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+                Origin::Compiled);
+    } catch (const CompileError& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
