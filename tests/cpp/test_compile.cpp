@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
+#include "kjit/nvrtc_library.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -452,4 +454,17 @@ TEST(Compile, AManifestTemplateCompilesWithTheCudaHeadersInMemory) {
       ADD_FAILURE() << e.what();
     }
   }
+}
+
+// NVRTC 12.9+ caches compiles itself (in the driver's JIT cache): kjit turns that off, so that a compile
+// it counts, times and logs is a real one (nvFuser does the same for its ptxas logs).
+TEST(Compile, NvrtcsOwnCacheIsOffSoCompilesAreReal) {
+  int major = 0, minor = 0;
+  NvrtcLibrary::get().nvrtcVersion(&major, &minor);
+  const auto spec = add_constant(DType::Float32, 1);
+  CompiledBinary bin = Compiler::compile(spec, Compiler::plan(Target::parse("sm_90")));
+  const bool has_cache = major > 12 || (major == 12 && minor >= 9);
+  EXPECT_EQ(std::count(bin.flags.begin(), bin.flags.end(), "--no-cache"), has_cache ? 1 : 0)
+      << "NVRTC " << major << "." << minor;
+  EXPECT_EQ(std::count(bin.flags.begin(), bin.flags.end(), "--no-source-include"), 1);
 }
