@@ -180,8 +180,11 @@ void DiskCache::warn_unreadable(const fs::path& layer_root, bool is_writable_lay
   // A root found unusable at construction was warned about then (degrade); that it cannot be read
   // either adds nothing, and saying so on every lookup would bury the one warning that matters.
   if (is_writable_layer && root_unusable_) return;
+  // The user's own cache was written into by someone else; any other folder (a layer, or the root in
+  // readonly / strict mode: a deployed cache) was made by someone else and is to be opened to readers.
+  const bool own_cache = is_writable_layer && config_.mode == CacheMode::ReadWrite;
   const std::string fix =
-      is_writable_layer
+      own_cache
           ? "another user wrote into your cache folder (a run with sudo, say): give it back with "
             "`chown -R " + std::to_string(uid_) + " " + layer_root.string() + "`, or run `kjit clear`"
           : "if another user made this layer (a `kjit export` run as root makes owner-only files), "

@@ -250,3 +250,26 @@ TEST(SpecialFiles, AnUnusableRootIsWarnedAboutOnceNotPerLookup) {
     c.check(!contains(all, "damaged"), "no entry is called damaged: " + all);
   });
 }
+
+TEST(SpecialFiles, AStrictDeployedCacheOthersCannotReadSaysHowToOpenIt) {
+  // The root itself, in strict mode, is a deployed cache (baked by root): the advice is to open it to
+  // readers, not to take it over; and strict mode says the miss is a miss.
+  KJIT_NEEDS_ROOT();
+  TempDir dir;
+  open_to_all(dir.path());
+  const Entry e = make_entry("special-unreadable-strict");
+  const fs::path deployed = dir / "deployed";
+  const fs::path path = stored(deployed, e);
+  write_lock(deployed, deployed / kLockFileName);
+  KJIT_RUN_IN_CHILD([&](ChildChecks& c) {
+    if (!become_nobody(c)) return;
+    WarningCapture warnings;
+    DiskCache cache(cache_config(deployed, CacheMode::Strict));
+    c.check(!cache.load(e.key, "sm_90").has_value(), "not loaded");
+    const std::string all = warnings.all();
+    c.check(contains(all, path.string() + ": not readable by you"), "names the file: " + all);
+    c.check(contains(all, "chmod -R a+rX " + deployed.string()), "says to open it to readers: " + all);
+    c.check(contains(all, "this is a cache miss"), "says what strict mode does: " + all);
+    c.check(!contains(all, "damaged"), "not called damaged: " + all);
+  });
+}
