@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -138,6 +139,16 @@ void write_all(int fd, const std::string& bytes) {
 
 [[noreturn]] void child_main(int out_fd, const NvrtcJob& job, const CompileBounds& bounds,
                              std::vector<sock_filter>& filter) noexcept {
+  // Keep only stdin/out/err and the result pipe (as fd 3): an inherited descriptor would keep another
+  // compile's pipe open (its reader would wait for this child) or a key's flock held past its release.
+  if (out_fd != 3) {
+    if (::dup2(out_fd, 3) != 3) _exit(kCrashExit);
+    out_fd = 3;
+  }
+  if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
+    const long most = std::min<long>(sysconf(_SC_OPEN_MAX), 1 << 16);
+    for (int fd = 4; fd < most; ++fd) ::close(fd);
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -200,19 +211,22 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
   });
   std::vector<sock_filter> filter = no_files_filter();
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0)
-    throw Error("cannot start the compiler process for " + what + ": pipe: " + std::strerror(errno));
   pid_t pid = -1;
+  int fork_errno = 0;
   {
+    // The pipe is made, forked and its write end closed here under the gate, so that no other
+    // compile's child is forked holding this write end (its reader would wait for that child too).
     std::unique_lock<std::shared_mutex> gate(fork_gate());
+    if (pipe2(fds, O_CLOEXEC) != 0)
+      throw Error("cannot start the compiler process for " + what + ": pipe: " + std::strerror(errno));
     pid = fork();
     if (pid == 0) {
       ::close(fds[0]);
       child_main(fds[1], job, bounds, filter);
     }
+    fork_errno = errno;
+    ::close(fds[1]);
   }
-  const int fork_errno = errno;
-  ::close(fds[1]);
   if (pid < 0) {
     ::close(fds[0]);
     throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +

@@ -2,6 +2,7 @@
 // ops (python/src/ops/) register with torch.library when the module loads.
 #include "bindings.hpp"
 #include "ops/ops.hpp"
+#include "kjit/settings.hpp"
 
 #ifndef KJIT_VERSION
 #define KJIT_VERSION "0.0.0"
@@ -18,4 +19,10 @@ PYBIND11_MODULE(_C, m) {
   bind_cli(m);
   bind_elementwise(m);
   kjit::ops::bind_direct_ops(m);
+  // The settings, relative paths made absolute, are read once, at import: a later os.chdir() does not
+  // move the cache. A bad value is raised at first use instead, naming the variable.
+  try {
+    (void)kjit::settings();
+  } catch (const std::exception&) {
+  }
 }

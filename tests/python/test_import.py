@@ -82,3 +82,18 @@ def test_builtin_templates_resolve(name):
     assert name in kjit.Template.builtin_names()
     t = kjit.Template.builtin(name)
     assert t.is_builtin and t.name == name and name in t.kernels
+
+
+def test_a_relative_cache_dir_is_resolved_at_import(tmp_path):
+    """KJIT_CACHE_DIR=rel is the folder of start-up, not of a later os.chdir() (issue 14 item 8)."""
+    from conftest import run_python
+
+    (tmp_path / "start").mkdir()
+    (tmp_path / "later").mkdir()
+    code = f"""
+import os, kjit
+os.chdir({str(tmp_path / 'later')!r})
+print(kjit.cache_info()["dir"])
+"""
+    r = run_python(["-c", code], env={"KJIT_CACHE_DIR": "rel-cache"}, cwd=str(tmp_path / "start"))
+    assert r.stdout.strip() == str(tmp_path / "start" / "rel-cache"), r
