@@ -3,6 +3,7 @@
 // are converted to the declared types). Found by a small C++ tokenizer, not by string matching.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,5 +45,9 @@ const char* to_string(TemplateParam::Kind kind) noexcept;
 // Every __global__ function declared or defined in `source`, in order. Function templates declared
 // more than once (declaration + definition) appear once.
 std::vector<KernelDecl> parse_kernel_decls(const std::string& source);
+
+// `text` (C++ tokens, such as a template parameter's default) with every identifier that is a key of
+// `values` replaced by its value, except where it names a member (after `::`, `.` or `->`).
+std::string substitute_names(const std::string& text, const std::map<std::string, std::string>& values);
 
 }  // namespace kjit
