@@ -7,10 +7,16 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kjit/cache/atomic_file.hpp"
 #include "kjit/cache/file_lock.hpp"
+#include "kjit/cache/posix_error.hpp"
+#include "kjit/cache/unique_fd.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/error.hpp"
 
@@ -57,7 +63,8 @@ std::optional<std::int64_t> as_int64(const Json& v) {
 std::string arg_value_text(const ManifestArg& a) {
   switch (a.kind) {
     case ManifestArg::Kind::Type: return a.dtype;
-    case ManifestArg::Kind::Integer: return std::to_string(a.integer);
+    case ManifestArg::Kind::Integer:
+      return a.above_int64 ? std::to_string(static_cast<std::uint64_t>(a.integer)) : std::to_string(a.integer);
     case ManifestArg::Kind::Float: {
       std::ostringstream os;
       os.precision(17);
@@ -69,10 +76,21 @@ std::string arg_value_text(const ManifestArg& a) {
   return "?";
 }
 
-// The record without its id: what the id hashes.
-Json record_body(const ManifestRecord& r) {
+// The sources of a non-built-in template, as one object, and its id (what a record line references).
+Json sources_body(const std::string& source, const std::map<std::string, std::string>& headers) {
+  return {{"source", source}, {"headers", headers}};
+}
+std::string sources_id(const std::string& source, const std::map<std::string, std::string>& headers) {
+  return to_hex(Sha256::of(sources_body(source, headers).dump()));
+}
+
+// The record without its id: what the id hashes (sources inline), or, with `sources_ref`, a version 2
+// record line's body (the template's sources by id).
+Json record_body(const ManifestRecord& r, const std::string* sources_ref = nullptr) {
   Json t = {{"name", r.template_name}, {"builtin", r.builtin}, {"digest", r.template_digest}};
-  if (!r.builtin) {
+  if (!r.builtin && sources_ref) {
+    t["sources"] = *sources_ref;
+  } else if (!r.builtin) {
     t["source"] = r.source;
     t["headers"] = r.headers;
   }
@@ -81,7 +99,9 @@ Json record_body(const ManifestRecord& r) {
     Json v;
     switch (a.kind) {
       case ManifestArg::Kind::Type: v = a.dtype; break;
-      case ManifestArg::Kind::Integer: v = a.integer; break;
+      case ManifestArg::Kind::Integer:
+        v = a.above_int64 ? Json(static_cast<std::uint64_t>(a.integer)) : Json(a.integer);
+        break;
       case ManifestArg::Kind::Float: v = hex_float(a.floating); break;
       case ManifestArg::Kind::Bool: v = a.boolean; break;
     }
@@ -105,7 +125,7 @@ class Reader {
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
     throw ValueError("manifest " + origin_ + " is not valid: " + where + ": " + what +
                      ". Record it again with KJIT_RECORD=" + origin_ +
-                     " (or fix the file; the format is {\"kjit_manifest\": 1, \"records\": [...]}).");
+                     " (or fix the file; see kjit/cache/manifest.hpp for its format).");
   }
   const Json& field(const Json& obj, const char* name, Json::value_t type, const std::string& where) const {
     auto it = obj.find(name);
@@ -143,6 +163,10 @@ class Reader {
     } else if (kind == "integer" && as_int64(*v)) {
       a.kind = ManifestArg::Kind::Integer;
       a.integer = *as_int64(*v);
+    } else if (kind == "integer" && v->is_number_unsigned()) {  // 2^63 up to 2^64-1 (unsigned 64-bit parameters)
+      a.kind = ManifestArg::Kind::Integer;
+      a.integer = static_cast<std::int64_t>(v->get<std::uint64_t>());
+      a.above_int64 = true;
     } else if (kind == "float" && (v->is_number() || v->is_string())) {
       a.kind = ManifestArg::Kind::Float;
       if (v->is_number()) {
@@ -174,7 +198,14 @@ class Reader {
     r.template_name = str(t, "name", tw);
     r.builtin = boolean(t, "builtin", tw);
     r.template_digest = str(t, "digest", tw);
-    if (!r.builtin) {
+    if (!r.builtin && lines_) {  // version 2: a "sources" line before this one
+      const std::string id = str(t, "sources", tw);
+      auto it = sources_.find(id);
+      if (it == sources_.end())
+        fail(tw, "its sources \"" + id.substr(0, 16) + "...\" are not on a \"sources\" line before it");
+      r.source = it->second.first;
+      r.headers = it->second.second;
+    } else if (!r.builtin) {
       r.source = str(t, "source", tw);
       r.headers = string_map(t, "headers", tw);
     }
@@ -201,23 +232,101 @@ class Reader {
     return r;
   }
 
-  Manifest manifest(std::string_view text) const {
+  // Either version: version 2 starts with a line that is only {"kjit_manifest": V}.
+  Manifest manifest(std::string_view text) {
+    const std::string_view first = text.substr(0, text.find('\n'));
+    Json h = Json::parse(first.begin(), first.end(), nullptr, false);
+    if (!h.is_discarded() && h.is_object() && h.size() == 1 && h.contains("kjit_manifest") &&
+        as_int64(h["kjit_manifest"]) != std::optional<std::int64_t>(1)) {
+      check_version(h["kjit_manifest"], kManifestVersion);
+      start_lines();
+      Manifest m;
+      for_each_line(text.substr(std::min(text.size(), first.size() + 1)), [&](const Json& j) { line(j, m); });
+      return m;
+    }
+    return document(text);
+  }
+
+  // The lines of a version 2 file after those read so far; a torn last line (no newline, not JSON)
+  // is left out: `*used` is set to the bytes read up to the end of the last complete line.
+  template <typename F>
+  void for_each_line(std::string_view text, F&& f, std::size_t* used = nullptr) {
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      const bool terminated = end != std::string_view::npos;
+      if (!terminated) end = text.size();
+      const std::string_view l = text.substr(pos, end - pos);
+      ++line_no_;
+      Json j = Json::parse(l.begin(), l.end(), nullptr, false);
+      if (j.is_discarded() && !terminated) break;  // torn: a writer stopped mid-line; the lines before stand
+      pos = terminated ? end + 1 : end;
+      if (used) *used = pos;
+      if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // a blank line
+      if (j.is_discarded()) fail(where(), "it is not JSON");
+      f(j);
+    }
+  }
+
+  // One line of version 2: sources, or a record (added to `m` unless its id is there already).
+  // Returns the record's id when it was a record line that `m` lacked, else "".
+  std::string line(const Json& j, Manifest& m) {
+    if (!j.is_object() || j.size() != 1 || !(j.contains("sources") || j.contains("record")))
+      fail(where(), "it is not an object with one field, \"sources\" or \"record\"");
+    if (j.contains("sources")) {
+      const Json& src = j["sources"];
+      const std::string w = where() + ".sources";
+      if (!src.is_object()) fail(w, "is not an object");
+      const std::string id = str(src, "id", w);
+      std::string source = str(src, "source", w);
+      std::map<std::string, std::string> headers = string_map(src, "headers", w);
+      if (id != sources_id(source, headers)) fail(w, "its \"id\" does not match its content (edited by hand?)");
+      sources_.emplace(id, std::make_pair(std::move(source), std::move(headers)));
+      return "";
+    }
+    const std::string w = where() + ", records[" + std::to_string(m.records().size()) + "]";
+    ManifestRecord r = record(j["record"], w);
+    std::string id = r.id();
+    return m.add(std::move(r)) ? id : "";
+  }
+
+  // Reads version 2 lines from now on (the version line is read).
+  void start_lines() {
+    lines_ = true;
+    line_no_ = 1;
+  }
+
+ private:
+  // Version 1: one JSON object {"kjit_manifest": 1, "records": [...]}.
+  Manifest document(std::string_view text) {
     Json j = Json::parse(text.begin(), text.end(), nullptr, false);
     if (j.is_discarded()) fail("the file", "it is not JSON");
     if (!j.is_object()) fail("the file", "it is not a JSON object");
     auto v = j.find("kjit_manifest");
     if (v == j.end()) fail("the file", "there is no \"kjit_manifest\" version field (is it a kjit manifest?)");
-    if (as_int64(*v) != std::optional<std::int64_t>(kManifestVersion))
-      fail("the file", "version " + value_text(*v) + " is not supported (this kjit reads version " +
-                           std::to_string(kManifestVersion) + ")");
+    check_version(*v, 1);
     const Json& records = field(j, "records", Json::value_t::array, "the file");
     Manifest m;
     for (std::size_t i = 0; i < records.size(); ++i) m.add(record(records[i], "records[" + std::to_string(i) + "]"));
     return m;
   }
+  void check_version(const Json& v, int expected) const {
+    if (expected == 1 && as_int64(v) == std::optional<std::int64_t>(kManifestVersion))
+      fail("the file", "version " + std::to_string(kManifestVersion) + " is not supported as one JSON object: it is "
+                       "JSON lines, the first of them {\"kjit_manifest\":" + std::to_string(kManifestVersion) + "} alone");
+    if (as_int64(v) != std::optional<std::int64_t>(expected))
+      fail(expected == 1 ? "the file" : "line 1",
+           "version " + value_text(v) + " is not supported (this kjit reads version 1, one JSON object, and version " +
+               std::to_string(kManifestVersion) + ", JSON lines starting with {\"kjit_manifest\":" +
+               std::to_string(kManifestVersion) + "})");
+  }
+  std::string where() const { return "line " + std::to_string(line_no_); }
 
  private:
   std::string origin_;
+  bool lines_ = false;  // version 2: records reference sources by id
+  std::size_t line_no_ = 0;
+  std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> sources_;  // by id
 };
 
 bool read_text(const fs::path& file, std::string& out) {
@@ -246,15 +355,35 @@ bool Manifest::add(ManifestRecord r) {
   return true;
 }
 
-std::string manifest_to_json(const Manifest& m) {
-  Json records = Json::array();
-  for (const auto& r : m.records()) {
-    Json body = record_body(r);
-    body["id"] = r.id();
-    records.push_back(std::move(body));
+namespace {
+
+std::string header_line() { return "{\"kjit_manifest\":" + std::to_string(kManifestVersion) + "}\n"; }
+
+// The lines of `r`: its sources when `written_sources` lacks them (then added), and the record.
+std::string record_lines(const ManifestRecord& r, std::set<std::string>& written_sources) {
+  std::string out;
+  std::string sid;
+  if (!r.builtin) {
+    sid = sources_id(r.source, r.headers);
+    if (written_sources.insert(sid).second) {
+      Json src = sources_body(r.source, r.headers);
+      src["id"] = sid;
+      out += Json{{"sources", std::move(src)}}.dump() + "\n";
+    }
   }
-  Json j = {{"kjit_manifest", kManifestVersion}, {"records", std::move(records)}};
-  return j.dump(1) + "\n";
+  Json body = record_body(r, r.builtin ? nullptr : &sid);
+  body["id"] = r.id();
+  out += Json{{"record", std::move(body)}}.dump() + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::string manifest_to_json(const Manifest& m) {
+  std::string out = header_line();
+  std::set<std::string> written;
+  for (const auto& r : m.records()) out += record_lines(r, written);
+  return out;
 }
 
 Manifest parse_manifest(std::string_view json, const std::string& origin) { return Reader(origin).manifest(json); }
@@ -269,28 +398,167 @@ Manifest read_manifest(const fs::path& file) {
   return parse_manifest(text, file.string());
 }
 
-std::size_t append_to_manifest(const fs::path& file, const std::vector<ManifestRecord>& records,
-                               double lock_timeout_s) {
+// What a writer knows of its file: which file (device, inode), how far it has read it, and the
+// records and sources in that part.
+struct ManifestWriter::State {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::uint64_t read_to = 0;
+  std::unique_ptr<Reader> reader;
+  Manifest manifest;
+  std::set<std::string> sources;  // sources ids in the file
+};
+
+ManifestWriter::ManifestWriter(fs::path file, double lock_timeout_s)
+    : file_(std::move(file)), lock_timeout_s_(lock_timeout_s), state_(std::make_unique<State>()) {}
+
+ManifestWriter::~ManifestWriter() = default;
+
+namespace {
+
+[[noreturn]] void io_failure(const fs::path& file, const char* step, int err) {
+  throw Error("cannot add to manifest " + file.string() + ": " + step + ": " + errno_text(err));
+}
+
+// Reads [offset, offset + n) of `fd`.
+std::string read_at(int fd, std::uint64_t offset, std::uint64_t n, const fs::path& file) {
+  std::string out(n, '\0');
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out.data() + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) io_failure(file, "read", errno);
+    if (got == 0) break;  // shorter than fstat said: someone cut it (not a kjit writer); read what is there
+    done += static_cast<std::size_t>(got);
+  }
+  out.resize(done);
+  return out;
+}
+
+void write_all(int fd, std::string_view bytes, const fs::path& file) {
+  while (!bytes.empty()) {
+    const ssize_t put = ::write(fd, bytes.data(), bytes.size());
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) io_failure(file, "write", errno);
+    bytes.remove_prefix(static_cast<std::size_t>(put));
+  }
+}
+
+// Opens the manifest for appending, never blocking on a FIFO or a device at its path.
+UniqueFd open_manifest(const fs::path& file) {
+  UniqueFd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0600));
+  if (!fd) io_failure(file, "open", errno);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) io_failure(file, "fstat", errno);
+  if (!S_ISREG(st.st_mode))
+    throw ValueError("cannot add to manifest " + file.string() +
+                     ": it is not a regular file (a FIFO, a device or a folder); give KJIT_RECORD a file path");
+  return fd;
+}
+
+}  // namespace
+
+std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
   std::error_code ec;
-  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  const fs::path dir = file_.parent_path().empty() ? fs::path(".") : file_.parent_path();
   fs::create_directories(dir, ec);
   std::string lock_error;
   FileLock lock;
   try {
-    lock = FileLock::acquire(file.string() + ".lock", lock_timeout_s, &lock_error);
+    lock = FileLock::acquire(file_.string() + ".lock", lock_timeout_s_, &lock_error);
   } catch (const Error& e) {
-    throw Error("cannot add to manifest " + file.string() + ": " + e.what());
+    throw Error("cannot add to manifest " + file_.string() + ": " + e.what());
   }
-  if (!lock.locked()) throw Error("cannot add to manifest " + file.string() + ": " + lock_error);
+  if (!lock.locked()) throw Error("cannot add to manifest " + file_.string() + ": " + lock_error);
 
-  Manifest m;
-  if (fs::exists(file, ec)) m = read_manifest(file);
+  UniqueFd fd = open_manifest(file_);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) io_failure(file_, "fstat", errno);
+  State& s = *state_;
+  if (st.st_dev != s.dev || st.st_ino != s.ino || static_cast<std::uint64_t>(st.st_size) < s.read_to) {
+    s = State{};  // another file now (replaced, removed, cut): read it from the start
+    s.dev = st.st_dev;
+    s.ino = st.st_ino;
+  }
+  std::string out;
+  if (s.read_to == 0 && st.st_size > 0) {
+    // The first read of this file: version 2 (read on below), a torn first line (a writer died before
+    // its first write completed: cut off), or another text (a version 1 file: converted once).
+    const std::string text = read_at(fd.get(), 0, static_cast<std::uint64_t>(st.st_size), file_);
+    const std::string header = header_line();
+    if (text.size() < header.size() && header.compare(0, text.size(), text) == 0) {
+      if (::ftruncate(fd.get(), 0) != 0) io_failure(file_, "truncate", errno);
+    } else if (text.compare(0, header.size(), header) == 0) {
+      s.reader = std::make_unique<Reader>(file_.string());
+      s.reader->start_lines();
+      s.read_to = header.size();
+    } else {
+      const Manifest old = parse_manifest(text, file_.string());  // ValueError when damaged: never overwritten
+      const std::string converted = manifest_to_json(old);
+      if (auto failure = publish_atomically(file_, converted))
+        throw Error("cannot convert manifest " + file_.string() + " to version " + std::to_string(kManifestVersion) +
+                    ": " + failure->message());
+      fd = open_manifest(file_);
+      if (::fstat(fd.get(), &st) != 0) io_failure(file_, "fstat", errno);
+      s = State{};
+      s.dev = st.st_dev;
+      s.ino = st.st_ino;
+      s.reader = std::make_unique<Reader>(file_.string());
+      s.reader->start_lines();
+      s.read_to = header.size();  // the rest is read below, as any appended lines
+    }
+  }
+  if (s.read_to == 0) {  // a new (or empty) file
+    out = header_line();
+    s.reader = std::make_unique<Reader>(file_.string());
+    s.reader->start_lines();
+  } else if (static_cast<std::uint64_t>(st.st_size) > s.read_to) {
+    // What other writers appended since this one last read (and, the first time, the whole file).
+    const std::string text = read_at(fd.get(), s.read_to, static_cast<std::uint64_t>(st.st_size) - s.read_to, file_);
+    std::size_t used = 0;
+    try {
+      s.reader->for_each_line(text, [&](const Json& j) {
+        s.reader->line(j, s.manifest);
+        if (j.contains("sources")) s.sources.insert(j["sources"]["id"].get<std::string>());
+      }, &used);
+    } catch (...) {
+      s = State{};  // read it again next time
+      throw;
+    }
+    if (used < text.size()) {
+      // A torn last line (a writer that died mid-write): cut it off, the lines before stand.
+      if (::ftruncate(fd.get(), static_cast<off_t>(s.read_to + used)) != 0) io_failure(file_, "truncate", errno);
+    } else if (!text.empty() && text.back() != '\n') {
+      out = "\n";  // a complete last line without its newline (written by hand)
+    }
+    s.read_to += used;
+  }
+  const std::size_t lines_from = out.size();  // after a version line or a newline completing the last line
   std::size_t added = 0;
-  for (const auto& r : records) added += m.add(r) ? 1 : 0;
-  if (added == 0) return 0;
-  if (auto failure = publish_atomically(file, manifest_to_json(m)))
-    throw Error("cannot write manifest " + file.string() + ": " + failure->message());
+  for (const auto& r : records) {
+    if (!s.manifest.add(r)) continue;
+    out += record_lines(r, s.sources);
+    ++added;
+  }
+  if (out.empty()) return 0;
+  try {
+    write_all(fd.get(), out, file_);
+  } catch (...) {
+    s = State{};  // the file holds part of it, or none: read it again next time
+    throw;
+  }
+  // The reader takes this writer's own lines too, as it takes others': their sources are then known
+  // when another writer's record refers to them, and line numbers stay right.
+  s.reader->for_each_line(std::string_view(out).substr(lines_from),
+                          [&](const Json& j) { s.reader->line(j, s.manifest); });
+  s.read_to += out.size();
+  bytes_written_ += out.size();
   return added;
+}
+
+std::size_t append_to_manifest(const fs::path& file, const std::vector<ManifestRecord>& records,
+                               double lock_timeout_s) {
+  return ManifestWriter(file, lock_timeout_s).append(records);
 }
 
 }  // namespace kjit::cache

@@ -5,8 +5,10 @@
 #include <cctype>
 #include <charconv>
 #include <locale>
+#include <optional>
 #include <sstream>
 
+#include "kjit/compile_options.hpp"
 #include "kjit/dtype.hpp"
 #include "kjit/error.hpp"
 
@@ -21,10 +23,16 @@ std::string parameter(const KernelDecl& kernel, const TemplateParam& p) {
   return "template parameter '" + p.name + "' of kernel '" + kernel.name + "'";
 }
 
-bool parse_integer(const std::string& text, std::int64_t* out) {
+// A decimal integer of [-2^63, 2^64): unsigned 64-bit parameters take values from 2^63 up.
+std::optional<TemplateArg> parse_integer(const std::string& text) {
   const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
-  return ec == std::errc() && ptr == end && !text.empty();
+  std::int64_t v = 0;
+  if (auto [ptr, ec] = std::from_chars(text.data(), end, v); ec == std::errc() && ptr == end && !text.empty())
+    return TemplateArg::integer(v);
+  std::uint64_t u = 0;
+  if (auto [ptr, ec] = std::from_chars(text.data(), end, u); ec == std::errc() && ptr == end && !text.empty())
+    return TemplateArg::unsigned_integer(u);
+  return std::nullopt;
 }
 
 bool parse_number(const std::string& text, double* out) {
@@ -54,10 +62,9 @@ TemplateArg parse_param_value(const KernelDecl& kernel, const std::string& name,
       throw ValueError(prefix(name, value) + parameter(kernel, *p) + " is a type and '" + value +
                        "' is not a dtype; allowed: " + dtype_names());
     case TemplateParam::Kind::Integral: {
-      std::int64_t v = 0;
-      if (parse_integer(value, &v)) return TemplateArg::integer(v);
+      if (auto v = parse_integer(value)) return *v;
       throw ValueError(prefix(name, value) + parameter(kernel, *p) + " is an integer (" + p->cpp_type + ") and '" +
-                       value + "' is not a decimal integer");
+                       value + "' is not a decimal integer of [-2^63, 2^64)");
     }
     case TemplateParam::Kind::Floating: {
       double v = 0;
@@ -90,10 +97,7 @@ std::vector<std::pair<std::string, TemplateArg>> parse_params(const KernelDecl& 
 std::map<std::string, std::string> parse_defines(const std::vector<std::string>& defines) {
   std::map<std::string, std::string> out;
   for (const auto& text : defines) {
-    const auto eq = text.find('=');
-    std::string name = text.substr(0, eq);
-    std::string value = eq == std::string::npos ? "1" : text.substr(eq + 1);
-    if (name.empty()) throw ValueError("--define '" + text + "' has no name (for example --define BLOCK=256)");
+    auto [name, value] = parse_define(text);
     if (!out.emplace(name, value).second) throw ValueError("--define " + name + " is given twice");
   }
   return out;  // CompileOptions::validate checks the names

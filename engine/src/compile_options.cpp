@@ -41,6 +41,14 @@ std::vector<std::string> CompileOptions::nvrtc_flags(const Target& target,
   return out;
 }
 
+std::pair<std::string, std::string> parse_define(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == 0 || text.empty())
+    throw ValueError("define '" + text + "' has no name: write NAME or NAME=VALUE (for example BLOCK=256)");
+  if (eq == std::string::npos) return {text, "1"};
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
 bool CompileOptions::operator==(const CompileOptions& o) const {
   return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
          device_debug == o.device_debug && max_registers == o.max_registers && defines == o.defines;

@@ -316,7 +316,7 @@ void ParamLayout::build(const KernelDecl& decl, const std::vector<std::pair<std:
     if (p.kind != TemplateParam::Kind::Type || p.name.empty()) continue;
     const TemplateArg* bound = nullptr;
     for (const auto& a : args)
-      if (a.first == p.name) bound = &a.second;
+      if (a.first == p.name && a.second.kind() != TemplateArg::Kind::Default) bound = &a.second;
     if (bound && bound->kind() == TemplateArg::Kind::Type)
       subst[p.name] = type_tokens(dtype_cpp(bound->dtype()));
     else if (!bound && p.default_value)

@@ -1,5 +1,5 @@
 // Recorder: KJIT_RECORD. Adds every specialization the Engine resolves (memory-table misses, never the
-// hot path) to a manifest file, once per specialization per process. A failure to record is a warning
+// hot path) to a manifest file, once per specialization per process, by appending to it (O(records)). A failure to record is a warning
 // (once per manifest), never an error: recording must not break the workload it watches.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "kjit/cache/manifest.hpp"
 #include "kjit/specialization.hpp"
 
 namespace kjit {
@@ -17,12 +18,11 @@ class Recorder {
   Recorder(std::filesystem::path manifest, double lock_timeout_s);
 
   void record(const Specialization& spec) noexcept;
-  const std::filesystem::path& manifest() const noexcept { return manifest_; }
+  const std::filesystem::path& manifest() const noexcept { return writer_.file(); }
 
  private:
-  std::filesystem::path manifest_;
-  double lock_timeout_s_;
-  std::mutex mu_;
+  std::mutex mu_;  // one writer per process; processes take the file's flock
+  cache::ManifestWriter writer_;
   std::set<std::string> recorded_;  // record ids this process has written
 };
 

@@ -31,6 +31,7 @@ cache::ManifestRecord to_record(const Specialization& spec) {
       case TemplateArg::Kind::Integer:
         a.kind = ManifestArg::Kind::Integer;
         a.integer = value.int_value();
+        a.above_int64 = value.above_int64();
         break;
       case TemplateArg::Kind::Float:
         a.kind = ManifestArg::Kind::Float;
@@ -40,6 +41,7 @@ cache::ManifestRecord to_record(const Specialization& spec) {
         a.kind = ManifestArg::Kind::Bool;
         a.boolean = value.bool_value();
         break;
+      case TemplateArg::Kind::Default: continue;  // never in Specialization::args()
     }
     r.args.push_back(std::move(a));
   }
@@ -83,7 +85,10 @@ Specialization specialization_of(const ManifestRecord& record, std::shared_ptr<c
         args.emplace_back(a.name, TemplateArg::type(*dt));
         break;
       }
-      case ManifestArg::Kind::Integer: args.emplace_back(a.name, TemplateArg::integer(a.integer)); break;
+      case ManifestArg::Kind::Integer:
+        args.emplace_back(a.name, a.above_int64 ? TemplateArg::unsigned_integer(static_cast<std::uint64_t>(a.integer))
+                                                : TemplateArg::integer(a.integer));
+        break;
       case ManifestArg::Kind::Float: args.emplace_back(a.name, TemplateArg::floating(a.floating)); break;
       case ManifestArg::Kind::Bool: args.emplace_back(a.name, TemplateArg::boolean(a.boolean)); break;
     }

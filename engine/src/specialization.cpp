@@ -1,5 +1,6 @@
 #include "kjit/specialization.hpp"
 
+#include <map>
 #include <set>
 
 #include "kjit/error.hpp"
@@ -12,13 +13,17 @@ Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::
     : template_(std::move(tmpl)), kernel_(&template_->kernel(kernel)), options_(std::move(options)) {
   options_.validate();
   const KernelDecl& k = *kernel_;
+  // A Default argument stands for a parameter left out (front ends keep arrays in parameter order).
+  auto is_given = [](const TemplateArg& v) { return v.kind() != TemplateArg::Kind::Default; };
   std::set<std::string> given;
+  std::set<std::string> named;
   for (const auto& [name, value] : args) {
     if (!k.find_param(name))
       throw ValueError("kernel '" + k.name + "' has no template parameter '" + name + "'; its parameters are " +
                        k.describe_params());
-    if (!given.insert(name).second)
+    if (!named.insert(name).second)
       throw ValueError("template parameter '" + name + "' of kernel '" + k.name + "' is given twice");
+    if (is_given(value)) given.insert(name);
   }
   std::vector<std::string> missing;
   for (const auto& p : k.template_params)
@@ -30,8 +35,11 @@ Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::
                      "; its parameters are " + k.describe_params());
   }
   // Render in declaration order. A defaulted parameter left out is omitted when nothing after it is
-  // given, else its default text is used.
+  // given, else it is its default's text as written, with the earlier parameters it names replaced by
+  // their values (`int M = N * 2` is `(4) * 2` for N=4): what the compiler would take, and one rule for
+  // every front end, so that the same specialization has the same name expression and key everywhere.
   std::vector<std::string> rendered;
+  std::map<std::string, std::string> earlier;  // parameter name -> its text in a later default
   std::size_t last_given = 0;
   for (std::size_t i = 0; i < k.template_params.size(); ++i)
     if (given.count(k.template_params[i].name)) last_given = i + 1;
@@ -39,13 +47,15 @@ Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::
     const TemplateParam& p = k.template_params[i];
     const TemplateArg* value = nullptr;
     for (const auto& a : args)
-      if (a.first == p.name) value = &a.second;
+      if (a.first == p.name && is_given(a.second)) value = &a.second;
     if (value) {
       rendered.push_back(value->render(p, k.name));
       args_.emplace_back(p.name, *value);
     } else {
-      rendered.push_back(*p.default_value);
+      rendered.push_back(substitute_names(*p.default_value, earlier));
     }
+    const bool value_kind = p.kind != TemplateParam::Kind::Type && p.kind != TemplateParam::Kind::Unsupported;
+    if (!p.name.empty()) earlier[p.name] = value_kind ? "(" + rendered.back() + ")" : rendered.back();
   }
   name_expression_ = k.qualified_name();
   if (k.is_template) {

@@ -12,22 +12,23 @@ namespace kjit {
 namespace {
 
 struct IntRange {
-  long double lo, hi;
+  std::int64_t lo;
+  std::uint64_t hi;
   const char* suffix;
 };
 
-// Range and literal suffix of a declared integral type.
+// Range and literal suffix of a declared integral type (the parser accepts only integral words, so a
+// type is recognised by them: "unsigned long long", "std::uint16_t", "signed char", "size_t").
+// `char` is signed, as NVRTC has it on every host it runs on; `long` is 64-bit (LP64).
 IntRange range_of(const std::string& cpp) {
   auto has = [&](const char* w) { return cpp.find(w) != std::string::npos; };
-  bool is_unsigned = has("unsigned") || has("uint") || has("size_t");
-  if (has("char") || has("int8_t"))
-    return is_unsigned ? IntRange{0, 255, ""} : IntRange{-128, 127, ""};
+  const bool is_unsigned = has("unsigned") || has("uint") || has("size_t");
+  if (has("char") || has("int8_t")) return is_unsigned ? IntRange{0, UINT8_MAX, ""} : IntRange{INT8_MIN, INT8_MAX, ""};
   if (has("short") || has("int16_t"))
-    return is_unsigned ? IntRange{0, 65535, ""} : IntRange{-32768, 32767, ""};
+    return is_unsigned ? IntRange{0, UINT16_MAX, ""} : IntRange{INT16_MIN, INT16_MAX, ""};
   if (has("long") || has("int64_t") || has("size_t") || has("ptrdiff_t"))
-    return is_unsigned ? IntRange{0, 18446744073709551615.0L, "ull"}
-                       : IntRange{-9223372036854775808.0L, 9223372036854775807.0L, "ll"};
-  return is_unsigned ? IntRange{0, 4294967295.0L, "u"} : IntRange{-2147483648.0L, 2147483647.0L, ""};
+    return is_unsigned ? IntRange{0, UINT64_MAX, "ull"} : IntRange{INT64_MIN, INT64_MAX, "ll"};
+  return is_unsigned ? IntRange{0, UINT32_MAX, "u"} : IntRange{INT32_MIN, INT32_MAX, ""};
 }
 
 std::string hexfloat(double v, bool single) {
@@ -42,7 +43,7 @@ std::string hexfloat(double v, bool single) {
 std::string TemplateArg::describe() const {
   switch (kind_) {
     case Kind::Type: return dtype_name(dtype_);
-    case Kind::Integer: return std::to_string(i_);
+    case Kind::Integer: return above_int64_ ? std::to_string(uint_value()) : std::to_string(i_);
     case Kind::Float: {
       std::ostringstream os;
       os.precision(17);
@@ -50,6 +51,7 @@ std::string TemplateArg::describe() const {
       return os.str();
     }
     case Kind::Bool: return b_ ? "true" : "false";
+    case Kind::Default: return "default";
   }
   return "?";
 }
@@ -59,6 +61,9 @@ std::string TemplateArg::render(const TemplateParam& p, const std::string& kerne
     return TypeError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + wants +
                      ", got " + (kind_ == Kind::Type ? "the dtype " : "the value ") + describe() + ".");
   };
+  if (kind_ == Kind::Default)
+    throw Error("internal: the default of template parameter '" + p.name + "' of kernel '" + kernel +
+                "' was rendered as an argument; Specialization resolves defaults");
   switch (p.kind) {
     case TemplateParam::Kind::Type:
       if (kind_ != Kind::Type) throw mismatch("a type: pass a dtype (e.g. float32, bfloat16, int64)");
@@ -69,22 +74,22 @@ std::string TemplateArg::render(const TemplateParam& p, const std::string& kerne
     case TemplateParam::Kind::Integral: {
       if (kind_ != Kind::Integer)
         throw mismatch(("an integer (" + p.cpp_type + "): pass an integer").c_str());
-      IntRange r = range_of(p.cpp_type);
-      if (static_cast<long double>(i_) < r.lo || static_cast<long double>(i_) > r.hi) {
-        std::ostringstream os;
-        os << "template parameter '" << p.name << "' of kernel '" << kernel << "' is " << p.cpp_type
-           << ": the value " << i_ << " is out of its range [" << static_cast<long long>(r.lo) << ", "
-           << (r.hi > 9.3e18L ? std::string("2^64-1") : std::to_string(static_cast<long long>(r.hi)))
-           << "]. Declare it with a wider type (e.g. long long) or pass a smaller value.";
-        throw ValueError(os.str());
-      }
+      const IntRange r = range_of(p.cpp_type);
+      const bool fits = above_int64_ ? uint_value() <= r.hi
+                                     : i_ >= r.lo && (i_ < 0 || static_cast<std::uint64_t>(i_) <= r.hi);
+      if (!fits)
+        throw ValueError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + p.cpp_type +
+                         ": the value " + describe() + " is out of its range [" + std::to_string(r.lo) + ", " +
+                         std::to_string(r.hi) + "]. Declare it with a wider type (e.g. long long, or unsigned long "
+                         "long for values from 2^63 up) or pass a value in that range.");
+      if (above_int64_) return std::to_string(uint_value()) + r.suffix;
       if (i_ == std::numeric_limits<std::int64_t>::min()) return "(-9223372036854775807ll - 1)";
       return std::to_string(i_) + r.suffix;
     }
     case TemplateParam::Kind::Floating: {
       double v;
       if (kind_ == Kind::Float) v = f_;
-      else if (kind_ == Kind::Integer) v = static_cast<double>(i_);
+      else if (kind_ == Kind::Integer) v = above_int64_ ? static_cast<double>(uint_value()) : static_cast<double>(i_);
       else throw mismatch(("a floating constant (" + p.cpp_type + "): pass a number").c_str());
       bool single = p.cpp_type.find("float") != std::string::npos;
       if (!std::isfinite(v) || (single && !std::isfinite(static_cast<float>(v))))
@@ -105,6 +110,8 @@ std::uint64_t TemplateArg::word() const noexcept {
   std::uint64_t tag = static_cast<std::uint64_t>(kind_) << 62;
   switch (kind_) {
     case Kind::Type: return tag | static_cast<std::uint64_t>(dtype_);
+    // A value from 2^63 up shares its word with a negative one: no parameter takes both (no integral
+    // type holds both, and floating parameters get floats from every front end), so no key mixes them.
     case Kind::Integer: return static_cast<std::uint64_t>(i_) ^ tag;
     case Kind::Float: {
       std::uint64_t bits;
@@ -112,6 +119,7 @@ std::uint64_t TemplateArg::word() const noexcept {
       return bits ^ tag;
     }
     case Kind::Bool: return tag | (b_ ? 1 : 0);
+    case Kind::Default: return ~std::uint64_t{0} >> 2;  // the Type tag (0) with a value no dtype has
   }
   return 0;
 }
@@ -120,9 +128,10 @@ bool TemplateArg::operator==(const TemplateArg& o) const noexcept {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
     case Kind::Type: return dtype_ == o.dtype_;
-    case Kind::Integer: return i_ == o.i_;
+    case Kind::Integer: return i_ == o.i_ && above_int64_ == o.above_int64_;
     case Kind::Float: return std::memcmp(&f_, &o.f_, sizeof f_) == 0;
     case Kind::Bool: return b_ == o.b_;
+    case Kind::Default: return true;
   }
   return false;
 }

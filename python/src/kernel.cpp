@@ -194,9 +194,10 @@ PyMethodDef launch_def = {
 py::object arg_value(const TemplateArg& a) {
   switch (a.kind()) {
     case TemplateArg::Kind::Type: return py::str(dtype_name(a.dtype()));
-    case TemplateArg::Kind::Integer: return py::int_(a.int_value());
+    case TemplateArg::Kind::Integer: return a.above_int64() ? py::int_(a.uint_value()) : py::int_(a.int_value());
     case TemplateArg::Kind::Float: return py::float_(a.float_value());
     case TemplateArg::Kind::Bool: return py::bool_(a.bool_value());
+    case TemplateArg::Kind::Default: break;  // never listed: only given arguments are
   }
   return py::none();
 }

@@ -9,8 +9,6 @@
 #include <torch/csrc/Dtype.h>
 
 #include <array>
-#include <cerrno>
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -52,14 +50,21 @@ std::string wants(const TemplateParam& p) {
   throw TypeError(prefix(p, k) + " " + wants(p) + ", got " + describe_value(v) + hint);
 }
 
-std::int64_t to_int64(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
+// A Python int as an integer argument: any value of [-2^63, 2^64) (unsigned 64-bit parameters take those
+// from 2^63 up); the parameter's own range is checked when it is rendered.
+TemplateArg to_integer(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
   int overflow = 0;
   const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow > 0) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if (!(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) return TemplateArg::unsigned_integer(u);
+    PyErr_Clear();
+  }
   if (overflow)
     throw ValueError(prefix(p, k) + " is " + p.cpp_type + ": the value " + py::repr(py::handle(v)).cast<std::string>() +
-                     " does not fit in 64 bits");
+                     " does not fit in 64 bits (allowed: [-2^63, 2^64), and the range of " + p.cpp_type + ")");
   if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return x;
+  return TemplateArg::integer(x);
 }
 
 // A Python value as the argument of template parameter `p`.
@@ -86,17 +91,21 @@ TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
     }
     case TemplateParam::Kind::Integral:
       if (PyBool_Check(v) || PyFloat_Check(v)) wrong_kind(p, k, v);
-      if (PyLong_Check(v)) return TemplateArg::integer(to_int64(p, k, v));
+      if (PyLong_Check(v)) return to_integer(p, k, v);
       if (PyIndex_Check(v)) {  // numpy integers
         py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v));
         if (!i) throw py::error_already_set();
-        return TemplateArg::integer(to_int64(p, k, i.ptr()));
+        return to_integer(p, k, i.ptr());
       }
       wrong_kind(p, k, v);
     case TemplateParam::Kind::Floating:
       if (PyBool_Check(v)) wrong_kind(p, k, v);
       if (PyFloat_Check(v)) return TemplateArg::floating(PyFloat_AS_DOUBLE(v));
-      if (PyLong_Check(v)) return TemplateArg::floating(static_cast<double>(to_int64(p, k, v)));
+      if (PyLong_Check(v)) {
+        const TemplateArg i = to_integer(p, k, v);
+        return TemplateArg::floating(i.above_int64() ? static_cast<double>(i.uint_value())
+                                                     : static_cast<double>(i.int_value()));
+      }
       if (!PyUnicode_Check(v) && Py_TYPE(v)->tp_as_number && Py_TYPE(v)->tp_as_number->nb_float) {  // numpy floats
         const double d = PyFloat_AsDouble(v);
         if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
@@ -109,44 +118,6 @@ TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
     case TemplateParam::Kind::Unsupported: break;
   }
   throw TypeError(prefix(p, k) + " " + wants(p));
-}
-
-// The argument a defaulted parameter stands for, read from its default's text.
-TemplateArg default_arg(const TemplateParam& p, const KernelDecl& k) {
-  const std::string& text = *p.default_value;
-  auto cannot = [&]() -> ValueError {
-    return ValueError(prefix(p, k) + " defaults to '" + text + "', which kjit cannot evaluate; pass " + p.name +
-                      " explicitly (it comes before a parameter you passed)");
-  };
-  switch (p.kind) {
-    case TemplateParam::Kind::Type:
-      if (auto d = dtype_from_name(text)) return TemplateArg::type(*d);
-      throw cannot();
-    case TemplateParam::Kind::Bool:
-      if (text == "true") return TemplateArg::boolean(true);
-      if (text == "false") return TemplateArg::boolean(false);
-      throw cannot();
-    case TemplateParam::Kind::Integral: {
-      std::string t = text;
-      while (!t.empty() && (t.back() == 'u' || t.back() == 'U' || t.back() == 'l' || t.back() == 'L')) t.pop_back();
-      errno = 0;
-      char* end = nullptr;
-      const long long v = std::strtoll(t.c_str(), &end, 0);
-      if (t.empty() || errno || *end) throw cannot();
-      return TemplateArg::integer(v);
-    }
-    case TemplateParam::Kind::Floating: {
-      std::string t = text;
-      if (!t.empty() && (t.back() == 'f' || t.back() == 'F')) t.pop_back();
-      errno = 0;
-      char* end = nullptr;
-      const double v = std::strtod(t.c_str(), &end);
-      if (t.empty() || errno || *end) throw cannot();
-      return TemplateArg::floating(v);
-    }
-    case TemplateParam::Kind::Unsupported: break;
-  }
-  throw cannot();
 }
 
 // Template arguments in parameter order, on the stack for the usual few.
@@ -244,7 +215,8 @@ std::unordered_map<std::string, std::shared_ptr<const KernelInfo>>& arch_table()
 
 std::vector<std::pair<std::string, TemplateArg>> named(const KernelDecl& k, const TemplateArg* args, std::size_t n) {
   std::vector<std::pair<std::string, TemplateArg>> out;
-  for (std::size_t i = 0; i < n && i < k.template_params.size(); ++i) out.emplace_back(k.template_params[i].name, args[i]);
+  for (std::size_t i = 0; i < n && i < k.template_params.size(); ++i)
+    if (args[i].kind() != TemplateArg::Kind::Default) out.emplace_back(k.template_params[i].name, args[i]);
   return out;
 }
 
@@ -360,7 +332,7 @@ PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     if (list.given(j)) continue;
     const TemplateParam& p = decl.template_params[j];
     if (!p.default_value) missing_params(fam, list, n);
-    list.set(j, default_arg(p, decl));
+    list.set(j, TemplateArg::defaulted());  // the core renders the default, as for every front end
   }
   if (arch && arch != Py_None) {
     if (device && device != Py_None)
@@ -397,7 +369,7 @@ std::map<std::string, std::string> read_defines(const py::object& defines) {
   std::map<std::string, std::string> out;
   if (defines.is_none()) return out;
   auto value_text = [](py::handle v) -> std::string {
-    if (v.is_none()) return "";
+    if (v.is_none()) return "1";  // defined, no value given: as a bare 'NAME' (nvcc's -DNAME)
     if (PyBool_Check(v.ptr())) return v.ptr() == Py_True ? "1" : "0";
     if (PyUnicode_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) return py::str(v);
     throw TypeError("a define's value must be a str, int, float, bool or None, got " + describe_value(v.ptr()));
@@ -415,10 +387,8 @@ std::map<std::string, std::string> read_defines(const py::object& defines) {
     if (!PyUnicode_Check(item.ptr()))
       throw TypeError("defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got an item " +
                       describe_value(item.ptr()));
-    const std::string s = py::str(item);
-    const auto eq = s.find('=');
-    if (eq == std::string::npos) out[s] = "";
-    else out[s.substr(0, eq)] = s.substr(eq + 1);
+    auto [name, value] = parse_define(py::str(item));
+    out[name] = value;
   }
   return out;
 }
@@ -459,21 +429,30 @@ void bind_template(py::module_& m) {
   py::class_<PyTemplate>(m, "Template",
                          "CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in "
                          "template (Template.builtin). Every header it includes is resolved and hashed.")
-      .def(py::init([](const std::string& source, std::optional<std::string> name, std::vector<fs::path> include_dirs) {
-             return PyTemplate{Template::from_string(source, name.value_or(""), std::move(include_dirs))};
+      // Loading reads headers, hashes them and parses the source (a large one takes a while): without the GIL,
+      // so other Python threads run meanwhile. The arguments are C++ copies by then.
+      .def(py::init([](std::string source, std::optional<std::string> name, std::vector<fs::path> include_dirs) {
+             py::gil_scoped_release nogil;
+             return PyTemplate{Template::from_string(std::move(source), name.value_or(""), std::move(include_dirs))};
            }),
            py::arg("source"), py::arg("name") = py::none(), py::arg("include_dirs") = std::vector<fs::path>{},
            "A template from source text; `name` (e.g. 'my_kernels.cu') names it in messages and cache metadata.")
       .def_static(
           "from_file",
           [](const fs::path& path, std::vector<fs::path> include_dirs) {
+            py::gil_scoped_release nogil;
             return PyTemplate{Template::from_file(path, std::move(include_dirs))};
           },
           py::arg("path"), py::arg("include_dirs") = std::vector<fs::path>{},
           "A template from a .cu / .cuh file; its includes are resolved from its folder, `include_dirs`, "
           "KJIT_INCLUDE_PATH and the CUDA headers.")
       .def_static(
-          "builtin", [](const std::string& name) { return PyTemplate{Template::builtin(name)}; }, py::arg("name"),
+          "builtin",
+          [](const std::string& name) {
+            py::gil_scoped_release nogil;
+            return PyTemplate{Template::builtin(name)};
+          },
+          py::arg("name"),
           "A built-in template of kjit's kernel_templates/ by name ('add_constant').")
       .def_static("builtin_names", &Template::builtin_names, "Names of the built-in templates.")
       .def_property_readonly("name", [](const PyTemplate& t) { return t.tmpl->name(); })

@@ -57,6 +57,18 @@ kjit::Specialization user_spec(std::shared_ptr<const kjit::Template> t) {
                               o);
 }
 
+// The lines of a version 2 manifest, as JSON.
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = text.find('\n', pos);
+    out.push_back(nlohmann::json::parse(text.substr(pos, end - pos)));
+    pos = end == std::string::npos ? text.size() : end + 1;
+  }
+  return out;
+}
+
 TEST(Manifest, RecordOfABuiltinNamesItOnly) {
   const ManifestRecord r = kjit::to_record(add_constant("float16", 4));
   EXPECT_TRUE(r.builtin);
@@ -86,9 +98,12 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   EXPECT_FALSE(m.add(r));
   EXPECT_TRUE(m.add(kjit::to_record(add_constant("float32", 2))));
   const std::string text = kjit::cache::manifest_to_json(m);
-  const auto j = nlohmann::json::parse(text);
-  EXPECT_EQ(j["kjit_manifest"], 1);
-  EXPECT_EQ(j["records"][0]["args"][3]["value"], "0x1.999999999999ap-4");
+  const std::vector<nlohmann::json> lines = json_lines(text);
+  ASSERT_EQ(lines.size(), 4u);  // the version, the user template's sources, two records
+  EXPECT_EQ(lines[0]["kjit_manifest"], 2);
+  EXPECT_EQ(lines[1]["sources"]["source"], kUserSource);
+  EXPECT_EQ(lines[2]["record"]["template"]["sources"], lines[1]["sources"]["id"]);
+  EXPECT_EQ(lines[2]["record"]["args"][3]["value"], "0x1.999999999999ap-4");
   const Manifest back = kjit::cache::parse_manifest(text, "m.json");
   ASSERT_EQ(back.records().size(), 2u);
   const ManifestRecord& b = back.records()[0];
@@ -163,9 +178,11 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   expect_parse_error("{\"kjit_manifest\": 1, \"records\": {}}", "field \"records\" is object, expected array");
   expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"kernel\": 3}]}", "records[0]: missing field \"template\"");
 
+  // Version 1 documents (still read): one JSON object holding the records.
   Manifest m;
   m.add(kjit::to_record(add_constant("float32", 4)));
-  auto j = nlohmann::json::parse(kjit::cache::manifest_to_json(m));
+  nlohmann::json j = {{"kjit_manifest", 1},
+                      {"records", nlohmann::json::array({json_lines(kjit::cache::manifest_to_json(m)).at(1)["record"]})}};
   auto edit = [&](auto f) {
     auto c = j;
     f(c["records"][0]);
@@ -179,9 +196,17 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   expect_parse_error(edit([](auto& r) { r["kernel"] = "other"; }), "its \"id\" does not match its content");
   // Without an id (hand-written) it parses.
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
-  // Numbers that do not fit are errors, not silently wrapped (2^64 - 1 was read as -1, 2^32 + 64 as 64).
-  expect_parse_error(edit([](auto& r) { r.erase("id"); r["args"][1]["value"] = 18446744073709551615ull; }),
-                     "a integer argument cannot have the value 18446744073709551615");
+  // Numbers that do not fit are errors, not silently wrapped (2^64 - 1 was read as -1, 2^32 + 64 as 64;
+  // 2^64 - 1 is a value now, of unsigned 64-bit parameters).
+  expect_parse_error(edit([](auto& r) { r.erase("id"); r["args"][1]["value"] = 18446744073709551616.0; }),
+                     "a integer argument cannot have the value 1.8446744073709552e+19");
+  EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) {
+                                          r.erase("id");
+                                          r["args"][1]["value"] = 18446744073709551615ull;
+                                        }), "m")
+                .records()[0]
+                .describe(),
+            "add_constant(T=float32, VEC=18446744073709551615) from template add_constant");
   expect_parse_error(edit([](auto& r) { r.erase("id"); r["options"]["max_registers"] = 4294967360ll; }),
                      "\"max_registers\" is not an integer in [0, 2^31) or null");
   expect_parse_error("{\"kjit_manifest\": 4294967297, \"records\": []}", "version 4294967297 is not supported");
@@ -283,8 +308,111 @@ TEST(Manifest, FourConcurrentProcessesLoseAndDuplicateNothing) {
   }
   EXPECT_EQ(ids.size(), m.records().size());
   for (int p = 0; p < kProcs; ++p) EXPECT_EQ(defines[std::to_string(p)], 3) << p;
-  // The raw file has no duplicate either.
-  EXPECT_EQ(nlohmann::json::parse(read_file(manifest))["records"].size(), m.records().size());
+  // The raw file has no duplicate either: one line per record, after the version line.
+  const auto lines = json_lines(read_file(manifest));
+  EXPECT_EQ(lines.size(), m.records().size() + 1);
+}
+
+// Issue 14 item 13: KJIT_RECORD rewrote the whole manifest for each new record and repeated the
+// template's source in each (300 records took 202 s). Appending is O(records): each record adds one
+// short line, the template's sources are written once, and nothing already written is rewritten.
+TEST(Manifest, RecordingAppendsEachRecordOnceAndTheSourcesOnce) {
+  TempDir dir("kjit-manifest");
+  const std::string big_comment = "// " + std::string(20000, 'x') + "\n";  // a 20 KB template
+  const auto t = kjit::Template::from_string(big_comment + "template <int N> __global__ void k(int* p) { *p = N; }",
+                                             "big.cu");
+  const fs::path file = dir / "m.jsonl";
+  kjit::cache::ManifestWriter writer(file, 10);
+  std::uintmax_t first_size = 0;
+  for (int i = 0; i < 300; ++i) {
+    const kjit::Specialization spec(t, "k", {{"N", TemplateArg::integer(i)}});
+    ASSERT_EQ(writer.append({kjit::to_record(spec)}), 1u) << i;
+    if (i == 0) first_size = fs::file_size(file);
+  }
+  // The first append wrote the version line, the sources (20 KB) and a record; each later one a
+  // record line of a few hundred bytes (the old format grew by the whole source per record).
+  EXPECT_GT(first_size, 20000u);
+  const std::uintmax_t size = fs::file_size(file);
+  EXPECT_LT(size - first_size, 299u * 1000u) << "bytes per record: " << (size - first_size) / 299;
+  EXPECT_EQ(writer.bytes_written(), size);  // nothing was rewritten
+  const std::string text = read_file(file);
+  std::size_t sources_lines = 0, pos = 0;
+  while ((pos = text.find("{\"sources\":", pos)) != std::string::npos) ++sources_lines, ++pos;
+  EXPECT_EQ(sources_lines, 1u);
+  const Manifest m = kjit::cache::read_manifest(file);
+  ASSERT_EQ(m.records().size(), 300u);
+  EXPECT_EQ(m.records()[299].source, t->source());
+  EXPECT_EQ(kjit::specialization_of(m.records()[7], kjit::template_of(m.records()[7])).name_expression(), "k<7>");
+  // A second writer (another process) appends after reading the file once, and adds no duplicate.
+  kjit::cache::ManifestWriter other(file, 10);
+  const kjit::Specialization again(t, "k", {{"N", TemplateArg::integer(3)}});
+  const kjit::Specialization fresh(t, "k", {{"N", TemplateArg::integer(1000)}});
+  EXPECT_EQ(other.append({kjit::to_record(again), kjit::to_record(fresh)}), 1u);
+  EXPECT_LT(other.bytes_written(), 1000u);  // one record line: the sources are in the file already
+  // The first writer reads only what the other appended, and knows the record is there.
+  EXPECT_EQ(writer.append({kjit::to_record(fresh)}), 0u);
+  EXPECT_EQ(kjit::cache::read_manifest(file).records().size(), 301u);
+}
+
+// A writer killed mid-append leaves a torn last line: readers ignore it (the records before stand),
+// and the next writer cuts it off before appending.
+TEST(Manifest, ATornLastLineLosesNothingBeforeIt) {
+  TempDir dir("kjit-manifest");
+  const fs::path file = dir / "m.jsonl";
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {kjit::to_record(add_constant("float32", 1)),
+                                                   kjit::to_record(add_constant("float32", 2))}, 10), 2u);
+  const std::string whole = read_file(file);
+  const std::string third = kjit::cache::manifest_to_json([] {
+    Manifest m;
+    m.add(kjit::to_record(add_constant("float32", 4)));
+    return m;
+  }());
+  const std::string third_line = third.substr(third.find('\n') + 1);
+  write_file(file, whole + third_line.substr(0, third_line.size() / 2));  // torn mid-line
+  EXPECT_EQ(kjit::cache::read_manifest(file).records().size(), 2u);
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {kjit::to_record(add_constant("float32", 4))}, 10), 1u);
+  EXPECT_EQ(read_file(file), whole + third_line);
+  EXPECT_EQ(kjit::cache::read_manifest(file).records().size(), 3u);
+  // A torn first line (killed during its first write) is cut off too.
+  write_file(file, "{\"kjit_man");
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {kjit::to_record(add_constant("float32", 4))}, 10), 1u);
+  EXPECT_EQ(read_file(file), third);
+  // A bad line that is not the last is an error naming it, and the file is left as it is.
+  write_file(file, whole + "{\"record\": 3}\n" + third_line);
+  try {
+    kjit::cache::read_manifest(file);
+    FAIL();
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 4, records[2]: is not an object"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kjit::cache::append_to_manifest(file, {kjit::to_record(add_constant("float32", 8))}, 10),
+               kjit::ValueError);
+  EXPECT_EQ(read_file(file), whole + "{\"record\": 3}\n" + third_line);
+}
+
+// A version 1 file (one JSON object) is still read, and converted once when a writer appends to it.
+TEST(Manifest, AVersion1FileIsReadAndConvertedOnAppend) {
+  TempDir dir("kjit-manifest");
+  TempDir tdir("kjit-manifest-t");
+  const fs::path file = dir / "m.json";
+  const ManifestRecord user = kjit::to_record(user_spec(user_template(tdir)));
+  Manifest one;
+  one.add(user);
+  nlohmann::json rec = json_lines(kjit::cache::manifest_to_json(one)).at(2)["record"];
+  rec["template"].erase("sources");
+  rec["template"]["source"] = user.source;
+  rec["template"]["headers"] = user.headers;
+  const nlohmann::json v1 = {{"kjit_manifest", 1}, {"records", nlohmann::json::array({rec})}};
+  write_file(file, v1.dump(1));
+  const Manifest read = kjit::cache::read_manifest(file);
+  ASSERT_EQ(read.records().size(), 1u);
+  EXPECT_EQ(read.records()[0].id(), user.id());
+  EXPECT_EQ(kjit::cache::append_to_manifest(file, {user, kjit::to_record(add_constant("float32", 4))}, 10), 1u);
+  const std::string text = read_file(file);
+  EXPECT_EQ(text.rfind("{\"kjit_manifest\":2}\n", 0), 0u) << text.substr(0, 80);
+  const Manifest after = kjit::cache::read_manifest(file);
+  ASSERT_EQ(after.records().size(), 2u);
+  EXPECT_EQ(after.records()[0].source, kUserSource);
 }
 
 }  // namespace

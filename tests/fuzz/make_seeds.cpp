@@ -162,7 +162,16 @@ void manifest_seeds(const fs::path& dir) {
   Manifest one;
   one.add(user_record());
   write(dir, "valid_user_template.json", manifest_to_json(one));
-  write(dir, "valid_empty.json", "{\"kjit_manifest\": 1, \"records\": []}\n");
+  write(dir, "valid_empty.json", "{\"kjit_manifest\":2}\n");
+  write(dir, "valid_torn_last_line.json", good + good.substr(good.find('\n') + 1, 40));
+  Manifest big;
+  ManifestRecord u64 = builtin_record("uint64", 0);
+  u64.args[1].integer = -1;
+  u64.args[1].above_int64 = true;  // 2^64 - 1
+  big.add(u64);
+  write(dir, "valid_unsigned_64.json", manifest_to_json(big));
+  // Version 1 (one JSON object, still read).
+  write(dir, "v1_empty.json", "{\"kjit_manifest\": 1, \"records\": []}\n");
   // Hand-written: no ids, a float as a JSON number, max_registers null.
   write(dir, "valid_hand_written.json",
         "{\"kjit_manifest\": 1, \"records\": [{\"template\": {\"name\": \"softmax\", \"builtin\": true, "
@@ -170,11 +179,14 @@ void manifest_seeds(const fs::path& dir) {
         "\"value\": \"float16\"}, {\"name\": \"EPS\", \"kind\": \"float\", \"value\": 1e-5}], "
         "\"options\": {\"std\": \"c++17\", \"fast_math\": false, \"line_info\": true, "
         "\"device_debug\": false, \"max_registers\": null, \"defines\": {}}}]}\n");
+  write(dir, "version_2.json", "{\"kjit_manifest\": 2, \"records\": []}\n");  // a version 1 shape
 
-  write(dir, "id_mismatch.json", with(good, "\"kernel\": \"scale\"", "\"kernel\": \"scalf\""));
-  write(dir, "version_2.json", with(good, "\"kjit_manifest\": 1", "\"kjit_manifest\": 2"));
-  write(dir, "bad_hex_float.json",
-        with(good, "\"value\": \"0x1.999999999999ap-4\"", "\"value\": \"0x1.9zzp-4\""));
+  write(dir, "id_mismatch.json", with(good, "\"kernel\":\"scale\"", "\"kernel\":\"scalf\""));
+  write(dir, "version_3.json", with(good, "{\"kjit_manifest\":2}", "{\"kjit_manifest\":3}"));
+  write(dir, "bad_hex_float.json", with(good, "\"value\":\"0x1.999999999999ap-4\"", "\"value\":\"0x1.9zzp-4\""));
+  write(dir, "sources_edited.json", with(good, "SCALE_BASE 2", "SCALE_BASE 3"));
+  const std::size_t sources_at = good.find("{\"sources\"");
+  write(dir, "sources_missing.json", good.substr(0, sources_at) + good.substr(good.find('\n', sources_at) + 1));
   write(dir, "truncated.json", good.substr(0, good.size() / 2));
   write(dir, "records_not_array.json", "{\"kjit_manifest\": 1, \"records\": {}}");
 }

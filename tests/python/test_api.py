@@ -62,8 +62,9 @@ def test_kernel_options():
     f = t.kernel("add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True},
                  max_registers=64)
     assert f.options == {"std": "c++17", "fast_math": True, "line_info": False, "device_debug": False,
-                         "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "", "D": "1"}}
-    assert t.kernel("add_constant", defines=["X", "Y=2"]).options["defines"] == {"X": "", "Y": "2"}
+                         "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
+    # A define without a value is 1, as nvcc -DNAME and `kjit compile --define NAME` have it.
+    assert t.kernel("add_constant", defines=["X", "Y=2", "Z="]).options["defines"] == {"X": "1", "Y": "2", "Z": ""}
 
 
 def test_template_errors():
@@ -115,10 +116,15 @@ ALLOWED = "float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8
      f"torch.dtype)"),
     (dict(T=torch.float32, VEC=2**40), kjit.ValueError,
      "template parameter 'VEC' of kernel 'add_constant' is int: the value 1099511627776 is out of its range "
-     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long) or pass a smaller value."),
+     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
+     "from 2^63 up) or pass a value in that range."),
+    (dict(T=torch.float32, VEC=2**63), kjit.ValueError,
+     "template parameter 'VEC' of kernel 'add_constant' is int: the value 9223372036854775808 is out of its range "
+     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
+     "from 2^63 up) or pass a value in that range."),
     (dict(T=torch.float32, VEC=2**70), kjit.ValueError,
      "template parameter 'VEC' of kernel 'add_constant' is int: the value 1180591620717411303424 does not fit "
-     "in 64 bits"),
+     "in 64 bits (allowed: [-2^63, 2^64), and the range of int)"),
 ])
 def test_specialize_argument_errors(add, kwargs, exc, message):
     assert error_of(exc, lambda: add.specialize(arch="sm_90", **kwargs)) == message
@@ -210,7 +216,7 @@ def test_defaults_and_other_kinds():
     assert f.specialize(T="float", arch="sm_90").name_expression == "k<float>"
     k = f.specialize(T=torch.int32, FLAG=True, arch="sm_90")  # N comes before FLAG: its default is used
     assert k.name_expression == "k<int, 4, true>"
-    assert k.args == {"T": "int32", "N": 4, "FLAG": True}
+    assert k.args == {"T": "int32", "FLAG": True}  # what was given: N is its default's text, as in the CLI
     k = f.specialize(T=torch.float32, S=2, arch="sm_90")  # an int for a float parameter
     assert k.name_expression.startswith("k<float, 4, false, ")
     assert k.args["S"] == 2.0

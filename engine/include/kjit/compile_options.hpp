@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kjit/target.hpp"
@@ -27,5 +28,10 @@ struct CompileOptions {
   std::vector<std::string> nvrtc_flags(const Target& target, const std::vector<std::string>& include_dirs) const;
   bool operator==(const CompileOptions& o) const;
 };
+
+// One define as text, "NAME" or "NAME=VALUE", read as nvcc reads -D: a bare NAME is NAME=1. Every front
+// end (the CLI's --define, Python's defines=[...]) reads them here, so the same text gives the same key.
+// Throws ValueError for a text with no name.
+std::pair<std::string, std::string> parse_define(const std::string& text);
 
 }  // namespace kjit

@@ -1,18 +1,29 @@
 // Manifest: the specializations a workload used (recorded with KJIT_RECORD), so that `kjit warm` can
-// compile them anywhere. One versioned JSON file:
+// compile them anywhere. Version 2 is JSON lines, appended to and never rewritten, so that recording N
+// specializations costs O(N) (version 1, one JSON object rewritten for each new record, took 202 s
+// for 300 records and repeated a template's sources in each):
 //
-//   {"kjit_manifest": 1, "records": [ {"id": "<sha256>", "template": {...}, "kernel": "...",
-//                                      "args": [...], "options": {...}}, ... ]}
+//   {"kjit_manifest":2}
+//   {"sources":{"id":"<sha256>","source":"...","headers":{"detail.cuh":"..."}}}
+//   {"record":{"id":"<sha256>","template":{"name":"k.cu","builtin":false,"digest":"...","sources":"<sha256>"},
+//              "kernel":"...","args":[...],"options":{...}}}
 //
 // A record names its template by identity: a built-in by name (plus the digest it had), any other
-// template by file name, digest, its source text and the bytes of the non-CUDA headers it includes
-// (by include name), so that warm can rebuild it on a machine that has none of the files.
-// Records are deduplicated by id: the SHA-256 of the record's canonical JSON (without the id).
+// template by file name, digest and the id of a "sources" line before it, which holds its source text
+// and the bytes of the non-CUDA headers it includes (by include name), written once per manifest, so
+// that warm can rebuild it on a machine that has none of the files. A sources id is the SHA-256 of
+// that line's content (checked when read).
+// Records are deduplicated by id: the SHA-256 of the record's canonical JSON (without the id, with its
+// sources inline), the same in both versions. Readers still read version 1 files; writers convert one
+// to version 2 (once, atomically) before appending to it.
+// A crash mid-append leaves a torn last line without its newline: readers ignore it (the records
+// before it stand) and the next writer cuts it off.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,7 +32,7 @@
 
 namespace kjit::cache {
 
-inline constexpr int kManifestVersion = 1;
+inline constexpr int kManifestVersion = 2;
 
 // One typed template argument, as recorded.
 struct ManifestArg {
@@ -29,7 +40,8 @@ struct ManifestArg {
   std::string name;
   Kind kind = Kind::Integer;
   std::string dtype;          // Type: a dtype name ("float32")
-  std::int64_t integer = 0;   // Integer
+  std::int64_t integer = 0;   // Integer (the bits of a value from 2^63 up when above_int64)
+  bool above_int64 = false;   // Integer: a value of [2^63, 2^64), written as such in JSON
   double floating = 0;        // Float: written as an exact hex float ("0x1.8p+0")
   bool boolean = false;       // Bool
 };
@@ -72,20 +84,45 @@ class Manifest {
   std::set<std::string> ids_;
 };
 
-// Canonical JSON (records carry their id).
+// Canonical text of the current version (records carry their id; each template's sources once).
 std::string manifest_to_json(const Manifest& m);
-// Throws kjit::ValueError naming `origin` (a file name) and what is wrong: bad JSON, a wrong or missing
-// "kjit_manifest" version, a missing or mistyped field, a record whose id does not match its content.
+// Either version. Throws kjit::ValueError naming `origin` (a file name) and what is wrong: bad JSON, a
+// wrong or missing "kjit_manifest" version, a missing or mistyped field, a record whose id does not
+// match its content, a record whose sources are not in the file. A torn last line (no newline, not
+// JSON) is ignored.
 Manifest parse_manifest(std::string_view json, const std::string& origin);
 // Reads and parses a manifest file (ValueError when it cannot be read or parsed).
 Manifest read_manifest(const std::filesystem::path& file);
 
-// Merges `records` into the manifest file, safe from many processes: under an exclusive flock of
-// "<file>.lock" it reads the file (absent = empty), adds the records it lacks (by id) and, when
-// anything is new, publishes the result atomically (temp file in the same directory, fsync, rename),
-// so a reader always sees a complete, valid manifest and no record is lost or duplicated.
-// Returns how many records were new. Throws kjit::Error (ValueError for a damaged existing manifest,
-// which is never overwritten) when it cannot.
+// Appends records to a manifest file, safe from many processes and threads: under an exclusive flock
+// of "<file>.lock" it reads what other writers appended since its last call (only that: it remembers
+// how far it has read), and appends the records the file lacks (by id) with one write, preceded by
+// their template's sources when the file lacks those. A file of version 1 is converted first (once,
+// atomically). The cost of an append is the size of what it writes and of what others wrote since:
+// recording N records costs O(N), not O(N^2). Never blocks on a file that is not a regular file.
+class ManifestWriter {
+ public:
+  ManifestWriter(std::filesystem::path file, double lock_timeout_s);
+  ~ManifestWriter();
+  ManifestWriter(const ManifestWriter&) = delete;
+  ManifestWriter& operator=(const ManifestWriter&) = delete;
+
+  // Returns how many records were new. Throws kjit::Error (ValueError for a damaged existing manifest,
+  // which is never overwritten) when it cannot.
+  std::size_t append(const std::vector<ManifestRecord>& records);
+  const std::filesystem::path& file() const noexcept { return file_; }
+  // Bytes this writer has appended to the file, over its life (what tests check for O(N) recording).
+  std::uint64_t bytes_written() const noexcept { return bytes_written_; }
+
+ private:
+  struct State;
+  std::filesystem::path file_;
+  double lock_timeout_s_;
+  std::uint64_t bytes_written_ = 0;
+  std::unique_ptr<State> state_;  // what this writer has read of the file
+};
+
+// One-shot ManifestWriter(file, lock_timeout_s).append(records).
 std::size_t append_to_manifest(const std::filesystem::path& file, const std::vector<ManifestRecord>& records,
                                double lock_timeout_s);
 

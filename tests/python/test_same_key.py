@@ -1,0 +1,69 @@
+"""One specialization, one key, whichever front end names it (issue 14 items 18 and 21).
+
+The engine resolves every specialization (skipped defaults, defines, 64-bit values): the command line
+(`kjit compile`) and the Python API must get the same name expression and the same cache key for the
+same arguments. Compile-only for a named arch: no GPU needed.
+"""
+
+import json
+
+import pytest
+import torch
+
+import kjit
+
+# Defaults that name earlier parameters (M, U, K) and one left at its default before a given one (B).
+SOURCE = r"""
+template <typename T, int N, int M = N * 2, typename U = T, int K = sizeof(U) + M, bool B = false,
+          unsigned long long BIG = 1ull>
+__global__ void scale(T* x, U* y, int n) {
+  static_assert(M == N * 2, "M is twice N");
+  static_assert(K == sizeof(U) + M, "K follows U and M");
+#ifndef FLAG
+#error "FLAG must be defined"
+#endif
+#if FLAG != 1
+#error "a bare define is 1, as with nvcc -DFLAG"
+#endif
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<T>(y[i]) * static_cast<T>(B ? K : M) + static_cast<T>(BIG > 1ull ? 1 : 0);
+}
+"""
+
+CASES = [
+    # (CLI --param values, Python keyword arguments)
+    (["T=float32", "N=4", "B=true"], dict(T=torch.float32, N=4, B=True)),
+    (["T=float64", "N=3", "M=6", "BIG=18446744073709551615"], dict(T=torch.float64, N=3, M=6, BIG=2**64 - 1)),
+    (["T=int32", "N=1", "BIG=9223372036854775808"], dict(T=torch.int32, N=1, BIG=2**63)),
+    (["T=float32", "N=2"], dict(T=torch.float32, N=2)),
+]
+
+
+@pytest.mark.parametrize("params,kwargs", CASES, ids=["skipped-defaults", "max-u64", "2^63", "prefix"])
+def test_cli_and_python_give_the_same_key(tmp_path, run_kjit, params, kwargs):
+    src = tmp_path / "scale.cu"
+    src.write_text(SOURCE)
+    args = ["compile", str(src), "--kernel", "scale", "--define", "FLAG", "--arch", "sm_90", "--json"]
+    for p in params:
+        args += ["--param", p]
+    r = run_kjit(*args)
+    cli = json.loads(r.stdout)
+
+    k = kjit.Template.from_file(src).kernel("scale", defines=["FLAG"]).specialize(arch="sm_90", **kwargs)
+    assert k.name_expression == cli["name_expression"]
+    assert k.key == cli["results"][0]["key"]
+
+
+def test_skipped_defaults_are_rendered_from_their_text():
+    fam = kjit.Template(SOURCE, name="scale.cu").kernel("scale", defines={"FLAG": None})
+    k = fam.specialize(arch="sm_90", T=torch.float32, N=4, B=True)
+    # The defaults as written, with the earlier parameters they name replaced by their values.
+    assert k.name_expression == "scale<float, 4, (4)* 2, float, sizeof ( float ) + ((4)* 2), true>"
+    assert fam.options["defines"] == {"FLAG": "1"}
+
+
+def test_a_bare_define_is_one_in_every_spelling():
+    t = kjit.Template(SOURCE, name="scale.cu")
+    keys = {t.kernel("scale", defines=d).specialize(arch="sm_90", T=torch.float32, N=2).key
+            for d in (["FLAG"], ["FLAG=1"], {"FLAG": 1}, {"FLAG": True}, {"FLAG": None}, {"FLAG": "1"})}
+    assert len(keys) == 1
