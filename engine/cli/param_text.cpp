@@ -63,8 +63,11 @@ TemplateArg parse_param_value(const KernelDecl& kernel, const std::string& name,
                        "' is not a dtype; allowed: " + dtype_names());
     case TemplateParam::Kind::Integral: {
       if (auto v = parse_integer(value)) return *v;
+      if (value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) == std::string::npos && value.size() > 1)
+        throw ValueError(prefix(name, value) + parameter(kernel, *p) + " is an integer (" + p->cpp_type + ") and " +
+                         value + " is out of every integer parameter's range [-2^63, 2^64)");
       throw ValueError(prefix(name, value) + parameter(kernel, *p) + " is an integer (" + p->cpp_type + ") and '" +
-                       value + "' is not a decimal integer of [-2^63, 2^64)");
+                       value + "' is not a decimal integer");
     }
     case TemplateParam::Kind::Floating: {
       double v = 0;
