@@ -26,8 +26,8 @@ def builtin_digest(cli: list[str]) -> str:
         env = dict(os.environ, KJIT_CACHE_DIR=os.path.join(d, "c"), KJIT_RECORD=os.path.join(d, "m.json"))
         subprocess.run([*cli, "compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=1", "--param",
                         "W=1", "--arch", "sm_90"], env=env, capture_output=True, check=True)
-        with open(os.path.join(d, "m.json")) as f:
-            return json.load(f)["records"][0]["template"]["digest"]
+        with open(os.path.join(d, "m.json")) as f:  # JSON lines: the version, then the record
+            return json.loads(f.read().splitlines()[1])["record"]["template"]["digest"]
 
 
 def manifest(count: int, digest: str) -> dict:

@@ -30,9 +30,18 @@ print(kjit.stats()["compiles"])
 
 
 def records(path):
-    data = json.loads(path.read_text())
-    assert data["kjit_manifest"] == 1
-    return data["records"]
+    """The records of a manifest (version 2: JSON lines), each template with its sources inline."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert lines[0] == {"kjit_manifest": 2}
+    sources = {line["sources"]["id"]: line["sources"] for line in lines if "sources" in line}
+    out = []
+    for line in lines[1:]:
+        if "record" in line:
+            t = line["record"]["template"]
+            if "sources" in t:  # stored once per manifest, referenced by id
+                t.update(source=sources[t["sources"]]["source"], headers=sources[t["sources"]]["headers"])
+            out.append(line["record"])
+    return out
 
 
 def record_workload(tmp_path, manifest, procs=1):
