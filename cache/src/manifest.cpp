@@ -84,15 +84,19 @@ std::string sources_id(const std::string& source, const std::map<std::string, st
   return to_hex(Sha256::of(sources_body(source, headers).dump()));
 }
 
-// The record without its id: what the id hashes (sources inline), or, with `sources_ref`, a version 2
-// record line's body (the template's sources by id).
-Json record_body(const ManifestRecord& r, const std::string* sources_ref = nullptr) {
+// The record without its id: what the id hashes and a version 2 record line's body (the template's
+// sources by id), or, with `inline_sources`, a version 1 record's body (sources inline: what a
+// version 1 "id" hashed, so only for checking one).
+Json record_body(const ManifestRecord& r, bool inline_sources = false) {
   Json t = {{"name", r.template_name}, {"builtin", r.builtin}, {"digest", r.template_digest}};
-  if (!r.builtin && sources_ref) {
-    t["sources"] = *sources_ref;
+  if (!r.builtin && !r.sources)
+    throw ValueError("the manifest record " + r.describe() + " names a template that is not built in (" +
+                     r.template_name + ") but has no sources; build records with kjit::to_record");
+  if (!r.builtin && inline_sources) {
+    t["source"] = r.sources->source();
+    t["headers"] = r.sources->headers();
   } else if (!r.builtin) {
-    t["source"] = r.source;
-    t["headers"] = r.headers;
+    t["sources"] = r.sources->id();
   }
   Json args = Json::array();
   for (const auto& a : r.args) {
@@ -190,7 +194,7 @@ class Reader {
     return a;
   }
 
-  ManifestRecord record(const Json& j, const std::string& where) const {
+  ManifestRecord record(const Json& j, const std::string& where) {
     if (!j.is_object()) fail(where, "is not an object");
     ManifestRecord r;
     const Json& t = field(j, "template", Json::value_t::object, where);
@@ -198,16 +202,15 @@ class Reader {
     r.template_name = str(t, "name", tw);
     r.builtin = boolean(t, "builtin", tw);
     r.template_digest = str(t, "digest", tw);
-    if (!r.builtin && lines_) {  // version 2: a "sources" line before this one
+    if (!r.builtin && lines_) {  // version 2: a "sources" line before this one, shared (never copied)
       const std::string id = str(t, "sources", tw);
       auto it = sources_.find(id);
       if (it == sources_.end())
         fail(tw, "its sources \"" + id.substr(0, 16) + "...\" are not on a \"sources\" line before it");
-      r.source = it->second.first;
-      r.headers = it->second.second;
-    } else if (!r.builtin) {
-      r.source = str(t, "source", tw);
-      r.headers = string_map(t, "headers", tw);
+      r.sources = it->second;
+    } else if (!r.builtin) {  // version 1: inline; records of one template share one copy from here on
+      auto src = std::make_shared<const ManifestSources>(str(t, "source", tw), string_map(t, "headers", tw));
+      r.sources = sources_.emplace(src->id(), src).first->second;
     }
     r.kernel = str(j, "kernel", where);
     const Json& args = field(j, "args", Json::value_t::array, where);
@@ -227,7 +230,7 @@ class Reader {
     }
     r.options.defines = string_map(o, "defines", ow);
     auto id = j.find("id");
-    if (id != j.end() && (!id->is_string() || id->get<std::string>() != r.id()))
+    if (id != j.end() && (!id->is_string() || id->get<std::string>() != (lines_ ? r.id() : version1_id(r))))
       fail(where, "its \"id\" does not match its content (edited by hand? remove the \"id\" field)");
     return r;
   }
@@ -241,7 +244,9 @@ class Reader {
       check_version(h["kjit_manifest"], kManifestVersion);
       start_lines();
       Manifest m;
-      for_each_line(text.substr(std::min(text.size(), first.size() + 1)), [&](const Json& j) { line(j, m); });
+      for_each_line(text.substr(std::min(text.size(), first.size() + 1)), [&](const Json& j) {
+        if (auto r = line(j)) m.add(std::move(*r));
+      });
       return m;
     }
     return document(text);
@@ -268,9 +273,8 @@ class Reader {
     }
   }
 
-  // One line of version 2: sources, or a record (added to `m` unless its id is there already).
-  // Returns the record's id when it was a record line that `m` lacked, else "".
-  std::string line(const Json& j, Manifest& m) {
+  // One line of version 2: sources (kept, by id, for the records after it), or a record (returned).
+  std::optional<ManifestRecord> line(const Json& j) {
     if (!j.is_object() || j.size() != 1 || !(j.contains("sources") || j.contains("record")))
       fail(where(), "it is not an object with one field, \"sources\" or \"record\"");
     if (j.contains("sources")) {
@@ -278,16 +282,12 @@ class Reader {
       const std::string w = where() + ".sources";
       if (!src.is_object()) fail(w, "is not an object");
       const std::string id = str(src, "id", w);
-      std::string source = str(src, "source", w);
-      std::map<std::string, std::string> headers = string_map(src, "headers", w);
-      if (id != sources_id(source, headers)) fail(w, "its \"id\" does not match its content (edited by hand?)");
-      sources_.emplace(id, std::make_pair(std::move(source), std::move(headers)));
-      return "";
+      auto sources = std::make_shared<const ManifestSources>(str(src, "source", w), string_map(src, "headers", w));
+      if (id != sources->id()) fail(w, "its \"id\" does not match its content (edited by hand?)");
+      sources_.emplace(id, std::move(sources));
+      return std::nullopt;
     }
-    const std::string w = where() + ", records[" + std::to_string(m.records().size()) + "]";
-    ManifestRecord r = record(j["record"], w);
-    std::string id = r.id();
-    return m.add(std::move(r)) ? id : "";
+    return record(j["record"], where() + ", records[" + std::to_string(record_lines_++) + "]");
   }
 
   // Reads version 2 lines from now on (the version line is read).
@@ -321,12 +321,18 @@ class Reader {
                std::to_string(kManifestVersion) + "})");
   }
   std::string where() const { return "line " + std::to_string(line_no_); }
+  // The id of a version 1 record as version 1 defined it (over its sources inline, which a version 1
+  // file repeats in each record: hashing them costs the size of the file).
+  static std::string version1_id(const ManifestRecord& r) {
+    return to_hex(Sha256::of(record_body(r, /*inline_sources=*/true).dump()));
+  }
 
  private:
   std::string origin_;
   bool lines_ = false;  // version 2: records reference sources by id
   std::size_t line_no_ = 0;
-  std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> sources_;  // by id
+  std::size_t record_lines_ = 0;  // record lines read (for messages)
+  std::map<std::string, std::shared_ptr<const ManifestSources>> sources_;  // by id
 };
 
 bool read_text(const fs::path& file, std::string& out) {
@@ -339,6 +345,9 @@ bool read_text(const fs::path& file, std::string& out) {
 }
 
 }  // namespace
+
+ManifestSources::ManifestSources(std::string source, std::map<std::string, std::string> headers)
+    : source_(std::move(source)), headers_(std::move(headers)), id_(sources_id(source_, headers_)) {}
 
 std::string ManifestRecord::id() const { return to_hex(Sha256::of(record_body(*this).dump())); }
 
@@ -362,17 +371,14 @@ std::string header_line() { return "{\"kjit_manifest\":" + std::to_string(kManif
 // The lines of `r`: its sources when `written_sources` lacks them (then added), and the record.
 std::string record_lines(const ManifestRecord& r, std::set<std::string>& written_sources) {
   std::string out;
-  std::string sid;
-  if (!r.builtin) {
-    sid = sources_id(r.source, r.headers);
-    if (written_sources.insert(sid).second) {
-      Json src = sources_body(r.source, r.headers);
-      src["id"] = sid;
-      out += Json{{"sources", std::move(src)}}.dump() + "\n";
-    }
+  Json body = record_body(r);
+  const std::string id = to_hex(Sha256::of(body.dump()));  // r.id()
+  if (!r.builtin && written_sources.insert(r.sources->id()).second) {
+    Json src = sources_body(r.sources->source(), r.sources->headers());
+    src["id"] = r.sources->id();
+    out += Json{{"sources", std::move(src)}}.dump() + "\n";
   }
-  Json body = record_body(r, r.builtin ? nullptr : &sid);
-  body["id"] = r.id();
+  body["id"] = id;
   out += Json{{"record", std::move(body)}}.dump() + "\n";
   return out;
 }
@@ -398,14 +404,15 @@ Manifest read_manifest(const fs::path& file) {
   return parse_manifest(text, file.string());
 }
 
-// What a writer knows of its file: which file (device, inode), how far it has read it, and the
-// records and sources in that part.
+// What a writer knows of its file: which file (device, inode), how far it has read it, and the ids of
+// the records and sources in that part (ids only: a process recording 5000 specializations of a
+// template with 2 MB of headers once held 5000 copies of them here).
 struct ManifestWriter::State {
   dev_t dev = 0;
   ino_t ino = 0;
   std::uint64_t read_to = 0;
-  std::unique_ptr<Reader> reader;
-  Manifest manifest;
+  std::unique_ptr<Reader> reader;  // holds each sources line read once, for the records that name it
+  std::set<std::string> records;  // record ids in the file
   std::set<std::string> sources;  // sources ids in the file
 };
 
@@ -518,7 +525,7 @@ std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
     std::size_t used = 0;
     try {
       s.reader->for_each_line(text, [&](const Json& j) {
-        s.reader->line(j, s.manifest);
+        if (auto r = s.reader->line(j)) s.records.insert(r->id());
         if (j.contains("sources")) s.sources.insert(j["sources"]["id"].get<std::string>());
       }, &used);
     } catch (...) {
@@ -536,7 +543,7 @@ std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
   const std::size_t lines_from = out.size();  // after a version line or a newline completing the last line
   std::size_t added = 0;
   for (const auto& r : records) {
-    if (!s.manifest.add(r)) continue;
+    if (!s.records.insert(r.id()).second) continue;
     out += record_lines(r, s.sources);
     ++added;
   }
@@ -549,8 +556,7 @@ std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
   }
   // The reader takes this writer's own lines too, as it takes others': their sources are then known
   // when another writer's record refers to them, and line numbers stay right.
-  s.reader->for_each_line(std::string_view(out).substr(lines_from),
-                          [&](const Json& j) { s.reader->line(j, s.manifest); });
+  s.reader->for_each_line(std::string_view(out).substr(lines_from), [&](const Json& j) { s.reader->line(j); });
   s.read_to += out.size();
   bytes_written_ += out.size();
   return added;

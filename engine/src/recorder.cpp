@@ -13,9 +13,15 @@ Recorder::Recorder(std::filesystem::path manifest, double lock_timeout_s)
 
 void Recorder::record(const Specialization& spec) noexcept {
   try {
-    cache::ManifestRecord r = to_record(spec);
-    const std::string id = r.id();
     std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<const cache::ManifestSources> sources;
+    if (!spec.tmpl().is_builtin()) {  // each template's sources copied and hashed once, not per record
+      auto& known = sources_[spec.tmpl().digest()];
+      if (!known) known = sources_of(spec.tmpl());
+      sources = known;
+    }
+    cache::ManifestRecord r = to_record(spec, std::move(sources));
+    const std::string id = r.id();
     if (recorded_.count(id)) return;
     writer_.append({std::move(r)});
     recorded_.insert(id);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -24,6 +26,9 @@ class Recorder {
   std::mutex mu_;  // one writer per process; processes take the file's flock
   cache::ManifestWriter writer_;
   std::set<std::string> recorded_;  // record ids this process has written
+  // Sources of the templates recorded, by Template::digest() (which covers the source and every
+  // header's name and bytes): shared by their records.
+  std::map<std::string, std::shared_ptr<const cache::ManifestSources>> sources_;
 };
 
 }  // namespace kjit

@@ -8,17 +8,21 @@ namespace kjit {
 using cache::ManifestArg;
 using cache::ManifestRecord;
 
-cache::ManifestRecord to_record(const Specialization& spec) {
+std::shared_ptr<const cache::ManifestSources> sources_of(const Template& t) {
+  if (t.is_builtin()) return nullptr;
+  std::map<std::string, std::string> headers;
+  for (const Header& h : t.headers())
+    if (!h.from_cuda) headers[h.include_name] = h.bytes;
+  return std::make_shared<const cache::ManifestSources>(t.source(), std::move(headers));
+}
+
+cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<const cache::ManifestSources> sources) {
   const Template& t = spec.tmpl();
   ManifestRecord r;
   r.template_name = t.name();
   r.builtin = t.is_builtin();
   r.template_digest = t.digest();
-  if (!r.builtin) {
-    r.source = t.source();
-    for (const Header& h : t.headers())
-      if (!h.from_cuda) r.headers[h.include_name] = h.bytes;
-  }
+  if (!r.builtin) r.sources = sources ? std::move(sources) : sources_of(t);
   r.kernel = spec.kernel().name;
   for (const auto& [name, value] : spec.args()) {
     ManifestArg a;
@@ -57,8 +61,10 @@ cache::ManifestRecord to_record(const Specialization& spec) {
 
 std::shared_ptr<const Template> template_of(const ManifestRecord& record, std::string* stale) {
   std::shared_ptr<const Template> t = record.builtin ? Template::builtin(record.template_name)
-                                                     : Template::from_memory(record.source, record.template_name,
-                                                                             record.headers);
+                     : record.sources ? Template::from_memory(record.sources->source(), record.template_name,
+                                                              record.sources->headers())
+                                      : throw ValueError("the manifest record " + record.describe() +
+                                                         " has no sources for its template, which is not built in");
   if (stale) {
     stale->clear();
     if (t->digest() != record.template_digest)

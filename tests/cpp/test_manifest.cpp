@@ -2,6 +2,7 @@
 // KJIT_RECORD from 4 concurrent processes (no lost or duplicated record).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "kjit/cache/manifest.hpp"
+#include "kjit/cache/sha256.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
@@ -21,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using kjit::TemplateArg;
 using kjit::cache::Manifest;
+using kjit::cache::ManifestArg;
 using kjit::cache::ManifestRecord;
 using kjit::testing::TempDir;
 using kjit::testing::read_file;
@@ -73,8 +76,7 @@ TEST(Manifest, RecordOfABuiltinNamesItOnly) {
   const ManifestRecord r = kjit::to_record(add_constant("float16", 4));
   EXPECT_TRUE(r.builtin);
   EXPECT_EQ(r.template_name, "add_constant");
-  EXPECT_TRUE(r.source.empty());
-  EXPECT_TRUE(r.headers.empty());
+  EXPECT_FALSE(r.sources);  // a built-in is named, not carried
   ASSERT_EQ(r.args.size(), 2u);
   EXPECT_EQ(r.args[0].dtype, "float16");
   EXPECT_EQ(r.args[1].integer, 4);
@@ -90,9 +92,10 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   TempDir dir("kjit-manifest");
   const ManifestRecord r = kjit::to_record(user_spec(user_template(dir)));
   EXPECT_FALSE(r.builtin);
-  EXPECT_EQ(r.source, kUserSource);
-  ASSERT_EQ(r.headers.count("scale_detail.cuh"), 1u);
-  for (const auto& [name, bytes] : r.headers) EXPECT_EQ(name.find("cuda"), std::string::npos) << name;
+  ASSERT_TRUE(r.sources);
+  EXPECT_EQ(r.sources->source(), kUserSource);
+  ASSERT_EQ(r.sources->headers().count("scale_detail.cuh"), 1u);
+  for (const auto& [name, bytes] : r.sources->headers()) EXPECT_EQ(name.find("cuda"), std::string::npos) << name;
   Manifest m;
   EXPECT_TRUE(m.add(r));
   EXPECT_FALSE(m.add(r));
@@ -341,7 +344,7 @@ TEST(Manifest, RecordingAppendsEachRecordOnceAndTheSourcesOnce) {
   EXPECT_EQ(sources_lines, 1u);
   const Manifest m = kjit::cache::read_manifest(file);
   ASSERT_EQ(m.records().size(), 300u);
-  EXPECT_EQ(m.records()[299].source, t->source());
+  EXPECT_EQ(m.records()[299].sources->source(), t->source());
   EXPECT_EQ(kjit::specialization_of(m.records()[7], kjit::template_of(m.records()[7])).name_expression(), "k<7>");
   // A second writer (another process) appends after reading the file once, and adds no duplicate.
   kjit::cache::ManifestWriter other(file, 10);
@@ -400,8 +403,13 @@ TEST(Manifest, AVersion1FileIsReadAndConvertedOnAppend) {
   one.add(user);
   nlohmann::json rec = json_lines(kjit::cache::manifest_to_json(one)).at(2)["record"];
   rec["template"].erase("sources");
-  rec["template"]["source"] = user.source;
-  rec["template"]["headers"] = user.headers;
+  rec["template"]["source"] = user.sources->source();
+  rec["template"]["headers"] = user.sources->headers();
+  // Version 1 ids hashed the record with its sources inline (the file is then checked as written by
+  // a kjit of version 1), yet once read the record has the id that recording it afresh gives.
+  rec.erase("id");
+  rec["id"] = kjit::cache::to_hex(kjit::cache::Sha256::of(rec.dump()));
+  ASSERT_NE(rec["id"], user.id());
   const nlohmann::json v1 = {{"kjit_manifest", 1}, {"records", nlohmann::json::array({rec})}};
   write_file(file, v1.dump(1));
   const Manifest read = kjit::cache::read_manifest(file);
@@ -412,7 +420,78 @@ TEST(Manifest, AVersion1FileIsReadAndConvertedOnAppend) {
   EXPECT_EQ(text.rfind("{\"kjit_manifest\":2}\n", 0), 0u) << text.substr(0, 80);
   const Manifest after = kjit::cache::read_manifest(file);
   ASSERT_EQ(after.records().size(), 2u);
-  EXPECT_EQ(after.records()[0].source, kUserSource);
+  EXPECT_EQ(after.records()[0].sources->source(), kUserSource);
+}
+
+// A template's sources are held once however many records name them: reading a version 2 file shares
+// the one "sources" line among its records (a 25 MB file of 100000 records naming 10 MB of sources
+// once held and hashed 1 TB), and a writer keeps record ids, not records with their sources.
+std::string big_source() { return "// " + std::string(1 << 20, 'x') + "\n__global__ void k() {}\n"; }
+
+nlohmann::json big_record_line(const std::string& sources_id, int n) {
+  return {{"record",
+           {{"template", {{"name", "big.cu"}, {"builtin", false}, {"digest", "d"}, {"sources", sources_id}}},
+            {"kernel", "k"},
+            {"args", {{{"name", "N"}, {"kind", "integer"}, {"value", n}}}},
+            {"options", {{"std", "c++20"}, {"fast_math", false}, {"line_info", false}, {"device_debug", false},
+                         {"max_registers", nullptr}, {"defines", nlohmann::json::object()}}}}}};
+}
+
+TEST(Manifest, ReadingSharesOneCopyOfTheSourcesAmongItsRecords) {
+  const auto sources = std::make_shared<const kjit::cache::ManifestSources>(
+      big_source(), std::map<std::string, std::string>{{"h.cuh", "#define H 1\n"}});
+  std::string text = "{\"kjit_manifest\":2}\n";
+  text += nlohmann::json{{"sources", {{"id", sources->id()}, {"source", sources->source()},
+                                      {"headers", sources->headers()}}}}.dump() + "\n";
+  const int n = 2000;
+  for (int i = 0; i < n; ++i) text += big_record_line(sources->id(), i).dump() + "\n";
+  const Manifest m = kjit::cache::parse_manifest(text, "big");
+  ASSERT_EQ(m.records().size(), static_cast<std::size_t>(n));
+  const auto& first = m.records()[0].sources;
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->id(), sources->id());
+  EXPECT_EQ(first->source(), sources->source());
+  for (const auto& r : m.records()) ASSERT_EQ(r.sources.get(), first.get());  // one copy, shared
+  EXPECT_EQ(first.use_count(), n);
+  // A record's id covers its sources by their id: the same whichever copy of the text it holds.
+  ManifestRecord again = m.records()[7];
+  again.sources = sources;
+  EXPECT_EQ(again.id(), m.records()[7].id());
+}
+
+std::size_t heap_in_use() {
+  const struct mallinfo2 mi = ::mallinfo2();
+  return mi.uordblks + mi.hblkhd;  // small blocks and mmapped ones
+}
+
+TEST(Manifest, AWriterKeepsRecordIdsNotCopiesOfTheSources) {
+  TempDir dir("kjit-manifest");
+  const auto sources = std::make_shared<const kjit::cache::ManifestSources>(big_source(),
+                                                                            std::map<std::string, std::string>{});
+  std::vector<ManifestRecord> records;
+  for (int i = 0; i < 300; ++i) {
+    ManifestRecord r;
+    r.template_name = "big.cu";
+    r.template_digest = "d";
+    r.sources = sources;
+    r.kernel = "k";
+    ManifestArg a;
+    a.name = "N";
+    a.integer = i;
+    r.args = {a};
+    records.push_back(std::move(r));
+  }
+  kjit::cache::ManifestWriter writer(dir / "m.jsonl", 10);
+  const std::size_t before = heap_in_use();
+  EXPECT_EQ(writer.append(records), records.size());
+  const std::size_t held = heap_in_use() - std::min(before, heap_in_use());
+  // One copy of the 1 MB sources (the line it read back) at most, not 300 (300 MB).
+  EXPECT_LT(held, std::size_t(8) << 20) << held << " bytes held by the writer after appending";
+  EXPECT_EQ(sources.use_count(), 1 + static_cast<long>(records.size()));  // the writer keeps no record
+  const Manifest back = kjit::cache::read_manifest(dir / "m.jsonl");
+  ASSERT_EQ(back.records().size(), records.size());
+  EXPECT_EQ(back.records()[299].id(), records[299].id());
+  EXPECT_EQ(back.records()[299].sources->source(), sources->source());
 }
 
 }  // namespace

@@ -136,9 +136,10 @@ ManifestRecord user_record() {
   ManifestRecord r;
   r.template_name = "scale.cu";
   r.template_digest = to_hex(Sha256::of("scale.cu"));
-  r.source = "#include \"scale_detail.cuh\"\ntemplate <typename T, int N, bool NEG, double F>\n"
-             "__global__ void scale(T* x) { x[threadIdx.x] = (T)(SCALE_BASE * N * F * (NEG ? -1 : 1)); }\n";
-  r.headers = {{"scale_detail.cuh", "#define SCALE_BASE 2\n"}};
+  r.sources = std::make_shared<const kjit::cache::ManifestSources>(
+      "#include \"scale_detail.cuh\"\ntemplate <typename T, int N, bool NEG, double F>\n"
+      "__global__ void scale(T* x) { x[threadIdx.x] = (T)(SCALE_BASE * N * F * (NEG ? -1 : 1)); }\n",
+      std::map<std::string, std::string>{{"scale_detail.cuh", "#define SCALE_BASE 2\n"}});
   r.kernel = "scale";
   ManifestArg t, n, neg, f;
   t.name = "T", t.kind = ManifestArg::Kind::Type, t.dtype = "float32";

@@ -9,9 +9,15 @@
 
 namespace kjit {
 
-// The record of `spec`: its template's identity (and, for a template that is not built in, its source
-// and the bytes of its non-CUDA headers), kernel, typed arguments and options.
-cache::ManifestRecord to_record(const Specialization& spec);
+// The sources of a template that is not built in, as a record holds them (its source and the bytes of
+// its non-CUDA headers); null for a built-in.
+std::shared_ptr<const cache::ManifestSources> sources_of(const Template& t);
+
+// The record of `spec`: its template's identity (and, for a template that is not built in, its
+// sources: `sources` when given, which must be sources_of(spec.tmpl()), shared rather than copied),
+// kernel, typed arguments and options.
+cache::ManifestRecord to_record(const Specialization& spec,
+                                std::shared_ptr<const cache::ManifestSources> sources = nullptr);
 
 // Rebuilds the Template of a record: a built-in by name (its current bytes), any other template from
 // the recorded source and headers. `stale` (when given) is set to a note when the rebuilt template's

@@ -13,9 +13,13 @@
 // and the bytes of the non-CUDA headers it includes (by include name), written once per manifest, so
 // that warm can rebuild it on a machine that has none of the files. A sources id is the SHA-256 of
 // that line's content (checked when read).
-// Records are deduplicated by id: the SHA-256 of the record's canonical JSON (without the id, with its
-// sources inline), the same in both versions. Readers still read version 1 files; writers convert one
-// to version 2 (once, atomically) before appending to it.
+// Records are deduplicated by id: the SHA-256 of the record's canonical JSON without the id and with
+// its sources by their id (as on a version 2 record line), so that computing it costs the size of the
+// record, not of its template's sources. A version 1 record (sources inline) checks its "id" as
+// version 1 defined it, and once read has the id that recording it afresh would give. Readers still
+// read version 1 files; writers convert one to version 2 (once, atomically) before appending to it.
+// In memory as in the file, a template's sources are held once, shared by its records: reading N
+// records of one template holds its sources once, so what a file expands to is bounded by its size.
 // A crash mid-append leaves a torn last line without its newline: readers ignore it (the records
 // before it stand) and the next writer cuts it off.
 #pragma once
@@ -56,17 +60,33 @@ struct ManifestOptions {
   std::map<std::string, std::string> defines;
 };
 
+// The sources of a template that is not built in: its source text and the bytes of the non-CUDA
+// headers it includes (by include name), with their id, the hex SHA-256 of their canonical JSON
+// {"headers":{...},"source":"..."}. Immutable, and shared by every record of the template.
+class ManifestSources {
+ public:
+  ManifestSources(std::string source, std::map<std::string, std::string> headers);
+  const std::string& source() const noexcept { return source_; }
+  const std::map<std::string, std::string>& headers() const noexcept { return headers_; }
+  const std::string& id() const noexcept { return id_; }
+
+ private:
+  std::string source_;
+  std::map<std::string, std::string> headers_;
+  std::string id_;
+};
+
 struct ManifestRecord {
   std::string template_name;    // built-in name or file name
   bool builtin = false;
   std::string template_digest;  // Template::digest() when recorded
-  std::string source;           // non-built-in templates only
-  std::map<std::string, std::string> headers;  // non-built-in: include name -> bytes (non-CUDA headers)
+  std::shared_ptr<const ManifestSources> sources;  // non-built-in templates only (null for a built-in)
   std::string kernel;
   std::vector<ManifestArg> args;  // in parameter order
   ManifestOptions options;
 
-  // Hex SHA-256 of the canonical JSON of the record (the dedup identity).
+  // Hex SHA-256 of the canonical JSON of the record, its sources by id (the dedup identity). Throws
+  // kjit::ValueError for a record that is not built in and has no sources.
   std::string id() const;
   // "add_constant(T=float32, VEC=4) from template add_constant" for messages.
   std::string describe() const;
@@ -96,8 +116,9 @@ Manifest read_manifest(const std::filesystem::path& file);
 
 // Appends records to a manifest file, safe from many processes and threads: under an exclusive flock
 // of "<file>.lock" it reads what other writers appended since its last call (only that: it remembers
-// how far it has read), and appends the records the file lacks (by id) with one write, preceded by
-// their template's sources when the file lacks those. A file of version 1 is converted first (once,
+// how far it has read, and the ids of the records and sources there, never records themselves), and
+// appends the records the file lacks (by id) with one write, preceded by their template's sources
+// when the file lacks those. A file of version 1 is converted first (once,
 // atomically). The cost of an append is the size of what it writes and of what others wrote since:
 // recording N records costs O(N), not O(N^2). Never blocks on a file that is not a regular file.
 class ManifestWriter {
