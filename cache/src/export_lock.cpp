@@ -146,7 +146,7 @@ std::vector<std::string> verify_lock(const fs::path& root, const std::vector<Loc
     const fs::path file = root / f.path;
     FileRead r = read_regular_file(file, kMaxEntryFileBytes);
     if (!r.ok()) {
-      problems.push_back("missing: " + f.path + ": " + r.error);
+      problems.push_back(std::string(r.absent ? "missing: " : "unreadable: ") + f.path + ": " + r.error);
       continue;
     }
     // A link swapped in between the walk and the open: the file opened is not the one that lies there.

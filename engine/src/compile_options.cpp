@@ -33,11 +33,9 @@ std::vector<std::string> CompileOptions::canonical() const {
   return out;
 }
 
-std::vector<std::string> CompileOptions::nvrtc_flags(const Target& target,
-                                                     const std::vector<std::string>& include_dirs) const {
+std::vector<std::string> CompileOptions::nvrtc_flags(const Target& target) const {
   std::vector<std::string> out = canonical();
   out.push_back(target.nvrtc_flag());
-  for (const auto& d : include_dirs) out.push_back("--include-path=" + d);
   return out;
 }
 

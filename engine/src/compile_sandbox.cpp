@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,14 +21,20 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <filesystem>
+#include <thread>
 #include <new>
 #include <vector>
 
 #include <nvrtc.h>
 
+#include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
+#include "kjit/nvrtc_library.hpp"
 
 namespace kjit {
+namespace fs = std::filesystem;
 namespace {
 
 std::shared_mutex& fork_gate() {
@@ -37,6 +44,8 @@ std::shared_mutex& fork_gate() {
 
 constexpr int kOutOfMemoryExit = 86;  // the child's operator new failed
 constexpr int kCrashExit = 87;        // the child threw something unexpected
+constexpr std::size_t kMaxLogBytes = 4u << 20;        // a longer compile log is cut (in the child)
+constexpr std::uint64_t kMaxResultBytes = 2ull << 30;  // a cubin and a log: more is not a compile result
 
 #if defined(__x86_64__)
 constexpr std::uint32_t kAuditArch = AUDIT_ARCH_X86_64;
@@ -137,7 +146,21 @@ void write_all(int fd, const std::string& bytes) {
   }
 }
 
-[[noreturn]] void child_main(int out_fd, const NvrtcJob& job, const CompileBounds& bounds,
+// The result on the pipe: its length (8 bytes), then encode(outcome), so that the parent knows when it
+// has all of it without waiting for an end of file that an inherited descriptor could hold back.
+void write_result(int fd, NvrtcOutcome& out) {
+  if (out.log.size() > kMaxLogBytes) {
+    const std::size_t total = out.log.size();
+    out.log.resize(kMaxLogBytes);
+    out.log += "\n[kjit: the log was cut here, at " + std::to_string(kMaxLogBytes >> 20) + " MiB of " +
+               std::to_string(total) + " bytes]\n";
+  }
+  const std::string body = encode(out);
+  const std::uint64_t n = body.size();
+  write_all(fd, std::string(reinterpret_cast<const char*>(&n), sizeof n) + body);
+}
+
+[[noreturn]] void child_main(int out_fd, pid_t parent, const NvrtcJob& job, const CompileBounds& bounds,
                              std::vector<sock_filter>& filter) noexcept {
   // Keep only stdin/out/err and the result pipe (as fd 3): an inherited descriptor would keep another
   // compile's pipe open (its reader would wait for this child) or a key's flock held past its release.
@@ -154,12 +177,14 @@ void write_all(int fd, const std::string& bytes) {
   sigprocmask(SIG_SETMASK, &none, nullptr);
   signal(SIGALRM, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // a parent that dies takes its compile with it
+  if (::getppid() != parent) _exit(kCrashExit);  // it died before the line above
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   rlimit as{};
   if (getrlimit(RLIMIT_AS, &as) == 0) {
     // What the child already maps (all of the parent: CUDA and torch reserve a lot) plus the limit.
-    const std::uint64_t want = address_space_bytes() + bounds.memory_bytes;
+    const std::uint64_t have = address_space_bytes();
+    const std::uint64_t want = bounds.memory_bytes > UINT64_MAX - have ? UINT64_MAX : have + bounds.memory_bytes;
     if (as.rlim_max == RLIM_INFINITY || want < as.rlim_max) as.rlim_cur = static_cast<rlim_t>(want);
     setrlimit(RLIMIT_AS, &as);
   }
@@ -170,12 +195,13 @@ void write_all(int fd, const std::string& bytes) {
   if (timer.it_value.tv_sec == 0 && timer.it_value.tv_usec == 0) timer.it_value.tv_usec = 1;
   setitimer(ITIMER_REAL, &timer, nullptr);  // SIGALRM, default action: the child ends
   std::set_new_handler([] { _exit(kOutOfMemoryExit); });
-  std::string note;
-  if (bounds.no_files) note = forbid_files(filter);
   try {
-    NvrtcOutcome out = run_nvrtc(job);
+    const std::string note = forbid_files(filter);
+    NvrtcOutcome out;
+    // Without the filter, a template that may come from anyone is not compiled at all (fail closed).
+    if (note.empty() || !bounds.untrusted) out = run_nvrtc(job);
     out.sandbox_note = note;
-    write_all(out_fd, encode(out));
+    write_result(out_fd, out);
   } catch (const std::bad_alloc&) {
     _exit(kOutOfMemoryExit);
   } catch (...) {
@@ -196,11 +222,19 @@ std::string seconds(double s) {
 
 std::shared_lock<std::shared_mutex> hold_off_forks() { return std::shared_lock<std::shared_mutex>(fork_gate()); }
 
-NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what) {
-  // NVRTC loads its builtins library and whatever else it reads once on its first compile: do that
-  // here, in this process, so that the child (which may open no file) finds them loaded.
-  static std::once_flag first_compile;
-  std::call_once(first_compile, [] {
+namespace {
+
+// NVRTC dlopens its builtins library on its first compile: load it (by the same name, so NVRTC's own
+// dlopen finds it loaded) before any compile that may open no file. Failing that, one compile here.
+void load_what_nvrtc_reads_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int major = 0, minor = 0;
+    NvrtcLibrary::get().nvrtcVersion(&major, &minor);
+    const std::string name = "libnvrtc-builtins.so." + std::to_string(major) + "." + std::to_string(minor);
+    if (::dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
+    const fs::path beside = cuda_toolkit().nvrtc_library.parent_path() / name;
+    if (::dlopen(beside.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
     NvrtcJob warm;
     warm.source = "__global__ void kjit_warm_up() {}\n";
     warm.program_name = "kjit_warm_up.cu";
@@ -209,20 +243,62 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
     auto gate = hold_off_forks();
     run_nvrtc(warm);
   });
+}
+
+// A forked compile child: killed and reaped if the parent leaves early (an exception), reaped once.
+class Child {
+ public:
+  Child(pid_t pid, int read_fd) : pid_(pid), fd_(read_fd) {}
+  ~Child() {
+    if (fd_ >= 0) ::close(fd_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  int fd() const { return fd_; }
+  void close_pipe() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  // Reaps the child; false when someone else did (SIGCHLD ignored, a host's waitpid(-1)).
+  bool wait(int* status = nullptr) {
+    int st = 0;
+    pid_t w;
+    do w = ::waitpid(pid_, &st, 0);
+    while (w < 0 && errno == EINTR);
+    pid_ = -1;
+    if (status) *status = st;
+    return w > 0;
+  }
+  void kill() { ::kill(pid_, SIGKILL); }
+
+ private:
+  pid_t pid_;
+  int fd_;
+};
+
+}  // namespace
+
+NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what) {
+  load_what_nvrtc_reads_once();
   std::vector<sock_filter> filter = no_files_filter();
   int fds[2];
   pid_t pid = -1;
   int fork_errno = 0;
+  const pid_t parent = ::getpid();
   {
     // The pipe is made, forked and its write end closed here under the gate, so that no other
-    // compile's child is forked holding this write end (its reader would wait for that child too).
+    // compile's child is forked holding this write end.
     std::unique_lock<std::shared_mutex> gate(fork_gate());
     if (pipe2(fds, O_CLOEXEC) != 0)
       throw Error("cannot start the compiler process for " + what + ": pipe: " + std::strerror(errno));
     pid = fork();
     if (pid == 0) {
       ::close(fds[0]);
-      child_main(fds[1], job, bounds, filter);
+      child_main(fds[1], parent, job, bounds, filter);
     }
     fork_errno = errno;
     ::close(fds[1]);
@@ -230,56 +306,80 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
   if (pid < 0) {
     ::close(fds[0]);
     throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
-                ". Free memory, or set KJIT_COMPILE_ISOLATION=untrusted so that your own templates compile in-process.");
+                ". Free memory, or unset KJIT_COMPILE_ISOLATION=always so that your own templates compile in-process.");
   }
-  // Read until the child closes the pipe; a child past its timer plus a grace period is killed.
+  Child child(pid, fds[0]);
+  // Read the length-prefixed result; a child past its timer plus a grace period is killed.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
   std::string bytes;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
-  bool killed = false;
+  std::uint64_t want = 0;
+  bool killed = false, too_big = false;
   char buf[65536];
   for (;;) {
+    if (bytes.size() >= sizeof want) {
+      std::memcpy(&want, bytes.data(), sizeof want);
+      if (want > kMaxResultBytes) {
+        too_big = true;
+        child.kill();
+        break;
+      }
+      if (bytes.size() - sizeof want >= want) break;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
+      child.kill();
       killed = true;
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{child.fd(), POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) continue;
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    const ssize_t n = ::read(child.fd(), buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) break;
+    if (n <= 0) break;  // the child is gone
     bytes.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fds[0]);
+  child.close_pipe();
   int status = 0;
-  pid_t w;
-  do w = ::waitpid(pid, &status, 0);
-  while (w < 0 && errno == EINTR);
-  const bool reaped = w == pid;
+  const bool reaped = child.wait(&status);
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   NvrtcOutcome out;
-  const bool complete = decode(bytes, out);
+  const bool complete = bytes.size() >= sizeof want && bytes.size() - sizeof want == want && !too_big &&
+                        decode(bytes.substr(sizeof want), out);
   const std::string raise_time = " If this kernel needs longer, raise KJIT_COMPILE_TIMEOUT (seconds).";
   const std::string raise_memory = " If this kernel needs more, raise KJIT_COMPILE_MEMORY (e.g. 16G).";
   const std::string limit_note =
       " (kjit bounds each compile so that a template, e.g. from an untrusted manifest, cannot exhaust the machine.)";
-  const bool timed_out = killed || (reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM);
+  if (complete) {
+    const bool out_of_memory = !out.ok() && (out.status == NVRTC_ERROR_OUT_OF_MEMORY ||
+                                             out.log.find("catastrophic error: out of memory") != std::string::npos);
+    if (out_of_memory)
+      throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
+                             " and was stopped." + raise_memory + limit_note,
+                         out.log, job.name_expression, job.flags, "");
+    if (bounds.untrusted && !out.sandbox_note.empty())
+      throw Error("kjit will not compile " + what + ": it comes from a manifest (anyone may have written it), and "
+                  "kjit cannot stop NVRTC from reading files here (" + out.sandbox_note + "). Warm manifests on "
+                  "a Linux x86_64 or aarch64 machine with seccomp (any machine will do: no GPU is needed).");
+    return out;
+  }
+  // No result: why the child ended. Without its status (reaped by someone else), the clock says.
+  const bool timed_out = killed || (reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ||
+                         (!reaped && elapsed_s >= bounds.timeout_s);
   if (timed_out)
     throw CompileError("compiling " + what + " took longer than kjit's limit of " + seconds(bounds.timeout_s) +
                            " and was stopped." + raise_time + limit_note,
                        "", job.name_expression, job.flags, "");
-  const bool out_of_memory = (reaped && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryExit) ||
-                             (complete && (out.status == NVRTC_ERROR_OUT_OF_MEMORY ||
-                                           out.log.find("catastrophic error: out of memory") != std::string::npos));
-  if (out_of_memory)
+  if (too_big)
+    throw CompileError("compiling " + what + " produced more than " + std::to_string(kMaxResultBytes >> 30) +
+                           " GiB of output and was stopped.",
+                       "", job.name_expression, job.flags, "");
+  if (reaped && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryExit)
     throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
                            " and was stopped." + raise_memory + limit_note,
-                       out.log, job.name_expression, job.flags, "");
-  if (complete) return out;
+                       "", job.name_expression, job.flags, "");
   std::string how = "ended without a result";
   if (reaped && WIFSIGNALED(status))
     how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
@@ -288,6 +388,28 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
   throw CompileError("the compiler process for " + what + " " + how + "; with kjit's memory limit of " +
                          mib(bounds.memory_bytes) + " per compile, that is most often the limit." + raise_memory,
                      "", job.name_expression, job.flags, "");
+}
+
+NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job) {
+  load_what_nvrtc_reads_once();
+  std::vector<sock_filter> filter = no_files_filter();
+  NvrtcOutcome out;
+  std::exception_ptr error;
+  // A filter installed on a thread binds that thread only (and its children): a fresh one per compile.
+  std::thread worker([&] {
+    try {
+      out.sandbox_note = forbid_files(filter);
+      auto no_fork_now = hold_off_forks();
+      const std::string note = out.sandbox_note;
+      out = run_nvrtc(job);
+      out.sandbox_note = note;
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  worker.join();
+  if (error) std::rethrow_exception(error);
+  return out;
 }
 
 }  // namespace kjit

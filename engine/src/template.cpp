@@ -252,14 +252,17 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   t->name_ = std::move(name);
   t->builtin_ = builtin;
   t->source_ = std::move(source);
-  for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
+  // A template rebuilt from a manifest may come from anyone: it reads none of the user's folders (the
+  // name "notes.txt" would otherwise be looked up in KJIT_INCLUDE_PATH and its lines printed in the
+  // compile log); only its recorded headers, kjit's templates and the CUDA headers.
+  if (!confined)
+    for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
   const CudaToolkit& tk = cuda_toolkit();
   IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined);
   resolver.run(t->source_);
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
   t->confined_ = confined;
-  for (const auto& d : tk.include_dirs) t->nvrtc_include_dirs_.push_back(d.string());
   t->kernels_ = parse_kernel_decls(t->source_);
 
   std::vector<const Header*> sorted;

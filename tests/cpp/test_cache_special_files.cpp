@@ -141,7 +141,7 @@ TEST(SpecialFiles, FifoListedInALockIsAProblemForVerify) {
   KJIT_RUN_IN_CHILD([&](ChildChecks& c) {
     ::alarm(kWatchdogS);
     const auto problems = verify_lock(layer, read_lock(layer / kLockFileName));
-    c.check(problems.size() == 1 && contains(problems[0], "a FIFO"),
+    c.check(problems.size() == 1 && contains(problems[0], "a FIFO") && contains(problems[0], "unreadable: "),
             "one problem, naming the FIFO: " + (problems.empty() ? std::string("none") : problems[0]));
   });
 }

@@ -1,11 +1,16 @@
 // NVRTC compile-only paths (no GPU needed): built-in templates for sm_80 / sm_90 / sm_100, compile errors
 // carrying the log and the offending line, the disk cache in front of the compiler, strict mode.
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <cstdlib>
@@ -16,6 +21,8 @@
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/nvrtc_library.hpp"
+#include "kjit/settings.hpp"
+#include "child_process.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -467,4 +474,92 @@ TEST(Compile, NvrtcsOwnCacheIsOffSoCompilesAreReal) {
   EXPECT_EQ(std::count(bin.flags.begin(), bin.flags.end(), "--no-cache"), has_cache ? 1 : 0)
       << "NVRTC " << major << "." << minor;
   EXPECT_EQ(std::count(bin.flags.begin(), bin.flags.end(), "--no-source-include"), 1);
+}
+
+// Your own template: an include kjit's scanner cannot see (built by a macro, or an odd spelling) names
+// a file NVRTC could open by its absolute path, outside the key. NVRTC runs with no file access, so it
+// is a compile error naming it, never a header kjit did not hash.
+TEST(Compile, AnIncludeTheScannerCannotSeeReadsNoFileEvenFromYourOwnTemplate) {
+  TempDir dir;
+  const std::string cfg = (dir / "cfg.h").string();
+  kjit::testing::write_file(dir / "cfg.h", "#define CFG_VALUE 1\n");
+  Engine engine(settings_for(dir));
+  for (const std::string& include : {"#define CFG \"" + cfg + "\"\n#include CFG\n", "/**/#include \"" + cfg + "\"\n"}) {
+    SCOPED_TRACE(include);
+    auto t = Template::from_string(include + kKernel, "own.cu");
+    const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+    EXPECT_NE(msg.find("cannot open source file \"" + cfg + "\""), std::string::npos) << (msg.empty() ? "compiled" : msg);
+    EXPECT_NE(msg.find("kjit did not find '" + cfg + "'"), std::string::npos) << msg;
+  }
+}
+
+// A name a manifest's template includes plainly is looked up among its recorded headers, kjit's
+// templates and the CUDA headers: never in the user's KJIT_INCLUDE_PATH (whose files would otherwise be
+// read by kjit itself, outside the sandbox, and printed in the compile log).
+TEST(Compile, AManifestTemplateReadsNothingFromTheUsersIncludePath) {
+  TempDir dir;
+  kjit::testing::write_file(dir / "proj" / "notes.env", "TOP_SECRET_LINE_42 leaked;\n");
+  kjit::testing::ScopedEnv include_path("KJIT_INCLUDE_PATH", (dir / "proj").string());
+  if (settings().include_dirs.empty() || settings().include_dirs[0] != dir / "proj")
+    GTEST_SKIP() << "this process read its settings before the test set KJIT_INCLUDE_PATH (ctest runs each test alone)";
+  // The user's own template does use KJIT_INCLUDE_PATH.
+  EXPECT_EQ(Template::from_string("#include \"notes.env\"\n" + kKernel, "own.cu")->headers().size(), 1u);
+  auto t = Template::from_memory("#include \"notes.env\"\n" + kKernel, "recorded.cu", {});
+  EXPECT_TRUE(t->headers().empty());
+  EXPECT_EQ(t->unresolved_includes(), std::vector<std::string>{"notes.env"});
+  Engine engine(settings_for(dir));
+  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  EXPECT_NE(msg.find("did not find 'notes.env' among the headers recorded"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("TOP_SECRET"), std::string::npos) << msg;
+}
+
+// Where the file filter cannot be installed (here: a process whose own seccomp filter refuses
+// seccomp()), a template from a manifest is not compiled at all: kjit fails closed.
+TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
+  TempDir dir;
+  KJIT_RUN_IN_CHILD([&](kjit::testing::ChildChecks& c) {
+    Engine engine(settings_for(dir));
+    // Load NVRTC first: what it reads once is read before the filter below.
+    engine.prepare(Specialization(Template::from_string(kKernel, "warm.cu"), "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                   Target::parse("sm_90"));
+    sock_filter deny_seccomp[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_seccomp, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{4, deny_seccomp};
+    if (!c.check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0,
+                 "cannot install the test's own filter"))
+      return;
+    auto t = Template::from_memory(kKernel, "recorded.cu", {});
+    try {
+      engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90"));
+      c.check(false, "compiled without the filter");
+    } catch (const Error& e) {
+      c.check(std::string(e.what()).find("kjit will not compile") != std::string::npos &&
+                  std::string(e.what()).find("cannot stop NVRTC from reading files") != std::string::npos,
+              e.what());
+    }
+    // Your own templates still compile (their headers are kjit's, in memory).
+    auto own = Template::from_string(kKernel, "own.cu");
+    c.check(engine.prepare(Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")).origin ==
+                Origin::Compiled,
+            "own template");
+  });
+}
+
+// A compile that prints without end: the log that reaches the parent is cut (in the child), and a
+// log line that merely mentions "out of memory" does not make a successful compile a failure.
+TEST(Compile, AnIsolatedCompilesLogIsBoundedAndItsTextDecidesNothing) {
+  TempDir dir;
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
+  std::string loud;
+  for (int i = 0; i < 120000; ++i) loud += "#warning a very long warning line that fills the compile log of this kernel\n";
+  auto t = Template::from_string(loud + "#warning catastrophic error: out of memory\n" + kKernel, "loud.cu");
+  CompiledBinary bin = Compiler::compile(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                                         Compiler::plan(Target::parse("sm_90")), engine.settings());
+  EXPECT_FALSE(bin.payload.empty());
+  EXPECT_LE(bin.log.size(), (4u << 20) + 200);
+  EXPECT_NE(bin.log.find("[kjit: the log was cut here, at 4 MiB of "), std::string::npos) << bin.log.substr(bin.log.size() - 200);
 }

@@ -25,7 +25,7 @@ struct CompileOptions {
   // Canonical option list, hashed into cache keys.
   std::vector<std::string> canonical() const;
   // Everything passed to nvrtcCompileProgram for `target` (canonical + target + include dirs).
-  std::vector<std::string> nvrtc_flags(const Target& target, const std::vector<std::string>& include_dirs) const;
+  std::vector<std::string> nvrtc_flags(const Target& target) const;
   bool operator==(const CompileOptions& o) const;
 };
 

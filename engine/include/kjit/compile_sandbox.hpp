@@ -1,10 +1,11 @@
-// The compile sandbox: one NVRTC compilation in a child process with a wall-clock limit, a memory
-// limit and, for templates that may come from anyone (rebuilt from a manifest), no file access at all.
+// The compile sandbox: NVRTC with no file access at all (every header is handed to it in memory), in
+// this process on a filtered thread, or in a child process with a wall-clock and a memory limit (for
+// templates that may come from anyone: rebuilt from a manifest).
 //
 // NVRTC cannot be interrupted or capped inside a process, and its preprocessor opens whatever an
 // #include or __has_include names, in whatever spelling (macros, digraphs, comments, line splices).
 // So the child: sets RLIMIT_AS to what it has plus the memory limit, arms a timer that kills it at the
-// time limit, and (when asked) installs a seccomp filter that answers every path-taking file syscall
+// time limit, and installs a seccomp filter that answers every path-taking file syscall
 // (open, stat, access, readlink, exec...) with ENOENT, after which NVRTC can open or probe no file:
 // it sees only the headers handed to it in memory. The result comes back on a pipe.
 //
@@ -24,14 +25,19 @@ namespace kjit {
 struct CompileBounds {
   double timeout_s = 300;                    // KJIT_COMPILE_TIMEOUT
   std::uint64_t memory_bytes = 8ull << 30;   // KJIT_COMPILE_MEMORY
-  bool no_files = false;                     // NVRTC may open or probe no file
+  bool untrusted = false;                    // from a manifest: never compiled without the file filter
 };
 
 // Runs `job` in a child process under `bounds`. Throws CompileError naming the limit (and the setting
 // that raises it) when the child exceeds one, Error when no child can be made or it dies otherwise.
-// When the filter cannot be installed here (no seccomp), the compile still runs, bounded, and
-// outcome.sandbox_note says why.
+// The child always installs the file filter; with bounds.untrusted and no way to install it here (no seccomp, another CPU), the compile
+// is refused (Error): a template from a manifest is never compiled with file access.
 NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what);
+
+// Runs `job` in this process, on a fresh thread whose seccomp filter answers every file syscall ENOENT:
+// NVRTC reads nothing but the headers handed to it (so nothing kjit did not hash). Where the filter
+// cannot be installed, the compile runs unfiltered and outcome.sandbox_note says why.
+NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job);
 
 // Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
 std::shared_lock<std::shared_mutex> hold_off_forks();

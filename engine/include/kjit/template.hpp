@@ -1,8 +1,8 @@
 // Template: the source text of a kernel file and every header it includes, resolved at load time.
 // `#include` is resolved against the including file's folder, the template's folder, the user's include
 // dirs (argument and KJIT_INCLUDE_PATH), kernel_templates/ and the CUDA headers; an absolute name is
-// that file. The bytes of every resolved header are held and handed to NVRTC in memory, and NVRTC
-// searches no folder but the CUDA headers' (compiler.cpp), so the cache key hashes exactly what is compiled.
+// that file. The bytes of every resolved header (the CUDA ones included) are held and handed to NVRTC in
+// memory, and NVRTC may open no file (compiler.cpp), so the cache key hashes exactly what is compiled.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +64,6 @@ class Template {
   const std::string& digest() const noexcept { return digest_; }
   // Process-unique id (for fixed-size in-memory lookup keys).
   std::uint64_t uid() const noexcept { return uid_; }
-  // Include dirs handed to NVRTC (CUDA headers only; user headers are passed in memory).
-  const std::vector<std::string>& nvrtc_include_dirs() const noexcept { return nvrtc_include_dirs_; }
 
  private:
   Template() = default;
@@ -84,7 +82,6 @@ class Template {
   std::vector<KernelDecl> kernels_;
   std::string digest_;
   std::uint64_t uid_ = 0;
-  std::vector<std::string> nvrtc_include_dirs_;
 };
 
 // Folder of the built-in templates: KJIT_TEMPLATES_DIR, else the one set by the Python package,
