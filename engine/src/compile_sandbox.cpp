@@ -245,6 +245,12 @@ void load_what_nvrtc_reads_once() {
   });
 }
 
+[[noreturn]] void refuse_unfiltered(const std::string& what, const std::string& why) {
+  throw Error("kjit will not compile " + what + ": it comes from a manifest (anyone may have written it), and "
+              "kjit cannot stop NVRTC from reading files here (" + why + "). Warm manifests on a Linux x86_64 "
+              "or aarch64 machine with seccomp (any machine will do: no GPU is needed).");
+}
+
 // A forked compile child: killed and reaped if the parent leaves early (an exception), reaped once.
 class Child {
  public:
@@ -359,10 +365,7 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
       throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
                              " and was stopped." + raise_memory + limit_note,
                          out.log, job.name_expression, job.flags, "");
-    if (bounds.untrusted && !out.sandbox_note.empty())
-      throw Error("kjit will not compile " + what + ": it comes from a manifest (anyone may have written it), and "
-                  "kjit cannot stop NVRTC from reading files here (" + out.sandbox_note + "). Warm manifests on "
-                  "a Linux x86_64 or aarch64 machine with seccomp (any machine will do: no GPU is needed).");
+    if (bounds.untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
     return out;
   }
   // No result: why the child ended. Without its status (reaped by someone else), the clock says.
@@ -390,7 +393,7 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
                      "", job.name_expression, job.flags, "");
 }
 
-NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job) {
+NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const std::string& what) {
   load_what_nvrtc_reads_once();
   std::vector<sock_filter> filter = no_files_filter();
   NvrtcOutcome out;
@@ -398,9 +401,12 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job) {
   // A filter installed on a thread binds that thread only (and its children): a fresh one per compile.
   std::thread worker([&] {
     try {
-      out.sandbox_note = forbid_files(filter);
+      const std::string note = forbid_files(filter);
+      if (!note.empty() && untrusted) {  // fail closed: never compiled with file access
+        out.sandbox_note = note;
+        return;
+      }
       auto no_fork_now = hold_off_forks();
-      const std::string note = out.sandbox_note;
       out = run_nvrtc(job);
       out.sandbox_note = note;
     } catch (...) {
@@ -409,7 +415,22 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job) {
   });
   worker.join();
   if (error) std::rethrow_exception(error);
+  if (untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
   return out;
+}
+
+bool compile_children_are_safe() noexcept {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return false;
+#else
+  return true;
+#endif
+#else
+  return true;
+#endif
 }
 
 }  // namespace kjit

@@ -170,13 +170,13 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
 
   auto start = std::chrono::steady_clock::now();
   NvrtcOutcome r;
-  if (t.confined() || settings.compile_isolation == CompileIsolation::Always) {
+  if ((t.confined() || settings.compile_isolation == CompileIsolation::Always) && compile_children_are_safe()) {
     // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
     // memory, never run without the filter.
     CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
     r = run_nvrtc_in_child(job, bounds, spec.describe());
   } else {
-    r = run_nvrtc_without_files(job);
+    r = run_nvrtc_without_files(job, t.confined(), spec.describe());
   }
   if (!r.sandbox_note.empty())
     log::info(1, "compiled " + spec.describe() + " without the file filter (" + r.sandbox_note +

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <cstdlib>
 
+#include "kjit/compile_sandbox.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/dynamic_library.hpp"
 #include "kjit/engine.hpp"
@@ -374,6 +375,7 @@ std::string exponential_template() {
 }  // namespace
 
 TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child, no bounds";
   TempDir dir;
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_TIMEOUT", "2"}}));
   auto t = Template::from_memory(exponential_template(), "exp.cu", {});
@@ -390,6 +392,7 @@ TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
 }
 
 TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child, no bounds";
   TempDir dir;
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()},
                                     {"KJIT_COMPILE_ISOLATION", "always"},
@@ -552,6 +555,7 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
 // A compile that prints without end: the log that reaches the parent is cut (in the child), and a
 // log line that merely mentions "out of memory" does not make a successful compile a failure.
 TEST(Compile, AnIsolatedCompilesLogIsBoundedAndItsTextDecidesNothing) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child, no bounds";
   TempDir dir;
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
   std::string loud;

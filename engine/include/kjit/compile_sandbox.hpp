@@ -37,7 +37,14 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
 // Runs `job` in this process, on a fresh thread whose seccomp filter answers every file syscall ENOENT:
 // NVRTC reads nothing but the headers handed to it (so nothing kjit did not hash). Where the filter
 // cannot be installed, the compile runs unfiltered and outcome.sandbox_note says why.
-NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job);
+// With `untrusted` (a template from a manifest) and no filter, it is refused (Error), not compiled.
+NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const std::string& what);
+
+// False in a sanitizer build: ASan/TSan runtimes keep locks that a fork from a multithreaded process can
+// leave held in the child (and ASan reserves its heap up front, so RLIMIT_AS bounds nothing). There,
+// compiles meant for a child run in-process on the filtered thread: no file access, but no time or
+// memory bound.
+bool compile_children_are_safe() noexcept;
 
 // Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
 std::shared_lock<std::shared_mutex> hold_off_forks();
