@@ -15,6 +15,7 @@ launches it on PyTorch's current stream::
 
 import os as _os
 
+from . import _compat  # noqa: F401  (refuses a torch other than the one this build serves, before _C loads)
 import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
 
 from . import _C
