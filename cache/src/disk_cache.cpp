@@ -163,9 +163,13 @@ std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_wr
   std::string what = removed ? "it was removed"
                      : is_writable_layer ? "it was left in place"
                                          : "it is in a read-only layer and was left in place";
-  log::warn_once("cache-damaged:" + key.hex(),
-                 "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error +
-                     "); " + what + " and " + miss_consequence() + ".");
+  log::Event damaged;
+  damaged.kind = "cache_damaged";
+  damaged.message = "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error + "); " + what +
+                    " and " + miss_consequence() + ".";
+  damaged.key = key.hex();
+  damaged.target = target;
+  log::warn_once("cache-damaged:" + key.hex(), std::move(damaged));
   return std::nullopt;
 }
 
@@ -264,6 +268,15 @@ bool DiskCache::store(const Entry& entry) {
       return false;
     }
   }
+  log::Event stored;
+  stored.level = log::Level::Debug;
+  stored.kind = "cache_store";
+  stored.message = "stored " + entry.meta.name_expression + " for " + entry.meta.target + " in " + path.string();
+  stored.key = entry.key.hex();
+  stored.template_name = entry.meta.template_name;
+  stored.kernel = entry.meta.name_expression;
+  stored.target = entry.meta.target;
+  log::emit(std::move(stored));
   if (config_.max_bytes) evict_to(*config_.max_bytes, path);
   return true;
 }
@@ -271,6 +284,9 @@ bool DiskCache::store(const Entry& entry) {
 Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
                                  const std::function<Entry()>& produce, bool* produced) {
   if (produced) *produced = false;
+  // Warnings and log events of the compile and store wait until the per-key lock is released: a log
+  // sink may block (Python's takes the GIL) and must not do so while others wait on this lock.
+  log::Deferred deferred;
   if (auto hit = load(key, target)) return std::move(*hit);
 
   auto run = [&] {

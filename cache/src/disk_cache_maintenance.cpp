@@ -11,6 +11,7 @@
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layer_scan.hpp"
 #include "kjit/cache/layout.hpp"
+#include "kjit/log.hpp"
 
 namespace kjit::cache {
 namespace fs = std::filesystem;
@@ -115,7 +116,14 @@ void DiskCache::evict_to(std::uint64_t max_bytes, const fs::path& keep) {
     entries.push_back(&f);
     total += f.size;
   }
-  if (total > max_bytes) evict_lru(std::move(entries), total, max_bytes, keep);
+  if (total <= max_bytes) return;
+  const std::size_t removed = evict_lru(std::move(entries), total, max_bytes, keep);
+  if (removed == 0) return;
+  log::Event e;
+  e.kind = "cache_evict";
+  e.message = "kjit cache: evicted " + std::to_string(removed) + " least recently used entries from " +
+              config_.root.string() + " to stay under KJIT_CACHE_MAX_BYTES=" + std::to_string(max_bytes);
+  log::emit(std::move(e));
 }
 
 PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {

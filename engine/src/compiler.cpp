@@ -178,9 +178,18 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
   } else {
     r = run_nvrtc_without_files(job, t.confined(), spec.describe());
   }
-  if (!r.sandbox_note.empty())
-    log::info(1, "compiled " + spec.describe() + " without the file filter (" + r.sandbox_note +
-                     "): an include kjit did not resolve could reach a file");
+  if (!r.sandbox_note.empty()) {
+    // A degradation: a WARNING record for logging (still a KJIT_VERBOSE line, not a warnings.warn).
+    log::Event e;
+    e.level = log::Level::Warning;
+    e.kind = "degraded";
+    e.message = "compiled " + spec.describe() + " without the file filter (" + r.sandbox_note +
+                "): an include kjit did not resolve could reach a file";
+    e.template_name = t.name();
+    e.kernel = spec.name_expression();
+    e.target = plan.actual.str();
+    log::emit(std::move(e));
+  }
   out.log = r.log;
   if (!r.failed_call.empty()) throw Error(r.failed_call + " failed: " + r.status_text);
   if (!r.ok()) {

@@ -8,6 +8,7 @@
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
+#include "kjit/trace.hpp"
 #include "recorder.hpp"
 
 #ifndef KJIT_VERSION
@@ -22,6 +23,21 @@ using Clock = std::chrono::steady_clock;
 std::uint64_t micros_since(Clock::time_point t0) {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+// A log event about `spec`'s cache entry (key and metadata).
+log::Event entry_event(log::Level level, const char* kind, const Specialization& spec, const cache::CacheKey& key,
+                       const cache::EntryMetadata& meta, Origin origin, double ms) {
+  log::Event e;
+  e.level = level;
+  e.kind = kind;
+  e.key = key.hex();
+  e.template_name = spec.tmpl().name();
+  e.kernel = spec.name_expression();
+  e.target = meta.target;
+  e.origin = to_string(origin);
+  e.ms = ms;
+  return e;
 }
 
 std::string utc_now() {
@@ -107,15 +123,27 @@ Engine::Candidates Engine::candidates(const Specialization& spec, const Target& 
 cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& target, const Candidates& cands,
                                   Origin* origin, std::string* log, const char* forbidden) {
   const std::string dir = target.str();
-  for (const auto& [plan, key] : cands) {
-    if (auto e = disk().load(key, dir)) {
-      *origin = Origin::Disk;
-      return std::move(*e);
+  {
+    trace::Range range("load", spec.name_expression());
+    for (const auto& [plan, key] : cands) {
+      if (auto e = disk().load(key, dir)) {
+        *origin = Origin::Disk;
+        return std::move(*e);
+      }
     }
   }
   if (settings_.cache_mode == CacheMode::Strict) {
     strict_misses_.fetch_add(1);
     const std::string key = cands.front().second.hex();
+    log::Event miss;
+    miss.level = log::Level::Warning;
+    miss.kind = "strict_miss";
+    miss.message = "strict cache mode: " + spec.describe() + " for " + dir + " is not cached (key " + key + ")";
+    miss.key = key;
+    miss.template_name = spec.tmpl().name();
+    miss.kernel = spec.name_expression();
+    miss.target = dir;
+    log::emit(std::move(miss));
     throw CacheMissError(
         "strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and " + spec.describe() + " for " + dir +
             " is not cached (key " + key + "; cache " + disk().describe() +
@@ -130,11 +158,10 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   auto produce = [&]() {
     if (forbidden && *forbidden)
       throw LaunchError(spec.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
-    CompiledBinary bin = Compiler::compile(spec, plan, settings_);
-    compiles_.fetch_add(1);
-    compile_us_.fetch_add(static_cast<std::uint64_t>(bin.compile_ms * 1000));
-    log::info(1, "compiled " + spec.describe() + " for " + plan.actual.str() + " in " +
-                     std::to_string(bin.compile_ms) + " ms (key " + key.hex().substr(0, 16) + ")");
+    CompiledBinary bin = [&] {
+      trace::Range range("compile", spec.name_expression());
+      return Compiler::compile(spec, plan, settings_);
+    }();
     if (log) *log = bin.log;
     cache::Entry e;
     e.key = key;
@@ -154,6 +181,8 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     m.compile_ms = bin.compile_ms;
     m.created = utc_now();
     m.kjit_version = KJIT_VERSION;
+    // Reported here, under the cache's per-key lock: DiskCache defers the event until it lets go.
+    count_compile(spec, e.key, m, bin.compile_ms);
     return e;
   };
   cache::Entry e = disk().load_or_produce(key, dir, produce, &produced);
@@ -209,6 +238,7 @@ void Engine::land(const cache::CacheKey& id, InFlight& flight) {
 }
 
 Prepared Engine::prepare(const Specialization& spec, const Target& target) {
+  const auto t0 = Clock::now();
   const Candidates cands = candidates(spec, target);
   const cache::CacheKey& id = cands.front().second;
   Claim c = claim(id, nullptr, true);
@@ -228,7 +258,7 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   try {
     cache::Entry e = obtain_entry(spec, target, cands, &p.origin, &p.log, nullptr);
     if (recorder_) recorder_->record(spec);
-    if (p.origin == Origin::Disk) disk_hits_.fetch_add(1);
+    if (p.origin == Origin::Disk) count_disk_load(spec, e.key, e.meta, micros_since(t0) / 1000.0);
     p.key = e.key;
     p.meta = e.meta;
     if (c.lead) {
@@ -254,7 +284,10 @@ std::shared_ptr<const LoadedKernel> Engine::loaded_for(const Candidates& cands) 
 
 std::shared_ptr<const LoadedKernel> Engine::load_and_publish(const Specialization& spec, cache::Entry e) {
   auto loaded = std::make_shared<LoadedKernel>();
-  loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
+  {
+    trace::Range range("load", spec.name_expression());
+    loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
+  }
   loaded->key = e.key;
   loaded->meta = std::move(e.meta);
   std::unique_lock<std::shared_mutex> lock(table_mu_);
@@ -302,10 +335,7 @@ Resolved Engine::get(const Specialization& spec, const Target& target, const cha
       c.lead->have_entry = true;
     }
     auto loaded = load_and_publish(spec, std::move(e));
-    if (origin == Origin::Disk) {
-      disk_hits_.fetch_add(1);
-      disk_load_us_.fetch_add(micros_since(t0));
-    }
+    if (origin == Origin::Disk) count_disk_load(spec, loaded->key, loaded->meta, micros_since(t0) / 1000.0);
     if (c.lead) {
       c.lead->loaded = loaded;
       land(id, *c.lead);
@@ -336,6 +366,59 @@ std::uint64_t Engine::family_id(const Template& t, const std::string& kernel, co
   return it->second;
 }
 
+KernelStats& Engine::kernel_stats_for(const std::string& name_expression) {
+  auto it = kernel_stats_.find(name_expression);
+  if (it != kernel_stats_.end()) return it->second;
+  // One slot is kept for the sum of the kernels past the bound.
+  if (kernel_stats_.size() + 1 >= kernel_stats_limit_) return kernel_stats_[kOtherKernels];
+  return kernel_stats_[name_expression];
+}
+
+void Engine::set_kernel_stats_limit(std::size_t limit) {
+  if (limit < 1)
+    throw ValueError("the per-kernel stats limit must be at least 1 (the entry '" + std::string(kOtherKernels) +
+                     "' that sums the kernels past it), got 0");
+  std::lock_guard<std::mutex> lock(kernel_stats_mu_);
+  kernel_stats_limit_ = limit;
+}
+
+void Engine::count_compile(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
+                           double ms) {
+  compiles_.fetch_add(1);
+  compile_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
+  {
+    std::lock_guard<std::mutex> lock(kernel_stats_mu_);
+    KernelStats& k = kernel_stats_for(spec.name_expression());
+    ++k.compiles;
+    k.compile_ms += ms;
+  }
+  log::Event e = entry_event(log::Level::Info, "compile", spec, key, meta, Origin::Compiled, ms);
+  e.message = "compiled " + spec.describe() + " for " + meta.target + " in " + std::to_string(ms) + " ms (key " +
+              e.key.substr(0, 16) + ")";
+  log::emit(std::move(e));
+}
+
+void Engine::count_disk_load(const Specialization& spec, const cache::CacheKey& key,
+                             const cache::EntryMetadata& meta, double ms) {
+  disk_hits_.fetch_add(1);
+  disk_load_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
+  {
+    std::lock_guard<std::mutex> lock(kernel_stats_mu_);
+    KernelStats& k = kernel_stats_for(spec.name_expression());
+    ++k.disk_loads;
+    k.load_ms += ms;
+  }
+  log::Event e = entry_event(log::Level::Debug, "disk_load", spec, key, meta, Origin::Disk, ms);
+  e.message = "loaded " + spec.describe() + " for " + meta.target + " from the disk cache in " + std::to_string(ms) +
+              " ms (key " + e.key.substr(0, 16) + ")";
+  log::emit(std::move(e));
+}
+
+std::unordered_map<std::string, KernelStats> Engine::kernel_stats() const {
+  std::lock_guard<std::mutex> lock(kernel_stats_mu_);
+  return kernel_stats_;
+}
+
 EngineStats Engine::stats() const {
   EngineStats s;
   s.memory_hits = memory_hits_.load();
@@ -354,6 +437,8 @@ void Engine::reset_stats() {
   compile_us_ = 0;
   disk_load_us_ = 0;
   strict_misses_ = 0;
+  std::lock_guard<std::mutex> lock(kernel_stats_mu_);
+  kernel_stats_.clear();
 }
 
 void Engine::clear_memory() {

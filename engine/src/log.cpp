@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #include "kjit/settings.hpp"
 
@@ -16,6 +17,47 @@ Sink& sink() {
   static Sink s;
   return s;
 }
+EventSink& event_sink() {
+  static EventSink s;
+  return s;
+}
+
+// The reports of this thread held back by a Deferred (null: none alive); `warns`: also for the warning sink.
+struct Held {
+  Event event;
+  bool warns;
+};
+thread_local std::vector<Held>* deferred = nullptr;
+
+// Copies the sink under the lock and calls it outside: a sink may block or call back into kjit.
+template <class S>
+S current(S& slot) {
+  std::lock_guard<std::mutex> lock(mu());
+  return slot;
+}
+
+void deliver(const Event& e, bool warns) {
+  if (warns) {
+    if (Sink s = current(sink())) {
+      s(e.message);
+    } else {
+      std::fprintf(stderr, "kjit warning: %s\n", e.message.c_str());
+    }
+  }
+  if (EventSink s = current(event_sink())) {
+    s(e);  // a warning is also a log record, with its data
+  } else if (!warns) {
+    print_verbose(e);
+  }
+}
+
+void report(Event e, bool warns) {
+  if (deferred) {
+    deferred->push_back({std::move(e), warns});
+    return;
+  }
+  deliver(e, warns);
+}
 }  // namespace
 
 Sink set_warning_sink(Sink s) {
@@ -25,37 +67,77 @@ Sink set_warning_sink(Sink s) {
   return old;
 }
 
-void warn(const std::string& message) {
-  Sink s;
-  {
-    std::lock_guard<std::mutex> lock(mu());
-    s = sink();
-  }
-  if (s) {
-    s(message);
-  } else {
-    std::fprintf(stderr, "kjit warning: %s\n", message.c_str());
-  }
+EventSink set_event_sink(EventSink s) {
+  std::lock_guard<std::mutex> lock(mu());
+  EventSink old = std::move(event_sink());
+  event_sink() = std::move(s);
+  return old;
 }
 
-bool warn_once(const std::string& topic, const std::string& message) {
-  static std::unordered_set<std::string> seen;
-  {
-    std::lock_guard<std::mutex> lock(mu());
-    if (!seen.insert(topic).second) return false;
-  }
-  warn(message);
-  return true;
-}
-
-void info(int level, const std::string& message) {
+void print_verbose(const Event& e) {
   int verbose = 0;
   try {
     verbose = settings().verbose;
   } catch (...) {
     verbose = 0;
   }
-  if (verbose >= level) std::fprintf(stderr, "kjit: %s\n", message.c_str());
+  const int needs = e.level == Level::Debug ? 2 : 1;
+  if (verbose >= needs) std::fprintf(stderr, "kjit: %s\n", e.message.c_str());
+}
+
+void emit(Event e) { report(std::move(e), false); }
+
+void warn(Event e) {
+  e.level = Level::Warning;
+  if (e.kind.empty()) e.kind = "warning";
+  report(std::move(e), true);
+}
+
+void warn(const std::string& message) {
+  Event e;
+  e.message = message;
+  warn(std::move(e));
+}
+
+bool warn_once(const std::string& topic, Event e) {
+  static std::unordered_set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu());
+    if (!seen.insert(topic).second) return false;
+  }
+  warn(std::move(e));
+  return true;
+}
+
+bool warn_once(const std::string& topic, const std::string& message) {
+  Event e;
+  e.message = message;
+  return warn_once(topic, std::move(e));
+}
+
+void info(int level, const std::string& message) {
+  Event e;
+  e.level = level >= 2 ? Level::Debug : Level::Info;
+  e.kind = "info";
+  e.message = message;
+  emit(std::move(e));
+}
+
+Deferred::Deferred() : outermost_(deferred == nullptr) {
+  if (outermost_) deferred = new std::vector<Held>();
+}
+
+Deferred::~Deferred() {
+  if (!outermost_) return;
+  std::vector<Held>* held = deferred;
+  deferred = nullptr;
+  for (const Held& h : *held) {
+    try {
+      deliver(h.event, h.warns);
+    } catch (...) {  // a destructor must not throw; a sink that fails loses its event, not the process
+    }
+  }
+  delete held;
 }
 
 }  // namespace kjit::log

@@ -89,6 +89,14 @@ struct EngineStats {
   std::uint64_t strict_misses = 0;
 };
 
+// Compiles and disk loads of one kernel (by name expression) in this process.
+struct KernelStats {
+  std::uint64_t compiles = 0;
+  double compile_ms = 0;  // NVRTC time
+  std::uint64_t disk_loads = 0;
+  double load_ms = 0;     // disk hits: read + validate (+ module load for get())
+};
+
 class Engine {
  public:
   // With settings.record_path (KJIT_RECORD), every specialization resolved past the memory table
@@ -124,6 +132,15 @@ class Engine {
   const ShapePolicy& shape_policy() const noexcept { return shape_policy_; }
 
   EngineStats stats() const;
+  // Per kernel, by name expression: at most kernel_stats_limit() entries, the last of them
+  // kOtherKernels, the sum of the kernels seen once the others were taken (a process that specializes
+  // without bound must not grow without bound). reset_stats() empties it.
+  static constexpr std::size_t kMaxKernelStats = 1024;
+  static constexpr const char* kOtherKernels = "(other kernels)";
+  std::unordered_map<std::string, KernelStats> kernel_stats() const;
+  std::size_t kernel_stats_limit() const noexcept { return kernel_stats_limit_; }
+  // At least 1 (the kOtherKernels entry); applies to kernels seen from now on.
+  void set_kernel_stats_limit(std::size_t limit);
   void reset_stats();
   // Drops every loaded kernel of this process (the disk cache is untouched).
   void clear_memory();
@@ -171,6 +188,17 @@ class Engine {
 
   std::mutex family_mu_;
   std::unordered_map<std::string, std::uint64_t> families_;
+
+  // Counts a compile or a disk load of `spec` (and reports it: log event) after it happened.
+  void count_compile(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
+                     double ms);
+  void count_disk_load(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
+                       double ms);
+  KernelStats& kernel_stats_for(const std::string& name_expression);  // under kernel_stats_mu_
+
+  mutable std::mutex kernel_stats_mu_;
+  std::unordered_map<std::string, KernelStats> kernel_stats_;
+  std::size_t kernel_stats_limit_ = kMaxKernelStats;
 
   std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, compiles_{0}, strict_misses_{0};
   std::atomic<std::uint64_t> compile_us_{0}, disk_load_us_{0};
