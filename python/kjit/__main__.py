@@ -2,9 +2,10 @@
 the same as the C++ `kjit` binary, plus `demo`."""
 
 import sys
+from typing import Sequence
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "demo":
         from kjit.demo import main as demo_main

@@ -310,7 +310,7 @@ def _second_process(arch: str) -> dict | None:
         return None
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kjit demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="sm_90", help="target to compile for when there is no CUDA device (default sm_90)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")

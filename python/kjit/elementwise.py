@@ -61,6 +61,12 @@ _SUPPORTED = (
     torch.int64, torch.uint8, torch.bool,
 )
 _HALF = (torch.float16, torch.bfloat16)
+
+# Input or scalar names as elementwise() takes them: "x, y", ["x", "y"] or ("x", "y"); scalars may
+# also be a dict of names to default values.
+Names = str | list[str] | tuple[str, ...]
+ScalarNames = Names | dict[str, float]
+
 _MAX_INPUTS = 9  # ElementwiseFn::kMaxInputs
 # One C++ expression on one line: no statement, block, comment or preprocessor token in any spelling
 # (the digraphs %: and %:%: are #, ??= the trigraph of #).
@@ -96,7 +102,7 @@ def _tensor_desc(t) -> str:
 class Elementwise:
     """A fused elementwise function; see kjit.elementwise()."""
 
-    def __init__(self, expr: str, inputs, scalars=(), *, specialize: Iterable[str] = (),
+    def __init__(self, expr: str, inputs: Names, scalars: ScalarNames = (), *, specialize: Iterable[str] = (),
                  dtype: torch.dtype | None = None, name: str | None = None, grads: dict | None = None):
         if not isinstance(expr, str) or not expr.strip():
             raise _C.TypeError(f"kjit.elementwise: the expression must be a non-empty string of C++, got {expr!r}")
@@ -276,8 +282,9 @@ class Elementwise:
         # 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
         return {"defines": {"KJIT_FAST_EXP": "1"}} if out_dtype in _HALF else {}
 
-    def compile(self, *, arch: str, dtypes, out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,
-                index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()):
+    def compile(self, *, arch: str, dtypes: torch.dtype | list[torch.dtype] | tuple[torch.dtype, ...],
+                out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,
+                index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()) -> _C.Kernel:
         """Compiles one specialization for `arch` without a GPU (rank 0: the flat kernel; 1..6: strided)."""
         if isinstance(dtypes, torch.dtype):
             dtypes = (dtypes,)
@@ -315,8 +322,8 @@ def _check_expression(expr: str, what: str) -> None:
                             "digraphs and trigraph ('%:', '<%', '%>', '??=')")
 
 
-def elementwise(expr: str, inputs, scalars=(), *, specialize: Iterable[str] = (), dtype: torch.dtype | None = None,
-                name: str | None = None, grads: dict | None = None) -> Elementwise:
+def elementwise(expr: str, inputs: Names, scalars: ScalarNames = (), *, specialize: Iterable[str] = (),
+                dtype: torch.dtype | None = None, name: str | None = None, grads: dict | None = None) -> Elementwise:
     """A fused elementwise function of `inputs` (tensor names) and `scalars` (names, or a dict of
     names to default values); `grads` gives the derivative of the expression for some inputs (a C++
     expression each; the others are derived); see the module documentation."""

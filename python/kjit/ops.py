@@ -53,6 +53,7 @@ kernel, then run a generic variant (a warning says so once; ``kjit.stats()["spec
 import importlib.abc
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -71,6 +72,8 @@ if _missing:  # every op of the list is defined with KJIT_OP in python/src/ops/
     raise ImportError(f"kjit._C.ops lacks {_missing}: the extension and the Python package do not match; reinstall")
 
 globals().update({name: getattr(_C.ops, name) for name in __all__})
+if TYPE_CHECKING:  # the same functions as type checkers see them (their stubs: kjit/_C/ops.pyi)
+    from ._C.ops import *  # noqa: F403
 
 
 def registered(name: str) -> "torch._ops.OpOverload":
