@@ -246,6 +246,7 @@ class _Parser:
 
     def primary(self) -> Node:
         kind, text, pos = self.take()
+        node: Node
         if kind == "num":
             node = Num(text, pos=pos)
         elif text == "(":
@@ -521,6 +522,7 @@ class _Differentiator:
             return None if dt is None and do is None else Ternary(node.cond, dt or ZERO, do or ZERO)
         if isinstance(node, Binary):
             return self.d_binary(node)
+        assert isinstance(node, Call), node  # a Num depends on nothing: returned above
         return self.d_call(node)
 
     def d_binary(self, node: Binary):
