@@ -98,15 +98,23 @@ def mypy_result(tmp_path_factory):
     (d / "good.py").write_text(textwrap.dedent(GOOD))
     (d / "bad.py").write_text(BAD_PRELUDE + "".join(f"    {line}\n" for line, _ in BAD))
     path = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    # The stubs are named too: mypy reports errors in them (not in the rest of an installed package).
+    stubs = sorted(str(f) for f in (PACKAGE_ROOT / "kjit").rglob("*.pyi"))
     r = run_python(["-m", "mypy", "--cache-dir", str(d / "cache"), "--hide-error-context", "--no-pretty",
-                    "--show-column-numbers", "good.py", "bad.py"],
+                    "--show-column-numbers", "good.py", "bad.py", *stubs],
                    env={"PYTHONPATH": path, "MYPYPATH": None}, check=False, cwd=d, timeout=600)
     errors = re.findall(r"^(good|bad)\.py:(\d+):\d+: error: (.*)\[([a-z-]+)\]$", r.stdout, flags=re.M)
-    return r, errors
+    return r, errors, stubs
+
+
+def test_stubs_are_valid(mypy_result):
+    r, _, stubs = mypy_result
+    assert stubs, "no stubs under python/kjit/: run python/tools/gen_stubs.py"
+    assert ".pyi:" not in r.stdout, f"mypy finds errors in the stubs:\n{r.stdout}"
 
 
 def test_user_program_type_checks(mypy_result):
-    r, errors = mypy_result
+    r, errors, _ = mypy_result
     assert "installed, but missing library stubs or py.typed" not in r.stdout, r
     good = [e for e in errors if e[0] == "good"]
     assert not good, f"mypy finds errors in a correct program:\n{r.stdout}"
@@ -114,7 +122,7 @@ def test_user_program_type_checks(mypy_result):
 
 
 def test_type_errors_are_reported(mypy_result):
-    r, errors = mypy_result
+    r, errors, _ = mypy_result
     found = {(int(line), code) for name, line, _, code in errors if name == "bad"}
     first = BAD_PRELUDE.count("\n") + 1
     missing = [f"bad.py:{first + i}: {line}  (expected [{code}])" for i, (line, code) in enumerate(BAD)
