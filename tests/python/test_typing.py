@@ -1,7 +1,7 @@
 """Type information: the committed stubs of the compiled module(s) match the installed kjit, and mypy
 checks a user program against the package as installed (py.typed, the stubs, the annotated modules).
 
-Both need the pinned tools of python/tools/requirements-typing.txt (pybind11-stubgen, mypy); each test
+They need the pinned tools of python/tools/requirements-typing.txt (pybind11-stubgen, mypy); each test
 skips with the reason when its tool is missing."""
 
 import importlib.util
