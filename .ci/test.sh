@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run every test: C++ (ctest) and Python (pytest). GPU tests run when a CUDA
-# device is present and skip with a reason otherwise.
+# Set up (if needed) and run every test: C++ (ctest) and Python (pytest, with the environment's Python:
+# .venv or the active one, see .ci/python_env.sh). GPU tests run when a CUDA device is present and skip
+# with a reason otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
-PY=${PYTHON:-python3}
+source .ci/python_env.sh
 echo "== C++ tests (ctest)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
-echo "== Python tests (pytest)"
+echo "== Python tests (pytest, $PY)"
 # Run from a folder outside the source tree so that the installed package is what gets imported.
-(cd tests/python && $PY -m pytest -q -p no:cacheprovider .)
+(cd tests/python && "$PY" -m pytest -q -p no:cacheprovider .)

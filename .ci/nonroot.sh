@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# CI's main test run (ctest + pytest, once) as a new user would do it: the README's `bash .ci/test.sh`
+# run by a user who is not root and has no sudo, with Debian's /usr/bin/python3, which is marked
+# "externally managed" (PEP 668: pip refuses to install into it), in a copy of this tree owned by that
+# user. So the set-up must make and use its own .venv and never write outside the user's files.
+# Run as root (it creates the user and installs missing system packages first, since the user cannot).
+#   bash .ci/nonroot.sh
+# KJIT_CI_USER (default kjit-ci): the user. KJIT_CI_WHEELS (default /var/cache/kjit-ci/wheels): the
+# wheels the set-up installs (torch and the build tools), downloaded there once and kept between runs,
+# then found by pip through PIP_FIND_LINKS. (pip's own HTTP cache is not enough: with some indexes,
+# this machine's for one, it stays empty, and torch would be downloaded on every run.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "nonroot.sh runs as root: it creates the test user (got uid $(id -u))" >&2; exit 1; }
+user=${KJIT_CI_USER:-kjit-ci}
+wheels=${KJIT_CI_WHEELS:-/var/cache/kjit-ci/wheels}
+base=/usr/bin/python3
+[ -x "$base" ] || { echo "no $base: this stage tests Debian's python3 (apt-get install python3)" >&2; exit 1; }
+
+# PEP 668: the marker in the interpreter's stdlib directory. Debian ships it; where it is missing it is
+# written here, so that the run really meets an externally managed Python.
+marker=$("$base" -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))')
+if [ ! -f "$marker" ]; then
+  printf '[externally-managed]\nError=This Python is managed by the system: use a virtual environment.\n' >"$marker"
+  echo "== wrote $marker (PEP 668)"
+fi
+echo "== $base is externally managed ($marker)"
+
+# The packages the user cannot install (no root, no sudo): the same list and check as the set-up's.
+PYTHON=$base bash .ci/system_packages.sh
+
+if ! id -u "$user" >/dev/null 2>&1; then
+  useradd --create-home --shell /bin/bash "$user"
+fi
+home=$(getent passwd "$user" | cut -d: -f6)
+if command -v sudo >/dev/null && sudo -l -U "$user" 2>/dev/null | grep -q "may run"; then
+  echo "$user can use sudo: this stage needs a user without it" >&2
+  exit 1
+fi
+mkdir -p "$wheels"
+chown "$user:" "$wheels"
+chmod 755 "$wheels"
+
+# A copy of the tree as it is (tracked and untracked files, not what .gitignore leaves out: no build/
+# and no .venv of root's), owned by the user.
+tree=$home/kjit
+rm -rf "$tree"
+mkdir -p "$tree"
+git ls-files -z --cached --others --exclude-standard |
+  tar --null --files-from=- --ignore-failed-read -cf - | tar -xf - -C "$tree"
+chown -R "$user:" "$tree"
+
+# What such a user gets when a system package is missing: in a private mount namespace, dpkg's database
+# without libcli11-dev; the set-up must stop, name the package and the command to run as root.
+status=$(mktemp)
+awk 'BEGIN { RS = ""; ORS = "\n\n" } !/^Package: libcli11-dev\n/' /var/lib/dpkg/status >"$status"
+chmod 644 "$status"
+rc=0
+msg=$(unshare -m bash -c 'mount --bind "$1" /var/lib/dpkg/status &&
+  runuser -u "$2" -- env -i PATH=/usr/bin:/bin PYTHON=/usr/bin/python3 bash "$3/.ci/system_packages.sh"' \
+  missing "$status" "$user" "$tree" 2>&1) || rc=$?
+rm -f "$status"
+if [ "$rc" = 0 ] || ! grep -q "apt-get install -y libcli11-dev" <<<"$msg"; then
+  echo "with libcli11-dev missing, the set-up as $user (no sudo) must stop and say what to run; it said (exit $rc):" >&2
+  echo "$msg" >&2
+  exit 1
+fi
+echo "== a missing package as $user without sudo:"
+sed 's/^/   | /' <<<"$msg"
+
+# A clean environment of the user's own: nothing of root's (PATH to pyenv, VIRTUAL_ENV) leaks in; only
+# what pip needs to reach the index here (proxy, certificates) is passed on.
+envs=(HOME="$home" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
+      PYTHON="$base" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS="$wheels${PIP_FIND_LINKS:+ $PIP_FIND_LINKS}")
+[ -z "${CUDA_HOME:-}" ] || envs+=(CUDA_HOME="$CUDA_HOME")
+while IFS='=' read -r name value; do
+  case "$name" in
+    PIP_FIND_LINKS) ;;
+    PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|SSL_CERT_FILE|REQUESTS_CA_BUNDLE)
+      envs+=("$name=$value") ;;
+  esac
+done < <(env)
+
+# PEP 668 in force: pip refuses to install into the system Python for this user (where it has pip).
+if "$base" -m pip --version >/dev/null 2>&1; then
+  if out=$(runuser -u "$user" -- env -i "${envs[@]}" "$base" -m pip install --dry-run tqdm 2>&1) ||
+     ! grep -q "externally-managed-environment" <<<"$out"; then
+    echo "pip as $user was expected to refuse installing into $base (PEP 668); it said:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  echo "== pip refuses to install into $base (externally-managed-environment)"
+fi
+
+# The wheels, as the user (pip download writes only into $wheels, and skips what is there already).
+(source .ci/python_env.sh
+ runuser -u "$user" -- env -i "${envs[@]}" "$base" -m pip download -q -d "$wheels" "$KJIT_TORCH_SPEC" "${KJIT_TOOLS[@]}")
+echo "== wheels for the set-up in $wheels: $(du -sh "$wheels" | cut -f1)"
+
+echo "== bash .ci/test.sh as $user (uid $(id -u "$user"), no sudo), PYTHON=$base"
+start=$SECONDS
+runuser -u "$user" -- env -i "${envs[@]}" bash -c 'cd "$1" && bash .ci/test.sh' test.sh "$tree"
+echo "== non-root test run: $((SECONDS - start)) s"
+# The tests ran with the environment the set-up made, not with a Python of root's.
+runuser -u "$user" -- "$tree/.venv/bin/python" -c 'import kjit, sys; assert sys.prefix != sys.base_prefix; print("== kjit", kjit.__version__, "from", kjit.__file__)'

@@ -1,0 +1,17 @@
+# Sourced by .ci/setup.sh, .ci/test.sh and .ci/demo.sh (from the repository root): which Python
+# environment kjit is set up in and tested with. Never the system Python: a distribution's python3 is
+# "externally managed" (PEP 668) and pip refuses to write into it, and writing there needs root anyway.
+#   - the active virtual environment ($VIRTUAL_ENV), when there is one;
+#   - else .venv in the repository, made (by setup.sh) from $PYTHON (default: python3 on PATH).
+# Sets KJIT_VENV (the environment's directory), KJIT_BASE_PYTHON (what .venv is made from), PY (the
+# environment's interpreter, what builds and tests use), and what setup.sh installs there when missing:
+# KJIT_TORCH_SPEC (KJIT_TORCH, default the torch CI and the GPU machine test) and KJIT_TOOLS.
+KJIT_BASE_PYTHON=${PYTHON:-python3}
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  KJIT_VENV=$VIRTUAL_ENV
+else
+  KJIT_VENV=$PWD/.venv
+fi
+PY=$KJIT_VENV/bin/python
+KJIT_TORCH_SPEC=${KJIT_TORCH:-torch==2.11.*}
+KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib)

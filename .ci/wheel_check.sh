@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Part of .ci/wheel.sh, run there inside `unshare -m` (a private mount namespace, as root): the
+# installed wheel, in a venv with torch and no compiler, no development headers, no CUDA toolkit.
+#   unshare -m bash .ci/wheel_check.sh VENV_PYTHON DIR_TO_HIDE...
+# Each DIR is covered by an empty read-only tmpfs (only in this namespace). Then: import (from the
+# venv, not the source tree), `python -m kjit info`, a compile-only compile for sm_90, the libcrypto
+# loaded being the wheel's grafted copy, the `kjit` command, and the CPU pytest suite (tests/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+tpy=$1
+shift
+mount --make-rprivate /
+for d in "$@"; do mount -t tmpfs -o ro,size=1m none "$d"; done
+echo "== hidden: $*"
+if echo 'int main() { return 0; }' | c++ -x c++ - -o /dev/null >/dev/null 2>&1; then
+  echo "a C++ compiler still works in the namespace: the check would not prove anything" >&2
+  exit 1
+fi
+export PATH=$(dirname "$tpy"):/usr/bin:/bin
+unset CUDA_HOME KJIT_CUDA_HOME KJIT_NVRTC_LIBRARY
+export KJIT_CACHE_DIR=$(mktemp -d)
+trap 'rm -rf "$KJIT_CACHE_DIR"' EXIT
+
+cd /tmp
+"$tpy" -m kjit info
+"$tpy" - <<'PY'
+import os, sys
+import kjit
+venv = os.path.dirname(os.path.dirname(sys.executable))
+assert kjit.__file__.startswith(venv), f"kjit imported from {kjit.__file__}, not from the wheel in {venv}"
+k = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray").specialize(H=1080, W=1920, arch="sm_90")
+print("== compile-only sm_90:", k.origin, k.target, k.key[:16])
+crypto = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcrypto" in line})
+print("== libcrypto loaded:", crypto)
+assert crypto and all("/kjit.libs/" in p for p in crypto), f"libcrypto must be the wheel's grafted copy: {crypto}"
+PY
+kjit --version
+kjit compile rgb_to_gray --kernel rgb_to_gray --param H=64 --param W=64 --arch sm_80,sm_90
+kjit ls
+
+echo "== CPU pytest against the installed wheel"
+cd "$src/tests/python"
+# pytest puts tests/python on sys.path, never python/: the wheel's kjit is what the tests import.
+"$tpy" -c 'import kjit, sys, os; d = os.path.dirname(os.path.dirname(sys.executable)); assert kjit.__file__.startswith(d), kjit.__file__; print("== tests import", kjit.__file__)'
+"$tpy" -m pytest -q -p no:cacheprovider -rs .
