@@ -18,7 +18,8 @@
 namespace kjit::ops {
 namespace {
 
-std::string torch_name(at::ScalarType t) { return "torch." + c10::getDtypeNames(t).first; }
+// getDtypeNames gives std::string up to torch 2.14 and std::string_view from 2.15.
+std::string torch_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 }  // namespace
 
