@@ -92,6 +92,8 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
   KJIT_LOAD(cuEventRecord, 2000);
   KJIT_LOAD(cuEventSynchronize, 2000);
   KJIT_LOAD(cuEventElapsedTime, 2000);
+  KJIT_LOAD(cuStreamWaitEvent, 3020);
+  KJIT_LOAD(cuPointerGetAttribute, 4000);
 #undef KJIT_LOAD
 #undef KJIT_LOAD_OPT
   drv->check(drv->cuInit(0), "cuInit");

@@ -11,27 +11,89 @@ Template parameters are constants or are read from the call's arguments: ``kjit.
 (the value itself; by kernel parameter name or position), or any callable of the call's arguments.
 ``grid``, ``block`` and ``shared_mem`` are constants or callables of the call's arguments.
 
-Every call checks its tensors: CUDA, one device, contiguous, and the dtype each pointer parameter
+Arrays of other frameworks (CuPy, JAX, Numba, TensorFlow: ``__cuda_array_interface__`` or
+``__dlpack__``) are taken where tensors are: ``kjit.arg("x").dtype`` is then the array's dtype (numpy /
+JAX dtypes specialize like torch dtypes), ``.numel``, ``.shape[d]``, ``.stride[d]`` (in elements) and
+``.ndim`` come from its shape and strides.
+
+Every call checks its arrays: CUDA, one device, contiguous, and the dtype each pointer parameter
 declares (e.g. ``const T*`` with T = float32 takes a torch.float32 tensor). A call whose grid has no
-blocks (empty tensors) launches nothing. Launches go to the current stream of the tensors' device.
+blocks (empty tensors) launches nothing. Launches go to the current stream of the tensors' device, or
+``stream=`` (any stream Kernel.launch takes; a kernel parameter named ``stream`` takes precedence);
+without tensors, to the arrays' producer stream (see Kernel.launch).
 """
 
 from __future__ import annotations
 
+import math
 import operator
-
-import torch
 
 from . import _C
 
+try:
+    import torch
+except ImportError:  # kjit without torch: arrays of other frameworks only
+    torch = None
+
+# isinstance() against this is False for everything when torch is absent.
+_Tensor = torch.Tensor if torch is not None else type("_NoTensor", (), {})
+
 __all__ = ["Launcher", "arg", "cdiv", "launcher"]
 
-_DTYPES = {
+_DTYPES = {} if torch is None else {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
     "int64": torch.int64, "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32,
     "uint64": torch.uint64, "bool": torch.bool,
 }
+
+
+def _is_array(x) -> bool:
+    """An array of another framework (not a tensor): it speaks the CUDA Array Interface or DLPack."""
+    return hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__")
+
+
+def _layout(x) -> tuple:
+    """(shape, strides in elements): a tensor's own; an array's from its CUDA Array Interface, else its
+    .shape and numpy-style .strides (bytes), else C-contiguous (JAX, TensorFlow)."""
+    if isinstance(x, _Tensor):
+        return tuple(x.shape), x.stride()
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape, byte_strides, itemsize = tuple(cai["shape"]), cai.get("strides"), int(cai["typestr"][2:])
+    else:
+        shape, byte_strides = tuple(int(s) for s in x.shape), getattr(x, "strides", None)
+        itemsize = x.dtype.itemsize if byte_strides is not None else 1
+    if byte_strides is not None:
+        return shape, tuple(int(b) // itemsize for b in byte_strides)
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return shape, tuple(reversed(strides))
+
+
+def _dtype(x):
+    """A tensor's or array's dtype; for a bare __cuda_array_interface__ producer, its dtype name."""
+    if not isinstance(x, _Tensor) and not hasattr(x, "dtype") and hasattr(x, "__cuda_array_interface__"):
+        return _C.array_info(x)["dtype"]
+    return x.dtype
+
+
+def _numel(x) -> int:
+    return x.numel() if isinstance(x, _Tensor) else math.prod(_layout(x)[0])
+
+
+def _is_contiguous(x) -> bool:
+    shape, strides = _layout(x)
+    if 0 in shape:
+        return True
+    step = 1
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != step:
+            return False
+        step *= extent
+    return True
 
 
 def cdiv(a: int, b: int) -> int:
@@ -109,14 +171,15 @@ class _Derived:
     def _getter(self, i: int):
         what, d = self.what, self.dim
         if what == "dtype":
-            return lambda a: a[i].dtype
+            return lambda a: _dtype(a[i])
         if what == "numel":
-            return lambda a: a[i].numel()
+            return lambda a: _numel(a[i])
+        # Tensors first, through their own methods (the common case, kept cheap).
         if what == "ndim":
-            return lambda a: a[i].dim()
+            return lambda a: a[i].dim() if isinstance(a[i], _Tensor) else len(_layout(a[i])[0])
         if what == "shape":
-            return lambda a: a[i].shape[d]
-        return lambda a: a[i].stride(d)
+            return lambda a: a[i].shape[d] if isinstance(a[i], _Tensor) else _layout(a[i])[0][d]
+        return lambda a: a[i].stride(d) if isinstance(a[i], _Tensor) else _layout(a[i])[1][d]
 
     def _describe(self) -> str:
         tail = f"[{self.dim}]" if self.dim is not None else ""
@@ -126,21 +189,20 @@ class _Derived:
         return self._describe()
 
 
-def _shape(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+def _shape(t) -> str:
+    return "[" + ", ".join(str(s) for s in _layout(t)[0]) + "]"
 
 
-def _strides(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(s) for s in t.stride()) + "]"
+def _strides(t) -> str:
+    return "[" + ", ".join(str(s) for s in _layout(t)[1]) + "]"
 
 
-def _device_message(named: list[tuple[str, torch.Tensor]]) -> str:
+def _device_message(named: list[tuple[str, str]]) -> str:
     """"expected all tensors on one CUDA device, got cuda:0 (x) and cpu (y); ..." (as the C++ core says it)."""
     groups: dict[str, list[str]] = {}
     first_cuda = None
-    for name, t in named:
-        dev = str(t.device)
-        if first_cuda is None and t.is_cuda:
+    for name, dev in named:
+        if first_cuda is None and dev.startswith("cuda"):
             first_cuda = dev
         groups.setdefault(dev, []).append(name)
     parts = [f"{dev} ({', '.join(names)})" for dev, names in groups.items()]
@@ -185,7 +247,8 @@ class Launcher:
                                     f"its parameters are {family.param_summary}")
             if isinstance(value, (arg, _Derived)):
                 self._dynamic.append((key, value._getter(self._index(value)), value._describe()))
-            elif callable(value) and not isinstance(value, torch.dtype):
+            elif callable(value) and not isinstance(value, type) and not (
+                    torch is not None and isinstance(value, torch.dtype)):  # np.float32 is a type
                 self._dynamic.append((key, lambda a, f=value: f(*a), getattr(value, "__name__", repr(value))))
             else:
                 self._const[key] = value
@@ -232,24 +295,42 @@ class Launcher:
         raise _C.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, got {n}")
 
     def _device(self, args: tuple):
-        """The CUDA device of the call's tensors (None when there are none); checks them."""
+        """The CUDA device of the call's tensors and arrays (None when there are none); checks them."""
         device = None
         bad = False
-        for a in args:
-            if isinstance(a, torch.Tensor):
+        named = []  # (name, device) of each tensor and array, for the message
+        arrays = []
+        for name, a in zip(self._names, args):
+            if isinstance(a, _Tensor):
+                named.append((name, str(a.device)))
                 if not a.is_cuda:
                     bad = True
-                elif device is None:
-                    device = a.get_device()
-                elif a.get_device() != device:
-                    bad = True
+                    continue
+                d = a.get_device()
+            elif _is_array(a):
+                # Refuses arrays outside CUDA memory, naming them; None: an empty array, no memory.
+                d = _C.array_info(a, f"argument '{name}' of {self.name}")["device"]
+                arrays.append((name, a))
+                if d is None:
+                    continue
+                named.append((name, f"cuda:{d}"))
+            else:
+                continue
+            if device is None:
+                device = d
+            elif d != device:
+                bad = True
         if bad:
-            named = [(n, a) for n, a in zip(self._names, args) if isinstance(a, torch.Tensor)]
             raise _C.ValueError(f"{self.name}: {_device_message(named)}")
         for name, a in zip(self._names, args):
-            if isinstance(a, torch.Tensor) and not a.is_contiguous():
+            if isinstance(a, _Tensor) and not a.is_contiguous():
                 raise _C.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
                                     f"strides {_strides(a)}): call {name}.contiguous() first")
+        for name, a in arrays:
+            if not _is_contiguous(a):
+                raise _C.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
+                                    f"strides {_strides(a)} in elements): pass a C-contiguous copy (e.g. "
+                                    f"cupy.ascontiguousarray({name}))")
         return device
 
     def specialize(self, *args, **kwargs) -> _C.Kernel:
@@ -271,11 +352,11 @@ class Launcher:
         checks = self._dtype_checks.get(kernel)
         if checks is None:
             checks = [(i, _DTYPES[dt], cpp) for i, (_, kind, cpp, dt) in enumerate(kernel.params)
-                      if kind == "pointer" and dt is not None]
+                      if kind == "pointer" and dt is not None and torch is not None]
             self._dtype_checks[kernel] = checks
         for i, dtype, cpp in checks:
             a = args[i]
-            if isinstance(a, torch.Tensor) and a.dtype != dtype:
+            if isinstance(a, _Tensor) and a.dtype != dtype:  # arrays: Kernel.launch checks them
                 name = self._names[i]
                 raise _C.TypeError(f"{self.name}: argument '{name}' has dtype {a.dtype}, but "
                                    f"{kernel.name_expression} takes it as {cpp} ({dtype}); convert it with "
@@ -283,15 +364,22 @@ class Launcher:
         return kernel
 
     def __call__(self, *args, **kwargs) -> None:
+        stream = None
         if kwargs:
-            args = self._bind(args, kwargs)
+            if "stream" in kwargs and "stream" not in self._names:
+                stream = kwargs.pop("stream")
+            if kwargs:
+                args = self._bind(args, kwargs)
         kernel = self.specialize(*args)
         grid = _dims(self._grid(*args), "grid") if callable(self._grid) else self._grid
         if _empty(grid):
             return
         block = _dims(self._block(*args), "block") if callable(self._block) else self._block
         shared_mem = self._shared_mem(*args) if callable(self._shared_mem) else self._shared_mem
-        kernel.launch(grid, block, *args, shared_mem=shared_mem)
+        if stream is None:
+            kernel.launch(grid, block, *args, shared_mem=shared_mem)
+        else:
+            kernel.launch(grid, block, *args, shared_mem=shared_mem, stream=stream)
 
     def __repr__(self) -> str:
         return f"<kjit.Launcher {self.name}{self._signature}>"

@@ -12,6 +12,7 @@
 
 #include "kjit/error.hpp"
 #include "dtypes.hpp"
+#include "foreign.hpp"
 #include "launch.hpp"
 #include "objects.hpp"
 
@@ -47,14 +48,6 @@ Dim3 parse_dim(PyObject* v, const char* what) {
 }
 
 CUstream parse_stream(PyObject* v, int device) {
-  if (PyLong_Check(v) && !PyBool_Check(v)) {
-    const unsigned long long h = PyLong_AsUnsignedLongLong(v);
-    if (PyErr_Occurred()) {
-      PyErr_Clear();
-      throw ValueError("stream handle " + repr(v) + " is not a valid cudaStream_t value");
-    }
-    return reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(h));
-  }
   if (THPStream_Check(v)) {
     const auto* s = reinterpret_cast<const THPStream*>(v);
     const c10::Stream st = c10::Stream::unpack3(s->stream_id, static_cast<c10::DeviceIndex>(s->device_index),
@@ -67,7 +60,10 @@ CUstream parse_stream(PyObject* v, int device) {
                        std::to_string(device) + "))");
     return c10::cuda::CUDAStream(st).stream();
   }
-  throw TypeError("stream must be None (the current stream), a torch.cuda.Stream or an int handle, got " +
+  // Int handles and other frameworks' streams (their device is the caller's business, as for an int).
+  if (auto s = stream_from_protocol(v)) return *s;
+  throw TypeError("stream must be None (the current stream), a torch.cuda.Stream or an int handle, or another "
+                  "framework's stream (with __cuda_stream__, .cuda_stream, .ptr or .handle), got " +
                   describe_value(v));
 }
 
@@ -112,11 +108,15 @@ void pack_number(const ParamLayout& L, std::size_t i, PyObject* v, ArgSlot& slot
   L.reject(i, describe_value(v));
 }
 
-void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgSlot& slot) {
+// Packs argument i. A pointer argument that is an array of another framework is left to `foreign`
+// (its pointer waits for the launch stream); `tensors` is set when it is a tensor.
+void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgSlot& slot, ForeignArgs& foreign,
+              bool& tensors) {
   const LaunchParam& p = L[i];
   if (p.kind == LaunchParam::Kind::Pointer) {
     if (v == Py_None) return L.pack_pointer(i, nullptr, slot);
-    if (!THPVariable_Check(v)) L.reject(i, describe_value(v));
+    if (!THPVariable_Check(v)) return foreign.add(L, i, v, device);
+    tensors = true;
     const at::Tensor& t = THPVariable_Unpack(v);
     const c10::Device d = t.device();
     if (!d.is_cuda() || d.index() != device)
@@ -170,10 +170,16 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
   const std::size_t n = static_cast<std::size_t>(nargs - 2);
   L.check_count(n);
   ArgBuffer buf(n);
-  for (std::size_t i = 0; i < n; ++i) pack_arg(L, i, args[2 + i], k.device, buf.slot(i));
+  ForeignArgs foreign;
+  bool tensors = false;
+  for (std::size_t i = 0; i < n; ++i) pack_arg(L, i, args[2 + i], k.device, buf.slot(i), foreign, tensors);
+  // The stream: the one given; else PyTorch's current stream when tensors (or no arrays) are passed;
+  // else the arrays' producer stream (CAI v3), else the legacy default stream.
   std::optional<LaunchContext> ctx;
-  if (stream == nullptr || stream == Py_None) ctx.emplace(k.device);
-  else ctx.emplace(k.device, parse_stream(stream, k.device));
+  if (stream != nullptr && stream != Py_None) ctx.emplace(k.device, parse_stream(stream, k.device));
+  else if (tensors || foreign.empty()) ctx.emplace(k.device);
+  else ctx.emplace(k.device, foreign.producer_stream().value_or(CU_STREAM_LEGACY));
+  if (!foreign.empty()) foreign.pack(L, ctx->stream, buf);
   cfg.stream = ctx->stream;
   info.loaded->kernel->launch(cfg, buf.pointers());
   Py_RETURN_NONE;
@@ -185,11 +191,16 @@ PyMethodDef launch_def = {
     "launch($self, grid, block, /, *args, shared_mem=0, stream=None)\n--\n\n"
     "Launches the kernel: grid and block are an int or a tuple of 1 to 3 ints; `args` are the kernel's\n"
     "arguments in order. A tensor passes its data pointer (it must be a CUDA tensor on the kernel's\n"
-    "device; its layout is not checked: non-contiguous tensors and views are the caller's business),\n"
-    "None passes a null pointer, and Python numbers are converted to the exact parameter type (a float\n"
-    "for an integer parameter, or a value out of the type's range, is an error).\n"
-    "Runs on torch.cuda.current_stream(device) unless `stream` (a torch.cuda.Stream or an int handle)\n"
-    "is given. Legal inside CUDA graph capture."};
+    "device; its layout is not checked: non-contiguous tensors and views are the caller's business);\n"
+    "so does an array of another framework (CuPy, JAX, Numba, TensorFlow: __cuda_array_interface__ or\n"
+    "__dlpack__), its dtype checked like a tensor's. None passes a null pointer, and Python numbers are\n"
+    "converted to the exact parameter type (a float for an integer parameter, or a value out of the\n"
+    "type's range, is an error).\n"
+    "stream: a torch.cuda.Stream, an int handle, or another framework's stream (__cuda_stream__,\n"
+    ".cuda_stream, .ptr, .handle). Without it: torch.cuda.current_stream(device) when a tensor (or no\n"
+    "array) is passed; else the arrays' producer stream (__cuda_array_interface__ v3), else the legacy\n"
+    "default stream. DLPack arrays are exported for the launch stream, which waits for every other\n"
+    "producer stream named. Legal inside CUDA graph capture."};
 
 py::object arg_value(const TemplateArg& a) {
   switch (a.kind()) {

@@ -18,6 +18,7 @@
 #include "kjit/error.hpp"
 #include "kjit/specialization.hpp"
 #include "dtypes.hpp"
+#include "foreign.hpp"
 #include "launch.hpp"
 #include "objects.hpp"
 
@@ -34,7 +35,8 @@ std::string prefix(const TemplateParam& p, const KernelDecl& k) {
 std::string wants(const TemplateParam& p) {
   switch (p.kind) {
     case TemplateParam::Kind::Type:
-      return "is a type: pass a torch.dtype or a dtype name (e.g. torch.float32, 'bfloat16')";
+      return "is a type: pass a torch.dtype, a numpy / CuPy / JAX dtype or a dtype name (e.g. torch.float32, "
+             "numpy.float32, 'bfloat16')";
     case TemplateParam::Kind::Integral: return "is an integer (" + p.cpp_type + "): pass an int";
     case TemplateParam::Kind::Floating: return "is a floating constant (" + p.cpp_type + "): pass a float or an int";
     case TemplateParam::Kind::Bool: return "is a bool: pass True or False";
@@ -47,6 +49,7 @@ std::string wants(const TemplateParam& p) {
 [[noreturn]] void wrong_kind(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
   std::string hint;
   if (p.kind == TemplateParam::Kind::Type && type_name(v) == "torch.Tensor") hint = " (pass the tensor's .dtype)";
+  else if (p.kind == TemplateParam::Kind::Type && is_foreign_array(v)) hint = " (pass the array's .dtype)";
   throw TypeError(prefix(p, k) + " " + wants(p) + ", got " + describe_value(v) + hint);
 }
 
@@ -86,6 +89,11 @@ TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
         if (auto d = dtype_from_name(name)) return TemplateArg::type(*d);
         throw ValueError(prefix(p, k) + ": unknown dtype name '" + std::string(s, static_cast<std::size_t>(n)) +
                          "'; allowed: " + dtype_names() + " (or a torch.dtype)");
+      }
+      if (auto name = foreign_dtype_name(v)) {  // numpy, CuPy, JAX, TensorFlow dtypes
+        if (auto d = dtype_from_name(*name)) return TemplateArg::type(*d);
+        throw TypeError(prefix(p, k) + " got " + describe_value(v) + " (dtype '" + *name +
+                        "'), which kjit cannot specialize on; allowed dtypes: " + dtype_names());
       }
       wrong_kind(p, k, v);
     }

@@ -97,11 +97,11 @@ ALLOWED = "float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8
     (dict(T=torch.float32), kjit.ValueError,
      "kernel 'add_constant' needs template parameter VEC; its parameters are T (type), VEC (int)"),
     (dict(T=4, VEC=4), kjit.TypeError,
-     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype or a dtype name (e.g. "
-     "torch.float32, 'bfloat16'), got the int 4"),
+     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
+     "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got the int 4"),
     (dict(T=torch.zeros(1), VEC=4), kjit.TypeError,
-     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype or a dtype name (e.g. "
-     "torch.float32, 'bfloat16'), got a torch.Tensor (pass the tensor's .dtype)"),
+     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
+     "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got a torch.Tensor (pass the tensor's .dtype)"),
     (dict(T=torch.float32, VEC=True), kjit.TypeError,
      "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the bool True"),
     (dict(T=torch.float32, VEC=2.0), kjit.TypeError,

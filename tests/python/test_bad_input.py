@@ -604,8 +604,8 @@ API_CASES = [
          kjit.ValueError, r"template parameter 'T' of kernel 'add_constant': unknown dtype name 'float128'; allowed: "
          r"float32, .*\(or a torch\.dtype\)", "unknown-dtype-name"),
     case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(T=None, VEC=4, arch="sm_90"), kjit.TypeError,
-         r"template parameter 'T' of kernel 'add_constant' is a type: pass a torch\.dtype or a dtype name "
-         r"\(e\.g\. torch\.float32, 'bfloat16'\), got None", "T-None"),
+         r"template parameter 'T' of kernel 'add_constant' is a type: pass a torch\.dtype, a numpy / CuPy / JAX "
+         r"dtype or a dtype name \(e\.g\. torch\.float32, numpy\.float32, 'bfloat16'\), got None", "T-None"),
     case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(T=torch.float32, VEC=None, arch="sm_90"),
          kjit.TypeError, r"template parameter 'VEC' of kernel 'add_constant' is an integer \(int\): pass an int, "
          r"got None", "VEC-None"),

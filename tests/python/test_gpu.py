@@ -182,7 +182,7 @@ def test_launch_argument_errors(add):
     assert msg(kjit.TypeError, 1, 32, x, x, 1.0, 8.0) == \
         "argument 'n' of add_constant<float, 4> is an int64 scalar (long long): pass an int, got the float 8.0"
     assert msg(kjit.TypeError, 1, 32, x, 5, 1.0, 8) == \
-        "argument 'y' of add_constant<float, 4> is a pointer (float* __restrict__): pass a CUDA tensor or None, " \
+        "argument 'y' of add_constant<float, 4> is a pointer (float* __restrict__): pass a CUDA tensor, a CUDA array (__cuda_array_interface__ or __dlpack__: CuPy, JAX, Numba...) or None, " \
         "got the int 5"
     assert msg(kjit.TypeError, 1, 32, x, x, x, 8).startswith(
         "argument 'c' of add_constant<float, 4> is a float32 scalar (float): pass a float or an int, got a tensor")

@@ -58,6 +58,8 @@ class DriverLibrary {
   KJIT_CU_FN(cuEventRecord, 2000);
   KJIT_CU_FN(cuEventSynchronize, 2000);
   KJIT_CU_FN(cuEventElapsedTime, 2000);
+  KJIT_CU_FN(cuStreamWaitEvent, 3020);      // orders a launch after another framework's stream
+  KJIT_CU_FN(cuPointerGetAttribute, 4000);  // the device of a __cuda_array_interface__ pointer
 #undef KJIT_CU_FN
 
   int driver_version() const { return driver_version_; }  // e.g. 13000
