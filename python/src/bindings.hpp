@@ -18,6 +18,7 @@ void bind_kernel(py::module_& m);    // kernel.cpp: Kernel (launch)
 void bind_engine(py::module_& m);    // engine.cpp: stats, cache_info, built-in templates, toolkit roots
 void bind_cli(py::module_& m);       // cli.cpp: cli_run
 void bind_elementwise(py::module_& m);  // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
+void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
 // the kjit exception classes, with their data as attributes).

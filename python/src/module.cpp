@@ -18,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
   bind_engine(m);
   bind_cli(m);
   bind_elementwise(m);
+  bind_arrays(m);
   kjit::ops::bind_direct_ops(m);
   // The settings, relative paths made absolute, are read once, at import: a later os.chdir() does not
   // move the cache. A bad value is raised at first use instead, naming the variable.
