@@ -39,6 +39,7 @@ class DLPackOnly:
 
     def __init__(self, t):
         self.t = t
+        self.dtype, self.shape = t.dtype, t.shape  # what JAX / TensorFlow arrays have (kjit.launcher reads them)
         self.streams = []
 
     def __dlpack__(self, stream=None):
@@ -199,7 +200,7 @@ def test_cupy_arrays(add):
     xh = x.astype(cp.float16)
     yh = cp.empty_like(xh)
     run(xh, yh, 0.5, xh.size)
-    cp.testing.assert_allclose(yh, xh + 0.5)
+    cp.testing.assert_allclose(yh, xh + 0.5, rtol=1e-3)
 
 
 def test_jax_arrays(add):
