@@ -89,6 +89,7 @@ void emit(Event e) { report(std::move(e), false); }
 
 void warn(Event e) {
   e.level = Level::Warning;
+  e.warned = true;
   if (e.kind.empty()) e.kind = "warning";
   report(std::move(e), true);
 }

@@ -19,6 +19,7 @@ from . import _compat  # noqa: F401  (refuses a torch other than the one this bu
 import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
 
 from . import _C
+from . import _logging  # noqa: F401  (logging.getLogger("kjit"): records of compiles, loads, cache events)
 from ._C import (
     CacheMissError,
     CompileError,

@@ -18,6 +18,8 @@ void bind_kernel(py::module_& m);    // kernel.cpp: Kernel (launch)
 void bind_engine(py::module_& m);    // engine.cpp: stats, cache_info, built-in templates, toolkit roots
 void bind_cli(py::module_& m);       // cli.cpp: cli_run
 void bind_elementwise(py::module_& m);  // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
+void register_logging(py::module_& m);  // logging.cpp: log events -> logging.getLogger("kjit") (no torch)
+void register_profiler(py::module_& m); // profiler.cpp: compile / load ranges in torch.profiler traces
 void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to

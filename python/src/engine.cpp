@@ -27,6 +27,16 @@ void bind_engine(py::module_& m) {
         d["compile_ms"] = s.compile_ms;
         d["disk_load_ms"] = s.disk_load_ms;
         d["strict_misses"] = s.strict_misses;
+        py::dict kernels;
+        for (const auto& [name, k] : Engine::global().kernel_stats()) {
+          py::dict e;
+          e["compiles"] = k.compiles;
+          e["compile_ms"] = k.compile_ms;
+          e["disk_loads"] = k.disk_loads;
+          e["load_ms"] = k.load_ms;
+          kernels[py::str(name)] = std::move(e);
+        }
+        d["kernels"] = std::move(kernels);
         const ops::OpCalls calls = ops::op_calls();
         py::dict op_calls;
         op_calls["direct"] = calls.direct;
@@ -48,6 +58,8 @@ void bind_engine(py::module_& m) {
         return d;
       },
       "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
+      "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
+      "one '(other kernels)' summing the rest); "
       "op_calls: {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that "
       "went through the dispatcher (autograd, fake tensors, subclasses, modes); "
       "specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, "

@@ -18,6 +18,8 @@ PYBIND11_MODULE(_C, m) {
   bind_engine(m);
   bind_cli(m);
   bind_elementwise(m);
+  register_logging(m);
+  register_profiler(m);
   bind_arrays(m);
   kjit::ops::bind_direct_ops(m);
   // The settings, relative paths made absolute, are read once, at import: a later os.chdir() does not

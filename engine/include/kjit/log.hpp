@@ -35,6 +35,9 @@ struct Event {
   std::string target;         // e.g. "sm_90", "compute_90"
   std::string origin;         // "compiled" | "disk" | "memory"
   double ms = -1;
+  // Also reported to the warning sink (warn()): a log handler that shows warnings already shown by the
+  // warning sink (warnings.warn in Python) may skip it.
+  bool warned = false;
 };
 
 using Sink = std::function<void(const std::string& message)>;
