@@ -92,7 +92,9 @@ TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
       }
       if (auto name = foreign_dtype_name(v)) {  // numpy, CuPy, JAX, TensorFlow dtypes
         if (auto d = dtype_from_name(*name)) return TemplateArg::type(*d);
-        throw TypeError(prefix(p, k) + " got " + describe_value(v) + " (dtype '" + *name +
+        // A scalar type by its name ("numpy.complex64"), not as "a type".
+        const std::string got = PyType_Check(v) ? reinterpret_cast<PyTypeObject*>(v)->tp_name : describe_value(v);
+        throw TypeError(prefix(p, k) + " got " + got + " (dtype '" + *name +
                         "'), which kjit cannot specialize on; allowed dtypes: " + dtype_names());
       }
       wrong_kind(p, k, v);

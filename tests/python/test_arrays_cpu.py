@@ -156,7 +156,9 @@ def test_numpy_bool_and_half_names(add):
 def test_dtype_objects_kjit_cannot_specialize_on(add):
     msg = error_of(kjit.TypeError, lambda: add.specialize(T=np.complex64, VEC=4, arch="sm_90"))
     assert msg.startswith("template parameter 'T' of kernel 'add_constant' got ")
-    assert "(dtype 'complex64'), which kjit cannot specialize on; allowed dtypes: float32" in msg
+    assert "got numpy.complex64 (dtype 'complex64'), which kjit cannot specialize on; allowed dtypes: float32" in msg
+    msg = error_of(kjit.TypeError, lambda: add.specialize(T=np.dtype("complex128"), VEC=4, arch="sm_90"))
+    assert "(dtype 'complex128'), which kjit cannot specialize on" in msg
     # Python's own `float` is float64 to numpy but float32 to C++: refused, not guessed.
     msg = error_of(kjit.TypeError, lambda: add.specialize(T=float, VEC=4, arch="sm_90"))
     assert "is a type: pass a torch.dtype, a numpy / CuPy / JAX dtype or a dtype name" in msg

@@ -223,3 +223,12 @@ def test_jax_arrays(add):
     k.launch(grid(N), 256, DLPackOnly(x), DLPackOnly(z), 2.0, N, stream=s)
     s.synchronize()
     np.testing.assert_allclose(np.asarray(z), np.arange(N, dtype=np.float32) + 2)
+
+
+def test_launcher_refuses_non_contiguous_arrays(add):
+    run = kjit.launcher(add, grid=1, block=256, T=kjit.arg("x").dtype, VEC=4)
+    x = torch.zeros(8, 12, device="cuda").t()  # its interface gives the strides (bytes)
+    with pytest.raises(kjit.ValueError) as e:
+        run(CAI(x), CAI(torch.zeros(12, 8, device="cuda")), 1.0, 96)
+    assert str(e.value) == ("add_constant: argument 'x' is not contiguous (shape [12, 8], strides [1, 12] in elements): "
+                            "pass a C-contiguous copy (e.g. cupy.ascontiguousarray(x))")
