@@ -297,7 +297,8 @@ std::optional<std::string> foreign_dtype_name(PyObject* v) {
     name = t->tp_name;
     const auto dot = name.rfind('.');
     if (dot != std::string::npos) name.erase(0, dot + 1);
-  } else if (!is_foreign_array(v) && has_attr(v, "name")) {
+  } else if (!is_foreign_array(v) && has_attr(v, "name") &&
+             (has_attr(v, "itemsize") || has_attr(v, "as_numpy_dtype"))) {  // numpy dtype, tf.DType
     py::object n = py::handle(v).attr("name");
     if (!PyUnicode_Check(n.ptr())) return std::nullopt;
     name = py::str(n);

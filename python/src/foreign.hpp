@@ -42,7 +42,8 @@ ArrayInfo read_array(PyObject* o, const std::string& what);
 std::optional<ArrayInfo> try_read_array(PyObject* o, const std::string& what);
 
 // The dtype name of another framework's dtype, for a template type parameter: a numpy / CuPy / JAX /
-// TensorFlow dtype object (its `.name`: 'float32') or scalar type (np.float32, jnp.bfloat16: its
+// TensorFlow dtype object (its `.name`: 'float32'; it has `.itemsize` or `.as_numpy_dtype`, so that
+// any object with a `.name` is not taken for one) or scalar type (np.float32, jnp.bfloat16: its
 // `__name__`, numpy 1's trailing '_' dropped). nullopt for anything else: arrays, Python's own types
 // (`float` is float64 to numpy but float32 to C++: refused rather than guessed).
 std::optional<std::string> foreign_dtype_name(PyObject* v);

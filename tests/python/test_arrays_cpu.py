@@ -162,6 +162,9 @@ def test_dtype_objects_kjit_cannot_specialize_on(add):
     # Python's own `float` is float64 to numpy but float32 to C++: refused, not guessed.
     msg = error_of(kjit.TypeError, lambda: add.specialize(T=float, VEC=4, arch="sm_90"))
     assert "is a type: pass a torch.dtype, a numpy / CuPy / JAX dtype or a dtype name" in msg
+    # Something else with a .name is no dtype.
+    msg = error_of(kjit.TypeError, lambda: add.specialize(T=add, VEC=4, arch="sm_90"))
+    assert msg.endswith("got a kjit.KernelFamily")
     # An array where a dtype goes: the hint names its .dtype.
     msg = error_of(kjit.TypeError, lambda: add.specialize(T=np.zeros(2), VEC=4, arch="sm_90"))
     assert msg.endswith("got a numpy.ndarray (pass the array's .dtype)")
