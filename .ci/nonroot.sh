@@ -7,8 +7,9 @@
 #   bash .ci/nonroot.sh
 # KJIT_CI_USER (default kjit-ci): the user. KJIT_CI_WHEELS (default /var/cache/kjit-ci/wheels): the
 # wheels the set-up installs (torch and the build tools), downloaded there once and kept between runs,
-# then found by pip through PIP_FIND_LINKS. (pip's own HTTP cache is not enough: with some indexes,
-# this machine's for one, it stays empty, and torch would be downloaded on every run.)
+# then installed from there only (PIP_FIND_LINKS, PIP_NO_INDEX: with the index too, pip prefers the
+# index's copy of the same file). pip's own HTTP cache is not enough: with some indexes, this
+# machine's for one, it stays empty, and torch would be downloaded on every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "nonroot.sh runs as root: it creates the test user (got uid $(id -u))" >&2; exit 1; }
@@ -71,11 +72,11 @@ sed 's/^/   | /' <<<"$msg"
 # A clean environment of the user's own: nothing of root's (PATH to pyenv, VIRTUAL_ENV) leaks in; only
 # what pip needs to reach the index here (proxy, certificates) is passed on.
 envs=(HOME="$home" USER="$user" LOGNAME="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
-      PYTHON="$base" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS="$wheels${PIP_FIND_LINKS:+ $PIP_FIND_LINKS}")
+      PYTHON="$base" PIP_DISABLE_PIP_VERSION_CHECK=1)
 [ -z "${CUDA_HOME:-}" ] || envs+=(CUDA_HOME="$CUDA_HOME")
 while IFS='=' read -r name value; do
   case "$name" in
-    PIP_FIND_LINKS) ;;
+    PIP_FIND_LINKS|PIP_NO_INDEX) ;;
     PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|SSL_CERT_FILE|REQUESTS_CA_BUNDLE)
       envs+=("$name=$value") ;;
   esac
@@ -99,7 +100,8 @@ echo "== wheels for the set-up in $wheels: $(du -sh "$wheels" | cut -f1)"
 
 echo "== bash .ci/test.sh as $user (uid $(id -u "$user"), no sudo), PYTHON=$base"
 start=$SECONDS
-runuser -u "$user" -- env -i "${envs[@]}" bash -c 'cd "$1" && bash .ci/test.sh' test.sh "$tree"
+runuser -u "$user" -- env -i "${envs[@]}" PIP_FIND_LINKS="$wheels" PIP_NO_INDEX=1 \
+  bash -c 'cd "$1" && bash .ci/test.sh' test.sh "$tree"
 echo "== non-root test run: $((SECONDS - start)) s"
 # The tests ran with the environment the set-up made, not with a Python of root's.
 runuser -u "$user" -- "$tree/.venv/bin/python" -c 'import kjit, sys; assert sys.prefix != sys.base_prefix; print("== kjit", kjit.__version__, "from", kjit.__file__)'

