@@ -23,29 +23,29 @@ def _major(cuda: str | None) -> str:
     return (cuda or "").split(".")[0]
 
 
+def _cuda(cuda: str | None) -> str:
+    return f"CUDA {cuda}" if cuda else "no CUDA"
+
+
 def mismatch(built_torch: str, built_cuda: str, torch_version: str, torch_cuda: str | None) -> str | None:
     """The reason kjit built against (built_torch, built_cuda) cannot run with this torch, or None.
 
     Patch releases and local labels (2.15.0+cu132 and 2.15.1) are compatible; a different minor, or a
     torch for another CUDA major (or none) than the one the module links, is not.
     """
-    what = []
-    if _minor(built_torch) != _minor(torch_version):
-        what.append(f"torch {torch_version}")
-    if built_cuda and _major(torch_cuda) != _major(built_cuda):
-        what.append(f"a torch built for CUDA {torch_cuda}" if torch_cuda else "a torch built without CUDA")
-    if not what:
+    same_minor = _minor(built_torch) == _minor(torch_version)
+    same_cuda = not built_cuda or _major(torch_cuda) == _major(built_cuda)
+    if same_minor and same_cuda:
         return None
     minor = _minor(built_torch)
     pin = f"{minor[0]}.{minor[1]}.*" if minor else built_torch
-    cuda = f" (CUDA {built_cuda})" if built_cuda else ""
+    needs = f"torch {pin}" + (f" built for CUDA {_major(built_cuda)}" if built_cuda else "")
     return (
-        f"kjit was built against torch {built_torch}{cuda}, but this environment has {' and '.join(what)} "
-        f"(torch {torch_version}, CUDA {torch_cuda or 'none'}). kjit's compiled module links libtorch, whose "
-        f"C++ ABI changes between minor versions, and one CUDA runtime major, so it works only with torch "
-        f"{pin} for CUDA {_major(built_cuda) or '(any)'}. Either install that torch "
-        f"(pip install \"torch=={pin}\"), or build kjit against the torch you have: from kjit's source tree, "
-        f"pip install --no-build-isolation ."
+        f"kjit was built against torch {built_torch} ({_cuda(built_cuda)}), but this environment has torch "
+        f"{torch_version} ({_cuda(torch_cuda)}). kjit's compiled module links libtorch, whose C++ ABI changes "
+        f"between minor versions, and one CUDA runtime major, so it works only with {needs}. Either install "
+        f"that torch (pip install \"torch=={pin}\"), or build kjit against the torch you have: from kjit's "
+        f"source tree, pip install --no-build-isolation ."
     )
 
 
