@@ -14,6 +14,7 @@ launches it on PyTorch's current stream::
 """
 
 import os as _os
+import typing as _typing
 
 from . import _compat  # noqa: F401  (refuses a torch other than the one this build serves, before _C loads)
 import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
@@ -78,6 +79,8 @@ _setup()
 
 # kjit.ValueError / kjit.TypeError are subclasses of kjit.Error and of the builtins of the same name.
 # Set last, so that nothing above sees them in place of the builtins.
+if _typing.TYPE_CHECKING:  # what the two assignments below make them, for type checkers
+    from ._C import TypeError, ValueError  # noqa: A004
 globals()["ValueError"] = _C.ValueError
 globals()["TypeError"] = _C.TypeError
 

@@ -436,6 +436,10 @@ void clear_kernel_objects() {
 }
 
 void bind_template(py::module_& m) {
+  // Declared before Template, so that Template.kernel()'s signature names kjit.KernelFamily (stubs, help()).
+  py::class_<PyFamily> family(m, "KernelFamily",
+                              "One kernel of a template with fixed compile options; specialize() it to get a "
+                              "kjit.Kernel.");
   py::class_<PyTemplate>(m, "Template",
                          "CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in "
                          "template (Template.builtin). Every header it includes is resolved and hashed.")
@@ -497,9 +501,6 @@ void bind_template(py::module_& m) {
                ">";
       });
 
-  py::class_<PyFamily> family(m, "KernelFamily",
-                              "One kernel of a template with fixed compile options; specialize() it to get a "
-                              "kjit.Kernel.");
   family.def_property_readonly("name", [](const PyFamily& f) { return f.family->decl().name; })
       .def_property_readonly("template", [](const PyFamily& f) { return PyTemplate{f.family->template_ptr()}; })
       .def_property_readonly("params", [](const PyFamily& f) { return template_params(f.family->decl()); },

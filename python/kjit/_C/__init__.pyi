@@ -10,7 +10,7 @@ import pathlib
 import torch
 import typing
 from . import ops
-__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'ElementwiseFunction', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'ops', 'pin_generic_shape', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
+__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'ElementwiseFunction', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'array_info', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'ops', 'pin_generic_shape', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
 class Error(Exception):
     """
     Base class of every kjit error.
@@ -51,62 +51,6 @@ class KjitWarning(UserWarning):
     """
     kjit warnings: damaged cache entries, an unusable cache directory, NVRTC problems.
     """
-class Template:
-    """
-    CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in template (Template.builtin). Every header it includes is resolved and hashed.
-    """
-    @staticmethod
-    def builtin(name: str) -> Template:
-        """
-        A built-in template of kjit's kernel_templates/ by name ('add_constant').
-        """
-    @staticmethod
-    def builtin_names() -> list[str]:
-        """
-        Names of the built-in templates.
-        """
-    @staticmethod
-    def from_file(path: os.PathLike | str | bytes, include_dirs: collections.abc.Sequence[os.PathLike | str | bytes] = []) -> Template:
-        """
-        A template from a .cu / .cuh file; its includes are resolved from its folder, `include_dirs`, KJIT_INCLUDE_PATH and the CUDA headers.
-        """
-    def __init__(self, source: str, name: str | None = None, include_dirs: collections.abc.Sequence[os.PathLike | str | bytes] = []) -> None:
-        """
-        A template from source text; `name` (e.g. 'my_kernels.cu') names it in messages and cache metadata.
-        """
-    def __repr__(self) -> str:
-        ...
-    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False) -> typing.Any:
-        """
-        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE'].
-        """
-    @property
-    def digest(self) -> str:
-        """
-        Hex SHA-256 of the source and every included header.
-        """
-    @property
-    def headers(self) -> list[str]:
-        """
-        Include names of the resolved headers.
-        """
-    @property
-    def is_builtin(self) -> bool:
-        ...
-    @property
-    def kernels(self) -> list[str]:
-        """
-        Names of the __global__ functions, in source order.
-        """
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def source(self) -> str:
-        ...
-    @property
-    def unresolved_includes(self) -> list[str]:
-        ...
 class KernelFamily:
     """
     One kernel of a template with fixed compile options; specialize() it to get a kjit.Kernel.
@@ -145,6 +89,62 @@ class KernelFamily:
     @property
     def template(self) -> Template:
         ...
+class Template:
+    """
+    CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in template (Template.builtin). Every header it includes is resolved and hashed.
+    """
+    @staticmethod
+    def builtin(name: str) -> Template:
+        """
+        A built-in template of kjit's kernel_templates/ by name ('add_constant').
+        """
+    @staticmethod
+    def builtin_names() -> list[str]:
+        """
+        Names of the built-in templates.
+        """
+    @staticmethod
+    def from_file(path: os.PathLike | str | bytes, include_dirs: collections.abc.Sequence[os.PathLike | str | bytes] = []) -> Template:
+        """
+        A template from a .cu / .cuh file; its includes are resolved from its folder, `include_dirs`, KJIT_INCLUDE_PATH and the CUDA headers.
+        """
+    def __init__(self, source: str, name: str | None = None, include_dirs: collections.abc.Sequence[os.PathLike | str | bytes] = []) -> None:
+        """
+        A template from source text; `name` (e.g. 'my_kernels.cu') names it in messages and cache metadata.
+        """
+    def __repr__(self) -> str:
+        ...
+    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False) -> KernelFamily:
+        """
+        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE'].
+        """
+    @property
+    def digest(self) -> str:
+        """
+        Hex SHA-256 of the source and every included header.
+        """
+    @property
+    def headers(self) -> list[str]:
+        """
+        Include names of the resolved headers.
+        """
+    @property
+    def is_builtin(self) -> bool:
+        ...
+    @property
+    def kernels(self) -> list[str]:
+        """
+        Names of the __global__ functions, in source order.
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def source(self) -> str:
+        ...
+    @property
+    def unresolved_includes(self) -> list[str]:
+        ...
 class Kernel:
     """
     A specialized kernel (from KernelFamily.specialize): launch() it; key, origin and meta tell where it came from.
@@ -155,11 +155,16 @@ class Kernel:
         """
         Launches the kernel: grid and block are an int or a tuple of 1 to 3 ints; `args` are the kernel's
         arguments in order. A tensor passes its data pointer (it must be a CUDA tensor on the kernel's
-        device; its layout is not checked: non-contiguous tensors and views are the caller's business),
-        None passes a null pointer, and Python numbers are converted to the exact parameter type (a float
-        for an integer parameter, or a value out of the type's range, is an error).
-        Runs on torch.cuda.current_stream(device) unless `stream` (a torch.cuda.Stream or an int handle)
-        is given. Legal inside CUDA graph capture.
+        device; its layout is not checked: non-contiguous tensors and views are the caller's business);
+        so does an array of another framework (CuPy, JAX, Numba, TensorFlow: __cuda_array_interface__ or
+        __dlpack__), its dtype checked like a tensor's. None passes a null pointer, and Python numbers are
+        converted to the exact parameter type (a float for an integer parameter, or a value out of the
+        type's range, is an error).
+        stream: a torch.cuda.Stream, an int handle, or another framework's stream (__cuda_stream__,
+        .cuda_stream, .ptr, .handle). Without it: torch.cuda.current_stream(device) when a tensor (or no
+        array) is passed; else the arrays' producer stream (__cuda_array_interface__ v3), else the legacy
+        default stream. DLPack arrays are exported for the launch stream, which waits for every other
+        producer stream named. Legal inside CUDA graph capture.
         """
     @property
     def args(self) -> dict:
@@ -228,9 +233,25 @@ class ElementwiseFunction:
     @property
     def spec(self) -> str:
         ...
+def _close_log() -> None:
+    """
+    Stops routing log events to Python (at exit): later ones are KJIT_VERBOSE lines on stderr.
+    """
+def _set_log_handler(handler: collections.abc.Callable) -> None:
+    """
+    Routes kjit's log events to handler(level, message, data) (kjit._logging does this at import).
+    """
+def _verbose() -> int:
+    """
+    KJIT_VERBOSE (0, 1 or 2) as the settings read it.
+    """
 def admit_shape(kernel: str, param: str, value: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     The value to specialize shape parameter `param` of `kernel` on: `value` while the kernel has seen at most KJIT_MAX_SPECIALIZATIONS distinct values of it, else 0 (its generic variant, the size as a runtime argument; a warning says so once). 0 in gives 0 and counts nothing.
+    """
+def array_info(obj: typing.Any, what: str = 'the array') -> dict:
+    """
+    What the CUDA Array Interface or DLPack says about `obj`: {protocol, device, data, dtype, typestr, shape, strides (bytes; None when C-contiguous), stream}. DLPack arrays give device only (the rest comes with an export). Raises kjit.ValueError for an array outside CUDA memory or a malformed interface, naming it as `what`.
     """
 def builtin_templates_dir() -> pathlib.Path:
     ...
@@ -268,7 +289,7 @@ def set_builtin_templates_dir(path: os.PathLike | str | bytes) -> None:
     """
 def stats() -> dict:
     """
-    Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; op_calls: {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that went through the dispatcher (autograd, fake tensors, subclasses, modes); specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).
+    Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last one '(other kernels)' summing the rest); op_calls: {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that went through the dispatcher (autograd, fake tensors, subclasses, modes); specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).
     """
 def toolkit() -> dict:
     """
