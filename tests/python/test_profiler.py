@@ -35,11 +35,3 @@ def test_compile_and_load_are_ranges_in_a_torch_profiler_trace(tmp_path):
     traced = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
     assert {"kjit compile prof_k<float>", "kjit load prof_k<float>"} <= traced
 
-
-def test_no_profiler_no_range():
-    # Outside a profiler a compile opens no RecordFunction (and costs only the check).
-    fam = unique_family()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        pass
-    fam.specialize(T=torch.int32, arch="sm_80")
-    assert not [e for e in prof.events() if e.name.startswith("kjit ")]
