@@ -10,18 +10,26 @@ launches it on PyTorch's current stream::
     k.launch(grid, block, x, y, 5.0, x.numel())
     kjit.stats()
 
-`import kjit` loads neither NVRTC nor the CUDA driver: both are loaded on first use.
+`import kjit` loads neither NVRTC nor the CUDA driver: both are loaded on first use. torch is optional:
+without it, kjit compiles templates and launches kernels on other frameworks' arrays (CuPy, JAX,
+Numba); kjit.ops and kjit.elementwise need torch.
 """
 
 import os as _os
 import typing as _typing
 
-from . import _compat  # noqa: F401  (refuses a torch other than the one this build serves, before _C loads)
-import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
-
-from . import _C
+from . import _core
 from . import _logging  # noqa: F401  (logging.getLogger("kjit"): records of compiles, loads, cache events)
-from ._C import (
+from ._requires_torch import require as _require_torch, torch_available as _torch_available
+
+if _torch_available():
+    from . import _compat  # noqa: F401  (refuses a torch other than the one this build serves, before _C loads)
+    import torch as _torch  # noqa: F401  (libtorch must be loaded before the extension)
+
+    from . import _C  # noqa: F401  (torch's hooks into _core: tensors, dtypes, streams; kjit.ops, elementwise)
+else:
+    _torch = None
+from ._core import (
     CacheMissError,
     CompileError,
     DriverError,
@@ -36,17 +44,31 @@ from ._C import (
     reset_stats,
     stats,
 )
-from .elementwise import Elementwise, elementwise
 from .launcher import Launcher, arg, cdiv, launcher
 
-__version__ = _C.__version__
+if _torch is not None:
+    from .elementwise import Elementwise, elementwise
+
+__version__ = _core.__version__
 
 for _cls in (Template, KernelFamily, Kernel):
     _cls.__module__ = "kjit"
 
 
+def _cuda_major():
+    """torch's CUDA major ("13"), else the one kjit was built against, else ""."""
+    if _torch is not None:
+        return (_torch.version.cuda or "").split(".")[0]
+    try:
+        from . import _build_info
+    except ImportError:
+        return ""
+    return (_build_info.TORCH_CUDA or "").split(".")[0]
+
+
 def _cuda_roots():
-    """CUDA roots of the pip `nvidia` packages next to torch (headers and libnvrtc), torch's CUDA first."""
+    """CUDA roots of the pip `nvidia` packages (headers and libnvrtc), torch's CUDA major first (without
+    torch, the one this build recorded)."""
     import importlib.util
 
     try:
@@ -55,7 +77,7 @@ def _cuda_roots():
         return []
     if spec is None or not spec.submodule_search_locations:
         return []
-    major = (_torch.version.cuda or "").split(".")[0]
+    major = _cuda_major()
     names = [f"cu{major}"] if major else []
     names += ["cu13", "cu12", "cuda_nvrtc", "cuda_runtime"]
     roots = []
@@ -69,10 +91,10 @@ def _cuda_roots():
 
 def _setup():
     for root in _cuda_roots():
-        _C.register_toolkit_root(root)
+        _core.register_toolkit_root(root)
     templates = _os.path.join(_os.path.dirname(__file__), "kernel_templates")
     if _os.path.isdir(templates):
-        _C.set_builtin_templates_dir(templates)
+        _core.set_builtin_templates_dir(templates)
 
 
 _setup()
@@ -80,9 +102,9 @@ _setup()
 # kjit.ValueError / kjit.TypeError are subclasses of kjit.Error and of the builtins of the same name.
 # Set last, so that nothing above sees them in place of the builtins.
 if _typing.TYPE_CHECKING:  # what the two assignments below make them, for type checkers
-    from ._C import TypeError, ValueError  # noqa: A004
-globals()["ValueError"] = _C.ValueError
-globals()["TypeError"] = _C.TypeError
+    from ._core import TypeError, ValueError  # noqa: A004
+globals()["ValueError"] = _core.ValueError
+globals()["TypeError"] = _core.TypeError
 
 __all__ = [
     "CacheMissError",
@@ -106,4 +128,12 @@ __all__ = [
     "stats",
 ]
 
-from . import ops  # noqa: E402,F401  (built-in ops; torch.ops.kjit.* come with the extension)
+if _torch is not None:
+    from . import ops  # noqa: E402,F401  (built-in ops; torch.ops.kjit.* come with the extension)
+
+
+def __getattr__(name):
+    # Only reached without torch: kjit.ops, kjit.elementwise and kjit.Elementwise say what is missing.
+    if name in ("ops", "elementwise", "Elementwise"):
+        _require_torch(f"kjit.{name}")
+    raise AttributeError(f"module 'kjit' has no attribute '{name}'")

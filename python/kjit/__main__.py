@@ -11,11 +11,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kjit.demo import main as demo_main
 
         return demo_main(args[1:]) or 0
-    from kjit import _C
+    from kjit import _core
 
     sys.stdout.flush()
     sys.stderr.flush()
-    return _C.cli_run(args)
+    return _core.cli_run(args)
 
 
 if __name__ == "__main__":

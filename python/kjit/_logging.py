@@ -17,7 +17,7 @@ import atexit
 import logging
 import sys
 
-from . import _C
+from . import _core
 
 logger = logging.getLogger("kjit")
 logger.addHandler(logging.NullHandler())
@@ -60,8 +60,8 @@ def configure_verbose(verbose):
         logger.addHandler(_VerboseHandler())
 
 
-_C._set_log_handler(_handle_event)
+_core._set_log_handler(_handle_event)
 # Python's atexit hooks run before the interpreter finalizes: from then on, events of threads still
 # compiling are KJIT_VERBOSE lines on stderr instead of calls into an interpreter that is going away.
-atexit.register(_C._close_log)
-configure_verbose(_C._verbose())
+atexit.register(_core._close_log)
+configure_verbose(_core._verbose())

@@ -38,10 +38,15 @@ import keyword
 import re
 from typing import Iterable
 
-import torch
+from ._requires_torch import require
 
-from . import _C
-from . import _derivative
+require("kjit.elementwise")
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402  (ElementwiseFunction)
+from . import _core  # noqa: E402
+from . import _derivative  # noqa: E402
 
 __all__ = ["Elementwise", "elementwise"]
 
@@ -77,13 +82,13 @@ def _names(value, what: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v for v in re.split(r"[\s,]+", value) if v]
     if not isinstance(value, (list, tuple, dict)):
-        raise _C.TypeError(f"kjit.elementwise: {what} must be a name, a list of names or a string of names "
+        raise _core.TypeError(f"kjit.elementwise: {what} must be a name, a list of names or a string of names "
                            f"separated by commas, got {value!r}")
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name) or name in _RESERVED \
                 or name.startswith(("kjit_", "T_", "__")):
-            raise _C.ValueError(f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers, "
+            raise _core.ValueError(f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers, "
                                 "not C++ keywords, not C, TO, I, VEC, TAIL or out, and not starting with 'kjit_', 'T_' or "
                                 "'__'")
     return names
@@ -105,26 +110,26 @@ class Elementwise:
     def __init__(self, expr: str, inputs: Names, scalars: ScalarNames = (), *, specialize: Iterable[str] = (),
                  dtype: torch.dtype | None = None, name: str | None = None, grads: dict | None = None):
         if not isinstance(expr, str) or not expr.strip():
-            raise _C.TypeError(f"kjit.elementwise: the expression must be a non-empty string of C++, got {expr!r}")
+            raise _core.TypeError(f"kjit.elementwise: the expression must be a non-empty string of C++, got {expr!r}")
         _check_expression(expr, "the expression")
         if name is not None and not isinstance(name, str):
-            raise _C.TypeError(f"kjit.elementwise: name must be a str (it names the kernel in messages and the "
+            raise _core.TypeError(f"kjit.elementwise: name must be a str (it names the kernel in messages and the "
                                f"cache), got {_tensor_desc(name)}")
         self.expr = expr.strip()
         self.inputs = _names(inputs, "input")
         if not self.inputs:
-            raise _C.ValueError("kjit.elementwise: at least one input tensor is needed")
+            raise _core.ValueError("kjit.elementwise: at least one input tensor is needed")
         if len(self.inputs) > _MAX_INPUTS:
-            raise _C.ValueError(f"kjit.elementwise: at most {_MAX_INPUTS} input tensors, got {len(self.inputs)}")
+            raise _core.ValueError(f"kjit.elementwise: at most {_MAX_INPUTS} input tensors, got {len(self.inputs)}")
         self.defaults: dict[str, float] = dict(scalars) if isinstance(scalars, dict) else {}
         self.scalars = _names(scalars, "scalar")
         for s, v in self.defaults.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _C.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
+                raise _core.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
                                    f"got {_tensor_desc(v)}")
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
-            raise _C.ValueError(f"kjit.elementwise: names {dup} are given more than once")
+            raise _core.ValueError(f"kjit.elementwise: names {dup} are given more than once")
         if specialize is None:
             specialize = ()
         elif not isinstance(specialize, (str, list, tuple, dict)) and hasattr(specialize, "__iter__"):
@@ -132,14 +137,14 @@ class Elementwise:
         self.specialized = _names(specialize, "specialized scalar")
         dup = sorted({s for s in self.specialized if self.specialized.count(s) > 1})
         if dup:
-            raise _C.ValueError(f"kjit.elementwise: specialize names {dup} more than once")
+            raise _core.ValueError(f"kjit.elementwise: specialize names {dup} more than once")
         unknown = [s for s in self.specialized if s not in self.scalars]
         if unknown:
-            raise _C.ValueError(f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
+            raise _core.ValueError(f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
                                 f"not scalars; the scalars are {list(self.scalars)}")
         self.runtime = tuple(s for s in self.scalars if s not in self.specialized)
         if dtype is not None and dtype not in _SUPPORTED:
-            raise _C.TypeError(f"kjit.elementwise: dtype={dtype} is not supported; allowed: "
+            raise _core.TypeError(f"kjit.elementwise: dtype={dtype} is not supported; allowed: "
                                f"{', '.join(str(d) for d in _SUPPORTED)}")
         self.dtype = dtype
         self.name = name or "elementwise"
@@ -151,18 +156,18 @@ class Elementwise:
         }
         self._fn = _C.ElementwiseFunction(json.dumps(spec, sort_keys=True))
         self.spec = self._fn.spec  # the key of torch.ops.kjit.elementwise for this function
-        self._templates: dict[tuple, _C.Template] = {}
+        self._templates: dict[tuple, _core.Template] = {}
 
     def _derivatives(self, given) -> tuple[dict, dict]:
         """Each input's derivative expression (given, else derived) and, where there is none, why."""
         if given is None:
             given = {}
         if not isinstance(given, dict):
-            raise _C.TypeError(f"kjit.elementwise: grads must be a dict of input name to a C++ expression of the "
+            raise _core.TypeError(f"kjit.elementwise: grads must be a dict of input name to a C++ expression of the "
                                f"derivative, got {_tensor_desc(given)}")
         unknown = sorted(k for k in given if k not in self.inputs)
         if unknown:
-            raise _C.ValueError(f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are "
+            raise _core.ValueError(f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are "
                                 f"{list(self.inputs)}")
         grads, why = {}, {}
         if len(self.inputs) >= _MAX_INPUTS:  # the derivative kernel takes the gradient and every input
@@ -172,7 +177,7 @@ class Elementwise:
         for name in self.inputs:
             if name in given:
                 if not isinstance(given[name], str) or not given[name].strip():
-                    raise _C.TypeError(f"kjit.elementwise: grads['{name}'] must be a non-empty string of C++, got "
+                    raise _core.TypeError(f"kjit.elementwise: grads['{name}'] must be a non-empty string of C++, got "
                                        f"{_tensor_desc(given[name])}")
                 _check_expression(given[name], f"grads['{name}']")
                 grads[name] = given[name].strip()
@@ -192,10 +197,10 @@ class Elementwise:
     def _check_specialized_values(self, values) -> None:
         if not isinstance(values, (list, tuple)) or len(values) != len(self.specialized) or any(
                 isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-            raise _C.ValueError(f"{self!r}: specialized_values must be a tuple of one number per specialized scalar "
+            raise _core.ValueError(f"{self!r}: specialized_values must be a tuple of one number per specialized scalar "
                                 f"{list(self.specialized)}, got {_tensor_desc(values)}")
 
-    def template(self, specialized_values: tuple = ()) -> _C.Template:
+    def template(self, specialized_values: tuple = ()) -> _core.Template:
         """The kjit.Template of the generated source (one per tuple of specialized scalar values, kept)."""
         self._check_specialized_values(specialized_values)
         values = [float(v) for v in specialized_values]
@@ -220,36 +225,36 @@ class Elementwise:
             device = tensors[0].device
             if device.type != "cuda" or any(t.device != device for t in tensors):
                 placed = ", ".join(f"{n} on {t.device}" for n, t in zip(self.inputs, tensors))
-                raise _C.ValueError(f"{self!r}: expected all inputs on one CUDA device, got {placed}; move them "
+                raise _core.ValueError(f"{self!r}: expected all inputs on one CUDA device, got {placed}; move them "
                                     "with .to('cuda')")
         values = [float(scalars[s]) for s in self.scalars]
         if out is not None:
             if not isinstance(out, torch.Tensor):
-                raise _C.TypeError(f"{self!r}: out must be a torch.Tensor, got {_tensor_desc(out)}")
+                raise _core.TypeError(f"{self!r}: out must be a torch.Tensor, got {_tensor_desc(out)}")
             if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-                raise _C.ValueError(f"{self!r}: out= does not record gradients, and an input requires grad; call "
+                raise _core.ValueError(f"{self!r}: out= does not record gradients, and an input requires grad; call "
                                     "it without out= (or under torch.no_grad())")
             # The dispatcher is needed (the direct call declined): compute through it, then copy.
             result = torch.ops.kjit.elementwise.default(self.spec, tensors, values)
             if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
-                raise _C.ValueError(f"{self!r}: out must be a {result.dtype} tensor of shape {list(result.shape)} on "
+                raise _core.ValueError(f"{self!r}: out must be a {result.dtype} tensor of shape {list(result.shape)} on "
                                     f"{result.device}, got {_tensor_desc(out)}")
             return out.copy_(result)
         return torch.ops.kjit.elementwise.default(self.spec, tensors, values)
 
     def _bind(self, args: tuple, kwargs: dict):
         if len(args) > len(self.inputs):
-            raise _C.TypeError(f"{self!r} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}) and scalars "
+            raise _core.TypeError(f"{self!r} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}) and scalars "
                                f"{list(self.scalars)} by keyword, got {len(args)} positional arguments")
         kwargs = dict(kwargs)
         tensors = list(args)
         twice = [n for n in self.inputs[:len(args)] if n in kwargs]
         if twice:
-            raise _C.TypeError(f"{self!r} got input '{twice[0]}' twice, by position and by keyword "
+            raise _core.TypeError(f"{self!r} got input '{twice[0]}' twice, by position and by keyword "
                                f"(inputs: {', '.join(self.inputs)})")
         for name in self.inputs[len(args):]:
             if name not in kwargs:
-                raise _C.TypeError(f"{self!r} is missing input '{name}' (inputs: {', '.join(self.inputs)})")
+                raise _core.TypeError(f"{self!r} is missing input '{name}' (inputs: {', '.join(self.inputs)})")
             tensors.append(kwargs.pop(name))
         scalars = {}
         for s in self.scalars:
@@ -258,22 +263,22 @@ class Elementwise:
             elif s in self.defaults:
                 v = self.defaults[s]
             else:
-                raise _C.TypeError(f"{self!r} is missing scalar '{s}' (pass {s}=<number>)")
+                raise _core.TypeError(f"{self!r} is missing scalar '{s}' (pass {s}=<number>)")
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _C.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}")
+                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}")
             scalars[s] = v
         out = kwargs.pop("out", None)
         if kwargs:
-            raise _C.TypeError(f"{self!r} got unexpected keyword arguments {sorted(kwargs)}; inputs "
+            raise _core.TypeError(f"{self!r} got unexpected keyword arguments {sorted(kwargs)}; inputs "
                                f"{list(self.inputs)}, scalars {list(self.scalars)}, out=")
         for name, t in zip(self.inputs, tensors):
             if not isinstance(t, torch.Tensor):
-                raise _C.TypeError(f"{self!r}: input '{name}' must be a torch.Tensor, got {_tensor_desc(t)}; "
+                raise _core.TypeError(f"{self!r}: input '{name}' must be a torch.Tensor, got {_tensor_desc(t)}; "
                                    "pass numbers as scalars")
             if t.dtype not in _SUPPORTED:
-                raise _C.TypeError(f"{self!r}: input '{name}' has dtype {t.dtype}, which is not supported; "
+                raise _core.TypeError(f"{self!r}: input '{name}' has dtype {t.dtype}, which is not supported; "
                                    f"allowed: {', '.join(str(d) for d in _SUPPORTED)}")
         return tensors, scalars, out
 
@@ -284,17 +289,17 @@ class Elementwise:
 
     def compile(self, *, arch: str, dtypes: torch.dtype | list[torch.dtype] | tuple[torch.dtype, ...],
                 out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,
-                index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()) -> _C.Kernel:
+                index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()) -> _core.Kernel:
         """Compiles one specialization for `arch` without a GPU (rank 0: the flat kernel; 1..6: strided)."""
         if isinstance(dtypes, torch.dtype):
             dtypes = (dtypes,)
         if not isinstance(dtypes, (list, tuple)):
-            raise _C.TypeError(f"{self!r}: dtypes must be a tuple of torch.dtype, one per input "
+            raise _core.TypeError(f"{self!r}: dtypes must be a tuple of torch.dtype, one per input "
                                f"({', '.join(self.inputs)}), got {_tensor_desc(dtypes)}")
         dtypes = tuple(dtypes)
         self._check_specialized_values(specialized_values)
         if len(dtypes) != len(self.inputs):
-            raise _C.ValueError(f"{self!r}: dtypes gives {len(dtypes)} dtypes for {len(self.inputs)} inputs")
+            raise _core.ValueError(f"{self!r}: dtypes gives {len(dtypes)} dtypes for {len(self.inputs)} inputs")
         out_dtype = out_dtype or self.dtype or dtypes[0]
         params = {f"T_{n}": d for n, d in zip(self.inputs, dtypes)}
         t = self.template(tuple(float(v) for v in specialized_values))
@@ -317,7 +322,7 @@ def _json_float(v) -> float | str:
 
 def _check_expression(expr: str, what: str) -> None:
     if any(tok in expr for tok in _NOT_AN_EXPRESSION):
-        raise _C.ValueError(f"kjit.elementwise: {what} {expr!r} must be one C++ expression (no ';', braces, "
+        raise _core.ValueError(f"kjit.elementwise: {what} {expr!r} must be one C++ expression (no ';', braces, "
                             "comments or preprocessor lines) on one line: no line breaks, backslashes, '#' or its "
                             "digraphs and trigraph ('%:', '<%', '%>', '??=')")
 

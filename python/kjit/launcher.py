@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import operator
 
-from . import _C
+from . import _core
 
 try:
     import torch
@@ -76,7 +76,7 @@ def _layout(x) -> tuple:
 def _dtype(x):
     """A tensor's or array's dtype; for a bare __cuda_array_interface__ producer, its dtype name."""
     if not isinstance(x, _Tensor) and not hasattr(x, "dtype") and hasattr(x, "__cuda_array_interface__"):
-        return _C.array_info(x)["dtype"]
+        return _core.array_info(x)["dtype"]
     return x.dtype
 
 
@@ -112,7 +112,7 @@ class arg:
 
     def __init__(self, which: str | int):
         if isinstance(which, bool) or not isinstance(which, (str, int)):
-            raise _C.TypeError(f"kjit.arg() takes a parameter name or position, got {which!r}")
+            raise _core.TypeError(f"kjit.arg() takes a parameter name or position, got {which!r}")
         self.which = which
 
     @property
@@ -153,7 +153,7 @@ class _Indexed:
 
     def __getitem__(self, d: int) -> _Derived:
         if isinstance(d, bool) or not isinstance(d, int):
-            raise _C.TypeError(f"{self.ref._describe()}.{self.what}[...] takes an int dimension, got {d!r}")
+            raise _core.TypeError(f"{self.ref._describe()}.{self.what}[...] takes an int dimension, got {d!r}")
         return _Derived(self.ref, self.what, d)
 
     def __repr__(self) -> str:
@@ -212,14 +212,14 @@ def _device_message(named: list[tuple[str, str]]) -> str:
 
 def _dims(value, what: str):
     if isinstance(value, bool):
-        raise _C.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+        raise _core.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     if isinstance(value, int):
         return value
     if isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
         return tuple(value)
-    raise _C.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints (or a callable of the call's "
+    raise _core.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints (or a callable of the call's "
                        f"arguments returning one), got {value!r}")
 
 
@@ -230,9 +230,9 @@ def _empty(grid) -> bool:
 class Launcher:
     """A kernel family with a launch recipe; see kjit.launcher()."""
 
-    def __init__(self, family: _C.KernelFamily, *, grid, block=256, shared_mem=0, specialize: dict):
-        if not isinstance(family, _C.KernelFamily):
-            raise _C.TypeError("kjit.launcher() takes a kjit.KernelFamily (template.kernel(name)), "
+    def __init__(self, family: _core.KernelFamily, *, grid, block=256, shared_mem=0, specialize: dict):
+        if not isinstance(family, _core.KernelFamily):
+            raise _core.TypeError("kjit.launcher() takes a kjit.KernelFamily (template.kernel(name)), "
                                f"got {type(family).__name__}")
         self.family = family
         self.name = family.name
@@ -243,7 +243,7 @@ class Launcher:
         self._dynamic: list = []  # (template parameter, getter(args), source)
         for key, value in specialize.items():
             if key not in template_params:
-                raise _C.ValueError(f"kernel '{self.name}' has no template parameter '{key}'; "
+                raise _core.ValueError(f"kernel '{self.name}' has no template parameter '{key}'; "
                                     f"its parameters are {family.param_summary}")
             if isinstance(value, (arg, _Derived)):
                 self._dynamic.append((key, value._getter(self._index(value)), value._describe()))
@@ -255,7 +255,7 @@ class Launcher:
         self._grid = grid if callable(grid) else _dims(grid, "grid")
         self._block = block if callable(block) else _dims(block, "block")
         if isinstance(shared_mem, bool) or not (callable(shared_mem) or isinstance(shared_mem, int)):
-            raise _C.TypeError(f"shared_mem must be an int or a callable, got {shared_mem!r}")
+            raise _core.TypeError(f"shared_mem must be an int or a callable, got {shared_mem!r}")
         self._shared_mem = shared_mem
         self._dtype_checks: dict = {}  # Kernel -> [(position, torch.dtype, cpp type)]
 
@@ -263,13 +263,13 @@ class Launcher:
         which = ref.ref.which if isinstance(ref, _Derived) else ref.which
         if isinstance(which, int):
             if not -len(self._names) <= which < len(self._names):
-                raise _C.ValueError(f"{ref!r}: kernel '{self.name}' has {len(self._names)} parameters "
+                raise _core.ValueError(f"{ref!r}: kernel '{self.name}' has {len(self._names)} parameters "
                                     f"{self._signature}")
             return which % len(self._names)
         try:
             return self._names.index(which)
         except ValueError:
-            raise _C.ValueError(f"{ref!r}: kernel '{self.name}' has no parameter '{which}'; its parameters "
+            raise _core.ValueError(f"{ref!r}: kernel '{self.name}' has no parameter '{which}'; its parameters "
                                 f"are {self._signature}") from None
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
@@ -280,19 +280,19 @@ class Launcher:
             try:
                 i = self._names.index(key)
             except ValueError:
-                raise _C.TypeError(f"kernel {self.name} has no parameter '{key}'; its parameters are "
+                raise _core.TypeError(f"kernel {self.name} has no parameter '{key}'; its parameters are "
                                    f"{self._signature}") from None
             if values[i] is not _MISSING:
-                raise _C.TypeError(f"kernel {self.name} got argument '{key}' twice")
+                raise _core.TypeError(f"kernel {self.name} got argument '{key}' twice")
             values[i] = value
         missing = [n for n, v in zip(self._names, values) if v is _MISSING]
         if missing:
-            raise _C.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, "
+            raise _core.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, "
                                f"missing {', '.join(missing)}")
         return tuple(values)
 
     def _wrong_count(self, n: int):
-        raise _C.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, got {n}")
+        raise _core.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, got {n}")
 
     def _device(self, args: tuple):
         """The CUDA device of the call's tensors and arrays (None when there are none); checks them."""
@@ -309,7 +309,7 @@ class Launcher:
                 d = a.get_device()
             elif _is_array(a):
                 # Refuses arrays outside CUDA memory, naming them; None: an empty array, no memory.
-                d = _C.array_info(a, f"argument '{name}' of {self.name}")["device"]
+                d = _core.array_info(a, f"argument '{name}' of {self.name}")["device"]
                 arrays.append((name, a))
                 if d is None:
                     continue
@@ -321,19 +321,19 @@ class Launcher:
             elif d != device:
                 bad = True
         if bad:
-            raise _C.ValueError(f"{self.name}: {_device_message(named)}")
+            raise _core.ValueError(f"{self.name}: {_device_message(named)}")
         for name, a in zip(self._names, args):
             if isinstance(a, _Tensor) and not a.is_contiguous():
-                raise _C.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
+                raise _core.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
                                     f"strides {_strides(a)}): call {name}.contiguous() first")
         for name, a in arrays:
             if not _is_contiguous(a):
-                raise _C.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
+                raise _core.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
                                     f"strides {_strides(a)} in elements): pass a C-contiguous copy (e.g. "
                                     f"cupy.ascontiguousarray({name}))")
         return device
 
-    def specialize(self, *args, **kwargs) -> _C.Kernel:
+    def specialize(self, *args, **kwargs) -> _core.Kernel:
         """The kernel a call with these arguments launches (checks them as a call does)."""
         if kwargs:
             args = self._bind(args, kwargs)
@@ -347,7 +347,7 @@ class Launcher:
                 try:
                     params[key] = get(args)
                 except (AttributeError, TypeError, IndexError) as e:
-                    raise _C.TypeError(f"{self.name}: {key}={source} cannot be read from this call: {e}") from None
+                    raise _core.TypeError(f"{self.name}: {key}={source} cannot be read from this call: {e}") from None
         kernel = self.family.specialize(device=device, **params)
         checks = self._dtype_checks.get(kernel)
         if checks is None:
@@ -358,7 +358,7 @@ class Launcher:
             a = args[i]
             if isinstance(a, _Tensor) and a.dtype != dtype:  # arrays: Kernel.launch checks them
                 name = self._names[i]
-                raise _C.TypeError(f"{self.name}: argument '{name}' has dtype {a.dtype}, but "
+                raise _core.TypeError(f"{self.name}: argument '{name}' has dtype {a.dtype}, but "
                                    f"{kernel.name_expression} takes it as {cpp} ({dtype}); convert it with "
                                    f"{name}.to({dtype})")
         return kernel
@@ -388,7 +388,7 @@ class Launcher:
 _MISSING = object()
 
 
-def launcher(family: _C.KernelFamily, *, grid, block=256, shared_mem=0, **specialize) -> Launcher:
+def launcher(family: _core.KernelFamily, *, grid, block=256, shared_mem=0, **specialize) -> Launcher:
     """`family` bound to a launch recipe: call the result with the kernel's arguments.
 
     grid, block, shared_mem: constants or callables of the call's arguments (see kjit.cdiv).

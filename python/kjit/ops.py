@@ -55,9 +55,14 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
-import torch
+from ._requires_torch import require
 
-from . import _C
+require("kjit.ops")
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402
+from . import _core  # noqa: E402
 
 __all__ = [
     "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update",
@@ -108,7 +113,7 @@ def _register_with_dynamo() -> None:
         import warnings
 
         warnings.warn(f"kjit: could not register kjit.ops with torch.compile ({type(e).__name__}: {e}); under "
-                      "torch.compile call torch.ops.kjit.<name> instead", _C.KjitWarning, stacklevel=2)
+                      "torch.compile call torch.ops.kjit.<name> instead", _core.KjitWarning, stacklevel=2)
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

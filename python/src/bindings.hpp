@@ -1,5 +1,6 @@
-// The pieces of the kjit._C module, one function per area (module.cpp calls them in order), and the
-// two helpers they share: the C++ -> Python error mapping and fast (vectorcall) methods for hot paths.
+// The pieces of the kjit._core module (torch-free; core_module.cpp calls them in order) and of kjit._C
+// (torch; module.cpp), one function per area, and the helpers they share: the C++ -> Python error
+// mapping and fast (vectorcall) methods for hot paths.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -12,19 +13,29 @@ namespace kjit::python {
 
 namespace py = pybind11;
 
-void bind_errors(py::module_& m);    // errors.cpp: kjit.Error & co., warnings -> warnings.warn
-void bind_template(py::module_& m);  // template.cpp: Template, KernelFamily (specialize)
-void bind_kernel(py::module_& m);    // kernel.cpp: Kernel (launch)
-void bind_engine(py::module_& m);    // engine.cpp: stats, cache_info, built-in templates, toolkit roots
-void bind_cli(py::module_& m);       // cli.cpp: cli_run
-void bind_elementwise(py::module_& m);  // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
-void register_logging(py::module_& m);  // logging.cpp: log events -> logging.getLogger("kjit") (no torch)
-void register_profiler(py::module_& m); // profiler.cpp: compile / load ranges in torch.profiler traces
-void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
+// Exported from libkjit_core.so. Needed on what takes pybind11 types: GCC otherwise gives a function the
+// hidden visibility of pybind11's namespace through its parameter types.
+#define KJIT_PY_EXPORT __attribute__((visibility("default")))
+
+// kjit._core (torch-free; these live in libkjit_core.so, which kjit._C links too):
+KJIT_PY_EXPORT void bind_errors(py::module_& m);       // errors.cpp: kjit.Error & co., warnings
+KJIT_PY_EXPORT void bind_template(py::module_& m);     // template.cpp: Template, KernelFamily (specialize)
+KJIT_PY_EXPORT void bind_kernel(py::module_& m);       // kernel.cpp: Kernel (launch)
+KJIT_PY_EXPORT void bind_engine(py::module_& m);       // engine.cpp: stats, cache_info, templates, toolkit
+KJIT_PY_EXPORT void bind_cli(py::module_& m);          // cli.cpp: cli_run
+KJIT_PY_EXPORT void register_logging(py::module_& m);  // logging.cpp: log events -> logging.getLogger("kjit")
+KJIT_PY_EXPORT void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
+// kjit._C (torch):
+void register_torch_hooks(py::module_& m);  // torch_adapter.cpp: torch's TorchHooks table and errors
+void bind_elementwise(py::module_& m);      // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
+void register_profiler(py::module_& m);     // profiler.cpp: compile / load ranges in torch.profiler traces
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
 // the kjit exception classes, with their data as attributes).
-void set_python_error(std::exception_ptr e) noexcept;
+KJIT_PY_EXPORT void set_python_error(std::exception_ptr e) noexcept;
+// The same for kjit and torch errors only: false (nothing set) for any other exception. For a module's
+// local pybind11 exception translator.
+KJIT_PY_EXPORT bool set_known_error(std::exception_ptr e);
 
 // A METH_FASTCALL | METH_KEYWORDS method: no argument tuple or kwargs dict is built per call.
 using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
@@ -53,12 +64,12 @@ void for_each_kwarg(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, 
 }
 
 // Adds `def` (static storage; ml_flags METH_FASTCALL | METH_KEYWORDS) to the class `cls` as a method.
-void add_fast_method(py::handle cls, PyMethodDef* def);
+KJIT_PY_EXPORT void add_fast_method(py::handle cls, PyMethodDef* def);
 
 // The name of a Python object's type, for messages ("float", "torch.Tensor").
-std::string type_name(PyObject* o);
+KJIT_PY_EXPORT std::string type_name(PyObject* o);
 // A value for messages: "the int 4", "the float 2.5", "the bool True", "the str 'x'", "torch.float32",
 // "None", "a torch.Tensor", "a list".
-std::string describe_value(PyObject* v);
+KJIT_PY_EXPORT std::string describe_value(PyObject* v);
 
 }  // namespace kjit::python

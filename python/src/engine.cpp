@@ -11,7 +11,7 @@
 #include "kjit/shape_policy.hpp"
 #include "kjit/template.hpp"
 #include "objects.hpp"
-#include "ops/ops.hpp"
+#include "torch_hooks.hpp"
 
 namespace kjit::python {
 
@@ -37,11 +37,7 @@ void bind_engine(py::module_& m) {
           kernels[py::str(name)] = std::move(e);
         }
         d["kernels"] = std::move(kernels);
-        const ops::OpCalls calls = ops::op_calls();
-        py::dict op_calls;
-        op_calls["direct"] = calls.direct;
-        op_calls["dispatched"] = calls.dispatched;
-        d["op_calls"] = std::move(op_calls);
+        if (const TorchHooks* h = torch_hooks()) h->extend_stats(d.ptr());  // op_calls (kjit.ops, torch)
         const ShapePolicy& policy = Engine::global().shape_policy();
         py::list specializations;
         for (const ShapePolicyEntry& e : policy.report()) {
@@ -60,13 +56,13 @@ void bind_engine(py::module_& m) {
       "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
       "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
       "one '(other kernels)' summing the rest); "
-      "op_calls: {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that "
-      "went through the dispatcher (autograd, fake tensors, subclasses, modes); "
+      "op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and "
+      "those that went through the dispatcher (autograd, fake tensors, subclasses, modes); "
       "specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, "
       "saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).");
   m.def("reset_stats", [] {
         Engine::global().reset_stats();
-        ops::reset_op_calls();
+        if (const TorchHooks* h = torch_hooks()) h->reset_stats();
       },
         "Sets every counter of stats() to zero (the specialization policy is state and is kept).");
   m.def(

@@ -1,9 +1,6 @@
 // The kjit exception family as Python classes, the mapping from C++ errors to them, and kjit's
 // warnings routed to Python's `warnings` module (category kjit.KjitWarning).
-#include <c10/util/Exception.h>
 #include <pybind11/stl.h>
-#include <torch/csrc/Dtype.h>
-#include <torch/csrc/Exceptions.h>
 
 #include <cstdio>
 #include <initializer_list>
@@ -14,6 +11,7 @@
 #include "bindings.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
+#include "torch_hooks.hpp"
 
 namespace kjit::python {
 namespace {
@@ -53,7 +51,7 @@ void raise(PyObject* cls, const char* what, std::initializer_list<std::pair<cons
 }
 
 // Maps kjit and torch errors; returns false for anything else.
-bool set_known_error(std::exception_ptr p) {
+bool set_known_error_impl(std::exception_ptr p) {
   if (!g.error) return false;  // the classes were never made (module loaded without `import kjit`)
   try {
     std::rethrow_exception(p);
@@ -75,12 +73,10 @@ bool set_known_error(std::exception_ptr p) {
     raise(g.type_error, e.what());
   } catch (const Error& e) {
     raise(g.error, e.what());
-  } catch (const c10::Error&) {
-    // As torch.ops would raise it: torch.OutOfMemoryError for c10::OutOfMemoryError, IndexError,
-    // NotImplementedError ... (a direct op entry allocates without the dispatcher).
-    torch::translate_exception_to_python(std::current_exception());
   } catch (...) {
-    return false;
+    // torch's errors (c10::Error) as torch.ops would raise them, when kjit._C registered torch's hooks.
+    const TorchHooks* h = torch_hooks();
+    return h && h->set_error(std::current_exception());
   }
   return true;
 }
@@ -113,6 +109,8 @@ void warn_to_python(const std::string& message) {
 }
 
 }  // namespace
+
+bool set_known_error(std::exception_ptr p) { return set_known_error_impl(p); }
 
 void set_python_error(std::exception_ptr p) noexcept {
   try {
@@ -158,7 +156,7 @@ std::string type_name(PyObject* o) {
 
 std::string describe_value(PyObject* v) {
   if (v == Py_None) return "None";
-  if (THPDtype_Check(v)) return py::str(py::handle(v));
+  if (const TorchHooks* h = torch_hooks(); h && h->dtype(v, nullptr) >= 0) return py::str(py::handle(v));
   if (PyBool_Check(v) || PyLong_Check(v) || PyFloat_Check(v) || PyUnicode_Check(v))
     return "the " + type_name(v) + " " + py::repr(py::handle(v)).cast<std::string>();
   const std::string t = type_name(v);

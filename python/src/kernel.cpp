@@ -1,20 +1,17 @@
 // kjit.Kernel: one specialization, loaded for a device. launch() is the hot path: arguments are read
 // from the vectorcall, tensors give their data pointers, Python numbers are packed by ParamLayout into
 // a stack buffer with the exact bytes of each parameter's type, and the kernel goes to the stream.
-#include <c10/cuda/CUDAStream.h>
 #include <pybind11/stl.h>
-#include <torch/csrc/Stream.h>
-#include <torch/csrc/autograd/python_variable.h>
 
 #include <climits>
 #include <optional>
 #include <string_view>
 
 #include "kjit/error.hpp"
-#include "dtypes.hpp"
+#include "device_context.hpp"
 #include "foreign.hpp"
-#include "launch.hpp"
 #include "objects.hpp"
+#include "torch_hooks.hpp"
 
 namespace kjit::python {
 namespace {
@@ -48,18 +45,8 @@ Dim3 parse_dim(PyObject* v, const char* what) {
 }
 
 CUstream parse_stream(PyObject* v, int device) {
-  if (THPStream_Check(v)) {
-    const auto* s = reinterpret_cast<const THPStream*>(v);
-    const c10::Stream st = c10::Stream::unpack3(s->stream_id, static_cast<c10::DeviceIndex>(s->device_index),
-                                                static_cast<c10::DeviceType>(s->device_type));
-    if (st.device_type() != c10::DeviceType::CUDA)
-      throw ValueError("stream must be a CUDA stream, got a stream of " + st.device().str());
-    if (st.device_index() != device)
-      throw ValueError("the stream is on " + st.device().str() + " but the kernel runs on cuda:" +
-                       std::to_string(device) + "; use a stream of that device (torch.cuda.Stream(device=" +
-                       std::to_string(device) + "))");
-    return c10::cuda::CUDAStream(st).stream();
-  }
+  CUstream torch_stream = nullptr;
+  if (const TorchHooks* h = torch_hooks(); h && h->stream(v, device, &torch_stream)) return torch_stream;
   // Int handles and other frameworks' streams (their device is the caller's business, as for an int).
   if (auto s = stream_from_protocol(v)) return *s;
   throw TypeError("stream must be None (the current stream), a torch.cuda.Stream or an int handle, or another "
@@ -94,7 +81,8 @@ void pack_number(const ParamLayout& L, std::size_t i, PyObject* v, ArgSlot& slot
     L.reject_range(i, repr(v));
   }
   if (PyFloat_Check(v)) return L.pack_float(i, PyFloat_AS_DOUBLE(v), slot);
-  if (THPVariable_Check(v)) L.reject(i, "a tensor (pass a Python number; for a one-element tensor, t.item())");
+  if (const TorchHooks* h = torch_hooks(); h && h->is_tensor(v))
+    L.reject(i, "a tensor (pass a Python number; for a one-element tensor, t.item())");
   if (PyIndex_Check(v) && !PyUnicode_Check(v)) {  // numpy integers
     py::object o = py::reinterpret_steal<py::object>(PyNumber_Index(v));
     if (!o) throw py::error_already_set();
@@ -115,20 +103,12 @@ void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgS
   const LaunchParam& p = L[i];
   if (p.kind == LaunchParam::Kind::Pointer) {
     if (v == Py_None) return L.pack_pointer(i, nullptr, slot);
-    if (!THPVariable_Check(v)) return foreign.add(L, i, v, device);
-    tensors = true;
-    const at::Tensor& t = THPVariable_Unpack(v);
-    const c10::Device d = t.device();
-    if (!d.is_cuda() || d.index() != device)
-      throw ValueError("argument '" + p.name + "' of " + L.kernel() + " is on " + d.str() +
-                       ", but the kernel runs on cuda:" + std::to_string(device) + "; move it with " + p.name +
-                       ".to('cuda:" + std::to_string(device) + "') or specialize for its device");
-    if (p.pointee && dtype_of(t.scalar_type()) != p.pointee)
-      throw TypeError("argument '" + p.name + "' of " + L.kernel() + " points to " + dtype_name(*p.pointee) +
-                      " elements, got a tensor of " + std::string(c10::toString(t.scalar_type())) +
-                      "; convert it with " + p.name + ".to(torch." + dtype_name(*p.pointee) +
-                      ") or specialize the kernel for its dtype");
-    return L.pack_pointer(i, t.data_ptr(), slot);
+    void* ptr = nullptr;
+    if (const TorchHooks* h = torch_hooks(); h && h->tensor_pointer(v, L, i, device, &ptr)) {
+      tensors = true;
+      return L.pack_pointer(i, ptr, slot);
+    }
+    return foreign.add(L, i, v, device);
   }
   pack_number(L, i, v, slot);
 }
@@ -173,9 +153,10 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
   ForeignArgs foreign;
   bool tensors = false;
   for (std::size_t i = 0; i < n; ++i) pack_arg(L, i, args[2 + i], k.device, buf.slot(i), foreign, tensors);
-  // The stream: the one given; else PyTorch's current stream when tensors (or no arrays) are passed;
-  // else the arrays' producer stream (CAI v3), else the legacy default stream.
-  std::optional<LaunchContext> ctx;
+  // The stream: the one given; else PyTorch's current stream when tensors (or no arrays) are passed
+  // (the legacy default stream without torch); else the arrays' producer stream (CAI v3), else the
+  // legacy default stream.
+  std::optional<DeviceContext> ctx;
   if (stream != nullptr && stream != Py_None) ctx.emplace(k.device, parse_stream(stream, k.device));
   else if (tensors || foreign.empty()) ctx.emplace(k.device);
   else ctx.emplace(k.device, foreign.producer_stream().value_or(CU_STREAM_LEGACY));

@@ -2,7 +2,6 @@
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
 
 #include <string>
 #include <utility>
@@ -11,10 +10,6 @@
 #include "kjit/error.hpp"
 
 namespace kjit {
-
-const char* const kCaptureForbidsCompile =
-    "the stream is being captured by a CUDA graph; run the kernel once before capture so that it is "
-    "compiled and cached";
 
 namespace {
 
@@ -83,15 +78,6 @@ int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<cons
   });
 }
 
-const char* capture_forbids_compile(CUstream stream) noexcept {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t r = cudaStreamIsCapturing(stream, &status);
-  if (r == cudaSuccess) return status == cudaStreamCaptureStatusNone ? nullptr : kCaptureForbidsCompile;
-  (void)cudaGetLastError();  // do not leave the error for PyTorch's next launch check to find
-  // The legacy default stream while another stream captures in global mode: capturing, in effect.
-  return r == cudaErrorStreamCaptureImplicit ? kCaptureForbidsCompile : nullptr;
-}
-
 namespace {
 // The Driver API launches into the thread's current context; PyTorch's runtime calls make the
 // device's primary context current lazily, so make sure of it (one cheap call when it already is).
@@ -105,13 +91,15 @@ void ensure_context(int device) {
 LaunchContext::LaunchContext(int device)
     : guard(static_cast<c10::DeviceIndex>(device)),
       stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()),
-      compile_forbidden(capture_forbids_compile(stream)) {
+      compile_forbidden(nullptr) {
   ensure_context(device);
+  compile_forbidden = capture_forbids_compile(stream);  // a Driver API call: after the context
 }
 
 LaunchContext::LaunchContext(int device, CUstream s)
-    : guard(static_cast<c10::DeviceIndex>(device)), stream(s), compile_forbidden(capture_forbids_compile(s)) {
+    : guard(static_cast<c10::DeviceIndex>(device)), stream(s), compile_forbidden(nullptr) {
   ensure_context(device);
+  compile_forbidden = capture_forbids_compile(stream);
 }
 
 }  // namespace kjit

@@ -11,10 +11,9 @@
 #include <initializer_list>
 #include <vector>
 
-namespace kjit {
+#include "device_context.hpp"  // kCaptureForbidsCompile, capture_forbids_compile
 
-// The reason passed as `compile_forbidden` while a stream is being captured.
-extern const char* const kCaptureForbidsCompile;
+namespace kjit {
 
 // One tensor of a call and the name it has in messages.
 struct NamedTensor {
@@ -28,10 +27,6 @@ struct NamedTensor {
 int device_of(std::initializer_list<NamedTensor> tensors);
 // The same with names given apart ("#1", "#2", ... where `names` is shorter).
 int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<const char*> names = {});
-
-// Whether `stream` (of the current device) is being captured by a CUDA graph: kCaptureForbidsCompile
-// when it is, else nullptr. Never throws; leaves no CUDA error behind.
-const char* capture_forbids_compile(CUstream stream) noexcept;
 
 // Everything one launch on `device` needs. Construct it before looking a kernel up: pass
 // `compile_forbidden` to KernelFamily::get and `stream` to LaunchConfig; keep it alive across the launch.

@@ -2,11 +2,8 @@
 // read straight from the vectorcall (no dict), converted to TemplateArgs by the kind of the parameter
 // they name, and looked up in the engine's in-memory table (the SpecKey KernelFamily::get makes); a
 // memory hit returns a cached Kernel object. A miss goes to KernelFamily::get without the GIL.
-#include <c10/cuda/CUDAFunctions.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
-#include <torch/csrc/Device.h>
-#include <torch/csrc/Dtype.h>
 
 #include <array>
 #include <map>
@@ -17,10 +14,10 @@
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 #include "kjit/specialization.hpp"
-#include "dtypes.hpp"
+#include "device_context.hpp"
 #include "foreign.hpp"
-#include "launch.hpp"
 #include "objects.hpp"
+#include "torch_hooks.hpp"
 
 namespace kjit::python {
 namespace {
@@ -74,11 +71,13 @@ TemplateArg to_integer(const TemplateParam& p, const KernelDecl& k, PyObject* v)
 TemplateArg to_arg(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
   switch (p.kind) {
     case TemplateParam::Kind::Type: {
-      if (THPDtype_Check(v)) {
-        const c10::ScalarType st = reinterpret_cast<THPDtype*>(v)->scalar_type;
-        if (auto d = dtype_of(st)) return TemplateArg::type(*d);
-        throw TypeError(prefix(p, k) + " got " + describe_value(v) + ", which kjit cannot specialize on; allowed dtypes: " +
-                        dtype_names());
+      if (const TorchHooks* h = torch_hooks()) {
+        DType d{};
+        const int r = h->dtype(v, &d);
+        if (r > 0) return TemplateArg::type(d);
+        if (r == 0)
+          throw TypeError(prefix(p, k) + " got " + describe_value(v) +
+                          ", which kjit cannot specialize on; allowed dtypes: " + dtype_names());
       }
       if (PyUnicode_Check(v)) {
         Py_ssize_t n = 0;
@@ -162,38 +161,54 @@ class ArgList {
   DriverLibrary::available(&why);
   const auto stop = why.find(". ");  // the first sentence says why
   if (stop != std::string::npos) why.resize(stop);
-  if (why.empty()) why = "torch.cuda.device_count() is 0";
+  if (why.empty()) why = torch_hooks() ? "torch.cuda.device_count() is 0" : "the CUDA driver reports no device";
   throw ValueError("no CUDA device is available (" + why +
                    "); to compile without a GPU, pass the target architecture, e.g. specialize(arch='sm_90', ...)");
 }
 
+// A device string without torch: "cuda", "cuda:N" or another device type ("cpu", "mps:0", ...).
+bool parse_device_name(const std::string& s, std::string* type, int* index) {
+  const auto colon = s.find(':');
+  *type = s.substr(0, colon);
+  if (type->empty()) return false;
+  for (char c : *type)
+    if (!(c >= 'a' && c <= 'z') && c != '_') return false;
+  *index = -1;
+  if (colon == std::string::npos) return true;
+  const std::string digits = s.substr(colon + 1);
+  if (digits.empty() || digits.size() > 7) return false;
+  for (char c : digits)
+    if (c < '0' || c > '9') return false;
+  *index = std::stoi(digits);
+  return true;
+}
+
 int parse_device(PyObject* v) {
-  const int count = c10::cuda::device_count();
+  const int count = cuda_device_count();
   int d = 0;
   if (!v || v == Py_None) {
     if (count == 0) no_device();
-    return c10::cuda::current_device();
+    return cuda_current_device();
   }
+  std::string type;
+  int index = -1;
+  const TorchHooks* h = torch_hooks();
   if (PyLong_Check(v) && !PyBool_Check(v)) {
     const long x = PyLong_AsLong(v);
     if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
     d = x < -1 || x > 1 << 20 ? -2 : static_cast<int>(x);
-  } else if (THPDevice_Check(v) || PyUnicode_Check(v)) {
-    c10::Device dev(c10::DeviceType::CPU);
-    if (THPDevice_Check(v)) {
-      dev = reinterpret_cast<THPDevice*>(v)->device;
-    } else {
+  } else if ((h && h->device(v, &type, &index)) || PyUnicode_Check(v)) {
+    if (type.empty()) {  // a str, without torch
       const std::string s = py::str(py::handle(v));
-      try {
-        dev = c10::Device(s);
-      } catch (const c10::Error&) {
+      if (!parse_device_name(s, &type, &index))
         throw ValueError("device '" + s + "' is not a device name: pass an int, a torch.device or a str such as "
                          "'cuda:0'");
-      }
     }
-    if (!dev.is_cuda()) throw ValueError("kernels run on CUDA devices, got the device '" + dev.str() + "'");
+    if (type != "cuda")
+      throw ValueError("kernels run on CUDA devices, got the device '" + type +
+                       (index >= 0 ? ":" + std::to_string(index) : std::string()) + "'");
     if (count == 0) no_device();
-    d = dev.has_index() ? dev.index() : c10::cuda::current_device();
+    d = index >= 0 ? index : cuda_current_device();
   } else {
     throw TypeError("device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', "
                     "got " + describe_value(v));
@@ -354,7 +369,7 @@ PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   if (auto hit = fam.find(list.data(), n, dev)) return kernel_object(fam, hit, list.data(), n, Origin::Memory, dev);
   // A miss: the disk cache or NVRTC, without the GIL (other threads run; warnings from compiles on
   // other threads can take it).
-  LaunchContext ctx(dev);
+  DeviceContext ctx(dev);
   Origin origin = Origin::Memory;
   std::shared_ptr<const LoadedKernel> loaded;
   {
