@@ -155,14 +155,14 @@ def generic_rows(kernels: list[str], d: int):
     import kjit
 
     for k in kernels:
-        kjit._C.pin_generic_shape(k, "D", d)
+        kjit._core.pin_generic_shape(k, "D", d)
 
 
 def specialized_rows(kernels: list[str], d: int):
     import kjit
 
     for k in kernels:
-        kjit._C.pin_generic_shape(k, "D", d, pinned=False)
+        kjit._core.pin_generic_shape(k, "D", d, pinned=False)
 
 
 # -- peers of the elementwise ops ------------------------------------------------------------------------

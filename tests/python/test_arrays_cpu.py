@@ -1,4 +1,4 @@
-"""Arrays of other frameworks without a GPU: reading the CUDA Array Interface and DLPack (kjit._C.array_info),
+"""Arrays of other frameworks without a GPU: reading the CUDA Array Interface and DLPack (kjit._core.array_info),
 every refusal (CPU memory, malformed interfaces, masks, no protocol), and numpy / JAX-style dtypes as
 template arguments (compile-only specialization).
 
@@ -9,7 +9,7 @@ import pytest
 
 import kjit
 from conftest import no_device_reason
-from kjit import _C
+from kjit import _core
 
 
 class CAI:
@@ -43,7 +43,7 @@ def error_of(exc, fn):
     ("<c8", None), (">f4", None), ("|V2", None),
 ])
 def test_cai_typestr_maps_to_dtype(typestr, dtype):
-    info = _C.array_info(empty(typestr))
+    info = _core.array_info(empty(typestr))
     assert info["protocol"] == "cuda_array_interface"
     assert info["dtype"] == dtype
     assert info["typestr"] == typestr
@@ -54,10 +54,10 @@ def test_cai_typestr_maps_to_dtype(typestr, dtype):
 
 def test_cai_v3_stream_and_strides_are_read():
     a = CAI(shape=(0, 3), typestr="<f4", data=(0, False), strides=(12, 4), version=3, stream=7)
-    info = _C.array_info(a)
+    info = _core.array_info(a)
     assert info["stream"] == 7 and info["strides"] == (12, 4) and info["data"] == 0
     # Before version 3 there is no stream in the interface: a 'stream' key is not read.
-    assert _C.array_info(CAI(shape=(0,), typestr="<f4", data=(0, False), version=2, stream=7))["stream"] is None
+    assert _core.array_info(CAI(shape=(0,), typestr="<f4", data=(0, False), version=2, stream=7))["stream"] is None
 
 
 MALFORMED = [
@@ -79,7 +79,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("array,detail", MALFORMED, ids=[d for _, d in MALFORMED])
 def test_malformed_interface_is_refused(array, detail):
-    msg = error_of(kjit.ValueError, lambda: _C.array_info(array, "argument 'x' of k"))
+    msg = error_of(kjit.ValueError, lambda: _core.array_info(array, "argument 'x' of k"))
     assert msg.startswith("argument 'x' of k is a test_arrays_cpu.CAI whose __cuda_array_interface__ is malformed: "
                           + detail)
     assert "does not follow the CUDA Array Interface" in msg
@@ -89,17 +89,17 @@ def test_interface_that_is_not_a_dict_is_refused():
     class Bad:
         __cuda_array_interface__ = [1, 2]
     assert "__cuda_array_interface__ is malformed: it must be a dict, got a list" in error_of(
-        kjit.ValueError, lambda: _C.array_info(Bad()))
+        kjit.ValueError, lambda: _core.array_info(Bad()))
 
 
 def test_masked_array_is_refused():
-    msg = error_of(kjit.ValueError, lambda: _C.array_info(empty(mask=object()), "argument 'x' of k"))
+    msg = error_of(kjit.ValueError, lambda: _core.array_info(empty(mask=object()), "argument 'x' of k"))
     assert msg.startswith("argument 'x' of k is a masked test_arrays_cpu.CAI")
     assert "pass the data without the mask" in msg
 
 
 def test_numpy_array_is_refused_as_cpu_memory():
-    msg = error_of(kjit.ValueError, lambda: _C.array_info(np.zeros(4, np.float32), "argument 'x' of k"))
+    msg = error_of(kjit.ValueError, lambda: _core.array_info(np.zeros(4, np.float32), "argument 'x' of k"))
     assert msg.startswith("argument 'x' of k is a numpy.ndarray in CPU memory; kernels read CUDA device memory: "
                           "copy it to the GPU first (e.g. cupy.asarray(x)")
 
@@ -120,15 +120,15 @@ def test_dlpack_device_protocol():
         def __dlpack__(self, stream=None):
             return None
 
-    info = _C.array_info(OnGpu())
+    info = _core.array_info(OnGpu())
     assert info["protocol"] == "dlpack" and info["device"] == 1 and info["dtype"] is None
     assert "in CUDA pinned host memory; kernels read CUDA device memory" in error_of(
-        kjit.ValueError, lambda: _C.array_info(Pinned()))
-    assert "with __dlpack__ but no __dlpack_device__" in error_of(kjit.TypeError, lambda: _C.array_info(NoDevice()))
+        kjit.ValueError, lambda: _core.array_info(Pinned()))
+    assert "with __dlpack__ but no __dlpack_device__" in error_of(kjit.TypeError, lambda: _core.array_info(NoDevice()))
 
 
 def test_object_without_a_protocol_is_refused():
-    assert error_of(kjit.TypeError, lambda: _C.array_info([1.0, 2.0], "argument 'x' of k")) == (
+    assert error_of(kjit.TypeError, lambda: _core.array_info([1.0, 2.0], "argument 'x' of k")) == (
         "argument 'x' of k is a list, which is no array: pass a CUDA tensor or an array with "
         "__cuda_array_interface__ or __dlpack__ (CuPy, JAX, Numba, TensorFlow)")
 

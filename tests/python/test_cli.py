@@ -47,9 +47,9 @@ def test_python_main_entry(run_py):
 
 
 def test_cli_run_writes_to_python_streams(capsys):
-    assert kjit._C.cli_run(["--version"]) == 0
+    assert kjit._core.cli_run(["--version"]) == 0
     assert capsys.readouterr().out.strip() == "kjit 0.1.0"
-    assert kjit._C.cli_run(["no-such-command"]) == 2
+    assert kjit._core.cli_run(["no-such-command"]) == 2
     assert "no-such-command" in capsys.readouterr().err
 
 

@@ -26,9 +26,9 @@ def test_admits_up_to_the_limit_then_generic_with_one_warning():
     n = kjit.stats()["max_specializations"]
     assert isinstance(n, int) and n >= 1
     for v in range(1, n + 1):
-        assert kjit._C.admit_shape(kernel, "D", v * 32) == v * 32
+        assert kjit._core.admit_shape(kernel, "D", v * 32) == v * 32
     with pytest.warns(kjit.KjitWarning) as record:
-        assert kjit._C.admit_shape(kernel, "D", 7) == 0
+        assert kjit._core.admit_shape(kernel, "D", 7) == 0
     (w,) = record
     assert str(w.message) == (
         f"kernel '{kernel}' has been specialized on {n} distinct values of D "
@@ -36,10 +36,10 @@ def test_admits_up_to_the_limit_then_generic_with_one_warning():
         "argument). Raise KJIT_MAX_SPECIALIZATIONS to specialize more.")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second warning would raise
-        assert kjit._C.admit_shape(kernel, "D", 9) == 0
-        assert kjit._C.admit_shape(kernel, "D", 7) == 0
-        assert kjit._C.admit_shape(kernel, "D", 32) == 32  # admitted before: still specialized
-        assert kjit._C.admit_shape(kernel, "D", 0) == 0  # generic asked for: counts nothing
+        assert kjit._core.admit_shape(kernel, "D", 9) == 0
+        assert kjit._core.admit_shape(kernel, "D", 7) == 0
+        assert kjit._core.admit_shape(kernel, "D", 32) == 32  # admitted before: still specialized
+        assert kjit._core.admit_shape(kernel, "D", 0) == 0  # generic asked for: counts nothing
     assert entry_of(kernel, "D") == {"kernel": kernel, "param": "D", "specialized_values": n,
                                      "generic_values": 2, "saturated": True}
 
@@ -47,10 +47,10 @@ def test_admits_up_to_the_limit_then_generic_with_one_warning():
 def test_stats_lists_each_kernel_and_parameter():
     kernel = unique_kernel()
     assert entry_of(kernel, "H") is None
-    assert kjit._C.admit_shape(kernel, "H", 1080) == 1080
-    assert kjit._C.admit_shape(kernel, "W", 1920) == 1920
-    assert kjit._C.admit_shape(kernel, "W", 1920) == 1920
-    assert kjit._C.admit_shape(kernel=kernel, param="W", value=0) == 0
+    assert kjit._core.admit_shape(kernel, "H", 1080) == 1080
+    assert kjit._core.admit_shape(kernel, "W", 1920) == 1920
+    assert kjit._core.admit_shape(kernel, "W", 1920) == 1920
+    assert kjit._core.admit_shape(kernel=kernel, param="W", value=0) == 0
     s = kjit.stats()
     assert {"specializations", "max_specializations"} <= set(s)
     mine = [e for e in s["specializations"] if e["kernel"] == kernel]
@@ -64,19 +64,19 @@ def test_stats_lists_each_kernel_and_parameter():
 
 def test_reset_stats_keeps_the_policy_and_reset_shape_policy_forgets_it():
     kernel = unique_kernel()
-    kjit._C.admit_shape(kernel, "N", 5)
+    kjit._core.admit_shape(kernel, "N", 5)
     kjit.reset_stats()
     assert entry_of(kernel, "N")["specialized_values"] == 1
-    kjit._C.reset_shape_policy()
+    kjit._core.reset_shape_policy()
     assert entry_of(kernel, "N") is None
     assert kjit.stats()["specializations"] == []
 
 
 def test_bad_arguments_are_type_errors():
     with pytest.raises(TypeError):
-        kjit._C.admit_shape("k", "N", "16")
+        kjit._core.admit_shape("k", "N", "16")
     with pytest.raises(TypeError):
-        kjit._C.admit_shape("k", "N", 1 << 64)
+        kjit._core.admit_shape("k", "N", 1 << 64)
 
 
 def test_limit_comes_from_the_environment(run_py):
@@ -84,7 +84,7 @@ def test_limit_comes_from_the_environment(run_py):
         import warnings, kjit
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always')
-            print('admit', [kjit._C.admit_shape('softmax', 'D', v) for v in (256, 512, 1024, 256, 2048, 512)])
+            print('admit', [kjit._core.admit_shape('softmax', 'D', v) for v in (256, 512, 1024, 256, 2048, 512)])
         print('warnings', len(w), w[0].category.__name__)
         print('message', w[0].message)
         s = kjit.stats()
@@ -105,7 +105,7 @@ def test_bad_limit_names_the_variable(run_py):
     r = run_py("""
         import kjit
         try:
-            kjit._C.admit_shape('k', 'N', 4)
+            kjit._core.admit_shape('k', 'N', 4)
         except kjit.ValueError as e:
             print('ValueError:', e)
     """, env={"KJIT_MAX_SPECIALIZATIONS": "0"})
