@@ -94,6 +94,8 @@ def compiled_modules() -> list[types.ModuleType]:
     pkg_dir = pathlib.Path(kjit.__file__).parent
     names = set()
     for path in pkg_dir.iterdir():
+        if path.name.startswith("lib"):  # a shared library the modules link (libkjit_core.so), not a module
+            continue
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:  # the most specific first: .cpython-311-...so
             if path.name.endswith(suffix):
                 names.add(f"{PACKAGE}.{path.name[: -len(suffix)]}")
