@@ -130,6 +130,8 @@ __all__ = [
 
 if _torch is not None:
     from . import ops  # noqa: E402,F401  (built-in ops; torch.ops.kjit.* come with the extension)
+else:  # `from kjit import *` without torch: what there is
+    __all__ = [n for n in __all__ if n not in ("Elementwise", "elementwise")]
 
 
 def __getattr__(name):

@@ -583,10 +583,10 @@ API_CASES = [
          "int-name"),
     case("kjit.Template.kernel", "args", lambda m: ADD.template.kernel("add_constant", fastmath=True), TypeError,
          _PYBIND + r".*fast_math.*Invoked with:.*fastmath=True", "unknown-option"),
-    case("kjit.Kernel", "args", lambda m: kjit.Kernel(), TypeError, r"kjit\._C\.Kernel: No constructor defined",
+    case("kjit.Kernel", "args", lambda m: kjit.Kernel(), TypeError, r"kjit\._core\.Kernel: No constructor defined",
          "constructor"),
     case("kjit.KernelFamily", "args", lambda m: kjit.KernelFamily(), TypeError,
-         r"kjit\._C\.KernelFamily: No constructor defined", "constructor"),
+         r"kjit\._core\.KernelFamily: No constructor defined", "constructor"),
     # specialize(): parameter names and values, devices and targets
     case("kjit.KernelFamily.specialize", "name", lambda m: ADD.specialize(t=torch.float32, VEC=4, arch="sm_90"),
          kjit.ValueError, r"^kernel 'add_constant' has no template parameter 't'; its parameters are T \(type\), VEC "
