@@ -97,14 +97,14 @@ void pack_number(const ParamLayout& L, std::size_t i, PyObject* v, ArgSlot& slot
 }
 
 // Packs argument i. A pointer argument that is an array of another framework is left to `foreign`
-// (its pointer waits for the launch stream); `tensors` is set when it is a tensor.
-void pack_arg(const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgSlot& slot, ForeignArgs& foreign,
-              bool& tensors) {
+// (its pointer waits for the launch stream); `tensors` is set when it is a tensor (`hooks`: torch's, or null).
+void pack_arg(const TorchHooks* hooks, const ParamLayout& L, std::size_t i, PyObject* v, int device, ArgSlot& slot,
+              ForeignArgs& foreign, bool& tensors) {
   const LaunchParam& p = L[i];
   if (p.kind == LaunchParam::Kind::Pointer) {
     if (v == Py_None) return L.pack_pointer(i, nullptr, slot);
     void* ptr = nullptr;
-    if (const TorchHooks* h = torch_hooks(); h && h->tensor_pointer(v, L, i, device, &ptr)) {
+    if (hooks && hooks->tensor_pointer(v, L, i, device, &ptr)) {
       tensors = true;
       return L.pack_pointer(i, ptr, slot);
     }
@@ -152,7 +152,8 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
   ArgBuffer buf(n);
   ForeignArgs foreign;
   bool tensors = false;
-  for (std::size_t i = 0; i < n; ++i) pack_arg(L, i, args[2 + i], k.device, buf.slot(i), foreign, tensors);
+  const TorchHooks* hooks = torch_hooks();
+  for (std::size_t i = 0; i < n; ++i) pack_arg(hooks, L, i, args[2 + i], k.device, buf.slot(i), foreign, tensors);
   // The stream: the one given; else PyTorch's current stream when tensors (or no arrays) are passed
   // (the legacy default stream without torch); else the arrays' producer stream (CAI v3), else the
   // legacy default stream.
