@@ -27,6 +27,17 @@ std::forward_list<HookPair>& kept() {
   static auto* pairs = new std::forward_list<HookPair>;
   return *pairs;
 }
+// NVTX initializes itself lazily inside the first call, writing its table of function pointers with no
+// synchronization (nvtxInitOnce): two threads opening their first Range at once race on that table
+// (ThreadSanitizer flags it in test_engine_threads). One C++ static runs the initialization once, and
+// every later NVTX call happens after it.
+void initialize_nvtx_once() noexcept {
+  static const bool initialized = [] {
+    nvtxInitialize(nullptr);
+    return true;
+  }();
+  (void)initialized;
+}
 }  // namespace
 
 void set_hook(Hook hook) noexcept {
@@ -41,6 +52,7 @@ void set_hook(Hook hook) noexcept {
 
 Range::Range(const char* what, const std::string& name_expression) {
   const std::string name = std::string("kjit ") + what + " " + name_expression;
+  initialize_nvtx_once();
   nvtxRangePushA(name.c_str());
   if (const HookPair* h = installed.load(std::memory_order_acquire)) {
     end_ = h->end;
