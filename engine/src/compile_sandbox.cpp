@@ -229,9 +229,8 @@ namespace {
 void load_what_nvrtc_reads_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int major = 0, minor = 0;
-    NvrtcLibrary::get().nvrtcVersion(&major, &minor);
-    const std::string name = "libnvrtc-builtins.so." + std::to_string(major) + "." + std::to_string(minor);
+    auto gate = hold_off_forks();  // no compile child forked mid-dlopen or mid-compile
+    const std::string name = "libnvrtc-builtins.so." + NvrtcLibrary::get().version();
     if (::dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
     const fs::path beside = cuda_toolkit().nvrtc_library.parent_path() / name;
     if (::dlopen(beside.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
@@ -240,7 +239,6 @@ void load_what_nvrtc_reads_once() {
     warm.program_name = "kjit_warm_up.cu";
     warm.name_expression = "kjit_warm_up";
     warm.want_cubin = false;
-    auto gate = hold_off_forks();
     run_nvrtc(warm);
   });
 }

@@ -68,7 +68,7 @@ CompilePlan Compiler::plan(const Target& requested) {
     return p;
   }
   const NvrtcLibrary& lib = NvrtcLibrary::get();
-  std::vector<int> archs = lib.supported_archs();
+  const std::vector<int>& archs = lib.supported_archs();
   if (std::find(archs.begin(), archs.end(), requested.arch) != archs.end()) return p;
   int highest = archs.empty() ? 0 : *std::max_element(archs.begin(), archs.end());
   if (requested.arch > highest && highest > 0) {
@@ -105,9 +105,8 @@ void check_types_are_declared(const Specialization& spec) {
 
 bool nvrtc_caches_compiles() {
   static const bool has = [] {
-    int major = 0, minor = 0;
-    NvrtcLibrary::get().check(NvrtcLibrary::get().nvrtcVersion(&major, &minor), "nvrtcVersion");
-    return major > 12 || (major == 12 && minor >= 9);
+    const NvrtcLibrary& lib = NvrtcLibrary::get();
+    return lib.major() > 12 || (lib.major() == 12 && lib.minor() >= 9);
   }();
   return has;
 }

@@ -51,23 +51,14 @@ const NvrtcLibrary& NvrtcLibrary::get() {
   KJIT_LOAD(nvrtcAddNameExpression);
   KJIT_LOAD(nvrtcGetLoweredName);
 #undef KJIT_LOAD
+  lib->check(lib->nvrtcVersion(&lib->major_, &lib->minor_), "nvrtcVersion");
+  int n = 0;
+  lib->check(lib->nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
+  lib->archs_.resize(static_cast<std::size_t>(n));
+  if (n > 0) lib->check(lib->nvrtcGetSupportedArchs(lib->archs_.data()), "nvrtcGetSupportedArchs");
   instance = std::move(lib);
   g_loaded.store(true, std::memory_order_release);
   return *instance;
-}
-
-std::string NvrtcLibrary::version() const {
-  int major = 0, minor = 0;
-  check(nvrtcVersion(&major, &minor), "nvrtcVersion");
-  return std::to_string(major) + "." + std::to_string(minor);
-}
-
-std::vector<int> NvrtcLibrary::supported_archs() const {
-  int n = 0;
-  check(nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
-  std::vector<int> archs(static_cast<std::size_t>(n));
-  if (n > 0) check(nvrtcGetSupportedArchs(archs.data()), "nvrtcGetSupportedArchs");
-  return archs;
 }
 
 void NvrtcLibrary::check(nvrtcResult r, const char* call) const {

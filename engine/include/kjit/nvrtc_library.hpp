@@ -36,8 +36,13 @@ class NvrtcLibrary {
   KJIT_NVRTC_FN(nvrtcGetLoweredName);
 #undef KJIT_NVRTC_FN
 
-  std::string version() const;            // "13.0" from nvrtcVersion
-  std::vector<int> supported_archs() const;  // e.g. {75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121}
+  // Read from NVRTC once, when get() loads it: after that, kjit calls into NVRTC only to compile, and
+  // only where no compile child can be forked meanwhile (compile_sandbox.cpp's fork gate). A fork while
+  // another thread is inside NVRTC would hand the child NVRTC mid-call (test_fork_safety).
+  std::string version() const { return std::to_string(major_) + "." + std::to_string(minor_); }  // "13.0"
+  int major() const { return major_; }
+  int minor() const { return minor_; }
+  const std::vector<int>& supported_archs() const { return archs_; }  // e.g. {75, 80, 86, 89, 90, 100, 120}
   std::string path() const { return lib_.path().string(); }
 
   // Throws kjit::Error "<call> failed: <nvrtc error string>" when r != NVRTC_SUCCESS.
@@ -46,6 +51,8 @@ class NvrtcLibrary {
  private:
   NvrtcLibrary() = default;
   DynamicLibrary lib_;
+  int major_ = 0, minor_ = 0;
+  std::vector<int> archs_;
 };
 
 }  // namespace kjit
