@@ -13,6 +13,9 @@
 #     `nvidia` packages torch brings can serve: import, `python -m kjit info`, a compile-only compile for
 #     sm_90, the `kjit` command, the libcrypto loaded being the grafted one, and the CPU pytest suite
 #     (tests/python) against the installed wheel.
+#  4. In the same namespace, a venv without torch (build-wheel/venv-notorch): the wheel installed with
+#     --no-deps, numpy and the nvidia CUDA packages torch brought: import, info, compile-only with a
+#     numpy dtype, the CLI, kjit.ops's ImportError, tests/python/test_torch_free.py.
 # Runs as root (the mount namespace). The repaired wheel is left in build-wheel/wheelhouse/.
 #   bash .ci/wheel.sh [build|repair|test]...     (default: all three, in this order)
 # PYTHON: the interpreter the venvs are made from (default python3); KJIT_CI_WHEELS (default
@@ -26,6 +29,7 @@ torch_spec="torch==${KJIT_WHEEL_TORCH:-2.15.*}"
 out=${KJIT_WHEEL_OUT:-$PWD/build-wheel}
 bpy=$out/venv-build/bin/python
 tpy=$out/venv-test/bin/python
+npy=$out/venv-notorch/bin/python
 wheels=${KJIT_CI_WHEELS:-/var/cache/kjit-ci/wheels}
 mkdir -p "$wheels"
 steps=("$@")
@@ -90,6 +94,17 @@ pip_install "$tpy" "$torch_spec" pytest numpy tqdm
 # With its dependencies (torch as pinned, tqdm): what `pip install kjit-*.whl` does for a user.
 "$tpy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" "$whl"
 echo "== wheel: test venv ready in $((SECONDS - start)) s"
+# And one without torch: the wheel installed with --no-deps, numpy, and the CUDA packages torch brought
+# (NVRTC, the runtime's headers, CCCL) at the versions it brought them: what a CuPy or JAX user has.
+start=$SECONDS
+rm -rf "$out/venv-notorch"
+"$base" -m venv "$out/venv-notorch"
+mapfile -t cuda_pkgs < <("$tpy" -m pip list --disable-pip-version-check --format=freeze |
+  grep -iE '^nvidia-cuda-(nvrtc|runtime|cccl)(-cu[0-9]+)?==')
+[ ${#cuda_pkgs[@]} -gt 0 ] || { echo "torch brought no nvidia-cuda-nvrtc: nothing to test without torch" >&2; exit 1; }
+pip_install "$npy" pytest numpy tqdm "${cuda_pkgs[@]}"
+"$npy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" --no-deps "$whl"
+echo "== wheel: venv without torch ready in $((SECONDS - start)) s (${cuda_pkgs[*]})"
 
 start=$SECONDS
 # In a private mount namespace: the toolkit, the headers and the compilers are gone; kjit must find
@@ -99,6 +114,6 @@ for d in /usr/local/cuda /usr/local/cuda-* ${CUDA_HOME:+"$CUDA_HOME"}; do
   if [ -e "$d" ]; then hide+=("$(readlink -f "$d")"); fi
 done
 mapfile -t hide < <(printf '%s\n' "${hide[@]}" | sort -u)
-unshare -m bash .ci/wheel_check.sh "$tpy" "${hide[@]}"
+unshare -m bash .ci/wheel_check.sh "$tpy" "$npy" "${hide[@]}"
 echo "== wheel: checks in the fresh venv in $((SECONDS - start)) s"
 fi

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Part of .ci/wheel.sh, run there inside `unshare -m` (a private mount namespace, as root): the
 # installed wheel, in a venv with torch and no compiler, no development headers, no CUDA toolkit.
-#   unshare -m bash .ci/wheel_check.sh VENV_PYTHON DIR_TO_HIDE...
+#   unshare -m bash .ci/wheel_check.sh VENV_PYTHON NOTORCH_VENV_PYTHON DIR_TO_HIDE...
 # Each DIR is covered by an empty read-only tmpfs (only in this namespace). Then: import (from the
 # venv, not the source tree), `python -m kjit info`, a compile-only compile for sm_90, the libcrypto
 # loaded being the wheel's grafted copy, the `kjit` command, and the CPU pytest suite (tests/python).
+# Then the same wheel in a venv without torch (NOTORCH_VENV_PYTHON): import, info, compile-only with a
+# numpy dtype, the CLI, kjit.ops's ImportError and tests/python/test_torch_free.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 tpy=$1
-shift
+npy=$2
+shift 2
 mount --make-rprivate /
 for d in "$@"; do mount -t tmpfs -o ro,size=1m none "$d"; done
 echo "== hidden: $*"
@@ -18,6 +21,7 @@ if echo 'int main() { return 0; }' | c++ -x c++ - -o /dev/null >/dev/null 2>&1; 
   exit 1
 fi
 export PATH=$(dirname "$tpy"):/usr/bin:/bin
+export PATH_WITHOUT_VENV=/usr/bin:/bin
 unset CUDA_HOME KJIT_CUDA_HOME KJIT_NVRTC_LIBRARY
 export KJIT_CACHE_DIR=$(mktemp -d)
 trap 'rm -rf "$KJIT_CACHE_DIR"' EXIT
@@ -46,3 +50,28 @@ cd "$src/tests/python"
 # pytest puts tests/python on sys.path, never python/: the wheel's kjit is what the tests import.
 "$tpy" -c 'import kjit, sys, os; d = os.path.dirname(os.path.dirname(sys.executable)); assert kjit.__file__.startswith(d), kjit.__file__; print("== tests import", kjit.__file__)'
 "$tpy" -m pytest -q -p no:cacheprovider -rs .
+
+echo "== without torch: the wheel (--no-deps), numpy and torch's nvidia CUDA packages; no torch installed"
+cd /tmp
+export PATH=$(dirname "$npy"):$PATH_WITHOUT_VENV
+"$npy" -c 'import importlib.util as u; assert u.find_spec("torch") is None, "torch is installed here"'
+"$npy" -m kjit info
+"$npy" - <<'PY'
+import os, sys
+import numpy as np
+import kjit
+venv = os.path.dirname(os.path.dirname(sys.executable))
+assert kjit.__file__.startswith(venv), f"kjit imported from {kjit.__file__}, not from the wheel in {venv}"
+assert "torch" not in sys.modules and "kjit._C" not in sys.modules, sorted(sys.modules)
+k = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=np.float16, VEC=8, arch="sm_90")
+print("== compile-only sm_90 without torch:", k.origin, k.target, k.args)
+try:
+    kjit.ops
+except ImportError as e:
+    print("== kjit.ops without torch:", e)
+else:
+    raise SystemExit("kjit.ops was available without torch")
+PY
+kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --arch sm_90
+cd "$src/tests/python"
+"$npy" -m pytest -q -p no:cacheprovider -rs test_torch_free.py
