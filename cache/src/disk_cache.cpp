@@ -19,16 +19,6 @@
 namespace kjit::cache {
 namespace fs = std::filesystem;
 
-DiskCacheConfig DiskCacheConfig::from_settings(const Settings& s) {
-  DiskCacheConfig c;
-  c.root = s.cache_dir;
-  c.layers = s.cache_layers;
-  c.mode = s.cache_mode;
-  c.max_bytes = s.cache_max_bytes;
-  c.lock_timeout_s = s.lock_timeout_s;
-  return c;
-}
-
 DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(::geteuid()) {
   if (config_.mode != CacheMode::ReadWrite) {
     state_ = to_string(config_.mode);  // nothing is created outside readwrite mode

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <ctime>
 
+#include "kjit/cache_config.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
@@ -87,7 +88,7 @@ Engine& Engine::global() {
 
 cache::DiskCache& Engine::disk() {
   std::call_once(disk_once_, [&] {
-    disk_ = std::make_unique<cache::DiskCache>(cache::DiskCacheConfig::from_settings(settings_));
+    disk_ = std::make_unique<cache::DiskCache>(disk_cache_config(settings_));
   });
   return *disk_;
 }

@@ -7,19 +7,10 @@
 #include <sstream>
 
 #include "kjit/error.hpp"
+#include "kjit/log.hpp"
 
 namespace kjit {
 namespace fs = std::filesystem;
-
-const char* to_string(CacheMode mode) noexcept {
-  switch (mode) {
-    case CacheMode::ReadWrite: return "readwrite";
-    case CacheMode::ReadOnly: return "readonly";
-    case CacheMode::Strict: return "strict";
-    case CacheMode::Off: return "off";
-  }
-  return "?";
-}
 
 const std::vector<SettingInfo>& setting_registry() {
   static const std::vector<SettingInfo> registry = {
@@ -241,5 +232,16 @@ const Settings& settings() {
   if (!cached) cached = Settings::from_environment();
   return *cached;
 }
+
+namespace {
+// The log (kjit_base) sits below the settings and cannot read them: it asks this source for
+// KJIT_VERBOSE, read lazily as before (settings() is first read when a verbose line is due, not at
+// load). Installed at static initialization of this file, which every program that reads settings
+// links: the engine, the CLI, the Python module.
+[[maybe_unused]] const bool verbosity_source_installed = [] {
+  log::set_verbosity_source([] { return settings().verbose; });
+  return true;
+}();
+}  // namespace
 
 }  // namespace kjit

@@ -109,7 +109,7 @@ inline std::vector<std::filesystem::path> files_named(const std::filesystem::pat
 }
 
 inline cache::DiskCacheConfig cache_config(const std::filesystem::path& root,
-                                           CacheMode mode = CacheMode::ReadWrite) {
+                                           cache::CacheMode mode = cache::CacheMode::ReadWrite) {
   cache::DiskCacheConfig c;
   c.root = root;
   c.mode = mode;

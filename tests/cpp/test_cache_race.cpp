@@ -129,7 +129,7 @@ TEST(CacheRace, EightProcessesProduceEachKeyOnce) {
     auto it = counts.find(e.key.hex());
     EXPECT_TRUE(it != counts.end() && it->second == 1)
         << "key " << i << " produced " << (it == counts.end() ? 0 : it->second) << " times";
-    const fs::path path = DiskCache(cache_config(root, kjit::CacheMode::ReadOnly)).entry_path(e.key, "sm_90");
+    const fs::path path = DiskCache(cache_config(root, kjit::cache::CacheMode::ReadOnly)).entry_path(e.key, "sm_90");
     const DecodeResult r = decode_entry(read_file(path), &e.key);
     EXPECT_TRUE(r.entry.has_value()) << path << ": " << r.error;
   }

@@ -12,7 +12,7 @@
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::CacheMode;
+using kjit::cache::CacheMode;
 using kjit::testing::cache_config;
 using kjit::testing::make_entry;
 using kjit::testing::read_file;

@@ -645,4 +645,23 @@ TEST_F(CliTest, TheExecutableWorks) {
   EXPECT_EQ(usage.code, 2) << usage.out;
 }
 
+// The log (kjit_base) knows nothing of the settings: it reads KJIT_VERBOSE through the source the engine's
+// settings install. The binary prints the verbose lines with it, and none without it.
+TEST_F(CliTest, TheExecutableHonoursKjitVerbose) {
+  const std::string compile = "--cache-dir '" + cache_dir().string() +
+                              "' compile add_constant --kernel add_constant --param T=float32 --param VEC=4 "
+                              "--arch ";
+  {
+    ScopedEnv verbose("KJIT_VERBOSE", "1");
+    Result c = run_binary(compile + "sm_90");
+    EXPECT_EQ(c.code, 0) << c.out;
+    EXPECT_EQ(count_lines_with(c.out, "kjit: compiled add_constant"), 1u) << c.out;
+  }
+  ScopedEnv quiet("KJIT_VERBOSE", std::nullopt);
+  Result c = run_binary(compile + "sm_80");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(count_lines_with(c.out, "  sm_80        compiled  "), 1u) << c.out;
+  EXPECT_EQ(count_lines_with(c.out, "kjit: "), 0u) << c.out;
+}
+
 }  // namespace

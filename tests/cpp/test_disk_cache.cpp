@@ -17,11 +17,12 @@
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/file_lock.hpp"
+#include "kjit/cache_config.hpp"
 #include "kjit/error.hpp"
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::CacheMode;
+using kjit::cache::CacheMode;
 using kjit::testing::cache_config;
 using kjit::testing::file_mode;
 using kjit::testing::files_named;
@@ -174,7 +175,7 @@ TEST(DiskCache, ConfigFromSettings) {
                                                      {"KJIT_CACHE_PATH", "/l1:/l2"},
                                                      {"KJIT_CACHE_MAX_BYTES", "2K"},
                                                      {"KJIT_LOCK_TIMEOUT", "7"}});
-  const DiskCacheConfig c = DiskCacheConfig::from_settings(s);
+  const DiskCacheConfig c = kjit::disk_cache_config(s);
   EXPECT_EQ(c.root, fs::path("/x/c"));
   EXPECT_EQ(c.mode, CacheMode::ReadOnly);
   EXPECT_EQ(c.layers, (std::vector<fs::path>{"/l1", "/l2"}));

@@ -4,6 +4,7 @@
 
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache_config.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
 #include "test_support.hpp"
@@ -102,7 +103,7 @@ TEST(Settings, RelativePathsAreResolvedOnceAgainstTheDirectoryOfStartUp) {
   // The cache made after the chdir (the engine makes it on first use) writes where start-up said.
   fs::create_directories(elsewhere.path() / "cache");
   fs::permissions(elsewhere.path() / "cache", fs::perms::all);  // one the trust check would refuse
-  cache::DiskCache c(cache::DiskCacheConfig::from_settings(s));
+  cache::DiskCache c(disk_cache_config(s));
   EXPECT_TRUE(c.writable()) << c.describe();
   const cache::Entry e = kjit::testing::make_entry("settings-relative-cache-dir");
   ASSERT_TRUE(c.store(e));

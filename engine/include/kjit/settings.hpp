@@ -12,15 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "kjit/cache/cache_mode.hpp"
+
 namespace kjit {
 
-enum class CacheMode { ReadWrite, ReadOnly, Strict, Off };
+// The cache library defines the modes (the disk cache obeys them); KJIT_CACHE_MODE chooses one.
+using cache::CacheMode;
+using cache::to_string;
 
 // Which compiles run in a bounded child process (compile_sandbox.hpp): templates rebuilt from a
 // manifest only (they may come from anyone), or every compile.
 enum class CompileIsolation { Untrusted, Always };
-
-const char* to_string(CacheMode mode) noexcept;
 
 // One documented variable of the registry (for `kjit info` and the README).
 struct SettingInfo {

@@ -28,20 +28,19 @@
 #include <vector>
 
 #include "kjit/cache/cache_key.hpp"
+#include "kjit/cache/cache_mode.hpp"
 #include "kjit/cache/entry.hpp"
 #include "kjit/cache/trust.hpp"
-#include "kjit/settings.hpp"
 
 namespace kjit::cache {
 
+// Plain configuration: the engine fills it from its settings (kjit/cache_config.hpp).
 struct DiskCacheConfig {
   std::filesystem::path root;                    // writable layer root
   std::vector<std::filesystem::path> layers;     // read-only layer roots
   CacheMode mode = CacheMode::ReadWrite;
   std::optional<std::uint64_t> max_bytes;        // cap of the writable layer
   double lock_timeout_s = 300.0;
-
-  static DiskCacheConfig from_settings(const Settings& s);
 };
 
 // Where a listed entry lives and what it holds.

@@ -5,8 +5,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "kjit/settings.hpp"
-
 namespace kjit::log {
 namespace {
 std::mutex& mu() {
@@ -19,6 +17,10 @@ Sink& sink() {
 }
 EventSink& event_sink() {
   static EventSink s;
+  return s;
+}
+VerbositySource& verbosity_source() {
+  static VerbositySource s = nullptr;
   return s;
 }
 
@@ -74,12 +76,21 @@ EventSink set_event_sink(EventSink s) {
   return old;
 }
 
+VerbositySource set_verbosity_source(VerbositySource source) {
+  std::lock_guard<std::mutex> lock(mu());
+  VerbositySource old = verbosity_source();
+  verbosity_source() = source;
+  return old;
+}
+
 void print_verbose(const Event& e) {
   int verbose = 0;
-  try {
-    verbose = settings().verbose;
-  } catch (...) {
-    verbose = 0;
+  if (VerbositySource source = current(verbosity_source())) {
+    try {
+      verbose = source();
+    } catch (...) {
+      verbose = 0;  // a bad KJIT_VERBOSE is raised, naming the variable, where the settings are used
+    }
   }
   const int needs = e.level == Level::Debug ? 2 : 1;
   if (verbose >= needs) std::fprintf(stderr, "kjit: %s\n", e.message.c_str());

@@ -7,6 +7,10 @@
 // logging.getLogger("kjit")); without one, an event is a "kjit: <message>" line on stderr when
 // KJIT_VERBOSE is at least its verbosity (Info and Warning: 1, Debug: 2), as before events existed.
 //
+// This is the base library (kjit_base), below both the cache and the engine: it knows nothing of the
+// settings. The engine installs the verbosity source (KJIT_VERBOSE, engine/src/settings.cpp); without one
+// (a program that links only the cache) verbose lines are off.
+//
 // Rules for emitters: only the cold paths emit (a memory hit never does), and never while holding a lock
 // that a thread of the embedding program may wait on with its own lock held: a sink may block (the Python
 // one takes the GIL). A scope that must hold such a lock (a per-key file lock around a compile and
@@ -54,6 +58,11 @@ void warn(Event e);
 // Reports `message` the first time `topic` is seen in this process; returns whether it did.
 bool warn_once(const std::string& topic, const std::string& message);
 bool warn_once(const std::string& topic, Event e);
+
+// Where print_verbose reads the verbosity (0, 1 or 2) when it needs it; may throw (taken as 0).
+// Returns the previous source; nullptr: verbose lines are off.
+using VerbositySource = int (*)();
+VerbositySource set_verbosity_source(VerbositySource source);
 
 // An event for the event sink (or the KJIT_VERBOSE line without one).
 void emit(Event e);
