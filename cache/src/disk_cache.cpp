@@ -215,12 +215,27 @@ DiskCache::Distrust DiskCache::distrust(const fs::path& layer_root, bool read_on
   return d;
 }
 
-std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {
+std::optional<Entry> DiskCache::get(const CacheKey& key, const std::string& target) {
   layout::check_target(target);
-  for (const auto& layer : read_layers()) {
-    if (layer.is_writable_layer && root_untrusted_) continue;  // refused (and warned) at construction
-    if (auto e = load_from(layer.root, layer.is_writable_layer, key, target)) return e;
-  }
+  if (config_.mode == CacheMode::Off || config_.root.empty()) return std::nullopt;
+  if (root_untrusted_) return std::nullopt;  // refused (and warned) at construction
+  return load_from(config_.root, true, key, target);
+}
+
+std::optional<Entry> DiskCache::load_layer(std::size_t index, const CacheKey& key, const std::string& target) {
+  if (index >= config_.layers.size())
+    throw ValueError("kjit cache: read-only layer " + std::to_string(index) + " does not exist: " + describe() +
+                     " has " + std::to_string(config_.layers.size()) + " layers");
+  layout::check_target(target);
+  const fs::path& root = config_.layers[index];
+  if (config_.mode == CacheMode::Off || root.empty()) return std::nullopt;
+  return load_from(root, false, key, target);
+}
+
+std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {
+  if (auto e = get(key, target)) return e;
+  for (std::size_t i = 0; i < config_.layers.size(); ++i)
+    if (auto e = load_layer(i, key, target)) return e;
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <ctime>
 
+#include "kjit/cache/read_only_layer.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
@@ -86,11 +87,24 @@ Engine& Engine::global() {
   return *engine;
 }
 
-cache::DiskCache& Engine::disk() {
-  std::call_once(disk_once_, [&] {
-    disk_ = std::make_unique<cache::DiskCache>(disk_cache_config(settings_));
+void Engine::open_stores() {
+  std::call_once(stores_once_, [&] {
+    disk_ = std::make_shared<cache::DiskCache>(disk_cache_config(settings_));
+    std::vector<cache::StoreChain::Level> levels{{disk_, false}};
+    for (std::size_t i = 0; i < disk_->config().layers.size(); ++i)
+      levels.push_back({std::make_shared<cache::ReadOnlyLayer>(disk_, i), false});
+    stores_ = cache::StoreChain(std::move(levels));
   });
+}
+
+cache::DiskCache& Engine::disk() {
+  open_stores();
   return *disk_;
+}
+
+const cache::StoreChain& Engine::stores() {
+  open_stores();
+  return stores_;
 }
 
 cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
@@ -127,9 +141,9 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   {
     trace::Range range("load", spec.name_expression());
     for (const auto& [plan, key] : cands) {
-      if (auto e = disk().load(key, dir)) {
+      if (auto hit = stores().get(key, dir)) {
         *origin = Origin::Disk;
-        return std::move(*e);
+        return std::move(hit->entry);
       }
     }
   }

@@ -1,6 +1,7 @@
-// Engine: the in-memory table of loaded kernels in front of the disk cache and the compiler.
+// Engine: the in-memory table of loaded kernels in front of the cache's stores and the compiler.
 //
-//   get(spec, target)  memory table (by cache key) -> disk cache -> NVRTC, once per key across
+//   get(spec, target)  memory table (by cache key) -> stores (the writable disk cache, then its
+//                      read-only layers: stores()) -> NVRTC, once per key across
 //                      processes and across the threads of this one (in every cache mode); loads the
 //                      module. Strict mode raises CacheMissError on a miss.
 //   prepare(spec, target)  the same without loading (compile-only; no GPU needed).
@@ -20,6 +21,7 @@
 
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/store_chain.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/module.hpp"
 #include "kjit/settings.hpp"
@@ -107,7 +109,12 @@ class Engine {
   static Engine& global();
 
   const Settings& settings() const noexcept { return settings_; }
+  // The writable disk cache (KJIT_CACHE_DIR; its maintenance: list, prune, clear) and its read-only
+  // layers (KJIT_CACHE_PATH).
   cache::DiskCache& disk();
+  // The stores a miss in memory consults, in order: disk(), then each read-only layer (never
+  // backfilled: they are read in place). Made with disk(), on first use.
+  const cache::StoreChain& stores();
 
   // The cache key of a specialization for a plan (no NVRTC load).
   cache::CacheKey key_for(const Specialization& spec, const CompilePlan& plan) const;
@@ -146,6 +153,8 @@ class Engine {
   void clear_memory();
 
  private:
+  // Makes disk_ and stores_ (once).
+  void open_stores();
   // Loads from disk or compiles: the cache entry for `spec` (no module load).
   using Candidates = std::vector<std::pair<CompilePlan, cache::CacheKey>>;
   // The (plan, key) pairs under which `spec` may be cached for `target`: cubin and PTX (found without
@@ -174,8 +183,9 @@ class Engine {
   void land(const cache::CacheKey& id, InFlight& flight);
 
   Settings settings_;
-  std::once_flag disk_once_;
-  std::unique_ptr<cache::DiskCache> disk_;
+  std::once_flag stores_once_;  // makes disk_ and stores_
+  std::shared_ptr<cache::DiskCache> disk_;
+  cache::StoreChain stores_;
   std::unique_ptr<Recorder> recorder_;  // KJIT_RECORD
   ShapePolicy shape_policy_;
 

@@ -1,6 +1,11 @@
 // DiskCache: checksummed single-file entries under <root>/v1/<target>/<key[0:2]>/<key>.kjit,
 // a writable layer plus read-only layers, atomic publish, per-key flock, LRU size cap.
 //
+// As a Store (store.hpp) it is the writable layer: get() and put() read and write the root only; each
+// read-only layer is a Store of its own (ReadOnlyLayer, read through load_layer()), so that a
+// StoreChain puts the layers in their place in the lookup order. load() reads the root, then the
+// layers, for the disk's own callers (load_or_produce, tools); list, prune and clear are the disk's.
+//
 // Failure policy: nothing here crashes the process or returns a damaged entry.
 //  - A damaged entry is a miss; in the writable layer it is removed; a warning says so once per key.
 //  - An entry this user may not read (EACCES) is not damaged: a miss, left in place, and a warning once
@@ -30,6 +35,7 @@
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/cache_mode.hpp"
 #include "kjit/cache/entry.hpp"
+#include "kjit/cache/store.hpp"
 #include "kjit/cache/trust.hpp"
 
 namespace kjit::cache {
@@ -60,23 +66,33 @@ struct PruneReport {
   std::size_t removed_lock_files = 0;  // abandoned locks (nobody held them)
 };
 
-class DiskCache {
+class DiskCache final : public Store {
  public:
   explicit DiskCache(DiskCacheConfig config);
-  ~DiskCache();
+  ~DiskCache() override;
 
   const DiskCacheConfig& config() const noexcept { return config_; }
   // True when stores go to disk (mode readwrite and the root is usable).
-  bool writable() const;
-  // One line saying where the cache is and in which state (for `kjit info` and warnings).
-  std::string describe() const;
+  bool writable() const override;
+  // One line saying where the cache is and in which state, layers included (for `kjit info` and
+  // warnings).
+  std::string describe() const override;
+
+  // Store: the writable layer (the root) alone, with load()'s validation and policy; put() is store().
+  // A miss in mode off and for a root refused at construction (others could write it).
+  std::optional<Entry> get(const CacheKey& key, const std::string& target) override;
+  bool put(const Entry& entry) override { return store(entry); }
+  // Read-only layer `index` of config().layers, with load()'s validation and trust rules (the layer's
+  // kjit.lock); nothing is removed there. A miss in mode off. ReadOnlyLayer is its Store.
+  // Throws kjit::ValueError for an index out of range or a bad target.
+  std::optional<Entry> load_layer(std::size_t index, const CacheKey& key, const std::string& target);
 
   // Path of an entry in the writable layer.
   std::filesystem::path entry_path(const CacheKey& key, const std::string& target) const;
 
-  // Looks in the writable layer, then each read-only layer. Validates everything (the entry's key,
-  // and filed_target(meta) == target); a damaged entry is a miss (removed if in the writable layer;
-  // warned once). A hit in the writable layer refreshes the entry's mtime (LRU).
+  // Looks in the writable layer, then each read-only layer: get(), then load_layer() of each.
+  // Validates everything (the entry's key, and filed_target(meta) == target); a damaged entry is a
+  // miss (removed if in the writable layer; warned once). A hit in the writable layer refreshes the entry's mtime (LRU).
   // Throws kjit::ValueError when `target` cannot be a directory name.
   std::optional<Entry> load(const CacheKey& key, const std::string& target);
 
@@ -132,7 +148,7 @@ class DiskCache {
     std::string label;       // EntryInfo::layer
     bool is_writable_layer;  // the root (whether or not the mode lets it be written)
   };
-  // Layers that load() and list() read, the writable root first; none in mode off.
+  // Layers that list() reads, the writable root first; none in mode off.
   std::vector<Layer> read_layers() const;
 
   DiskCacheConfig config_;

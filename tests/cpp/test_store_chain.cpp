@@ -1,0 +1,322 @@
+// StoreChain: levels consulted in order, the first valid hit wins, backfill only from levels marked so
+// and only into writable ones, a level that throws or answers wrongly is a miss. The disk levels are
+// real DiskCache / ReadOnlyLayer stores on temp dirs; MapStore (below) is the chain's own unit-test
+// store, an implementation of our interface over a std::map.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+#include "cache_test_helpers.hpp"
+#include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/entry_check.hpp"
+#include "kjit/cache/read_only_layer.hpp"
+#include "kjit/cache/store_chain.hpp"
+#include "kjit/error.hpp"
+#include "test_support.hpp"
+
+using namespace kjit::cache;
+using kjit::cache::CacheMode;
+using kjit::testing::cache_config;
+using kjit::testing::make_entry;
+using kjit::testing::read_file;
+using kjit::testing::same_entry;
+using kjit::testing::TempDir;
+using kjit::testing::WarningCapture;
+using kjit::testing::write_file;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Entry bytes by "<key>/<target>", validated on get like a disk entry; counts its calls.
+class MapStore : public Store {
+ public:
+  explicit MapStore(std::string name, bool writable = true) : name_(std::move(name)), writable_(writable) {}
+
+  std::optional<Entry> get(const CacheKey& key, const std::string& target) override {
+    ++gets;
+    auto it = bytes.find(slot(key, target));
+    if (it == bytes.end()) return std::nullopt;
+    return check_entry_bytes(it->second, key, target).entry;
+  }
+  bool put(const Entry& e) override {
+    ++puts;
+    if (!writable_) return false;
+    seed(e);
+    return true;
+  }
+  // Holds `e` without counting a put (a test's set-up).
+  void seed(const Entry& e) { bytes[slot(e.key, filed_target(e.meta))] = encode_entry(e); }
+  bool writable() const override { return writable_; }
+  std::string describe() const override { return name_; }
+
+  static std::string slot(const CacheKey& key, const std::string& target) { return key.hex() + "/" + target; }
+
+  std::map<std::string, std::string> bytes;
+  int gets = 0, puts = 0;
+
+ private:
+  std::string name_;
+  bool writable_;
+};
+
+// Throws on every get (a store whose backend is gone and which does not turn that into a miss).
+class ThrowingStore : public MapStore {
+ public:
+  using MapStore::MapStore;
+  std::optional<Entry> get(const CacheKey&, const std::string&) override {
+    ++gets;
+    throw std::runtime_error("backend gone");
+  }
+};
+
+// Answers every get with `answer`, whatever was asked (a store bug).
+class WrongAnswerStore : public MapStore {
+ public:
+  WrongAnswerStore(std::string name, Entry answer) : MapStore(std::move(name)), answer_(std::move(answer)) {}
+  std::optional<Entry> get(const CacheKey&, const std::string&) override {
+    ++gets;
+    return answer_;
+  }
+
+ private:
+  Entry answer_;
+};
+
+Entry with_payload(Entry e, const std::string& payload) {
+  e.payload = payload;
+  return e;
+}
+
+}  // namespace
+
+TEST(StoreChain, ConsultsLevelsInOrderAndStopsAtTheFirstHit) {
+  auto a = std::make_shared<MapStore>("chain-order-a");
+  auto b = std::make_shared<MapStore>("chain-order-b");
+  auto c = std::make_shared<MapStore>("chain-order-c");
+  const Entry e = make_entry("chain-order");
+  b->seed(with_payload(e, "from b"));
+  c->seed(with_payload(e, "from c"));
+  StoreChain chain({{a, false}, {b, false}, {c, false}});
+
+  auto hit = chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 1u);
+  EXPECT_EQ(hit->entry.payload, "from b");
+  EXPECT_EQ(a->gets, 1);
+  EXPECT_EQ(b->gets, 1);
+  EXPECT_EQ(c->gets, 0) << "a level after the first hit is not consulted";
+
+  EXPECT_FALSE(chain.get(make_entry("chain-order-absent").key, "sm_90").has_value());
+  EXPECT_EQ(c->gets, 1) << "a miss consults every level";
+}
+
+TEST(StoreChain, BackfillsOnlyFromLevelsMarkedSoAndOnlyIntoWritableOnes) {
+  auto local = std::make_shared<MapStore>("chain-backfill-local");
+  auto frozen = std::make_shared<MapStore>("chain-backfill-frozen", /*writable=*/false);
+  auto layer = std::make_shared<MapStore>("chain-backfill-layer");
+  auto remote = std::make_shared<MapStore>("chain-backfill-remote");
+  StoreChain chain({{local, false}, {frozen, false}, {layer, false}, {remote, true}});
+
+  const Entry in_layer = make_entry("chain-backfill-layer");
+  layer->seed(in_layer);
+  ASSERT_TRUE(chain.get(in_layer.key, "sm_90").has_value());
+  EXPECT_EQ(local->puts, 0) << "a hit in a level without backfill is not copied";
+  EXPECT_EQ(frozen->puts, 0);
+
+  const Entry in_remote = make_entry("chain-backfill-remote");
+  remote->seed(in_remote);
+  auto hit = chain.get(in_remote.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 3u);
+  EXPECT_EQ(local->puts, 1);
+  EXPECT_EQ(frozen->puts, 0) << "a store that is not writable is not asked to keep it";
+  EXPECT_EQ(layer->puts, 1) << "every earlier writable level is backfilled";
+  // The next lookup stops at the local level.
+  hit = chain.get(in_remote.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 0u);
+  EXPECT_TRUE(same_entry(hit->entry, in_remote));
+}
+
+TEST(StoreChain, ALevelThatThrowsIsAMissWarnedOnce) {
+  auto broken = std::make_shared<ThrowingStore>("chain-throws-broken");
+  auto next = std::make_shared<MapStore>("chain-throws-next");
+  const Entry e = make_entry("chain-throws");
+  next->seed(e);
+  StoreChain chain({{broken, false}, {next, false}});
+
+  WarningCapture warnings;
+  for (int i = 0; i < 3; ++i) {
+    auto hit = chain.get(e.key, "sm_90");
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->level, 1u);
+  }
+  EXPECT_EQ(broken->gets, 3);
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[0], "chain-throws-broken")) << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[0], "backend gone")) << warnings.all();
+}
+
+TEST(StoreChain, DamagedBytesInALevelAreAMiss) {
+  auto first = std::make_shared<MapStore>("chain-damaged-first");
+  auto second = std::make_shared<MapStore>("chain-damaged-second");
+  const Entry e = make_entry("chain-damaged");
+  first->seed(with_payload(e, "damaged below"));
+  second->seed(e);
+  std::string& bytes = first->bytes.begin()->second;
+  bytes[bytes.size() - 1] ^= 0x40;  // the payload's checksum no longer matches
+  StoreChain chain({{first, false}, {second, false}});
+
+  auto hit = chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 1u);
+  EXPECT_TRUE(same_entry(hit->entry, e));
+}
+
+TEST(StoreChain, AnEntryForAnotherKeyOrTargetIsAMiss) {
+  const Entry asked = make_entry("chain-wrong-asked");
+  auto other_key = std::make_shared<WrongAnswerStore>("chain-wrong-key", make_entry("chain-wrong-other"));
+  auto other_target = std::make_shared<WrongAnswerStore>("chain-wrong-target", make_entry("chain-wrong-asked", "sm_80"));
+  auto right = std::make_shared<MapStore>("chain-wrong-right");
+  right->seed(asked);
+  StoreChain chain({{other_key, false}, {other_target, false}, {right, false}});
+
+  WarningCapture warnings;
+  auto hit = chain.get(asked.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 2u);
+  EXPECT_TRUE(same_entry(hit->entry, asked));
+  ASSERT_EQ(warnings.count(), 2u) << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[0], "chain-wrong-key")) << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[1], "'sm_80'")) << warnings.all();
+}
+
+TEST(StoreChain, ABadTargetIsAnErrorBeforeAnyLevel) {
+  auto a = std::make_shared<MapStore>("chain-bad-target");
+  StoreChain chain({{a, false}});
+  EXPECT_THROW(chain.get(make_entry("chain-bad-target").key, "../sm_90"), kjit::ValueError);
+  EXPECT_EQ(a->gets, 0);
+}
+
+TEST(StoreChain, ALevelWithoutAStoreIsRefused) {
+  try {
+    StoreChain chain({{std::make_shared<MapStore>("chain-null"), false}, {nullptr, true}});
+    FAIL() << "expected kjit::ValueError";
+  } catch (const kjit::ValueError& e) {
+    EXPECT_TRUE(contains(e.what(), "level 1")) << e.what();
+  }
+}
+
+// ---- the disk stores in a chain -------------------------------------------------------------------
+
+// The Engine's order: the writable disk, its read-only layer (not backfilled), a remote-like level
+// (backfilled).
+struct DiskChain {
+  TempDir root, layer_dir;
+  std::shared_ptr<DiskCache> disk;
+  std::shared_ptr<MapStore> remote = std::make_shared<MapStore>("chain-disk-remote");
+  StoreChain chain;
+
+  explicit DiskChain(CacheMode mode = CacheMode::ReadWrite) {
+    auto cfg = cache_config(root.path(), mode);
+    cfg.layers = {layer_dir.path()};
+    disk = std::make_shared<DiskCache>(cfg);
+    chain = StoreChain({{disk, false}, {std::make_shared<ReadOnlyLayer>(disk, 0), false}, {remote, true}});
+  }
+  void put_in_layer(const Entry& e) { ASSERT_TRUE(DiskCache(cache_config(layer_dir.path())).store(e)); }
+};
+
+TEST(StoreChainDisk, ALayerHitIsReadInPlaceNotCopied) {
+  DiskChain c;
+  const Entry e = make_entry("chain-disk-layer");
+  c.put_in_layer(e);
+  auto hit = c.chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 1u);
+  EXPECT_TRUE(same_entry(hit->entry, e));
+  EXPECT_FALSE(fs::exists(c.disk->entry_path(e.key, "sm_90"))) << "a layer hit is not copied";
+  EXPECT_EQ(c.remote->gets, 0);
+}
+
+TEST(StoreChainDisk, ARemoteHitIsBackfilledIntoTheWritableDisk) {
+  DiskChain c;
+  const Entry e = make_entry("chain-disk-remote");
+  c.remote->seed(e);
+  auto hit = c.chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 2u);
+  ASSERT_TRUE(fs::exists(c.disk->entry_path(e.key, "sm_90")));
+  // Another process (a new DiskCache on the root) finds it on disk.
+  auto again = DiskCache(cache_config(c.root.path())).load(e.key, "sm_90");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(same_entry(*again, e));
+  EXPECT_EQ(c.chain.get(e.key, "sm_90")->level, 0u);
+}
+
+TEST(StoreChainDisk, ADamagedDiskEntryIsAMissAndTheLayerAnswers) {
+  DiskChain c;
+  const Entry e = make_entry("chain-disk-damaged");
+  c.put_in_layer(e);
+  ASSERT_TRUE(c.disk->store(with_payload(e, "soon damaged")));
+  const fs::path path = c.disk->entry_path(e.key, "sm_90");
+  std::string bytes = read_file(path);
+  bytes[bytes.size() - 1] ^= 0x40;
+  write_file(path, bytes);
+
+  WarningCapture warnings;
+  auto hit = c.chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 1u);
+  EXPECT_TRUE(same_entry(hit->entry, e));
+  EXPECT_FALSE(fs::exists(path)) << "a damaged entry of the writable disk is removed, as before";
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[0], "damaged")) << warnings.all();
+}
+
+TEST(StoreChainDisk, AReadOnlyDiskIsNotBackfilled) {
+  DiskChain c(CacheMode::ReadOnly);
+  const Entry e = make_entry("chain-disk-readonly");
+  c.remote->seed(e);
+  auto hit = c.chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 2u);
+  EXPECT_FALSE(fs::exists(c.disk->entry_path(e.key, "sm_90")));
+}
+
+TEST(StoreChainDisk, ModeOffIsAMissInEveryDiskLevel) {
+  DiskChain c(CacheMode::Off);
+  const Entry e = make_entry("chain-disk-off");
+  c.put_in_layer(e);
+  EXPECT_FALSE(c.chain.get(e.key, "sm_90").has_value());
+  EXPECT_EQ(c.remote->gets, 1);
+}
+
+TEST(ReadOnlyLayer, IsNeverWrittenAndNamesItsLayer) {
+  TempDir root, layer;
+  auto cfg = cache_config(root.path());
+  cfg.layers = {layer.path()};
+  auto disk = std::make_shared<DiskCache>(cfg);
+  ReadOnlyLayer l(disk, 0);
+  EXPECT_FALSE(l.writable());
+  EXPECT_FALSE(l.put(make_entry("chain-layer-put")));
+  EXPECT_TRUE(kjit::testing::files_under(layer.path()).empty());
+  EXPECT_EQ(l.describe(), layer.path().string() + " (read-only layer)");
+}
+
+TEST(ReadOnlyLayer, ABadIndexOrNoDiskIsRefused) {
+  TempDir root;
+  auto disk = std::make_shared<DiskCache>(cache_config(root.path()));
+  try {
+    ReadOnlyLayer l(disk, 0);
+    FAIL() << "expected kjit::ValueError";
+  } catch (const kjit::ValueError& e) {
+    EXPECT_TRUE(contains(e.what(), "read-only layer 0 does not exist")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "has 0 layers")) << e.what();
+  }
+  EXPECT_THROW(ReadOnlyLayer(nullptr, 0), kjit::ValueError);
+  EXPECT_THROW(disk->load_layer(0, make_entry("chain-layer-index").key, "sm_90"), kjit::ValueError);
+}
