@@ -7,9 +7,7 @@
 #include <cerrno>
 
 #include "kjit/cache/atomic_file.hpp"
-#include "kjit/cache/entry_check.hpp"
 #include "kjit/cache/file_lock.hpp"
-#include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/posix_error.hpp"
 #include "kjit/cache/private_dir.hpp"
@@ -19,7 +17,19 @@
 namespace kjit::cache {
 namespace fs = std::filesystem;
 
-DiskCache::DiskCache(DiskCacheConfig config) : config_(std::move(config)), uid_(::geteuid()) {
+namespace {
+// The read-only layers `config` names, in order: none in mode off (no disk at all), empty paths skipped.
+std::vector<std::shared_ptr<ReadOnlyLayer>> make_layers(const DiskCacheConfig& config) {
+  std::vector<std::shared_ptr<ReadOnlyLayer>> out;
+  if (config.mode == CacheMode::Off) return out;
+  for (const auto& l : config.layers)
+    if (!l.empty()) out.push_back(std::make_shared<ReadOnlyLayer>(l, config.mode));
+  return out;
+}
+}  // namespace
+
+DiskCache::DiskCache(DiskCacheConfig config)
+    : config_(std::move(config)), uid_(::geteuid()), root_reader_(config_.root, uid_), layers_(make_layers(config_)) {
   if (config_.mode != CacheMode::ReadWrite) {
     state_ = to_string(config_.mode);  // nothing is created outside readwrite mode
     return;
@@ -101,141 +111,28 @@ std::vector<DiskCache::Layer> DiskCache::read_layers() const {
   std::vector<Layer> out;
   if (config_.mode == CacheMode::Off) return out;
   if (!config_.root.empty()) out.push_back({config_.root, "writable", true});
-  for (const auto& l : config_.layers)
-    if (!l.empty()) out.push_back({l, l.string(), false});
+  for (const auto& l : layers_) out.push_back({l->root(), l->root().string(), false});
   return out;
-}
-
-std::optional<Entry> DiskCache::load_from(const fs::path& layer_root, bool is_writable_layer,
-                                          const CacheKey& key, const std::string& target) {
-  const fs::path path = layout::entry_path(layer_root, key, target);
-  FileRead file = read_regular_file(path, kMaxEntryFileBytes);
-  if (file.absent) return std::nullopt;
-  if (file.denied) {
-    warn_unreadable(layer_root, is_writable_layer, path, file.error);
-    return std::nullopt;
-  }
-  // A root this process cannot write (readonly / strict mode, or degraded) is read like any read-only
-  // layer: its kjit.lock may vouch for entries others wrote.
-  const bool may_modify = is_writable_layer && writable();
-
-  if (file.ok()) {
-    const Distrust d = distrust(layer_root, !may_modify, path, file.st, file.bytes);
-    if (!d.why.empty()) {
-      log::warn_once(d.topic,
-                     "kjit cache: not loading " + path.string() + ": " + d.why +
-                         ". kjit loads only entries written by you, or listed with their SHA-256 in "
-                         "the kjit.lock of a read-only layer (KJIT_CACHE_PATH; `kjit export DIR` "
-                         "writes one); " + miss_consequence() +
-                         (d.topic.rfind("cache-untrusted-layer:", 0) == 0
-                              ? " (said once for this layer)."
-                              : "."));
-      return std::nullopt;
-    }
-  }
-  DecodeResult decoded;
-  if (file.ok()) decoded = check_entry_bytes(file.bytes, key, target);
-  else decoded.error = file.error;
-  if (decoded.entry) {
-    if (may_modify) ::futimens(file.fd.get(), nullptr);  // LRU: a hit is a use
-    return std::move(decoded.entry);
-  }
-
-  // Damaged (or unreadable). Remove it only if `path` still names the file we read: another process
-  // may have just published a good entry under the same name.
-  bool removed = false;
-  if (may_modify && file.fd && S_ISREG(file.st.st_mode)) {
-    struct stat now {};
-    if (::stat(path.c_str(), &now) == 0 && now.st_dev == file.st.st_dev &&
-        now.st_ino == file.st.st_ino)
-      removed = ::unlink(path.c_str()) == 0;
-  }
-  std::string what = removed ? "it was removed"
-                     : is_writable_layer ? "it was left in place"
-                                         : "it is in a read-only layer and was left in place";
-  log::Event damaged;
-  damaged.kind = "cache_damaged";
-  damaged.message = "kjit cache: ignoring damaged entry " + path.string() + " (" + decoded.error + "); " + what +
-                    " and " + miss_consequence() + ".";
-  damaged.key = key.hex();
-  damaged.target = target;
-  log::warn_once("cache-damaged:" + key.hex(), std::move(damaged));
-  return std::nullopt;
-}
-
-std::string DiskCache::miss_consequence() const {
-  return config_.mode == CacheMode::Strict
-             ? "this is a cache miss (KJIT_CACHE_MODE=strict: it will not be recompiled)"
-             : "it will be recompiled";
-}
-
-void DiskCache::warn_unreadable(const fs::path& layer_root, bool is_writable_layer, const fs::path& path,
-                                const std::string& error) const {
-  // A root found unusable at construction was warned about then (degrade); that it cannot be read
-  // either adds nothing, and saying so on every lookup would bury the one warning that matters.
-  if (is_writable_layer && root_unusable_) return;
-  // The user's own cache was written into by someone else; any other folder (a layer, or the root in
-  // readonly / strict mode: a deployed cache) was made by someone else and is to be opened to readers.
-  const bool own_cache = is_writable_layer && config_.mode == CacheMode::ReadWrite;
-  const std::string fix =
-      own_cache
-          ? "another user wrote into your cache folder (a run with sudo, say): give it back with "
-            "`chown -R " + std::to_string(uid_) + " " + layer_root.string() + "`, or run `kjit clear`"
-          : "if another user made this layer (a `kjit export` run as root makes owner-only files), "
-            "make it readable to everyone: `chmod -R a+rX " + layer_root.string() + "`";
-  log::warn_once("cache-unreadable:" + layer_root.string(),
-                 "kjit cache: not loading " + path.string() + ": " + error + "; " + miss_consequence() +
-                     ". The file is there but this user may not read it: " + fix +
-                     " (said once for this folder).");
-}
-
-std::shared_ptr<const LayerLock> DiskCache::layer_lock(const fs::path& layer_root) const {
-  {
-    std::lock_guard<std::mutex> guard(mu_);
-    auto it = layer_locks_.find(layer_root);
-    if (it != layer_locks_.end() && it->second->current(layer_root)) return it->second;
-  }
-  auto fresh = std::make_shared<const LayerLock>(LayerLock::read(layer_root, uid_));  // outside mu_
-  std::lock_guard<std::mutex> guard(mu_);
-  layer_locks_[layer_root] = fresh;
-  return fresh;
-}
-
-DiskCache::Distrust DiskCache::distrust(const fs::path& layer_root, bool read_only_layer, const fs::path& path,
-                                        const struct stat& st, std::string_view bytes) const {
-  Distrust d;
-  d.why = owned_path_problem(layer_root, path, st, uid_);
-  d.topic = "cache-untrusted:" + path.string();
-  if (d.why.empty() || !read_only_layer) return d;  // the writable root vouches only for the user's own files
-  const auto lock = layer_lock(layer_root);
-  const std::string vouch = lock->vouches_for(path.lexically_relative(layer_root).generic_string(), bytes);
-  if (vouch.empty()) return {};
-  d.why += ", and " + vouch;
-  if (!lock->problem().empty()) d.topic = "cache-untrusted-layer:" + layer_root.string() + ":" + lock->problem();
-  return d;
 }
 
 std::optional<Entry> DiskCache::get(const CacheKey& key, const std::string& target) {
   layout::check_target(target);
   if (config_.mode == CacheMode::Off || config_.root.empty()) return std::nullopt;
   if (root_untrusted_) return std::nullopt;  // refused (and warned) at construction
-  return load_from(config_.root, true, key, target);
-}
-
-std::optional<Entry> DiskCache::load_layer(std::size_t index, const CacheKey& key, const std::string& target) {
-  if (index >= config_.layers.size())
-    throw ValueError("kjit cache: read-only layer " + std::to_string(index) + " does not exist: " + describe() +
-                     " has " + std::to_string(config_.layers.size()) + " layers");
-  layout::check_target(target);
-  const fs::path& root = config_.layers[index];
-  if (config_.mode == CacheMode::Off || root.empty()) return std::nullopt;
-  return load_from(root, false, key, target);
+  EntryReader::Policy policy;
+  policy.mode = config_.mode;
+  policy.writable_layer = true;
+  // A root this process cannot write (readonly / strict mode, or degraded) is read like any read-only
+  // layer: its kjit.lock may vouch for entries others wrote.
+  policy.may_modify = writable();
+  policy.quiet_unreadable = root_unusable_;
+  return root_reader_.read(key, target, policy);
 }
 
 std::optional<Entry> DiskCache::load(const CacheKey& key, const std::string& target) {
   if (auto e = get(key, target)) return e;
-  for (std::size_t i = 0; i < config_.layers.size(); ++i)
-    if (auto e = load_layer(i, key, target)) return e;
+  for (const auto& layer : layers_)
+    if (auto e = layer->get(key, target)) return e;
   return std::nullopt;
 }
 

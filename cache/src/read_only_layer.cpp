@@ -1,25 +1,32 @@
 #include "kjit/cache/read_only_layer.hpp"
 
+#include <unistd.h>
+
 #include <utility>
 
+#include "kjit/cache/layout.hpp"
 #include "kjit/error.hpp"
 
 namespace kjit::cache {
 
-ReadOnlyLayer::ReadOnlyLayer(std::shared_ptr<DiskCache> disk, std::size_t index)
-    : disk_(std::move(disk)), index_(index) {
-  if (!disk_) throw ValueError("kjit cache: a ReadOnlyLayer needs the DiskCache it belongs to, got none");
-  if (index_ >= disk_->config().layers.size())
-    throw ValueError("kjit cache: read-only layer " + std::to_string(index_) + " does not exist: the disk cache " +
-                     disk_->describe() + " has " + std::to_string(disk_->config().layers.size()) + " layers");
+namespace {
+std::filesystem::path checked_root(std::filesystem::path root) {
+  if (root.empty()) throw ValueError("kjit cache: a read-only layer needs a directory, got an empty path");
+  return root;
 }
+}  // namespace
+
+ReadOnlyLayer::ReadOnlyLayer(std::filesystem::path root, CacheMode mode)
+    : reader_(checked_root(std::move(root)), ::geteuid()), mode_(mode) {}
 
 std::optional<Entry> ReadOnlyLayer::get(const CacheKey& key, const std::string& target) {
-  return disk_->load_layer(index_, key, target);
+  layout::check_target(target);
+  if (mode_ == CacheMode::Off) return std::nullopt;
+  EntryReader::Policy policy;
+  policy.mode = mode_;  // not the writable layer, never modified
+  return reader_.read(key, target, policy);
 }
 
-std::string ReadOnlyLayer::describe() const {
-  return disk_->config().layers[index_].string() + " (read-only layer)";
-}
+std::string ReadOnlyLayer::describe() const { return root().string() + " (read-only layer)"; }
 
 }  // namespace kjit::cache

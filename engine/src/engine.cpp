@@ -4,7 +4,6 @@
 #include <condition_variable>
 #include <ctime>
 
-#include "kjit/cache/read_only_layer.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
@@ -91,8 +90,7 @@ void Engine::open_stores() {
   std::call_once(stores_once_, [&] {
     disk_ = std::make_shared<cache::DiskCache>(disk_cache_config(settings_));
     std::vector<cache::StoreChain::Level> levels{{disk_, false}};
-    for (std::size_t i = 0; i < disk_->config().layers.size(); ++i)
-      levels.push_back({std::make_shared<cache::ReadOnlyLayer>(disk_, i), false});
+    for (const auto& layer : disk_->layers()) levels.push_back({layer, false});
     stores_ = cache::StoreChain(std::move(levels));
   });
 }

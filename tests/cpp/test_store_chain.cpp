@@ -225,7 +225,10 @@ struct DiskChain {
     auto cfg = cache_config(root.path(), mode);
     cfg.layers = {layer_dir.path()};
     disk = std::make_shared<DiskCache>(cfg);
-    chain = StoreChain({{disk, false}, {std::make_shared<ReadOnlyLayer>(disk, 0), false}, {remote, true}});
+    std::vector<StoreChain::Level> levels{{disk, false}};
+    for (const auto& layer : disk->layers()) levels.push_back({layer, false});
+    levels.push_back({remote, true});
+    chain = StoreChain(std::move(levels));
   }
   void put_in_layer(const Entry& e) { ASSERT_TRUE(DiskCache(cache_config(layer_dir.path())).store(e)); }
 };
@@ -296,27 +299,34 @@ TEST(StoreChainDisk, ModeOffIsAMissInEveryDiskLevel) {
 }
 
 TEST(ReadOnlyLayer, IsNeverWrittenAndNamesItsLayer) {
-  TempDir root, layer;
-  auto cfg = cache_config(root.path());
-  cfg.layers = {layer.path()};
-  auto disk = std::make_shared<DiskCache>(cfg);
-  ReadOnlyLayer l(disk, 0);
+  TempDir layer;
+  ReadOnlyLayer l(layer.path(), CacheMode::ReadWrite);
   EXPECT_FALSE(l.writable());
   EXPECT_FALSE(l.put(make_entry("chain-layer-put")));
   EXPECT_TRUE(kjit::testing::files_under(layer.path()).empty());
   EXPECT_EQ(l.describe(), layer.path().string() + " (read-only layer)");
 }
 
-TEST(ReadOnlyLayer, ABadIndexOrNoDiskIsRefused) {
-  TempDir root;
-  auto disk = std::make_shared<DiskCache>(cache_config(root.path()));
+TEST(ReadOnlyLayer, AnEmptyRootOrABadTargetIsRefused) {
   try {
-    ReadOnlyLayer l(disk, 0);
+    ReadOnlyLayer l("", CacheMode::ReadWrite);
     FAIL() << "expected kjit::ValueError";
   } catch (const kjit::ValueError& e) {
-    EXPECT_TRUE(contains(e.what(), "read-only layer 0 does not exist")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "has 0 layers")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "a read-only layer needs a directory, got an empty path")) << e.what();
   }
-  EXPECT_THROW(ReadOnlyLayer(nullptr, 0), kjit::ValueError);
-  EXPECT_THROW(disk->load_layer(0, make_entry("chain-layer-index").key, "sm_90"), kjit::ValueError);
+  TempDir layer;
+  ReadOnlyLayer l(layer.path(), CacheMode::ReadWrite);
+  EXPECT_THROW(l.get(make_entry("chain-layer-target").key, "../sm_90"), kjit::ValueError);
+}
+
+TEST(ReadOnlyLayer, TheDiskCacheMakesOnePerConfiguredLayerAndNoneInModeOff) {
+  TempDir root, a, b;
+  auto cfg = cache_config(root.path());
+  cfg.layers = {a.path(), "", b.path()};
+  DiskCache disk(cfg);
+  ASSERT_EQ(disk.layers().size(), 2u) << "an empty path is no layer";
+  EXPECT_EQ(disk.layers()[0]->root(), a.path());
+  EXPECT_EQ(disk.layers()[1]->root(), b.path());
+  cfg.mode = CacheMode::Off;
+  EXPECT_TRUE(DiskCache(cfg).layers().empty());
 }

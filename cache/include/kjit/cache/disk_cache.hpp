@@ -1,10 +1,11 @@
 // DiskCache: checksummed single-file entries under <root>/v1/<target>/<key[0:2]>/<key>.kjit,
 // a writable layer plus read-only layers, atomic publish, per-key flock, LRU size cap.
 //
-// As a Store (store.hpp) it is the writable layer: get() and put() read and write the root only; each
-// read-only layer is a Store of its own (ReadOnlyLayer, read through load_layer()), so that a
+// As a Store (store.hpp) it is the writable layer: get() and put() read and write the root only. Each
+// read-only layer is a Store of its own (ReadOnlyLayer, made from the config: layers()), so that a
 // StoreChain puts the layers in their place in the lookup order. load() reads the root, then the
 // layers, for the disk's own callers (load_or_produce, tools); list, prune and clear are the disk's.
+// Entries are read by EntryReader (entry_reader.hpp), under the rules below.
 //
 // Failure policy: nothing here crashes the process or returns a damaged entry.
 //  - A damaged entry is a miss; in the writable layer it is removed; a warning says so once per key.
@@ -35,6 +36,8 @@
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/cache_mode.hpp"
 #include "kjit/cache/entry.hpp"
+#include "kjit/cache/entry_reader.hpp"
+#include "kjit/cache/read_only_layer.hpp"
 #include "kjit/cache/store.hpp"
 #include "kjit/cache/trust.hpp"
 
@@ -80,17 +83,16 @@ class DiskCache final : public Store {
 
   // Store: the writable layer (the root) alone, with load()'s validation and policy; put() is store().
   // A miss in mode off and for a root refused at construction (others could write it).
+  // Throws kjit::ValueError when `target` cannot be a directory name.
   std::optional<Entry> get(const CacheKey& key, const std::string& target) override;
   bool put(const Entry& entry) override { return store(entry); }
-  // Read-only layer `index` of config().layers, with load()'s validation and trust rules (the layer's
-  // kjit.lock); nothing is removed there. A miss in mode off. ReadOnlyLayer is its Store.
-  // Throws kjit::ValueError for an index out of range or a bad target.
-  std::optional<Entry> load_layer(std::size_t index, const CacheKey& key, const std::string& target);
+  // The read-only layers of config().layers (empty paths skipped), in order; none in mode off.
+  const std::vector<std::shared_ptr<ReadOnlyLayer>>& layers() const noexcept { return layers_; }
 
   // Path of an entry in the writable layer.
   std::filesystem::path entry_path(const CacheKey& key, const std::string& target) const;
 
-  // Looks in the writable layer, then each read-only layer: get(), then load_layer() of each.
+  // Looks in the writable layer, then each read-only layer: get(), then each of layers().
   // Validates everything (the entry's key, and filed_target(meta) == target); a damaged entry is a
   // miss (removed if in the writable layer; warned once). A hit in the writable layer refreshes the entry's mtime (LRU).
   // Throws kjit::ValueError when `target` cannot be a directory name.
@@ -122,25 +124,6 @@ class DiskCache final : public Store {
 
  private:
   void degrade(const std::string& why);
-  // Looks in one layer; a damaged entry is reported (and removed when `is_writable_layer`).
-  std::optional<Entry> load_from(const std::filesystem::path& layer_root, bool is_writable_layer,
-                                 const CacheKey& key, const std::string& target);
-  // Warns (once per layer) that an entry there exists but this user may not read it, and what to do;
-  // silent for a root already reported unusable.
-  void warn_unreadable(const std::filesystem::path& layer_root, bool is_writable_layer,
-                       const std::filesystem::path& path, const std::string& error) const;
-  // What a miss means in this mode ("it will be recompiled", or strict's cache miss).
-  std::string miss_consequence() const;
-  // Why the entry at `path` (read as `bytes`, fstat `st`) may not be loaded from `layer_root` (see
-  // trust.hpp); empty `why` when it may. `topic` says once per what the warning is given: the file, or
-  // the whole layer when its lock is the problem.
-  struct Distrust {
-    std::string why, topic;
-  };
-  Distrust distrust(const std::filesystem::path& layer_root, bool read_only_layer, const std::filesystem::path& path,
-                    const struct stat& st, std::string_view bytes) const;
-  // The layer's kjit.lock, read again when the file changed since it was last read.
-  std::shared_ptr<const LayerLock> layer_lock(const std::filesystem::path& layer_root) const;
   // The cheap size-only LRU pass after a store (no validation); never evicts `keep`.
   void evict_to(std::uint64_t max_bytes, const std::filesystem::path& keep);
   struct Layer {
@@ -153,9 +136,9 @@ class DiskCache final : public Store {
 
   DiskCacheConfig config_;
   uid_t uid_;                   // the effective user: the owner entries must have to be trusted
+  EntryReader root_reader_;     // reads config_.root
+  std::vector<std::shared_ptr<ReadOnlyLayer>> layers_;
   mutable std::mutex mu_;
-  // The kjit.lock of each read-only layer, as last read.
-  mutable std::map<std::filesystem::path, std::shared_ptr<const LayerLock>> layer_locks_;
   bool usable_ = false;         // writable root exists and is usable
   bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
   bool root_untrusted_ = false; // others could have written the root: it is not even read

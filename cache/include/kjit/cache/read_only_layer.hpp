@@ -1,36 +1,39 @@
-// ReadOnlyLayer: one read-only layer of a DiskCache (KJIT_CACHE_PATH: a warm cache baked into an image)
-// as a Store, so that a StoreChain consults it in its place, after the writable disk.
+// ReadOnlyLayer: a read-only cache root (KJIT_CACHE_PATH: a warm cache baked into an image, `kjit export`)
+// as a Store, which a StoreChain consults after the writable disk.
 //
-// The layer is read by its DiskCache, under the same rules as every disk entry (trust.hpp: an entry not
-// owned by the user is loaded only when the layer's kjit.lock lists its SHA-256; entry_check.hpp), with
-// the same warnings once: the trust state (the user, each layer's kjit.lock as last read) is the disk
-// cache's, as are listing and verifying the layers (`kjit ls`, `kjit verify`). Never written.
+// Read under the rules of every disk entry (entry_reader.hpp): an entry the user does not own is loaded
+// only when the layer's kjit.lock lists its SHA-256; a damaged entry is a miss, warned once and left in
+// place. Never written: a layer is a deployment artifact, read in place. The DiskCache it is configured
+// with makes it (DiskCache::layers()) and lists it (`kjit ls`, `kjit verify`).
 #pragma once
 
-#include <cstddef>
-#include <memory>
+#include <filesystem>
 #include <optional>
 #include <string>
 
-#include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/cache_mode.hpp"
+#include "kjit/cache/entry_reader.hpp"
 #include "kjit/cache/store.hpp"
 
 namespace kjit::cache {
 
 class ReadOnlyLayer final : public Store {
  public:
-  // Layer `index` of disk->config().layers. Throws kjit::ValueError for a null disk or an index out of
-  // range.
-  ReadOnlyLayer(std::shared_ptr<DiskCache> disk, std::size_t index);
+  // `mode`: the cache mode of the process (off: every lookup is a miss; strict: the warnings say a miss
+  // is not recompiled). Throws kjit::ValueError for an empty root.
+  ReadOnlyLayer(std::filesystem::path root, CacheMode mode);
 
+  const std::filesystem::path& root() const noexcept { return reader_.root(); }
+
+  // Throws kjit::ValueError when `target` cannot be a directory name.
   std::optional<Entry> get(const CacheKey& key, const std::string& target) override;
-  bool put(const Entry&) override { return false; }  // a deployment artifact: read in place
+  bool put(const Entry&) override { return false; }
   bool writable() const override { return false; }
   std::string describe() const override;
 
  private:
-  std::shared_ptr<DiskCache> disk_;
-  std::size_t index_;
+  EntryReader reader_;
+  CacheMode mode_;
 };
 
 }  // namespace kjit::cache
