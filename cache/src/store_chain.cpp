@@ -24,7 +24,8 @@ std::string what_of(std::exception_ptr e) {
 
 // Warns once per store and failure kind; the level's failure is not the caller's.
 void warn_level(const Store& store, const std::string& kind, const std::string& message) {
-  log::warn_once("cache-store-" + kind + ":" + store.describe(), "kjit cache: " + message + " (said once for this store).");
+  log::warn_once("cache-store-" + kind + ":" + store.describe(),
+                 "kjit cache: " + message + " (said once for this store).");
 }
 
 }  // namespace
@@ -32,16 +33,17 @@ void warn_level(const Store& store, const std::string& kind, const std::string& 
 StoreChain::StoreChain(std::vector<Level> levels) : levels_(std::move(levels)) {
   for (std::size_t i = 0; i < levels_.size(); ++i)
     if (!levels_[i].store)
-      throw ValueError("kjit cache: level " + std::to_string(i) + " of a StoreChain has no store; every level needs one");
+      throw ValueError("kjit cache: level " + std::to_string(i) +
+                       " of a StoreChain has no store; every level needs one");
 }
 
 std::optional<StoreChain::Hit> StoreChain::get(const CacheKey& key, const std::string& target) const {
   layout::check_target(target);  // a bad request is the caller's error, not a level's failure
   for (std::size_t i = 0; i < levels_.size(); ++i) {
-    const Store& store = *levels_[i].store;
+    Store& store = *levels_[i].store;
     std::optional<Entry> entry;
     try {
-      entry = levels_[i].store->get(key, target);
+      entry = store.get(key, target);
     } catch (...) {
       warn_level(store, "failed",
                  store.describe() + " failed to look up an entry (" + what_of(std::current_exception()) +
@@ -52,7 +54,8 @@ std::optional<StoreChain::Hit> StoreChain::get(const CacheKey& key, const std::s
     if (entry->key != key || filed_target(entry->meta) != target) {
       warn_level(store, "mismatch",
                  store.describe() + " answered a lookup of key " + key.hex() + " for '" + target +
-                     "' with the entry of key " + entry->key.hex() + " for '" + filed_target(entry->meta).substr(0, 64) +
+                     "' with the entry of key " + entry->key.hex() + " for '" +
+                     filed_target(entry->meta).substr(0, 64) +
                      "'; it is ignored (a miss) and the next store is consulted");
       continue;
     }

@@ -94,7 +94,8 @@ class DiskCache final : public Store {
 
   // Looks in the writable layer, then each read-only layer: get(), then each of layers().
   // Validates everything (the entry's key, and filed_target(meta) == target); a damaged entry is a
-  // miss (removed if in the writable layer; warned once). A hit in the writable layer refreshes the entry's mtime (LRU).
+  // miss (removed if in the writable layer; warned once). A hit in the writable layer refreshes the
+  // entry's mtime (LRU).
   // Throws kjit::ValueError when `target` cannot be a directory name.
   std::optional<Entry> load(const CacheKey& key, const std::string& target);
 
