@@ -23,18 +23,13 @@ const char* capture_forbids_compile(CUstream stream) noexcept {
   }
 }
 
-namespace python {
-namespace {
-
-// The Driver API launches into the thread's current context; PyTorch's runtime calls make the
-// device's primary context current lazily, so make sure of it (one cheap call when it already is).
 void ensure_context(int device) {
   const DriverLibrary& d = DriverLibrary::get();
   CUcontext ctx = nullptr;
   if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) make_primary_context_current(device);
 }
 
-}  // namespace
+namespace python {
 
 void DeviceContext::enter(int device) {
   if (const TorchHooks* h = torch_hooks()) {

@@ -15,6 +15,10 @@ extern const char* const kCaptureForbidsCompile;
 // when it is, else nullptr. Never throws.
 const char* capture_forbids_compile(CUstream stream) noexcept;
 
+// The Driver API launches into the thread's current context; PyTorch's runtime calls make the device's
+// primary context current lazily, so make sure of it (one cheap call when a context is current).
+void ensure_context(int device);
+
 namespace python {
 
 // Construct it before looking a kernel up: pass `compile_forbidden` to KernelFamily::get and `stream`

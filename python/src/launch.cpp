@@ -6,7 +6,6 @@
 #include <string>
 #include <utility>
 
-#include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 
 namespace kjit {
@@ -77,16 +76,6 @@ int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<cons
     }
   });
 }
-
-namespace {
-// The Driver API launches into the thread's current context; PyTorch's runtime calls make the
-// device's primary context current lazily, so make sure of it (one cheap call when it already is).
-void ensure_context(int device) {
-  const DriverLibrary& d = DriverLibrary::get();
-  CUcontext ctx = nullptr;
-  if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) make_primary_context_current(device);
-}
-}  // namespace
 
 LaunchContext::LaunchContext(int device)
     : guard(static_cast<c10::DeviceIndex>(device)),
