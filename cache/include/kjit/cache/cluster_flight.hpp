@@ -1,0 +1,29 @@
+// Cluster-wide single flight: processes on different machines that miss the same (key, target) compile
+// it once. The first takes the compile lease in the remote tier (RedisStore::try_lease, with an expiry),
+// produces the entry, stores it there and lets the lease go; the others wait for the entry and take it.
+// A lease whose holder died expires, and a waiter takes it over; a holder whose produce() throws lets
+// the lease go at once (each waiter then tries for itself, and gets its own error). When the remote
+// tier does not answer, or is read-only, the entry is produced here, unshared: a remote tier never
+// stops a process from compiling.
+//
+// Within one machine the disk cache's per-key lock already lets one process through (DiskCache::
+// load_or_produce calls this under that lock), so each machine sends at most one process per key here.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "kjit/cache/entry.hpp"
+#include "kjit/cache/redis_store.hpp"
+
+namespace kjit::cache {
+
+struct FlightResult {
+  Entry entry;
+  bool fetched = false;  // true: another process produced it (taken from the remote tier)
+};
+
+FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::string& target,
+                          const std::function<Entry()>& produce);
+
+}  // namespace kjit::cache

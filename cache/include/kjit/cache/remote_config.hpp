@@ -1,0 +1,39 @@
+// The remote tier's configuration (a Redis server shared by a deployment): where it is, whether this
+// process may write to it, the deployment secret that seals entries, and its time limits. Plain data:
+// the engine fills it from its settings (kjit/cache_config.hpp, KJIT_REMOTE_CACHE*).
+#pragma once
+
+#include <string>
+
+namespace kjit::cache {
+
+enum class RemoteMode { ReadWrite, Read };
+const char* to_string(RemoteMode mode) noexcept;
+
+// redis://[user:password@]host[:port][/db]
+struct RedisEndpoint {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+  std::string user;      // empty: AUTH with the password alone (Redis < 6 style), or no AUTH
+  std::string password;  // empty: no AUTH
+  // The URL with the password replaced by "***" (for messages and `kjit info`).
+  std::string display() const;
+};
+
+// Parses a redis:// URL. Throws kjit::ValueError saying what is wrong and what is allowed (the caller
+// names the setting it came from).
+RedisEndpoint parse_redis_url(const std::string& url);
+
+// The smallest deployment secret accepted, in bytes.
+inline constexpr std::size_t kMinRemoteSecretBytes = 16;
+
+struct RemoteConfig {
+  RedisEndpoint endpoint;
+  RemoteMode mode = RemoteMode::ReadWrite;
+  std::string secret;      // HMAC-SHA256 key of every entry (entry_seal.hpp); never printed
+  double timeout_s = 1.0;  // connect, and each reply
+  double lease_s = 60.0;   // lifetime of a compile lease (cluster_flight.hpp)
+};
+
+}  // namespace kjit::cache

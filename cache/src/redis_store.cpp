@@ -1,0 +1,280 @@
+#include "kjit/cache/redis_store.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include "kjit/cache/entry_check.hpp"
+#include "kjit/cache/entry_seal.hpp"
+#include "kjit/cache/redis_connection.hpp"
+#include "kjit/log.hpp"
+
+namespace kjit::cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kFirstBackoffS = 1.0;
+constexpr double kMaxBackoffS = 30.0;
+constexpr std::size_t kMaxIdleConnections = 8;
+
+// Deletes the lease only while it holds our token (another process may have taken it over after expiry).
+constexpr std::string_view kReleaseScript =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+std::string new_token() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  const unsigned long long r = (static_cast<unsigned long long>(rd()) << 32) ^ rd();
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(r);
+}
+
+std::string ms_text(double s) { return std::to_string(static_cast<long long>(s * 1000 + 0.5)); }
+
+}  // namespace
+
+// Idle connections, reused by the next operation; a connection that failed is dropped, not returned.
+// A forked child (a DataLoader worker, a multiprocessing fork) must not talk on its parent's sockets:
+// their replies would interleave. It drops the inherited connections (closing its copies of the
+// descriptors leaves the parent's connections open) and opens its own.
+class RedisStore::Pool {
+ public:
+  std::unique_ptr<RedisConnection> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (owner_ != ::getpid()) {
+      idle_.clear();
+      owner_ = ::getpid();
+    }
+    if (idle_.empty()) return nullptr;
+    auto c = std::move(idle_.back());
+    idle_.pop_back();
+    return c;
+  }
+  void give_back(std::unique_ptr<RedisConnection> c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (owner_ == ::getpid() && idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
+  }
+  void clear() {
+    std::vector<std::unique_ptr<RedisConnection>> drop;
+    std::lock_guard<std::mutex> lock(mu_);
+    drop.swap(idle_);
+  }
+
+ private:
+  std::mutex mu_;
+  pid_t owner_ = ::getpid();
+  std::vector<std::unique_ptr<RedisConnection>> idle_;
+};
+
+RedisStore::RedisStore(RemoteConfig config) : config_(std::move(config)), pool_(std::make_unique<Pool>()) {}
+
+RedisStore::~RedisStore() = default;
+
+std::string RedisStore::entry_name(const CacheKey& key, const std::string& target) {
+  return "kjit:v1:" + target + ":" + key.hex();
+}
+
+std::string RedisStore::lease_name(const CacheKey& key, const std::string& target) {
+  return "kjit:v1:lease:" + target + ":" + key.hex();
+}
+
+bool RedisStore::writable() const { return config_.mode == RemoteMode::ReadWrite; }
+
+std::string RedisStore::describe() const {
+  return "remote cache " + config_.endpoint.display() + " (" + to_string(config_.mode) + ")";
+}
+
+bool RedisStore::backing_off() {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return down_ && Clock::now() < retry_at_;
+}
+
+void RedisStore::failed(const std::string& why) {
+  pool_->clear();  // connections opened before the failure are likely dead too
+  bool first;
+  double backoff;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    const Clock::time_point now = Clock::now();
+    first = !down_;
+    // Operations that were under way when the outage began fail too: only a retry that fails (one
+    // made after retry_at_) lengthens the back-off.
+    if (first) backoff_s_ = kFirstBackoffS;
+    else if (now >= retry_at_) backoff_s_ = std::min(backoff_s_ * 2, kMaxBackoffS);
+    else return;
+    down_ = true;
+    retry_at_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_s_));
+    backoff = backoff_s_;
+  }
+  if (first) {
+    log::Event e;
+    e.level = log::Level::Warning;
+    e.kind = "remote_down";
+    e.message = "kjit " + describe() + " does not answer (" + why +
+                "): its lookups are misses and compiles stay local until it answers again (next try in " +
+                ms_text(backoff) + " ms, then less often; said once per outage)";
+    log::warn(std::move(e));
+  }
+}
+
+void RedisStore::answered() {
+  bool was_down;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    was_down = down_;
+    down_ = false;
+    backoff_s_ = 0;
+  }
+  if (was_down) log::info(1, "kjit " + describe() + " answers again");
+}
+
+template <typename Fn>
+auto RedisStore::with_connection(Fn&& fn) -> std::optional<decltype(fn(std::declval<RedisConnection&>()))> {
+  if (backing_off()) return std::nullopt;
+  std::unique_ptr<RedisConnection> c;
+  try {
+    c = pool_->take();
+    if (!c) c = std::make_unique<RedisConnection>(config_.endpoint, config_.timeout_s);
+    auto result = fn(*c);
+    pool_->give_back(std::move(c));
+    answered();
+    return result;
+  } catch (const RemoteError& e) {
+    failed(e.what());
+    return std::nullopt;
+  }
+}
+
+std::optional<Entry> RedisStore::accept(const CacheKey& key, const std::string& target, const std::string& value) {
+  const std::string name = entry_name(key, target);
+  const Unsealed u = unseal_entry(config_.secret, name, value);
+  std::string error = u.error;
+  if (error.empty()) {
+    DecodeResult d = check_entry_bytes(u.entry, key, target);
+    if (d.entry) return std::move(d.entry);
+    error = "its entry is damaged (" + d.error + ")";
+  }
+  log::Event e;
+  e.level = log::Level::Warning;
+  e.kind = "remote_refused";
+  e.key = key.hex();
+  e.target = target;
+  e.message = "kjit " + describe() + ": refused the value of " + name + " (" + std::to_string(value.size()) +
+              " bytes): " + error + "; it is a miss" +
+              (writable() ? ", and the entry compiled here replaces it" : "") +
+              ". If this repeats, check that every writer uses the same KJIT_REMOTE_CACHE_SECRET and that "
+              "nothing else writes kjit:* keys (said once per key)";
+  log::warn_once("remote-refused:" + name, std::move(e));
+  return std::nullopt;
+}
+
+std::optional<Entry> RedisStore::get(const CacheKey& key, const std::string& target) {
+  const std::string name = entry_name(key, target);
+  auto reply = with_connection([&](RedisConnection& c) { return c.command({"GET", name}); });
+  if (!reply || reply->type != RedisReply::Type::String) return std::nullopt;
+  return accept(key, target, reply->str);
+}
+
+bool RedisStore::put(const Entry& entry) {
+  if (!writable()) return false;
+  const std::string target = filed_target(entry.meta);
+  const std::string name = entry_name(entry.key, target);
+  const std::string value = seal_entry(config_.secret, name, encode_entry(entry));
+  auto reply = with_connection([&](RedisConnection& c) { return c.command({"SET", name, value}); });
+  if (!reply) return false;
+  if (reply->type == RedisReply::Type::Error) {
+    log::warn_once("remote-put-refused:" + config_.endpoint.display(),
+                   "kjit " + describe() + " refused to keep an entry (" + reply->str +
+                       "); entries compiled here stay local (said once). A full Redis needs maxmemory-policy "
+                       "allkeys-lru, an ACL user needs +set on kjit:*");
+    return false;
+  }
+  stored_.fetch_add(1);
+  log::Event e;
+  e.kind = "remote_store";
+  e.key = entry.key.hex();
+  e.template_name = entry.meta.template_name;
+  e.kernel = entry.meta.name_expression;
+  e.target = target;
+  e.message = "stored " + entry.meta.name_expression + " for " + target + " in the " + describe();
+  log::emit(std::move(e));
+  return true;
+}
+
+std::optional<std::vector<RedisStore::Fetched>> RedisStore::get_many(
+    const std::vector<std::pair<CacheKey, std::string>>& requests) {
+  if (requests.empty()) return std::vector<Fetched>{};
+  std::vector<std::string> names;
+  names.reserve(requests.size());
+  for (const auto& [key, target] : requests) names.push_back(entry_name(key, target));
+  auto replies = with_connection([&](RedisConnection& c) {
+    RedisConnection::Command mget{"MGET"};
+    for (const auto& n : names) mget.push_back(n);
+    return c.command(mget);
+  });
+  if (!replies) return std::nullopt;
+  std::vector<Fetched> out(requests.size());
+  if (replies->type != RedisReply::Type::Array || replies->elements.size() != requests.size()) return out;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const RedisReply& r = replies->elements[i];
+    if (r.type != RedisReply::Type::String) continue;
+    out[i].entry = accept(requests[i].first, requests[i].second, r.str);
+    out[i].refused = !out[i].entry;
+  }
+  return out;
+}
+
+std::optional<bool> RedisStore::contains(const CacheKey& key, const std::string& target) {
+  const std::string name = entry_name(key, target);
+  auto r = with_connection([&](RedisConnection& c) { return c.command({"EXISTS", name}); });
+  if (!r) return std::nullopt;
+  return r->type == RedisReply::Type::Integer && r->integer > 0;
+}
+
+RedisStore::Lease RedisStore::try_lease(const CacheKey& key, const std::string& target, std::string* token) {
+  if (!writable()) return Lease::Unavailable;
+  const std::string name = lease_name(key, target);
+  const std::string mine = new_token();
+  const std::string px = ms_text(config_.lease_s);
+  auto r = with_connection([&](RedisConnection& c) { return c.command({"SET", name, mine, "NX", "PX", px}); });
+  if (!r || r->type == RedisReply::Type::Error) return Lease::Unavailable;
+  if (r->type == RedisReply::Type::Nil) return Lease::Held;
+  *token = mine;
+  return Lease::Taken;
+}
+
+void RedisStore::release_lease(const CacheKey& key, const std::string& target, const std::string& token) {
+  const std::string name = lease_name(key, target);
+  with_connection([&](RedisConnection& c) { return c.command({"EVAL", kReleaseScript, "1", name, token}); });
+}
+
+std::optional<RedisStore::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {
+  const std::string entry = entry_name(key, target), lease = lease_name(key, target);
+  auto r = with_connection([&](RedisConnection& c) { return c.pipeline({{"EXISTS", entry}, {"EXISTS", lease}}); });
+  if (!r || r->size() != 2) return std::nullopt;
+  Watch w;
+  w.entry = (*r)[0].type == RedisReply::Type::Integer && (*r)[0].integer > 0;
+  w.lease = (*r)[1].type == RedisReply::Type::Integer && (*r)[1].integer > 0;
+  return w;
+}
+
+RedisStore::Probe RedisStore::probe() const {
+  Probe p;
+  const auto t0 = Clock::now();
+  try {
+    RedisConnection c(config_.endpoint, config_.timeout_s);
+    const RedisReply r = c.command({"PING"});
+    if (r.type == RedisReply::Type::Error) {
+      p.error = "PING answered " + r.str;
+    } else {
+      p.answers = true;
+    }
+  } catch (const RemoteError& e) {
+    p.error = e.what();
+  }
+  p.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return p;
+}
+
+}  // namespace kjit::cache

@@ -1,0 +1,51 @@
+// A real redis-server for the remote tier's tests: started on 127.0.0.1 on a free port with its own
+// directory and no persistence, stopped (and reaped) when the object goes. Found on PATH or in
+// /usr/bin, /usr/sbin (Debian's redis-server package, installed by .ci/system_packages.sh). Tests skip
+// without it, unless KJIT_REQUIRE_REDIS=1 (CI), where its absence is a failure.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "kjit/cache/remote_config.hpp"
+
+namespace kjit::testing {
+
+class RedisServer {
+ public:
+  // The redis-server executable, or empty when none is installed.
+  static std::filesystem::path executable();
+  // Why the tests cannot run (no server), or empty; fails (ADD_FAILURE) under KJIT_REQUIRE_REDIS=1.
+  static std::string unavailable_reason();
+
+  // Starts a server on a free port in `dir` and waits until it answers PING (throws std::runtime_error
+  // when it does not within 10 s).
+  explicit RedisServer(const std::filesystem::path& dir);
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+  cache::RedisEndpoint endpoint() const;
+
+  // Stops it (SIGTERM, reaped); start() again on the same port.
+  void stop();
+  void start();
+  // Freezes / resumes it (SIGSTOP / SIGCONT): connections are accepted by the kernel, never answered.
+  void freeze();
+  void thaw();
+
+ private:
+  std::filesystem::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// A fresh free TCP port on 127.0.0.1 (bound and released: good for a server started right after).
+int free_port();
+
+}  // namespace kjit::testing

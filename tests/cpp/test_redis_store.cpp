@@ -1,0 +1,404 @@
+// The remote tier: sealed entries (entry_seal), Redis URLs (remote_config), RedisStore against a real
+// redis-server started by the test (support/redis_server.hpp), cluster-wide single flight
+// (cluster_flight) and the chain's backfill of a remote hit onto the disk.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cache_test_helpers.hpp"
+#include "child_process.hpp"
+#include "kjit/cache/cluster_flight.hpp"
+#include "kjit/cache/entry_seal.hpp"
+#include "kjit/cache/redis_connection.hpp"
+#include "kjit/cache/redis_store.hpp"
+#include "kjit/cache/remote_config.hpp"
+#include "kjit/cache/store_chain.hpp"
+#include "kjit/error.hpp"
+#include "redis_server.hpp"
+#include "test_support.hpp"
+
+namespace kjit {
+namespace {
+
+namespace fs = std::filesystem;
+using cache::RedisStore;
+using testing::make_entry;
+using testing::WarningCapture;
+using Clock = std::chrono::steady_clock;
+
+const std::string kSecret = "a deployment secret of some length";
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ---- sealed values -------------------------------------------------------------------------------
+
+TEST(EntrySeal, ASealedValueUnsealsToItsEntryBytes) {
+  const std::string entry = cache::encode_entry(make_entry("seal-1"));
+  const std::string value = cache::seal_entry(kSecret, "kjit:v1:sm_90:x", entry);
+  ASSERT_EQ(value.size(), cache::kSealHeaderBytes + entry.size());
+  const cache::Unsealed u = cache::unseal_entry(kSecret, "kjit:v1:sm_90:x", value);
+  EXPECT_EQ(u.error, "");
+  EXPECT_EQ(u.entry, entry);
+}
+
+TEST(EntrySeal, EveryAlterationIsRefused) {
+  const std::string entry = cache::encode_entry(make_entry("seal-2"));
+  const std::string name = "kjit:v1:sm_90:y";
+  const std::string value = cache::seal_entry(kSecret, name, entry);
+  auto refused = [&](const std::string& v, const std::string& secret, const std::string& n) {
+    const cache::Unsealed u = cache::unseal_entry(secret, n, v);
+    return !u.error.empty() && u.entry.empty();
+  };
+  std::string changed_entry = value;
+  changed_entry[value.size() - 1] ^= 1;
+  EXPECT_TRUE(refused(changed_entry, kSecret, name)) << "a payload byte changed";
+  std::string changed_tag = value;
+  changed_tag[10] ^= 0x80;
+  EXPECT_TRUE(refused(changed_tag, kSecret, name)) << "a tag byte changed";
+  EXPECT_TRUE(refused(value.substr(0, value.size() - 1), kSecret, name)) << "truncated in the entry";
+  EXPECT_TRUE(refused(value.substr(0, 20), kSecret, name)) << "truncated in the tag";
+  EXPECT_TRUE(refused(entry, kSecret, name)) << "no tag at all (the bare disk entry)";
+  EXPECT_TRUE(refused("", kSecret, name)) << "empty";
+  EXPECT_TRUE(refused(value, kSecret + "!", name)) << "another secret";
+  EXPECT_TRUE(refused(value, kSecret, "kjit:v1:sm_80:y")) << "filed under another name";
+  EXPECT_NE(cache::unseal_entry(kSecret, name, entry).error.find("not a sealed kjit entry"), std::string::npos);
+}
+
+// ---- Redis URLs ------------------------------------------------------------------------------------
+
+TEST(RedisUrl, ParsesEveryForm) {
+  cache::RedisEndpoint e = cache::parse_redis_url("redis://cache.internal");
+  EXPECT_EQ(e.host, "cache.internal");
+  EXPECT_EQ(e.port, 6379);
+  EXPECT_EQ(e.db, 0);
+  e = cache::parse_redis_url("redis://10.0.0.5:6380/3");
+  EXPECT_EQ(e.host, "10.0.0.5");
+  EXPECT_EQ(e.port, 6380);
+  EXPECT_EQ(e.db, 3);
+  e = cache::parse_redis_url("redis://kjit:s3cret@h:1/2");
+  EXPECT_EQ(e.user, "kjit");
+  EXPECT_EQ(e.password, "s3cret");
+  EXPECT_EQ(e.display(), "redis://kjit:***@h:1/2");
+  e = cache::parse_redis_url("redis://onlypass@h");
+  EXPECT_EQ(e.user, "");
+  EXPECT_EQ(e.password, "onlypass");
+  EXPECT_EQ(e.display().find("onlypass"), std::string::npos);
+  e = cache::parse_redis_url("redis://[::1]:7000/");
+  EXPECT_EQ(e.host, "::1");
+  EXPECT_EQ(e.port, 7000);
+}
+
+TEST(RedisUrl, RefusesWhatIsNotOneAndSaysWhatIsAllowed) {
+  for (const char* bad : {"http://h:1", "rediss://h", "redis://", "redis://:6379", "redis://h:0", "redis://h:x",
+                          "redis://h:70000", "redis://h/db", "h:6379", "redis://[::1:7000"}) {
+    try {
+      cache::parse_redis_url(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("redis://[user:password@]host[:port][/db]"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- a real server -----------------------------------------------------------------------------
+
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = testing::RedisServer::unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    dir_ = std::make_unique<testing::TempDir>("kjit-redis");
+    server_ = std::make_unique<testing::RedisServer>(dir_->path() / "redis");
+  }
+
+  cache::RemoteConfig config(cache::RemoteMode mode = cache::RemoteMode::ReadWrite, double lease_s = 60) const {
+    cache::RemoteConfig c;
+    c.endpoint = server_->endpoint();
+    c.mode = mode;
+    c.secret = kSecret;
+    c.timeout_s = 0.5;
+    c.lease_s = lease_s;
+    return c;
+  }
+  // Another process of the deployment (its own connections, its own back-off).
+  std::shared_ptr<RedisStore> machine(cache::RemoteMode mode = cache::RemoteMode::ReadWrite, double lease_s = 60) const {
+    return std::make_shared<RedisStore>(config(mode, lease_s));
+  }
+  cache::RedisReply redis(const cache::RedisConnection::Command& args) const {
+    cache::RedisConnection c(server_->endpoint(), 2.0);
+    return c.command(args);
+  }
+  long long dbsize() const { return redis({"DBSIZE"}).integer; }
+
+  std::unique_ptr<testing::TempDir> dir_;
+  std::unique_ptr<testing::RedisServer> server_;
+};
+
+TEST_F(RedisStoreTest, AnEntryPutByOneMachineIsFoundByAnother) {
+  const cache::Entry e = make_entry("remote-roundtrip");
+  auto a = machine();
+  ASSERT_TRUE(a->put(e));
+  EXPECT_EQ(a->stored(), 1u);
+  auto got = machine()->get(e.key, "sm_90");
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(testing::same_entry(*got, e));
+  EXPECT_FALSE(machine()->get(e.key, "sm_80")) << "another target is another entry";
+  EXPECT_FALSE(machine()->get(testing::key_for("remote-absent"), "sm_90"));
+  EXPECT_EQ(redis({"EXISTS", RedisStore::entry_name(e.key, "sm_90")}).integer, 1);
+}
+
+TEST_F(RedisStoreTest, AValueChangedInRedisIsRefusedAndReplacedByTheNextPut) {
+  const cache::Entry e = make_entry("remote-tampered", "sm_90", 4096);
+  auto a = machine();
+  ASSERT_TRUE(a->put(e));
+  const std::string name = RedisStore::entry_name(e.key, "sm_90");
+  redis({"SETRANGE", name, "3000", "XX"});
+  WarningCapture warnings;
+  EXPECT_FALSE(machine()->get(e.key, "sm_90"));
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_NE(warnings.all().find("refused the value of " + name), std::string::npos) << warnings.all();
+  ASSERT_TRUE(a->put(e));  // what a process that compiled it does
+  EXPECT_TRUE(machine()->get(e.key, "sm_90"));
+}
+
+TEST_F(RedisStoreTest, ValuesThatWereNotSealedByThisDeploymentAreRefused) {
+  const cache::Entry e = make_entry("remote-forged");
+  const std::string name = RedisStore::entry_name(e.key, "sm_90");
+  const std::string bytes = cache::encode_entry(e);
+  cache::RemoteConfig other = config();
+  other.secret = "another deployment's secret!";
+  ASSERT_TRUE(RedisStore(other).put(e));
+  WarningCapture warnings;
+  EXPECT_FALSE(machine()->get(e.key, "sm_90")) << "sealed with another secret";
+  redis({"SET", name, bytes});
+  EXPECT_FALSE(machine()->get(e.key, "sm_90")) << "the bare entry, no tag";
+  redis({"SET", name, cache::seal_entry(kSecret, name, bytes.substr(0, bytes.size() - 5))});
+  EXPECT_FALSE(machine()->get(e.key, "sm_90")) << "a truncated entry, sealed after truncation";
+  // A valid value of another key copied under this key's name.
+  const cache::Entry f = make_entry("remote-forged-other");
+  ASSERT_TRUE(machine()->put(f));
+  redis({"COPY", RedisStore::entry_name(f.key, "sm_90"), name, "REPLACE"});
+  EXPECT_FALSE(machine()->get(e.key, "sm_90")) << "another key's value";
+  EXPECT_EQ(warnings.count(), 1u) << "once per key: " << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AReadOnlyClientNeverWritesAnything) {
+  const cache::Entry e = make_entry("remote-readonly");
+  auto reader = machine(cache::RemoteMode::Read);
+  EXPECT_FALSE(reader->writable());
+  EXPECT_FALSE(reader->put(e));
+  std::string token;
+  EXPECT_EQ(reader->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Unavailable);
+  int produced = 0;
+  cache::FlightResult r = cache::produce_once(*reader, e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_FALSE(r.fetched);
+  EXPECT_EQ(dbsize(), 0);
+  ASSERT_TRUE(machine()->put(e));
+  EXPECT_TRUE(reader->get(e.key, "sm_90")) << "but it reads";
+}
+
+TEST_F(RedisStoreTest, AStoppedServerIsAMissWithOneWarningThenABackoffAndItIsUsedAgainOnceBack) {
+  const cache::Entry e = make_entry("remote-down");
+  auto a = machine();
+  ASSERT_TRUE(a->put(e));
+  server_->stop();
+  WarningCapture warnings;
+  EXPECT_FALSE(a->get(e.key, "sm_90"));
+  EXPECT_FALSE(a->put(e));
+  EXPECT_FALSE(a->contains(e.key, "sm_90"));
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(a->get(e.key, "sm_90"));
+  EXPECT_LT(seconds_since(t0), 0.5) << "backing off: no connection attempt per lookup";
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_NE(warnings.all().find("does not answer"), std::string::npos) << warnings.all();
+  server_->start();  // empty again: no persistence
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the first back-off is 1 s
+  ASSERT_TRUE(a->put(e));
+  EXPECT_TRUE(a->get(e.key, "sm_90"));
+  EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AServerThatStopsAnsweringCostsOneTimeoutNotAHang) {
+  const cache::Entry e = make_entry("remote-frozen");
+  auto a = machine();
+  ASSERT_TRUE(a->put(e));
+  server_->freeze();
+  WarningCapture warnings;
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(a->get(e.key, "sm_90"));  // the pooled connection: the reply times out (0.5 s)
+  EXPECT_FALSE(a->get(e.key, "sm_90"));  // backing off
+  int produced = 0;
+  cache::produce_once(*a, e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_LT(seconds_since(t0), 3.0);
+  server_->thaw();
+  EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, EightMachinesMissingTheSameKeyProduceItOnce) {
+  const cache::Entry e = make_entry("remote-flight");
+  std::atomic<int> produced{0};
+  std::atomic<int> fetched{0};
+  std::vector<std::thread> threads;
+  std::vector<cache::Entry> results(8);
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] {
+      auto m = machine();
+      cache::FlightResult r = cache::produce_once(*m, e.key, "sm_90", [&] {
+        produced.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        return e;
+      });
+      if (r.fetched) fetched.fetch_add(1);
+      results[i] = r.entry;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(produced.load(), 1);
+  EXPECT_EQ(fetched.load(), 7);
+  for (const auto& r : results) EXPECT_TRUE(testing::same_entry(r, e));
+  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0) << "the lease is gone";
+}
+
+TEST_F(RedisStoreTest, OneStoreServesEightThreadsThroughAServerRestart) {
+  // One process's store, shared by its threads (the pool, the back-off state): every operation either
+  // works or is a miss, and the store answers again after the restart. Run under TSan by .ci/tsan.sh.
+  auto store = machine();
+  std::atomic<bool> stop{false};
+  std::atomic<int> hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const cache::Entry e = make_entry("remote-threads-" + std::to_string(t) + "-" + std::to_string(i % 4));
+        store->put(e);
+        if (store->get(e.key, "sm_90")) hits.fetch_add(1);
+        store->contains(e.key, "sm_90");
+      }
+    });
+  WarningCapture warnings;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server_->stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server_->start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  const int before = hits.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_GT(before, 0);
+  EXPECT_GT(hits.load(), before) << "it answers again after the restart";
+  EXPECT_EQ(warnings.count(), 1u) << "one warning for the outage: " << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AForkedChildOpensItsOwnConnectionsInsteadOfSharingItsParents) {
+  auto store = machine();
+  const cache::Entry a = make_entry("remote-fork-parent"), b = make_entry("remote-fork-child", "sm_90", 100000);
+  ASSERT_TRUE(store->put(a));  // the parent now has a pooled connection that a child inherits
+  ASSERT_TRUE(store->put(b));
+  std::atomic<bool> child_done{false};
+  testing::ChildResult child;
+  std::thread runner([&] {
+    child = testing::ChildRun::run([&](testing::ChildChecks& c) {
+      for (int i = 0; i < 300; ++i) {
+        auto got = store->get(b.key, "sm_90");
+        if (!c.check(got && got->key == b.key && got->payload == b.payload, "child get " + std::to_string(i))) return;
+      }
+    });
+    child_done = true;
+  });
+  WarningCapture warnings;
+  int parent_ok = 0, rounds = 0;
+  for (; !child_done.load() || rounds < 300; ++rounds) {
+    auto got = store->get(a.key, "sm_90");
+    if (got && got->key == a.key && got->payload == a.payload) ++parent_ok;
+  }
+  runner.join();
+  EXPECT_TRUE(child.failures.empty()) << child.failures.front();
+  EXPECT_EQ(parent_ok, rounds);
+  EXPECT_EQ(warnings.count(), 0u) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, ALeaseWhoseHolderDiedExpiresAndIsTakenOver) {
+  const cache::Entry e = make_entry("remote-dead-holder");
+  std::string token;
+  ASSERT_EQ(machine(cache::RemoteMode::ReadWrite, 0.4)->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Taken);
+  // Its holder "dies": nobody releases it.
+  int produced = 0;
+  const auto t0 = Clock::now();
+  cache::FlightResult r = cache::produce_once(*machine(), e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_FALSE(r.fetched);
+  EXPECT_GE(seconds_since(t0), 0.3) << "it waited for the lease";
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_TRUE(machine()->get(e.key, "sm_90")) << "and published the entry";
+}
+
+TEST_F(RedisStoreTest, AHolderWhoseCompileFailsLetsTheLeaseGoAtOnce) {
+  const cache::Entry e = make_entry("remote-failing-holder");
+  auto a = machine();
+  EXPECT_THROW(cache::produce_once(*a, e.key, "sm_90", []() -> cache::Entry { throw CompileError("bad", "", "", {}, ""); }),
+               CompileError);
+  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0);
+  EXPECT_EQ(redis({"EXISTS", RedisStore::entry_name(e.key, "sm_90")}).integer, 0);
+}
+
+TEST_F(RedisStoreTest, ALeaseIsReleasedOnlyByItsHolder) {
+  const cache::Entry e = make_entry("remote-lease-token");
+  auto a = machine(), b = machine();
+  std::string ta, tb;
+  ASSERT_EQ(a->try_lease(e.key, "sm_90", &ta), RedisStore::Lease::Taken);
+  EXPECT_EQ(b->try_lease(e.key, "sm_90", &tb), RedisStore::Lease::Held);
+  b->release_lease(e.key, "sm_90", "not-the-token");
+  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 1);
+  a->release_lease(e.key, "sm_90", ta);
+  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0);
+}
+
+TEST_F(RedisStoreTest, GetManyFetchesEveryRequestInOneRoundTrip) {
+  std::vector<std::pair<cache::CacheKey, std::string>> asks;
+  for (int i = 0; i < 3; ++i) {
+    const cache::Entry e = make_entry("remote-many-" + std::to_string(i));
+    ASSERT_TRUE(machine()->put(e));
+    asks.emplace_back(e.key, "sm_90");
+  }
+  asks.emplace_back(testing::key_for("remote-many-absent"), "sm_90");
+  const auto got = machine()->get_many(asks);
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE((*got)[i].entry && (*got)[i].entry->key == asks[i].first);
+  EXPECT_FALSE((*got)[3].entry);
+  EXPECT_FALSE((*got)[3].refused);
+}
+
+TEST_F(RedisStoreTest, AChainCopiesARemoteHitOntoTheDisk) {
+  const cache::Entry e = make_entry("remote-backfill");
+  ASSERT_TRUE(machine()->put(e));
+  auto disk = std::make_shared<cache::DiskCache>(testing::cache_config(dir_->path() / "disk"));
+  cache::StoreChain chain({{disk, false}, {machine(), true}});
+  auto hit = chain.get(e.key, "sm_90");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->level, 1u);
+  EXPECT_TRUE(disk->get(e.key, "sm_90")) << "backfilled";
+  server_->stop();
+  auto again = chain.get(e.key, "sm_90");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->level, 0u);
+}
+
+}  // namespace
+}  // namespace kjit
