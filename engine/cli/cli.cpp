@@ -83,6 +83,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     commands.push_back(add_info_command(app, ctx));
     commands.push_back(add_compile_command(app, ctx));
     for (auto& c : add_warm_commands(app, ctx)) commands.push_back(std::move(c));
+    commands.push_back(add_prefetch_command(app, ctx));
     for (auto& c : add_cache_commands(app, ctx)) commands.push_back(std::move(c));
 
     try {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "commands.hpp"
 #include "context.hpp"
@@ -119,11 +120,49 @@ Json cache_facts(Context& ctx) {
   return j;
 }
 
+// The remote tier: where, in which mode, and whether it answers a PING now.
+Json remote_facts(Context& ctx) {
+  const Settings& s = ctx.settings();
+  Json j;
+  j["configured"] = s.remote_cache.has_value();
+  if (!s.remote_cache) return j;
+  const cache::RemoteConfig& c = *s.remote_cache;
+  j["url"] = c.endpoint.display();
+  j["mode"] = cache::to_string(c.mode);
+  j["timeout_s"] = c.timeout_s;
+  j["lease_s"] = c.lease_s;
+  cache::RedisStore* remote = ctx.engine().remote();
+  if (!remote) {
+    j["used"] = false;  // KJIT_CACHE_MODE=off: no cache at all
+    return j;
+  }
+  j["used"] = true;
+  const cache::RedisStore::Probe p = remote->probe();
+  j["answers"] = p.answers;
+  j["ms"] = p.ms;
+  j["error"] = p.error;
+  return j;
+}
+
+// A variable's value as `kjit info` shows it: never the deployment secret, nor a password in a URL.
+Json shown_value(const std::string& name, const char* value) {
+  if (!value) return nullptr;
+  if (name == "KJIT_REMOTE_CACHE_SECRET") return "(set, " + std::to_string(std::strlen(value)) + " bytes, not shown)";
+  if (name == "KJIT_REMOTE_CACHE") {
+    try {
+      return cache::parse_redis_url(value).display();
+    } catch (const Error&) {
+      return "(set, not a valid Redis URL)";
+    }
+  }
+  return value;
+}
+
 Json setting_facts() {
   Json j = Json::object();
   for (const SettingInfo& s : setting_registry()) {
     const char* v = std::getenv(s.name);
-    j[s.name] = {{"value", v ? Json(v) : Json(nullptr)}, {"allowed", s.allowed}, {"description", s.description}};
+    j[s.name] = {{"value", shown_value(s.name, v)}, {"allowed", s.allowed}, {"description", s.description}};
   }
   return j;
 }
@@ -136,6 +175,7 @@ Json gather(Context& ctx) {
   j["driver"] = driver_facts();
   j["gpus"] = gpu_facts();
   j["cache"] = cache_facts(ctx);
+  j["remote_cache"] = remote_facts(ctx);
   j["settings"] = setting_facts();
   return j;
 }
@@ -194,6 +234,16 @@ void print_human(std::ostream& out, const Json& j) {
                          ? std::string("(no limit)")
                          : std::to_string(c["max_bytes"].get<std::uint64_t>()) + " (" +
                                human_bytes(c["max_bytes"].get<std::uint64_t>()) + ")");
+  const Json& r = j["remote_cache"];
+  if (!r["configured"].get<bool>()) {
+    k.add("remote cache", "(none: KJIT_REMOTE_CACHE is not set)");
+  } else {
+    std::string line = r["url"].get<std::string>() + " (" + r["mode"].get<std::string>() + "): ";
+    if (!r["used"].get<bool>()) line += "not used (KJIT_CACHE_MODE=off)";
+    else if (r["answers"].get<bool>()) line += "answers (PING " + human_ms(r["ms"].get<double>()) + ")";
+    else line += "does not answer: " + r["error"].get<std::string>();
+    k.add("remote cache", line);
+  }
   k.print(out);
 
   out << "\nSettings\n";

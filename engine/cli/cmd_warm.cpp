@@ -1,6 +1,6 @@
-// `kjit warm MANIFEST --arch sm_80,sm_90 [-j N]`: compiles every recorded specialization into the cache
-// for each architecture (no GPU needed). `kjit export MANIFEST --out DIR --arch ...`: the same into DIR
-// as a fresh cache root, then DIR/kjit.lock (checked by `kjit verify --dir DIR --lock DIR/kjit.lock`).
+// `kjit warm MANIFEST --arch sm_80,sm_90 [-j N] [--remote]`: compiles every recorded specialization into
+// the cache for each architecture (no GPU needed; --remote: and into the remote tier, KJIT_REMOTE_CACHE).
+// `kjit export MANIFEST --out DIR --arch ...`: the same into DIR as a fresh cache root, then DIR/kjit.lock (checked by `kjit verify --dir DIR --lock DIR/kjit.lock`).
 // Every job must have stored its entry (else exit status 1); an export starts from an empty DIR, locks
 // exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
@@ -28,6 +28,7 @@ struct WarmRequest {
   std::vector<std::string> archs;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   std::string out_dir;  // export only
+  bool remote = false;  // warm only: also push every entry the remote tier lacks
 };
 
 // Warms `settings`' cache (a fresh Engine that records nothing) and prints the summary.
@@ -37,6 +38,12 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   const std::vector<Target> targets = parse_targets(r.archs);
   settings.record_path.reset();  // warming must not append to a manifest (perhaps the one it reads)
   Engine engine(std::move(settings));
+  if (r.remote && !engine.remote())
+    throw Error("--remote: there is no remote cache tier to push to; set KJIT_REMOTE_CACHE=redis://host:port and "
+                "KJIT_REMOTE_CACHE_SECRET (see `kjit info`)");
+  if (r.remote && !engine.remote()->writable())
+    throw Error("--remote: the " + engine.remote()->describe() +
+                " is read-only (KJIT_REMOTE_CACHE_MODE=read); a writer (CI) runs with KJIT_REMOTE_CACHE_MODE unset or readwrite");
   if (!engine.disk().writable())
     throw Error("the cache is not writable, so nothing warmed would be kept: " + engine.disk().describe() +
                 "; choose a writable directory with --cache-dir or KJIT_CACHE_DIR");
@@ -48,9 +55,12 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   WarmReport report;
   {
     Progress progress(ctx.err, warm_jobs(manifest, targets), Progress::stderr_is_terminal());
-    report = warm(engine, manifest, targets, r.jobs, progress);
+    report = warm(engine, manifest, targets, r.jobs, progress, r.remote);
   }
   report.print(ctx.out, manifest.records().size(), targets.size());
+  if (cache::RedisStore* remote = engine.remote())
+    ctx.out << "remote cache: " << remote->config().endpoint.display() << " (" << cache::to_string(remote->config().mode)
+            << "): " << report.fetched << " fetched, " << report.pushed << " pushed\n";
   return report;
 }
 
@@ -106,6 +116,9 @@ std::vector<Command> add_warm_commands(CLI::App& app, Context& ctx) {
   CLI::App* warm = app.add_subcommand(
       "warm", "Compile every specialization of a manifest into the cache for each --arch (no GPU needed)");
   add_shared_options(warm, *w);
+  warm->add_flag("--remote", w->remote,
+                 "Also store in the remote cache tier (KJIT_REMOTE_CACHE) every entry it lacks, those already on "
+                 "the disk included: how CI fills the tier for a deployment");
 
   auto e = std::make_shared<WarmRequest>();
   CLI::App* exp = app.add_subcommand(

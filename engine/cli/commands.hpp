@@ -22,6 +22,7 @@ Command add_info_command(CLI::App& app, Context& ctx);     // cmd_info.cpp
 Command add_compile_command(CLI::App& app, Context& ctx);  // cmd_compile.cpp
 // warm, export (cmd_warm.cpp).
 std::vector<Command> add_warm_commands(CLI::App& app, Context& ctx);
+Command add_prefetch_command(CLI::App& app, Context& ctx);  // cmd_prefetch.cpp
 // ls, verify, prune, clear (cmd_cache.cpp).
 std::vector<Command> add_cache_commands(CLI::App& app, Context& ctx);
 

@@ -17,35 +17,6 @@
 namespace kjit::cli {
 namespace {
 
-// A record rebuilt as a Specialization (or why it could not be).
-struct Rebuilt {
-  std::optional<Specialization> spec;
-  std::string error;
-};
-
-// Rebuilds every record; each distinct template once.
-std::vector<Rebuilt> rebuild(const cache::Manifest& manifest, WarmReport& report) {
-  std::map<std::string, std::shared_ptr<const Template>> templates;  // by name + recorded digest
-  std::vector<Rebuilt> out;
-  for (const auto& r : manifest.records()) {
-    Rebuilt b;
-    try {
-      const std::string id = (r.builtin ? "builtin:" : "file:") + r.template_name + ":" + r.template_digest;
-      auto it = templates.find(id);
-      if (it == templates.end()) {
-        std::string stale;
-        it = templates.emplace(id, template_of(r, &stale)).first;
-        if (!stale.empty()) report.stale.push_back("template " + r.template_name + ": " + stale);
-      }
-      b.spec.emplace(specialization_of(r, it->second));
-    } catch (const std::exception& e) {
-      b.error = std::string("cannot rebuild the recorded specialization: ") + e.what();
-    }
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
 // The job's entry as the disk cache now holds it: its path in the writable root, or empty when only a
 // read-only layer holds it. Throws Error when no layer holds it: the store failed (the cache says why).
 std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
@@ -59,7 +30,45 @@ std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::filesystem::path();
 }
 
+// Stores the job's entry in the remote tier when it lacks it (a job compiled here was stored already,
+// unless that store failed). Throws Error when it cannot.
+void push_to_remote(Engine& engine, const Prepared& p) {
+  cache::RedisStore& remote = *engine.remote();
+  const std::string& target = cache::filed_target(p.meta);
+  const auto has = remote.contains(p.key, target);
+  if (has && *has) return;
+  const auto entry = engine.disk().load(p.key, target);
+  if (!has || !entry || !remote.put(*entry))
+    throw Error("not stored in the " + remote.describe() + (has ? "" : ", which does not answer") +
+                "; see the warning above, fix it and run the command again");
+}
+
 }  // namespace
+
+std::vector<std::optional<Specialization>> rebuild_records(const cache::Manifest& manifest,
+                                                           std::vector<std::string>& errors,
+                                                           std::vector<std::string>& stale) {
+  std::map<std::string, std::shared_ptr<const Template>> templates;  // by name + recorded digest
+  std::vector<std::optional<Specialization>> out;
+  errors.assign(manifest.records().size(), std::string());
+  for (const auto& r : manifest.records()) {
+    std::optional<Specialization> spec;
+    try {
+      const std::string id = (r.builtin ? "builtin:" : "file:") + r.template_name + ":" + r.template_digest;
+      auto it = templates.find(id);
+      if (it == templates.end()) {
+        std::string note;
+        it = templates.emplace(id, template_of(r, &note)).first;
+        if (!note.empty()) stale.push_back("template " + r.template_name + ": " + note);
+      }
+      spec.emplace(specialization_of(r, it->second));
+    } catch (const std::exception& e) {
+      errors[out.size()] = std::string("cannot rebuild the recorded specialization: ") + e.what();
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
 
 void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targets) const {
   out << count_of(jobs, "job", "jobs") << " (" << count_of(records, "specialization", "specializations") << " x "
@@ -72,10 +81,12 @@ void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targe
 }
 
 WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
-                unsigned threads, Progress& progress) {
+                unsigned threads, Progress& progress, bool push_remote) {
   WarmReport report;
   report.jobs = warm_jobs(manifest, targets);
-  const std::vector<Rebuilt> specs = rebuild(manifest, report);
+  std::vector<std::string> errors;
+  const std::vector<std::optional<Specialization>> specs = rebuild_records(manifest, errors, report.stale);
+  const std::uint64_t stored_before = engine.remote() ? engine.remote()->stored() : 0;
   const auto& records = manifest.records();
 
   std::mutex mu;  // guards report
@@ -87,14 +98,19 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
       const std::string what = records[r].describe() + " for " + target.str();
       std::string line;
       try {
-        if (!specs[r].spec) throw Error(specs[r].error);
-        const Prepared p = engine.prepare(*specs[r].spec, target);
+        if (!specs[r]) throw Error(errors[r]);
+        const Prepared p = engine.prepare(*specs[r], target);
         const std::filesystem::path entry = stored_entry(engine.disk(), p);
+        if (push_remote) push_to_remote(engine, p);
         std::lock_guard<std::mutex> lock(mu);
         if (!entry.empty()) report.entries.push_back(entry);
         if (p.origin == Origin::Compiled) {
           ++report.compiled;
           line = "compiled " + what + " (" + human_ms(p.meta.compile_ms) + ")";
+        } else if (p.origin == Origin::Remote) {
+          ++report.cached;
+          ++report.fetched;
+          line = "fetched " + what + " from the remote cache";
         } else {
           ++report.cached;
           line = "already cached " + what;
@@ -113,6 +129,7 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   worker();
   for (auto& t : pool) t.join();
   progress.finish();
+  if (engine.remote()) report.pushed = static_cast<std::size_t>(engine.remote()->stored() - stored_before);
   std::sort(report.entries.begin(), report.entries.end());
   report.entries.erase(std::unique(report.entries.begin(), report.entries.end()), report.entries.end());
   return report;

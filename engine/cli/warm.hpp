@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,9 @@ struct WarmFailure {
 struct WarmReport {
   std::size_t jobs = 0;      // records x targets
   std::size_t compiled = 0;
-  std::size_t cached = 0;    // already in the cache
+  std::size_t cached = 0;    // already in the cache (the remote tier's included)
+  std::size_t fetched = 0;   // of those, taken from the remote tier
+  std::size_t pushed = 0;    // entries this warm stored in the remote tier
   std::vector<WarmFailure> failed;
   std::vector<std::string> stale;  // one note per record whose template changed since recording
   // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may
@@ -41,7 +44,15 @@ inline std::size_t warm_jobs(const cache::Manifest& m, const std::vector<Target>
   return m.records().size() * targets.size();
 }
 
+// Rebuilds each record of `manifest` as a Specialization; the records that cannot be rebuilt get their
+// reason in `errors` (same index, empty when rebuilt) and notes on changed templates go to `stale`.
+std::vector<std::optional<Specialization>> rebuild_records(const cache::Manifest& manifest,
+                                                           std::vector<std::string>& errors,
+                                                           std::vector<std::string>& stale);
+
+// `push_remote`: also store in the remote tier every job's entry that it lacks (engine.remote() must be
+// writable), e.g. entries that were on the disk already.
 WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
-                unsigned threads, Progress& progress);
+                unsigned threads, Progress& progress, bool push_remote = false);
 
 }  // namespace kjit::cli

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <ctime>
 
+#include "kjit/cache/cluster_flight.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
@@ -70,6 +71,7 @@ const char* to_string(Origin o) noexcept {
     case Origin::Memory: return "memory";
     case Origin::Disk: return "disk";
     case Origin::Compiled: return "compiled";
+    case Origin::Remote: return "remote";
   }
   return "?";
 }
@@ -91,6 +93,12 @@ void Engine::open_stores() {
     disk_ = std::make_shared<cache::DiskCache>(disk_cache_config(settings_));
     std::vector<cache::StoreChain::Level> levels{{disk_, false}};
     for (const auto& layer : disk_->layers()) levels.push_back({layer, false});
+    // Mode off means no cache at all; in every other mode the remote tier is read (strict included: it
+    // fetches, never compiles), and a hit is copied to the disk when the disk is writable.
+    if (settings_.remote_cache && settings_.cache_mode != CacheMode::Off) {
+      remote_ = std::make_shared<cache::RedisStore>(*settings_.remote_cache);
+      levels.push_back({remote_, true});
+    }
     stores_ = cache::StoreChain(std::move(levels));
   });
 }
@@ -103,6 +111,11 @@ cache::DiskCache& Engine::disk() {
 const cache::StoreChain& Engine::stores() {
   open_stores();
   return stores_;
+}
+
+cache::RedisStore* Engine::remote() {
+  open_stores();
+  return remote_.get();
 }
 
 cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
@@ -140,7 +153,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     trace::Range range("load", spec.name_expression());
     for (const auto& [plan, key] : cands) {
       if (auto hit = stores().get(key, dir)) {
-        *origin = Origin::Disk;
+        *origin = stores_.levels()[hit->level].store == remote_ ? Origin::Remote : Origin::Disk;
         return std::move(hit->entry);
       }
     }
@@ -198,8 +211,18 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     count_compile(spec, e.key, m, bin.compile_ms);
     return e;
   };
-  cache::Entry e = disk().load_or_produce(key, dir, produce, &produced);
-  *origin = produced ? Origin::Compiled : Origin::Disk;
+  // With a writable remote tier, the compile is shared by the deployment: one process compiles the key,
+  // stores it there, and the others take it (cluster_flight.hpp); the disk's per-key lock around this
+  // lets one process of each machine through.
+  bool fetched = false;
+  auto produce_shared = [&]() -> cache::Entry {
+    if (!remote_ || !remote_->writable()) return produce();
+    cache::FlightResult r = cache::produce_once(*remote_, key, dir, produce);
+    fetched = r.fetched;
+    return std::move(r.entry);
+  };
+  cache::Entry e = disk().load_or_produce(key, dir, produce_shared, &produced);
+  *origin = fetched ? Origin::Remote : produced ? Origin::Compiled : Origin::Disk;
   return e;
 }
 
@@ -271,7 +294,7 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   try {
     cache::Entry e = obtain_entry(spec, target, cands, &p.origin, &p.log, nullptr);
     if (recorder_) recorder_->record(spec);
-    if (p.origin == Origin::Disk) count_disk_load(spec, e.key, e.meta, micros_since(t0) / 1000.0);
+    count_load(spec, e.key, e.meta, p.origin, micros_since(t0) / 1000.0);
     p.key = e.key;
     p.meta = e.meta;
     if (c.lead) {
@@ -284,6 +307,54 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
     throw;
   }
   return p;
+}
+
+PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Target>>& jobs) {
+  if (!remote())
+    throw Error("there is no remote cache tier to prefetch from: set KJIT_REMOTE_CACHE=redis://host:port (and "
+                "KJIT_REMOTE_CACHE_SECRET) as the processes that fill it do");
+  PrefetchReport r;
+  r.jobs = jobs.size();
+  // The disk levels first (no round trip for what is here), then every candidate key of the others at once.
+  std::vector<std::pair<cache::CacheKey, std::string>> asks;
+  std::vector<std::pair<std::size_t, std::size_t>> ask_range;  // per job not on disk: [first, last) in asks
+  for (const auto& [spec, target] : jobs) {
+    const Candidates cands = candidates(spec, target);
+    const std::string dir = target.str();
+    bool local = false;
+    for (const auto& [plan, key] : cands) local = local || disk().load(key, dir).has_value();
+    if (local) {
+      ++r.on_disk;
+      continue;
+    }
+    const std::size_t first = asks.size();
+    for (const auto& [plan, key] : cands) asks.emplace_back(key, dir);
+    ask_range.emplace_back(first, asks.size());
+  }
+  if (asks.empty()) return r;
+  const auto got = remote_->get_many(asks);
+  if (!got) {
+    r.answered = false;
+    r.missing = ask_range.size();
+    return r;
+  }
+  for (const auto& [first, last] : ask_range) {
+    const cache::Entry* found = nullptr;
+    bool refused = false;
+    for (std::size_t i = first; i < last && !found; ++i) {
+      if ((*got)[i].entry) found = &*(*got)[i].entry;
+      refused = refused || (*got)[i].refused;
+    }
+    if (found) {
+      ++r.fetched;
+      if (disk().writable()) disk().put(*found);
+    } else if (refused) {
+      ++r.refused;
+    } else {
+      ++r.missing;
+    }
+  }
+  return r;
 }
 
 std::shared_ptr<const LoadedKernel> Engine::loaded_for(const Candidates& cands) const {
@@ -348,7 +419,7 @@ Resolved Engine::get(const Specialization& spec, const Target& target, const cha
       c.lead->have_entry = true;
     }
     auto loaded = load_and_publish(spec, std::move(e));
-    if (origin == Origin::Disk) count_disk_load(spec, loaded->key, loaded->meta, micros_since(t0) / 1000.0);
+    count_load(spec, loaded->key, loaded->meta, origin, micros_since(t0) / 1000.0);
     if (c.lead) {
       c.lead->loaded = loaded;
       land(id, *c.lead);
@@ -411,19 +482,28 @@ void Engine::count_compile(const Specialization& spec, const cache::CacheKey& ke
   log::emit(std::move(e));
 }
 
-void Engine::count_disk_load(const Specialization& spec, const cache::CacheKey& key,
-                             const cache::EntryMetadata& meta, double ms) {
-  disk_hits_.fetch_add(1);
-  disk_load_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
+void Engine::count_load(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
+                        Origin origin, double ms) {
+  if (origin != Origin::Disk && origin != Origin::Remote) return;
+  const bool remote = origin == Origin::Remote;
+  if (remote) {
+    remote_hits_.fetch_add(1);
+  } else {
+    disk_hits_.fetch_add(1);
+    disk_load_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
+  }
   {
     std::lock_guard<std::mutex> lock(kernel_stats_mu_);
     KernelStats& k = kernel_stats_for(spec.name_expression());
     ++k.disk_loads;
     k.load_ms += ms;
   }
-  log::Event e = entry_event(log::Level::Debug, "disk_load", spec, key, meta, Origin::Disk, ms);
-  e.message = "loaded " + spec.describe() + " for " + meta.target + " from the disk cache in " + std::to_string(ms) +
-              " ms (key " + e.key.substr(0, 16) + ")";
+  // A remote hit is news (a compile saved by the deployment): Info; a disk hit is routine: Debug.
+  log::Event e = entry_event(remote ? log::Level::Info : log::Level::Debug, remote ? "remote_load" : "disk_load", spec,
+                             key, meta, origin, ms);
+  e.message = "loaded " + spec.describe() + " for " + meta.target + " from the " +
+              (remote ? remote_->describe() : std::string("disk cache")) + " in " + std::to_string(ms) + " ms (key " +
+              e.key.substr(0, 16) + ")";
   log::emit(std::move(e));
 }
 
@@ -437,6 +517,7 @@ EngineStats Engine::stats() const {
   s.memory_hits = memory_hits_.load();
   s.disk_hits = disk_hits_.load();
   s.compiles = compiles_.load();
+  s.remote_hits = remote_hits_.load();
   s.compile_ms = static_cast<double>(compile_us_.load()) / 1000.0;
   s.disk_load_ms = static_cast<double>(disk_load_us_.load()) / 1000.0;
   s.strict_misses = strict_misses_.load();
@@ -450,6 +531,7 @@ void Engine::reset_stats() {
   compile_us_ = 0;
   disk_load_us_ = 0;
   strict_misses_ = 0;
+  remote_hits_ = 0;
   std::lock_guard<std::mutex> lock(kernel_stats_mu_);
   kernel_stats_.clear();
 }

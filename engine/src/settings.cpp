@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -44,6 +46,20 @@ const std::vector<SettingInfo>& setting_registry() {
        "wall-clock limit of one isolated compile (default 300)"},
       {"KJIT_COMPILE_MEMORY", "a positive integer, optional suffix K, M, G",
        "memory one isolated compile may add (default 8G)"},
+      {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
+       "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "
+       "and one compile per key across every process that uses it"},
+      {"KJIT_REMOTE_CACHE_SECRET", "at least 16 bytes",
+       "the deployment secret that signs remote entries (HMAC-SHA256); required with KJIT_REMOTE_CACHE "
+       "(or KJIT_REMOTE_CACHE_SECRET_FILE)"},
+      {"KJIT_REMOTE_CACHE_SECRET_FILE", "a file path",
+       "a file holding the deployment secret (one trailing newline is ignored)"},
+      {"KJIT_REMOTE_CACHE_MODE", "readwrite | read",
+       "read: fetch from the remote tier, never write to it (production, with CI as the writer)"},
+      {"KJIT_REMOTE_CACHE_TIMEOUT", "seconds, a number > 0",
+       "limit of connecting to the remote tier and of each reply (default 1)"},
+      {"KJIT_REMOTE_CACHE_LEASE", "seconds, a number > 0",
+       "how long one process's claim to compile a key lasts before another may take it over (default 60)"},
   };
   return registry;
 }
@@ -138,6 +154,62 @@ static double parse_seconds(const char* var, const std::string& v, const char* h
   return t;
 }
 
+// KJIT_REMOTE_CACHE and its companions; nullopt when KJIT_REMOTE_CACHE is not set.
+template <typename Get>
+static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
+  const auto url = nonempty("KJIT_REMOTE_CACHE");
+  if (!url) return std::nullopt;
+  cache::RemoteConfig c;
+  try {
+    c.endpoint = cache::parse_redis_url(*url);
+  } catch (const ValueError& e) {
+    throw ValueError(std::string("KJIT_REMOTE_CACHE: ") + e.what());
+  }
+  const auto secret = nonempty("KJIT_REMOTE_CACHE_SECRET");
+  const auto secret_file = nonempty("KJIT_REMOTE_CACHE_SECRET_FILE");
+  if (secret && secret_file)
+    throw ValueError("KJIT_REMOTE_CACHE_SECRET and KJIT_REMOTE_CACHE_SECRET_FILE are both set: set one of them "
+                     "(the file keeps the secret out of the environment)");
+  if (secret) {
+    c.secret = *secret;
+  } else if (secret_file) {
+    const fs::path path = absolute_path("KJIT_REMOTE_CACHE_SECRET_FILE", *secret_file);
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw ValueError("KJIT_REMOTE_CACHE_SECRET_FILE='" + path.string() + "' cannot be read (" +
+                       std::strerror(errno) + "); give a file this user can read that holds the deployment secret");
+    std::ostringstream text;
+    text << in.rdbuf();
+    c.secret = text.str();
+    if (!c.secret.empty() && c.secret.back() == '\n') c.secret.pop_back();
+    if (!c.secret.empty() && c.secret.back() == '\r') c.secret.pop_back();
+  } else {
+    throw ValueError("KJIT_REMOTE_CACHE is set (" + c.endpoint.display() +
+                     ") but no deployment secret is: set KJIT_REMOTE_CACHE_SECRET (or KJIT_REMOTE_CACHE_SECRET_FILE, "
+                     "a file that holds it) to the same secret of at least " +
+                     std::to_string(cache::kMinRemoteSecretBytes) +
+                     " bytes in every process of the deployment, e.g. the output of `openssl rand -hex 32`. "
+                     "Entries in Redis are signed with it, so a shared Redis cannot hand a process code that "
+                     "nobody in the deployment compiled");
+  }
+  if (c.secret.size() < cache::kMinRemoteSecretBytes)
+    throw ValueError(std::string(secret ? "KJIT_REMOTE_CACHE_SECRET" : "KJIT_REMOTE_CACHE_SECRET_FILE") + " holds " +
+                     std::to_string(c.secret.size()) + " bytes: allowed at least " +
+                     std::to_string(cache::kMinRemoteSecretBytes) +
+                     " bytes. Use a long random secret, e.g. the output of `openssl rand -hex 32`");
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_MODE")) {
+    if (*v == "readwrite") c.mode = cache::RemoteMode::ReadWrite;
+    else if (*v == "read") c.mode = cache::RemoteMode::Read;
+    else bad_value("KJIT_REMOTE_CACHE_MODE", *v, allowed_of("KJIT_REMOTE_CACHE_MODE"),
+                   "Unset it for the default (readwrite).");
+  }
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_TIMEOUT"))
+    c.timeout_s = parse_seconds("KJIT_REMOTE_CACHE_TIMEOUT", *v, "Example: KJIT_REMOTE_CACHE_TIMEOUT=0.5.");
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_LEASE"))
+    c.lease_s = parse_seconds("KJIT_REMOTE_CACHE_LEASE", *v, "Example: KJIT_REMOTE_CACHE_LEASE=120.");
+  return c;
+}
+
 Settings Settings::from_lookup(const Lookup& get) {
   Settings s;
   auto nonempty = [&](const char* name) -> std::optional<std::string> {
@@ -201,6 +273,7 @@ Settings Settings::from_lookup(const Lookup& get) {
                 "Example: KJIT_COMPILE_MEMORY=16G. Unset it for the default (8G).");
     }
   }
+  s.remote_cache = remote_cache_of(nonempty);
   if (auto v = nonempty("KJIT_VERBOSE"))
     s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));
   if (auto v = nonempty("KJIT_MAX_SPECIALIZATIONS"))

@@ -1,5 +1,5 @@
-"""`python -m kjit COMMAND ...`: the kjit command line (info, compile, warm, export, ls, verify, prune, clear),
-the same as the C++ `kjit` binary, plus `demo`."""
+"""`python -m kjit COMMAND ...`: the kjit command line (info, compile, warm, export, prefetch, ls, verify,
+prune, clear), the same as the C++ `kjit` binary, plus `demo`."""
 
 import sys
 from typing import Sequence

@@ -1,10 +1,12 @@
 """kjit's log records: logging.getLogger("kjit").
 
-Compiles (INFO), disk loads, cache stores (DEBUG), evictions (INFO), strict-mode misses, damaged
-entries, degradations and warnings (WARNING) are records whose data are attributes: ``event``
-("compile", "disk_load", "cache_store", "cache_evict", "strict_miss", "cache_damaged", "degraded",
-"warning", "info"), ``key``, ``template``, ``kernel`` (the name expression), ``target`` (``sm_90``),
-``origin`` ("compiled", "disk") and ``ms`` (None where they do not apply); ``warned`` is True for those
+Compiles (INFO), disk loads, cache stores (DEBUG), evictions (INFO), loads from and stores to the
+remote tier (INFO), strict-mode misses, damaged entries, refused remote entries, a remote tier that
+does not answer, degradations and warnings (WARNING) are records whose data are attributes: ``event``
+("compile", "disk_load", "cache_store", "cache_evict", "remote_load", "remote_store", "strict_miss",
+"cache_damaged", "remote_refused", "remote_down", "degraded", "warning", "info"), ``key``,
+``template``, ``kernel`` (the name expression), ``target`` (``sm_90``), ``origin`` ("compiled", "disk",
+"remote") and ``ms`` (None where they do not apply); ``warned`` is True for those
 also raised as ``kjit.KjitWarning`` (warnings.warn, as before).
 
 Like every library, kjit adds only a NullHandler: records go where the application's logging

@@ -27,6 +27,7 @@ void bind_engine(py::module_& m) {
         d["compile_ms"] = s.compile_ms;
         d["disk_load_ms"] = s.disk_load_ms;
         d["strict_misses"] = s.strict_misses;
+        d["remote_hits"] = s.remote_hits;
         py::dict kernels;
         for (const auto& [name, k] : Engine::global().kernel_stats()) {
           py::dict e;
@@ -53,7 +54,7 @@ void bind_engine(py::module_& m) {
         d["max_specializations"] = policy.max_values();
         return d;
       },
-      "Counters of this process: memory_hits, disk_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
+      "Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
       "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
       "one '(other kernels)' summing the rest); "
       "op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and "

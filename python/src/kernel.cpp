@@ -223,7 +223,7 @@ void bind_kernel(py::module_& m) {
   kernel.def_property_readonly("key", [](const PyKernel& k) { return k.info->key.hex(); },
                                "The cache key (hex SHA-256).")
       .def_property_readonly("origin", [](const PyKernel& k) { return to_string(k.origin); },
-                             "'memory', 'disk' or 'compiled': where this specialize() call found it.")
+                             "'memory', 'disk', 'remote' or 'compiled': where this specialize() call found it.")
       .def_property_readonly("name_expression", [](const PyKernel& k) { return k.info->name_expression; })
       .def_property_readonly("target", [](const PyKernel& k) { return k.info->meta.target; },
                              "What the binary is for: 'sm_90', 'sm_90a' or 'compute_90' (PTX).")

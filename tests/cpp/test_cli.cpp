@@ -91,7 +91,7 @@ TEST_F(CliTest, InfoNamesNvrtcCacheModeAndEverySetting) {
   EXPECT_NE(r.out.find("dir:               " + cache_dir().string() + " (from --cache-dir)"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("mode:              readwrite\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  KJIT_CACHE_MODE           (unset)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  KJIT_CACHE_MODE                (unset)\n"), std::string::npos) << r.out;
   for (const auto& s : kjit::setting_registry())
     EXPECT_NE(r.out.find(std::string("  ") + s.name + " "), std::string::npos) << s.name;
 }
@@ -134,7 +134,7 @@ TEST_F(CliTest, InfoInStrictModeDoesNotLoadNvrtc) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("  loaded:        not loaded (strict mode)\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mode:              strict\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  KJIT_CACHE_MODE           strict\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  KJIT_CACHE_MODE                strict\n"), std::string::npos) << r.out;
   json j = json::parse(kjit({"info", "--json"}).out);
   EXPECT_FALSE(j["nvrtc"]["loaded"].get<bool>());
   EXPECT_EQ(j["nvrtc"]["not_loaded_reason"], "strict mode");
@@ -573,7 +573,7 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
   Result unknown = kjit({"frobnicate"});
   EXPECT_EQ(unknown.code, 2);
   EXPECT_EQ(unknown.err.rfind("kjit: error: unknown command 'frobnicate' (commands: info, compile, warm, export, "
-                              "ls, verify, prune, clear)\n\nkjit " KJIT_VERSION ": ",
+                              "prefetch, ls, verify, prune, clear)\n\nkjit " KJIT_VERSION ": ",
                               0),
             0u)
       << unknown.err;

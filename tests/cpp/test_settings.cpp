@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <map>
+
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache_config.hpp"
@@ -116,4 +119,59 @@ TEST(Settings, RelativeDefaultCacheDirsAreResolvedToo) {
   ScopedCwd cwd(start.path());
   EXPECT_EQ(Settings::from_map({{"XDG_CACHE_HOME", "xdg"}}).cache_dir, start.path() / "xdg" / "kjit");
   EXPECT_EQ(Settings::from_map({{"HOME", "home"}}).cache_dir, start.path() / "home" / ".cache" / "kjit");
+}
+
+// Expects from_map(vars) to throw a ValueError whose message contains each of `parts`.
+static void expect_refused(const std::map<std::string, std::string>& vars, std::vector<std::string> parts) {
+  try {
+    Settings::from_map(vars);
+    ADD_FAILURE() << "accepted";
+  } catch (const ValueError& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
+  EXPECT_FALSE(Settings::from_map({{"HOME", "/h"}}).remote_cache);
+  const std::string secret(32, 's');
+  Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://10.1.2.3:7000/2"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+                                   {"KJIT_REMOTE_CACHE_MODE", "read"}, {"KJIT_REMOTE_CACHE_TIMEOUT", "0.25"},
+                                   {"KJIT_REMOTE_CACHE_LEASE", "90"}});
+  ASSERT_TRUE(s.remote_cache);
+  EXPECT_EQ(s.remote_cache->endpoint.host, "10.1.2.3");
+  EXPECT_EQ(s.remote_cache->endpoint.port, 7000);
+  EXPECT_EQ(s.remote_cache->endpoint.db, 2);
+  EXPECT_EQ(s.remote_cache->secret, secret);
+  EXPECT_EQ(s.remote_cache->mode, cache::RemoteMode::Read);
+  EXPECT_EQ(s.remote_cache->timeout_s, 0.25);
+  EXPECT_EQ(s.remote_cache->lease_s, 90);
+  Settings d = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}});
+  EXPECT_EQ(d.remote_cache->mode, cache::RemoteMode::ReadWrite);
+  EXPECT_EQ(d.remote_cache->timeout_s, 1.0);
+  EXPECT_EQ(d.remote_cache->lease_s, 60.0);
+
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}}, {"KJIT_REMOTE_CACHE_SECRET", "openssl rand"});
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", "short"}},
+                 {"KJIT_REMOTE_CACHE_SECRET", "5 bytes", "at least 16"});
+  expect_refused({{"KJIT_REMOTE_CACHE", "http://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}},
+                 {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]"});
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+                  {"KJIT_REMOTE_CACHE_MODE", "write"}},
+                 {"KJIT_REMOTE_CACHE_MODE", "readwrite | read"});
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+                  {"KJIT_REMOTE_CACHE_TIMEOUT", "0"}},
+                 {"KJIT_REMOTE_CACHE_TIMEOUT"});
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+                  {"KJIT_REMOTE_CACHE_SECRET_FILE", "/x"}},
+                 {"both set"});
+}
+
+TEST(Settings, RemoteCacheSecretFromAFile) {
+  kjit::testing::TempDir dir;
+  const fs::path file = dir.path() / "secret";
+  { std::ofstream(file) << "0123456789abcdef0123\n"; }
+  Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", file.string()}});
+  EXPECT_EQ(s.remote_cache->secret, "0123456789abcdef0123") << "one trailing newline is not part of it";
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", (dir.path() / "none").string()}},
+                 {"KJIT_REMOTE_CACHE_SECRET_FILE", "cannot be read"});
 }

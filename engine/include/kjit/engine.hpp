@@ -21,6 +21,7 @@
 
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/redis_store.hpp"
 #include "kjit/cache/store_chain.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/module.hpp"
@@ -32,7 +33,8 @@ namespace kjit {
 
 class Recorder;
 
-enum class Origin { Memory, Disk, Compiled };
+// Remote: from the remote tier (KJIT_REMOTE_CACHE), compiled by another process of the deployment.
+enum class Origin { Memory, Disk, Compiled, Remote };
 const char* to_string(Origin o) noexcept;
 
 // A fixed-size identity of (kernel family, template arguments, device) for the hot-path table.
@@ -82,6 +84,16 @@ struct Prepared {
   std::string log;  // NVRTC warnings when compiled now
 };
 
+// What Engine::prefetch did, job by job (a job: one specialization for one target).
+struct PrefetchReport {
+  std::size_t jobs = 0;
+  std::size_t on_disk = 0;   // already in the disk cache or a read-only layer: not asked for
+  std::size_t fetched = 0;   // taken from the remote tier (and written to the disk when it is writable)
+  std::size_t missing = 0;   // not in the remote tier
+  std::size_t refused = 0;   // in the remote tier but refused (said by a warning)
+  bool answered = true;      // false: the remote tier did not answer (warned); nothing was fetched
+};
+
 struct EngineStats {
   std::uint64_t memory_hits = 0;
   std::uint64_t disk_hits = 0;
@@ -89,6 +101,7 @@ struct EngineStats {
   double compile_ms = 0;     // total NVRTC time of this process
   double disk_load_ms = 0;   // total time of disk hits (read + validate + module load)
   std::uint64_t strict_misses = 0;
+  std::uint64_t remote_hits = 0;  // entries taken from the remote tier (not counted in disk_hits)
 };
 
 // Compiles and disk loads of one kernel (by name expression) in this process.
@@ -115,6 +128,8 @@ class Engine {
   // The stores a miss in memory consults, in order: disk(), then each read-only layer (never
   // backfilled: they are read in place). Made with disk(), on first use.
   const cache::StoreChain& stores();
+  // The remote tier (KJIT_REMOTE_CACHE), the last level of stores(); nullptr when none is configured.
+  cache::RedisStore* remote();
 
   // The cache key of a specialization for a plan (no NVRTC load).
   cache::CacheKey key_for(const Specialization& spec, const CompilePlan& plan) const;
@@ -123,6 +138,9 @@ class Engine {
   // (e.g. during CUDA graph capture); disk hits are still fine.
   Resolved get(const Specialization& spec, const Target& target, const char* compile_forbidden_reason = nullptr);
   Prepared prepare(const Specialization& spec, const Target& target);
+  // Start-up: fetches from the remote tier, in one round trip, the entries of `jobs` that no disk level
+  // has, into the disk cache. Throws kjit::Error when no remote tier is configured.
+  PrefetchReport prefetch(const std::vector<std::pair<Specialization, Target>>& jobs);
 
   // Hot path.
   std::shared_ptr<const LoadedKernel> find(const SpecKey& key) const noexcept;
@@ -185,6 +203,7 @@ class Engine {
   Settings settings_;
   std::once_flag stores_once_;  // makes disk_ and stores_
   std::shared_ptr<cache::DiskCache> disk_;
+  std::shared_ptr<cache::RedisStore> remote_;
   cache::StoreChain stores_;
   std::unique_ptr<Recorder> recorder_;  // KJIT_RECORD
   ShapePolicy shape_policy_;
@@ -199,18 +218,19 @@ class Engine {
   std::mutex family_mu_;
   std::unordered_map<std::string, std::uint64_t> families_;
 
-  // Counts a compile or a disk load of `spec` (and reports it: log event) after it happened.
+  // Counts a compile, or a load (origin Disk or Remote; others are not counted) of `spec`, and reports it
+  // (log event) after it happened.
   void count_compile(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
                      double ms);
-  void count_disk_load(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
-                       double ms);
+  void count_load(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
+                  Origin origin, double ms);
   KernelStats& kernel_stats_for(const std::string& name_expression);  // under kernel_stats_mu_
 
   mutable std::mutex kernel_stats_mu_;
   std::unordered_map<std::string, KernelStats> kernel_stats_;
   std::size_t kernel_stats_limit_ = kMaxKernelStats;
 
-  std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, compiles_{0}, strict_misses_{0};
+  std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, compiles_{0}, strict_misses_{0}, remote_hits_{0};
   std::atomic<std::uint64_t> compile_us_{0}, disk_load_us_{0};
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kjit/cache/cache_mode.hpp"
+#include "kjit/cache/remote_config.hpp"
 
 namespace kjit {
 
@@ -51,6 +52,9 @@ struct Settings {
   CompileIsolation compile_isolation = CompileIsolation::Untrusted;  // KJIT_COMPILE_ISOLATION
   double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)
   std::uint64_t compile_memory_bytes = 8ull << 30;    // KJIT_COMPILE_MEMORY
+  // The remote tier: KJIT_REMOTE_CACHE (its URL), KJIT_REMOTE_CACHE_SECRET or _SECRET_FILE (required with
+  // it), KJIT_REMOTE_CACHE_MODE, KJIT_REMOTE_CACHE_TIMEOUT, KJIT_REMOTE_CACHE_LEASE; nullopt: none.
+  std::optional<cache::RemoteConfig> remote_cache;
 
   // Reads from an explicit variable map (tests) or the process environment.
   using Lookup = std::function<std::optional<std::string>(const std::string&)>;
