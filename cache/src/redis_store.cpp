@@ -119,14 +119,32 @@ void RedisStore::failed(const std::string& why) {
 }
 
 void RedisStore::answered() {
-  bool was_down;
+  bool was_down, pending;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     was_down = down_;
     down_ = false;
     backoff_s_ = 0;
+    pending = !pending_releases_.empty();
   }
   if (was_down) log::info(1, "kjit " + describe() + " answers again");
+  if (pending) release_pending();
+}
+
+void RedisStore::release_pending() {
+  std::vector<std::pair<std::string, std::string>> todo;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    todo.swap(pending_releases_);
+  }
+  if (todo.empty()) return;
+  std::vector<RedisConnection::Command> commands;
+  for (const auto& [name, token] : todo) commands.push_back({"EVAL", kReleaseScript, "1", name, token});
+  auto r = with_connection([&](RedisConnection& c) { return c.pipeline(commands); });
+  if (!r) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    pending_releases_.insert(pending_releases_.end(), todo.begin(), todo.end());
+  }
 }
 
 template <typename Fn>
@@ -246,7 +264,10 @@ RedisStore::Lease RedisStore::try_lease(const CacheKey& key, const std::string& 
 
 void RedisStore::release_lease(const CacheKey& key, const std::string& target, const std::string& token) {
   const std::string name = lease_name(key, target);
-  with_connection([&](RedisConnection& c) { return c.command({"EVAL", kReleaseScript, "1", name, token}); });
+  if (!with_connection([&](RedisConnection& c) { return c.command({"EVAL", kReleaseScript, "1", name, token}); })) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    pending_releases_.emplace_back(name, token);
+  }
 }
 
 std::optional<RedisStore::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {

@@ -137,6 +137,7 @@ Json remote_facts(Context& ctx) {
     return j;
   }
   j["used"] = true;
+  j["mode"] = cache::to_string(remote->config().mode);  // read under KJIT_CACHE_MODE=readonly / strict
   const cache::RedisStore::Probe p = remote->probe();
   j["answers"] = p.answers;
   j["ms"] = p.ms;

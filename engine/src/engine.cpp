@@ -94,9 +94,12 @@ void Engine::open_stores() {
     std::vector<cache::StoreChain::Level> levels{{disk_, false}};
     for (const auto& layer : disk_->layers()) levels.push_back({layer, false});
     // Mode off means no cache at all; in every other mode the remote tier is read (strict included: it
-    // fetches, never compiles), and a hit is copied to the disk when the disk is writable.
+    // fetches, never compiles), and a hit is copied to the disk when the disk is writable. Modes
+    // readonly and strict write nothing anywhere: the remote tier is read-only for them too.
     if (settings_.remote_cache && settings_.cache_mode != CacheMode::Off) {
-      remote_ = std::make_shared<cache::RedisStore>(*settings_.remote_cache);
+      cache::RemoteConfig remote = *settings_.remote_cache;
+      if (settings_.cache_mode != CacheMode::ReadWrite) remote.mode = cache::RemoteMode::Read;
+      remote_ = std::make_shared<cache::RedisStore>(std::move(remote));
       levels.push_back({remote_, true});
     }
     stores_ = cache::StoreChain(std::move(levels));

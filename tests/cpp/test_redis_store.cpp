@@ -357,6 +357,27 @@ TEST_F(RedisStoreTest, AHolderWhoseCompileFailsLetsTheLeaseGoAtOnce) {
   EXPECT_EQ(redis({"EXISTS", RedisStore::entry_name(e.key, "sm_90")}).integer, 0);
 }
 
+TEST_F(RedisStoreTest, ALeaseReleasedDuringAnOutageIsReleasedOnceTheServerAnswersAgain) {
+  // Otherwise a hiccup at the end of a compile would block the key for the lease's whole lifetime.
+  // A server that keeps its data (AOF) across the restart, as a production one may.
+  server_.reset();
+  server_ = std::make_unique<testing::RedisServer>(dir_->path() / "redis-aof",
+                                                   std::vector<std::string>{"--appendonly", "yes"});
+  const cache::Entry e = make_entry("remote-release-later");
+  auto a = machine();
+  std::string token;
+  ASSERT_EQ(a->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Taken);
+  server_->stop();
+  WarningCapture warnings;
+  a->release_lease(e.key, "sm_90", token);  // refused: kept for later
+  server_->start();
+  ASSERT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 1) << "the lease survived the restart";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the first back-off
+  a->get(e.key, "sm_90");                                          // any operation that gets an answer
+  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0);
+  EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+}
+
 TEST_F(RedisStoreTest, ALeaseIsReleasedOnlyByItsHolder) {
   const cache::Entry e = make_entry("remote-lease-token");
   auto a = machine(), b = machine();

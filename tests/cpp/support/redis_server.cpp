@@ -60,7 +60,8 @@ int free_port() {
   return port;
 }
 
-RedisServer::RedisServer(const fs::path& dir) : dir_(dir), port_(free_port()) {
+RedisServer::RedisServer(const fs::path& dir, std::vector<std::string> options)
+    : dir_(dir), options_(std::move(options)), port_(free_port()) {
   fs::create_directories(dir_);
   start();
 }
@@ -82,12 +83,14 @@ void RedisServer::start() {
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     ::setpgid(0, 0);
-    const char* argv[] = {exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", dir.c_str(), "--loglevel", "warning",
-                          "--logfile", "", "--daemonize", "no", nullptr};
+    std::vector<const char*> argv = {exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no", "--dir", dir.c_str(), "--loglevel", "warning",
+                                     "--logfile", "", "--daemonize", "no"};
+    for (const auto& o : options_) argv.push_back(o.c_str());
+    argv.push_back(nullptr);
     // Its log goes nowhere visible: the test reports what matters.
-    freopen("/dev/null", "w", stdout);
-    ::execv(exe.c_str(), const_cast<char* const*>(argv));
+    if (!freopen("/dev/null", "w", stdout)) ::_exit(126);
+    ::execv(exe.c_str(), const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kjit/cache/remote_config.hpp"
 
@@ -22,8 +23,9 @@ class RedisServer {
   static std::string unavailable_reason();
 
   // Starts a server on a free port in `dir` and waits until it answers PING (throws std::runtime_error
-  // when it does not within 10 s).
-  explicit RedisServer(const std::filesystem::path& dir);
+  // when it does not within 10 s). `options` are added to the command line (later ones win), e.g.
+  // {"--appendonly", "yes"} for a server that keeps its data across stop() and start().
+  explicit RedisServer(const std::filesystem::path& dir, std::vector<std::string> options = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -41,6 +43,7 @@ class RedisServer {
 
  private:
   std::filesystem::path dir_;
+  std::vector<std::string> options_;
   int port_ = 0;
   pid_t pid_ = -1;
 };

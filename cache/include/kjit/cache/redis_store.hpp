@@ -64,6 +64,8 @@ class RedisStore final : public Store {
   // (mode read, or no answer). release_lease deletes the lease only while it is still this token's.
   enum class Lease { Taken, Held, Unavailable };
   Lease try_lease(const CacheKey& key, const std::string& target, std::string* token);
+  // A release that finds the server not answering is kept and made after the next operation that gets
+  // an answer, so that a short outage does not leave the key blocked for the lease's whole lifetime.
   void release_lease(const CacheKey& key, const std::string& target, const std::string& token);
   // One round trip: whether the entry and the lease exist (nullopt: no answer).
   struct Watch {
@@ -89,6 +91,8 @@ class RedisStore final : public Store {
   bool backing_off();
   void failed(const std::string& why);
   void answered();
+  // Releases kept by release_lease while the server did not answer.
+  void release_pending();
   // Checks a fetched value; the entry, or nullopt with a warning once per key (refused).
   std::optional<Entry> accept(const CacheKey& key, const std::string& target, const std::string& value);
 
@@ -97,6 +101,7 @@ class RedisStore final : public Store {
   std::atomic<std::uint64_t> stored_{0};
   std::mutex state_mu_;
   bool down_ = false;
+  std::vector<std::pair<std::string, std::string>> pending_releases_;  // (lease name, token)
   double backoff_s_ = 0;
   std::chrono::steady_clock::time_point retry_at_{};
 };
