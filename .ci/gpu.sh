@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU session: run on the lent GPU machine (see ../shared/device/README.md) from the repo root,
-# with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources: ../shared/device/prepare-deps.sh plus
-# `apt-get download libgtest-dev googletest`). Builds everything, runs every test (GPU ones included) and
+# with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources, hiredis: ../shared/device/prepare-deps.sh
+# plus `apt-get download libgtest-dev googletest libhiredis-dev libhiredis0.14`). Builds everything, runs every test (GPU ones included) and
 # the benchmarks; logs go to $OUT (or ./gpu-out).
 #   bash .ci/gpu.sh [build|test|ctest|pytest|pytest1|pytest2|bench|bandwidth|libtest|memcheck|racecheck|tsan|multigpu|all]...
 #   (default: all = build test bench bandwidth; test = ctest + pytest)
@@ -16,6 +16,11 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
+# hiredis from .devdeps (`apt-get download libhiredis-dev libhiredis0.14`) when the machine has none: the
+# build links it, so the tests and the installed module load it from there.
+if [ -d .devdeps/root/usr/lib/x86_64-linux-gnu ]; then
+  export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 PY=${PYTHON:-python3}
 # The machine's default CXX (/opt/gcc) links libstdc++ statically into shared objects, which breaks a
 # PyTorch extension (see python/check_shared_libstdcxx.cmake): use the system compiler.

@@ -14,4 +14,4 @@ else
 fi
 PY=$KJIT_VENV/bin/python
 KJIT_TORCH_SPEC=${KJIT_TORCH:-torch==2.11.*}
-KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib)
+KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib redis)

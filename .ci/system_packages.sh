@@ -12,7 +12,7 @@ if ! command -v dpkg >/dev/null; then
   exit 0
 fi
 need_apt=()
-for p in cmake g++ make nlohmann-json3-dev libssl-dev libgtest-dev libcli11-dev; do
+for p in cmake g++ make nlohmann-json3-dev libssl-dev libgtest-dev libcli11-dev libhiredis-dev redis-server; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 # Debian's Python has venv's ensurepip in a package of its own, python3.X-venv.

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
 source .ci/python_env.sh
+# The set-up installed redis-server: the remote tier's tests (a real server on 127.0.0.1) must run.
+export KJIT_REQUIRE_REDIS=1
 echo "== C++ tests (ctest)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 echo "== Python tests (pytest, $PY)"

@@ -90,7 +90,7 @@ whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 start=$SECONDS
 rm -rf "$out/venv-test"
 "$base" -m venv "$out/venv-test"
-pip_install "$tpy" "$torch_spec" pytest numpy tqdm
+pip_install "$tpy" "$torch_spec" pytest numpy tqdm redis
 # With its dependencies (torch as pinned, tqdm): what `pip install kjit-*.whl` does for a user.
 "$tpy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" "$whl"
 echo "== wheel: test venv ready in $((SECONDS - start)) s"
@@ -102,7 +102,7 @@ rm -rf "$out/venv-notorch"
 mapfile -t cuda_pkgs < <("$tpy" -m pip list --disable-pip-version-check --format=freeze |
   grep -iE '^nvidia-cuda-(nvrtc|runtime|cccl)(-cu[0-9]+)?==')
 [ ${#cuda_pkgs[@]} -gt 0 ] || { echo "torch brought no nvidia-cuda-nvrtc: nothing to test without torch" >&2; exit 1; }
-pip_install "$npy" pytest numpy tqdm "${cuda_pkgs[@]}"
+pip_install "$npy" pytest numpy tqdm redis "${cuda_pkgs[@]}"
 "$npy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" --no-deps "$whl"
 echo "== wheel: venv without torch ready in $((SECONDS - start)) s (${cuda_pkgs[*]})"
 
