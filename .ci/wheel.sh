@@ -4,7 +4,7 @@
 #     2.15.*): `pip wheel . --no-build-isolation` against it; the wheel's Requires-Dist pins that
 #     torch minor (python/metadata/torch_requirement.py), since libtorch's C++ ABI changes between minors.
 #     The build machine's CUDA toolkit path is not compiled in (KJIT_REMEMBER_BUILD_CUDA=OFF).
-#  2. `auditwheel repair`: the libraries the module needs that a user's machine may lack (libcrypto)
+#  2. `auditwheel repair`: the libraries the module needs that a user's machine may lack (libcrypto, libhiredis)
 #     are grafted into the wheel (kjit.libs/); those torch provides (libtorch*, libc10*, the CUDA
 #     runtime) and the driver (libcuda.so.1) are left out: they must be the ones torch loads.
 #  3. A fresh venv (build-wheel/venv-test) with only torch, pytest and numpy; `pip install` the repaired
@@ -77,6 +77,8 @@ echo "== wheel: repaired: $(basename "$whl")"
 # What was grafted, and that libcrypto is among it (kjit's hashes; a user's machine may lack OpenSSL 3).
 "$bpy" -m zipfile -l "$whl" | grep -E "kjit\.libs/" || { echo "nothing grafted into kjit.libs/" >&2; exit 1; }
 "$bpy" -m zipfile -l "$whl" | grep -qE "kjit\.libs/libcrypto" || { echo "libcrypto was not grafted" >&2; exit 1; }
+# And hiredis (the remote cache tier's client), which no manylinux system is required to have.
+"$bpy" -m zipfile -l "$whl" | grep -qE "kjit\.libs/libhiredis" || { echo "libhiredis was not grafted" >&2; exit 1; }
 requires=$(unzip -p "$whl" '*.dist-info/METADATA' | grep '^Requires-Dist: torch')
 echo "== wheel: $requires"
 want=$("$bpy" -c 'import torch; v = torch.__version__.split("."); print(f"torch=={v[0]}.{v[1]}.*")')
