@@ -2,23 +2,71 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+
+#include "kjit/log.hpp"
 
 namespace kjit::cache {
 namespace {
 
-// Produces and publishes under a lease this process holds; the lease goes whatever happens.
+using Clock = std::chrono::steady_clock;
+
+// Keeps a lease alive while its holder compiles (a compile may outlast one lease): every third of the
+// lease it is extended, while it is still this token's.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(RedisStore& remote, const CacheKey& key, const std::string& target, const std::string& token)
+      : thread_([this, &remote, &key, &target, &token] {
+          const auto period = std::chrono::duration<double>(remote.config().lease_s / 3);
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, period, [this] { return done_; })) {
+            lock.unlock();
+            const bool ours = remote.renew_lease(key, target, token);
+            lock.lock();
+            if (!ours) break;  // taken over or no answer: nothing left to keep
+          }
+        }) {}
+  ~LeaseKeeper() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: started once the rest is ready
+};
+
+// Produces and publishes under a lease this process holds; the lease goes whatever happens, and when no
+// entry was published the waiters are told to stop waiting.
 Entry produce_and_publish(RedisStore& remote, const CacheKey& key, const std::string& target,
                           const std::string& token, const std::function<Entry()>& produce) {
+  bool published = false;
   struct Release {
     RedisStore& remote;
     const CacheKey& key;
     const std::string& target;
     const std::string& token;
-    ~Release() { remote.release_lease(key, target, token); }
-  } release{remote, key, target, token};
-  Entry e = produce();
-  remote.put(e);  // a put not kept is said by the store; the entry is used all the same
+    const bool& published;
+    ~Release() {
+      if (!published) remote.mark_unpublished(key, target);
+      remote.release_lease(key, target, token);
+    }
+  } release{remote, key, target, token, published};
+  Entry e = [&] {
+    LeaseKeeper keeper(remote, key, target, token);
+    return produce();
+  }();
+  published = remote.put(e);  // a put not kept is said by the store; the entry is used all the same
   return e;
 }
 
@@ -28,6 +76,8 @@ FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::st
                           const std::function<Entry()>& produce) {
   auto delay = std::chrono::milliseconds(10);
   const auto max_delay = std::chrono::milliseconds(250);
+  const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(remote.config().wait_limit_s));
   for (;;) {
     std::string token;
     switch (remote.try_lease(key, target, &token)) {
@@ -52,9 +102,20 @@ FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::st
       if (w->entry) {
         if (auto e = remote.get(key, target)) return {std::move(*e), true};
         if (!w->lease) break;  // a refused value and nobody at work: compile it (and replace it)
-        continue;
       }
-      if (!w->lease) break;  // its holder failed or died: try for the lease again
+      if (w->unpublished) return {produce(), false};  // its compile failed, or Redis refused its entry
+      if (!w->lease) break;                            // its holder died: try for the lease again
+      if (!w->lease_expires || Clock::now() >= give_up) {
+        log::warn_once("remote-wait:" + RedisStore::lease_name(key, target),
+                       "kjit " + remote.describe() + ": " +
+                           (w->lease_expires ? "waited " + std::to_string(static_cast<long>(remote.config().wait_limit_s)) +
+                                                   " s for another process to compile key " + key.hex().substr(0, 16) +
+                                                   " for " + target + "; compiling it here"
+                                             : "the lease " + RedisStore::lease_name(key, target) +
+                                                   " has no expiry, so kjit did not write it; compiling here") +
+                           " (said once per key)");
+        return {produce(), false};
+      }
     }
   }
 }

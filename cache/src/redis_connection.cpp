@@ -73,6 +73,16 @@ struct ReplyFree {
 }  // namespace
 
 RedisConnection::RedisConnection(const RedisEndpoint& endpoint, double timeout_s) : where_(endpoint.display()) {
+  try {
+    open(endpoint, timeout_s);
+  } catch (...) {
+    if (ctx_) redisFree(ctx_);  // the destructor does not run for a constructor that throws
+    ctx_ = nullptr;
+    throw;
+  }
+}
+
+void RedisConnection::open(const RedisEndpoint& endpoint, double timeout_s) {
   const timeval tv = to_timeval(timeout_s);
   ctx_ = redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv);
   if (!ctx_) throw RemoteError("cannot allocate a Redis connection to " + where_);
@@ -102,7 +112,10 @@ void RedisConnection::fail(const std::string& doing) {
   std::string why = ctx_ && ctx_->err ? std::string(ctx_->errstr) : std::string("unknown error");
   if (ctx_ && ctx_->err == REDIS_ERR_IO && why.find("Resource temporarily unavailable") != std::string::npos)
     why = "timed out";
-  throw RemoteError(doing + " failed: " + why);
+  const bool lost = ctx_ && (ctx_->err == REDIS_ERR_EOF ||
+                             (ctx_->err == REDIS_ERR_IO && (why.find("reset") != std::string::npos ||
+                                                            why.find("Broken pipe") != std::string::npos)));
+  throw RemoteError(doing + " failed: " + why, lost);
 }
 
 RedisReply RedisConnection::command(const Command& args) {

@@ -1,5 +1,6 @@
 #include "kjit/cache/redis_store.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,10 @@ constexpr std::size_t kMaxIdleConnections = 8;
 constexpr std::string_view kReleaseScript =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
+// Extends the lease only while it holds our token.
+constexpr std::string_view kRenewScript =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+
 std::string new_token() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -39,6 +44,8 @@ std::string ms_text(double s) { return std::to_string(static_cast<long long>(s *
 // their replies would interleave. It drops the inherited connections (closing its copies of the
 // descriptors leaves the parent's connections open) and opens its own.
 class RedisStore::Pool {
+  friend class ForkGuard;
+
  public:
   std::unique_ptr<RedisConnection> take() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -67,9 +74,59 @@ class RedisStore::Pool {
   std::vector<std::unique_ptr<RedisConnection>> idle_;
 };
 
-RedisStore::RedisStore(RemoteConfig config) : config_(std::move(config)), pool_(std::make_unique<Pool>()) {}
+// fork() from a thread while another holds a store's mutex would leave it locked forever in the child
+// (a DataLoader worker that then looks up a kernel would hang): around every fork, the forking thread
+// takes every live store's mutexes (prepare) and lets them go on both sides.
+class ForkGuard {
+ public:
+  static void add(RedisStore* s) {
+    install();
+    std::lock_guard<std::mutex> lock(mu());
+    stores().push_back(s);
+  }
+  static void remove(RedisStore* s) {
+    std::lock_guard<std::mutex> lock(mu());
+    auto& v = stores();
+    v.erase(std::remove(v.begin(), v.end(), s), v.end());
+  }
 
-RedisStore::~RedisStore() = default;
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<RedisStore*>& stores() {
+    static std::vector<RedisStore*> v;
+    return v;
+  }
+  static void install() {
+    static const bool installed = [] {
+      ::pthread_atfork(&prepare, &release, &release);
+      return true;
+    }();
+    (void)installed;
+  }
+  static void prepare() {
+    mu().lock();
+    for (RedisStore* s : stores()) {
+      s->pool_->mu_.lock();
+      s->state_mu_.lock();
+    }
+  }
+  static void release() {
+    for (RedisStore* s : stores()) {
+      s->state_mu_.unlock();
+      s->pool_->mu_.unlock();
+    }
+    mu().unlock();
+  }
+};
+
+RedisStore::RedisStore(RemoteConfig config) : config_(std::move(config)), pool_(std::make_unique<Pool>()) {
+  ForkGuard::add(this);
+}
+
+RedisStore::~RedisStore() { ForkGuard::remove(this); }
 
 std::string RedisStore::entry_name(const CacheKey& key, const std::string& target) {
   return "kjit:v1:" + target + ":" + key.hex();
@@ -79,32 +136,36 @@ std::string RedisStore::lease_name(const CacheKey& key, const std::string& targe
   return "kjit:v1:lease:" + target + ":" + key.hex();
 }
 
+std::string RedisStore::unpublished_name(const CacheKey& key, const std::string& target) {
+  return "kjit:v1:unpublished:" + target + ":" + key.hex();
+}
+
 bool RedisStore::writable() const { return config_.mode == RemoteMode::ReadWrite; }
 
 std::string RedisStore::describe() const {
   return "remote cache " + config_.endpoint.display() + " (" + to_string(config_.mode) + ")";
 }
 
-bool RedisStore::backing_off() {
+std::optional<std::uint64_t> RedisStore::begin_operation() {
   std::lock_guard<std::mutex> lock(state_mu_);
-  return down_ && Clock::now() < retry_at_;
+  if (down_ && Clock::now() < retry_at_) return std::nullopt;
+  return outages_;
 }
 
-void RedisStore::failed(const std::string& why) {
+void RedisStore::failed(const std::string& why, std::uint64_t began) {
   pool_->clear();  // connections opened before the failure are likely dead too
   bool first;
   double backoff;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
-    const Clock::time_point now = Clock::now();
+    // An operation begun before the last failure was counted with it: a retry that fails (begun in
+    // the current state, after retry_at_) lengthens the back-off, nothing else does.
+    if (began != outages_) return;
     first = !down_;
-    // Operations that were under way when the outage began fail too: only a retry that fails (one
-    // made after retry_at_) lengthens the back-off.
-    if (first) backoff_s_ = kFirstBackoffS;
-    else if (now >= retry_at_) backoff_s_ = std::min(backoff_s_ * 2, kMaxBackoffS);
-    else return;
+    backoff_s_ = first ? kFirstBackoffS : std::min(backoff_s_ * 2, kMaxBackoffS);
     down_ = true;
-    retry_at_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_s_));
+    ++outages_;
+    retry_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_s_));
     backoff = backoff_s_;
   }
   if (first) {
@@ -118,10 +179,11 @@ void RedisStore::failed(const std::string& why) {
   }
 }
 
-void RedisStore::answered() {
+void RedisStore::answered(std::uint64_t began) {
   bool was_down, pending;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
+    if (began != outages_) return;  // under way when an outage began: says nothing about now
     was_down = down_;
     down_ = false;
     backoff_s_ = 0;
@@ -129,6 +191,29 @@ void RedisStore::answered() {
   }
   if (was_down) log::info(1, "kjit " + describe() + " answers again");
   if (pending) release_pending();
+}
+
+bool RedisStore::reply_ok(const RedisReply& r, const char* command) const {
+  if (r.type != RedisReply::Type::Error) return true;
+  const std::string code = r.str.substr(0, r.str.find(' '));
+  std::string hint;
+  if (code == "NOAUTH" || code == "WRONGPASS")
+    hint = "give the user and password in the URL: redis://user:password@host:port";
+  else if (code == "NOPERM")
+    hint = "kjit's ACL user needs +get +set +mget +exists +eval +del +pexpire +pttl +ping (and +select for a "
+           "database other than 0) on ~kjit:*";
+  else if (code == "READONLY")
+    hint = "this is a replica: point KJIT_REMOTE_CACHE at the primary, or use KJIT_REMOTE_CACHE_MODE=read";
+  else if (code == "MOVED" || code == "ASK" || code == "CLUSTERDOWN" || code == "CROSSSLOT")
+    hint = "Redis Cluster is not supported: use a standalone Redis (or one behind a proxy)";
+  else if (code == "OOM")
+    hint = "Redis is full: give it maxmemory-policy allkeys-lru so that old entries make room";
+  else if (code == "LOADING")
+    hint = "Redis is loading its data set after a restart; it answers soon";
+  log::warn_once("remote-reply:" + config_.endpoint.display() + ":" + command + ":" + code,
+                 "kjit " + describe() + " answered " + command + " with an error: " + r.str.substr(0, 200) +
+                     (hint.empty() ? "" : "; " + hint) + " (a miss; said once per command and error)");
+  return false;
 }
 
 void RedisStore::release_pending() {
@@ -141,6 +226,8 @@ void RedisStore::release_pending() {
   std::vector<RedisConnection::Command> commands;
   for (const auto& [name, token] : todo) commands.push_back({"EVAL", kReleaseScript, "1", name, token});
   auto r = with_connection([&](RedisConnection& c) { return c.pipeline(commands); });
+  if (r)
+    for (const auto& reply : *r) reply_ok(reply, "EVAL (lease release)");
   if (!r) {
     std::lock_guard<std::mutex> lock(state_mu_);
     pending_releases_.insert(pending_releases_.end(), todo.begin(), todo.end());
@@ -149,18 +236,25 @@ void RedisStore::release_pending() {
 
 template <typename Fn>
 auto RedisStore::with_connection(Fn&& fn) -> std::optional<decltype(fn(std::declval<RedisConnection&>()))> {
-  if (backing_off()) return std::nullopt;
-  std::unique_ptr<RedisConnection> c;
-  try {
-    c = pool_->take();
-    if (!c) c = std::make_unique<RedisConnection>(config_.endpoint, config_.timeout_s);
-    auto result = fn(*c);
-    pool_->give_back(std::move(c));
-    answered();
-    return result;
-  } catch (const RemoteError& e) {
-    failed(e.what());
-    return std::nullopt;
+  const std::optional<std::uint64_t> began = begin_operation();
+  if (!began) return std::nullopt;
+  std::unique_ptr<RedisConnection> c = pool_->take();
+  const bool pooled = c != nullptr;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      if (!c) c = std::make_unique<RedisConnection>(config_.endpoint, config_.timeout_s);
+      auto result = fn(*c);
+      pool_->give_back(std::move(c));
+      answered(*began);
+      return result;
+    } catch (const RemoteError& e) {
+      c.reset();
+      // An idle pooled connection that the server closed (a restart, its idle timeout, a proxy) is not
+      // an outage: one more try on a new connection.
+      if (pooled && attempt == 0 && e.connection_lost()) continue;
+      failed(e.what(), *began);
+      return std::nullopt;
+    }
   }
 }
 
@@ -190,7 +284,7 @@ std::optional<Entry> RedisStore::accept(const CacheKey& key, const std::string& 
 std::optional<Entry> RedisStore::get(const CacheKey& key, const std::string& target) {
   const std::string name = entry_name(key, target);
   auto reply = with_connection([&](RedisConnection& c) { return c.command({"GET", name}); });
-  if (!reply || reply->type != RedisReply::Type::String) return std::nullopt;
+  if (!reply || !reply_ok(*reply, "GET") || reply->type != RedisReply::Type::String) return std::nullopt;
   return accept(key, target, reply->str);
 }
 
@@ -198,16 +292,16 @@ bool RedisStore::put(const Entry& entry) {
   if (!writable()) return false;
   const std::string target = filed_target(entry.meta);
   const std::string name = entry_name(entry.key, target);
-  const std::string value = seal_entry(config_.secret, name, encode_entry(entry));
-  auto reply = with_connection([&](RedisConnection& c) { return c.command({"SET", name, value}); });
-  if (!reply) return false;
-  if (reply->type == RedisReply::Type::Error) {
-    log::warn_once("remote-put-refused:" + config_.endpoint.display(),
-                   "kjit " + describe() + " refused to keep an entry (" + reply->str +
-                       "); entries compiled here stay local (said once). A full Redis needs maxmemory-policy "
-                       "allkeys-lru, an ACL user needs +set on kjit:*");
+  std::string value;
+  try {
+    value = seal_entry(config_.secret, name, encode_entry(entry));
+  } catch (const std::exception& ex) {  // OpenSSL failing: the entry stays local, said once
+    log::warn_once("remote-seal-failed", "kjit " + describe() + ": cannot seal an entry (" + ex.what() +
+                                             "); entries compiled here stay local (said once)");
     return false;
   }
+  auto reply = with_connection([&](RedisConnection& c) { return c.command({"SET", name, value}); });
+  if (!reply || !reply_ok(*reply, "SET")) return false;
   stored_.fetch_add(1);
   log::Event e;
   e.kind = "remote_store";
@@ -233,6 +327,7 @@ std::optional<std::vector<RedisStore::Fetched>> RedisStore::get_many(
   });
   if (!replies) return std::nullopt;
   std::vector<Fetched> out(requests.size());
+  if (!reply_ok(*replies, "MGET")) return out;
   if (replies->type != RedisReply::Type::Array || replies->elements.size() != requests.size()) return out;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const RedisReply& r = replies->elements[i];
@@ -246,17 +341,22 @@ std::optional<std::vector<RedisStore::Fetched>> RedisStore::get_many(
 std::optional<bool> RedisStore::contains(const CacheKey& key, const std::string& target) {
   const std::string name = entry_name(key, target);
   auto r = with_connection([&](RedisConnection& c) { return c.command({"EXISTS", name}); });
-  if (!r) return std::nullopt;
+  if (!r || !reply_ok(*r, "EXISTS")) return std::nullopt;
   return r->type == RedisReply::Type::Integer && r->integer > 0;
 }
 
 RedisStore::Lease RedisStore::try_lease(const CacheKey& key, const std::string& target, std::string* token) {
   if (!writable()) return Lease::Unavailable;
   const std::string name = lease_name(key, target);
-  const std::string mine = new_token();
+  std::string mine;
+  try {
+    mine = new_token();
+  } catch (const std::exception&) {  // no entropy source: no lease, a local compile
+    return Lease::Unavailable;
+  }
   const std::string px = ms_text(config_.lease_s);
   auto r = with_connection([&](RedisConnection& c) { return c.command({"SET", name, mine, "NX", "PX", px}); });
-  if (!r || r->type == RedisReply::Type::Error) return Lease::Unavailable;
+  if (!r || !reply_ok(*r, "SET NX (lease)")) return Lease::Unavailable;
   if (r->type == RedisReply::Type::Nil) return Lease::Held;
   *token = mine;
   return Lease::Taken;
@@ -264,19 +364,43 @@ RedisStore::Lease RedisStore::try_lease(const CacheKey& key, const std::string& 
 
 void RedisStore::release_lease(const CacheKey& key, const std::string& target, const std::string& token) {
   const std::string name = lease_name(key, target);
-  if (!with_connection([&](RedisConnection& c) { return c.command({"EVAL", kReleaseScript, "1", name, token}); })) {
+  auto r = with_connection([&](RedisConnection& c) { return c.command({"EVAL", kReleaseScript, "1", name, token}); });
+  if (!r) {
     std::lock_guard<std::mutex> lock(state_mu_);
     pending_releases_.emplace_back(name, token);
+    return;
   }
+  reply_ok(*r, "EVAL (lease release)");
+}
+
+bool RedisStore::renew_lease(const CacheKey& key, const std::string& target, const std::string& token) {
+  const std::string name = lease_name(key, target), px = ms_text(config_.lease_s);
+  auto r = with_connection(
+      [&](RedisConnection& c) { return c.command({"EVAL", kRenewScript, "1", name, token, px}); });
+  return r && reply_ok(*r, "EVAL (lease renewal)") && r->type == RedisReply::Type::Integer && r->integer == 1;
+}
+
+void RedisStore::mark_unpublished(const CacheKey& key, const std::string& target) {
+  if (!writable()) return;
+  const std::string name = unpublished_name(key, target), px = ms_text(config_.lease_s);
+  auto r = with_connection([&](RedisConnection& c) { return c.command({"SET", name, "1", "PX", px}); });
+  if (r) reply_ok(*r, "SET (unpublished)");
 }
 
 std::optional<RedisStore::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {
-  const std::string entry = entry_name(key, target), lease = lease_name(key, target);
-  auto r = with_connection([&](RedisConnection& c) { return c.pipeline({{"EXISTS", entry}, {"EXISTS", lease}}); });
-  if (!r || r->size() != 2) return std::nullopt;
+  const std::string entry = entry_name(key, target), lease = lease_name(key, target),
+                    unpublished = unpublished_name(key, target);
+  auto r = with_connection([&](RedisConnection& c) {
+    return c.pipeline({{"EXISTS", entry}, {"PTTL", lease}, {"EXISTS", unpublished}});
+  });
+  if (!r || r->size() != 3) return std::nullopt;
+  for (const auto& reply : *r)
+    if (!reply_ok(reply, "EXISTS / PTTL") || reply.type != RedisReply::Type::Integer) return std::nullopt;
   Watch w;
-  w.entry = (*r)[0].type == RedisReply::Type::Integer && (*r)[0].integer > 0;
-  w.lease = (*r)[1].type == RedisReply::Type::Integer && (*r)[1].integer > 0;
+  w.entry = (*r)[0].integer > 0;
+  w.lease = (*r)[1].integer != -2;          // -2: no such key
+  w.lease_expires = (*r)[1].integer != -1;  // -1: a key without an expiry
+  w.unpublished = (*r)[2].integer > 0;
   return w;
 }
 

@@ -18,8 +18,17 @@ std::string RedisEndpoint::display() const {
 
 namespace {
 
+// The URL with whatever stands before an '@' (user:password) replaced: error messages end up in logs.
+std::string without_credentials(const std::string& url) {
+  const auto scheme = url.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  const auto at = url.rfind('@');
+  if (at == std::string::npos || at < start) return url;
+  return url.substr(0, start) + "***@" + url.substr(at + 1);
+}
+
 [[noreturn]] void bad_url(const std::string& url, const std::string& why) {
-  throw ValueError("'" + url + "' is not a Redis URL: " + why +
+  throw ValueError("'" + without_credentials(url) + "' is not a Redis URL: " + why +
                    "; allowed redis://[user:password@]host[:port][/db], e.g. redis://10.0.0.5:6379/0");
 }
 
@@ -72,6 +81,8 @@ RedisEndpoint parse_redis_url(const std::string& url) {
     }
   } else if (const auto colon = hostport.rfind(':'); colon != std::string::npos) {
     e.host = hostport.substr(0, colon);
+    if (e.host.find(':') != std::string::npos)
+      bad_url(url, "an IPv6 address must be in brackets, e.g. redis://[::1]:6379");
     e.port = parse_number(url, hostport.substr(colon + 1), 1, 65535, "port");
   } else {
     e.host = hostport;

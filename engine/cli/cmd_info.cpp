@@ -137,7 +137,8 @@ Json remote_facts(Context& ctx) {
     return j;
   }
   j["used"] = true;
-  j["mode"] = cache::to_string(remote->config().mode);  // read under KJIT_CACHE_MODE=readonly / strict
+  if (remote->config().mode != c.mode)  // KJIT_CACHE_MODE=readonly / strict write nothing anywhere
+    j["mode"] = std::string(cache::to_string(remote->config().mode)) + ", as KJIT_CACHE_MODE=" + to_string(s.cache_mode);
   const cache::RedisStore::Probe p = remote->probe();
   j["answers"] = p.answers;
   j["ms"] = p.ms;

@@ -35,7 +35,8 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
   const PrefetchReport r = engine.prefetch(jobs);
   ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from "
           << engine.remote()->describe() << ": " << r.on_disk << " already on disk, " << r.missing
-          << " not in the remote cache, " << r.refused << " refused\n";
+          << " not in the remote cache, " << r.refused << " refused"
+          << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";
   for (const auto& s : stale) ctx.out << "  " << printable(s) << '\n';
   int status = kExitOk;
   for (std::size_t i = 0; i < errors.size(); ++i)
@@ -43,6 +44,7 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
       ctx.err << "kjit: error: " << printable(manifest.records()[i].describe()) << ": " << printable(errors[i]) << '\n';
       status = kExitFailure;
     }
+  if (r.not_kept) status = kExitFailure;
   if (!r.answered) {
     ctx.err << "kjit: error: the " << engine.remote()->describe() << " did not answer; nothing was fetched\n";
     status = kExitFailure;

@@ -39,11 +39,14 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   settings.record_path.reset();  // warming must not append to a manifest (perhaps the one it reads)
   Engine engine(std::move(settings));
   if (r.remote && !engine.remote())
-    throw Error("--remote: there is no remote cache tier to push to; set KJIT_REMOTE_CACHE=redis://host:port and "
-                "KJIT_REMOTE_CACHE_SECRET (see `kjit info`)");
+    throw Error(engine.settings().remote_cache
+                    ? std::string("--remote: KJIT_CACHE_MODE=off turns every cache off, the remote tier included")
+                    : std::string("--remote: there is no remote cache tier to push to; set "
+                                  "KJIT_REMOTE_CACHE=redis://host:port and KJIT_REMOTE_CACHE_SECRET (see `kjit info`)"));
   if (r.remote && !engine.remote()->writable())
-    throw Error("--remote: the " + engine.remote()->describe() +
-                " is read-only (KJIT_REMOTE_CACHE_MODE=read); a writer (CI) runs with KJIT_REMOTE_CACHE_MODE unset or readwrite");
+    throw Error("--remote: the " + engine.remote()->describe() + " is read-only (KJIT_REMOTE_CACHE_MODE=read, or "
+                "KJIT_CACHE_MODE readonly / strict, which write nothing anywhere); a writer (CI) runs with both unset "
+                "or readwrite");
   if (!engine.disk().writable())
     throw Error("the cache is not writable, so nothing warmed would be kept: " + engine.disk().describe() +
                 "; choose a writable directory with --cache-dir or KJIT_CACHE_DIR");

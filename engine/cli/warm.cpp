@@ -30,17 +30,20 @@ std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::filesystem::path();
 }
 
-// Stores the job's entry in the remote tier when it lacks it (a job compiled here was stored already,
-// unless that store failed). Throws Error when it cannot.
+// Stores the job's entry in the remote tier when it lacks a valid one (a job compiled here was stored
+// already, unless that store failed; a value there that is refused, e.g. sealed with an old secret, is
+// replaced). Throws Error when it cannot.
 void push_to_remote(Engine& engine, const Prepared& p) {
   cache::RedisStore& remote = *engine.remote();
   const std::string& target = cache::filed_target(p.meta);
-  const auto has = remote.contains(p.key, target);
-  if (has && *has) return;
+  if (remote.get(p.key, target)) return;
   const auto entry = engine.disk().load(p.key, target);
-  if (!has || !entry || !remote.put(*entry))
-    throw Error("not stored in the " + remote.describe() + (has ? "" : ", which does not answer") +
-                "; see the warning above, fix it and run the command again");
+  if (!entry)
+    throw Error("its entry is not on the disk cache (" + engine.disk().describe() +
+                "), so there is nothing to push; fix the disk cache and run the command again");
+  if (!remote.put(*entry))
+    throw Error("not stored in the " + remote.describe() +
+                " (it does not answer, or refused it: see the warning above); fix that and run the command again");
 }
 
 }  // namespace

@@ -99,6 +99,8 @@ void Engine::open_stores() {
     if (settings_.remote_cache && settings_.cache_mode != CacheMode::Off) {
       cache::RemoteConfig remote = *settings_.remote_cache;
       if (settings_.cache_mode != CacheMode::ReadWrite) remote.mode = cache::RemoteMode::Read;
+      // A waiter gives up on another process's compile after what one compile may take, plus a lease.
+      remote.wait_limit_s = settings_.compile_timeout_s + remote.lease_s;
       remote_ = std::make_shared<cache::RedisStore>(std::move(remote));
       levels.push_back({remote_, true});
     }
@@ -219,7 +221,8 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   // lets one process of each machine through.
   bool fetched = false;
   auto produce_shared = [&]() -> cache::Entry {
-    if (!remote_ || !remote_->writable()) return produce();
+    // A caller that may not compile (graph capture) fails at once rather than wait for another process.
+    if (!remote_ || !remote_->writable() || (forbidden && *forbidden)) return produce();
     cache::FlightResult r = cache::produce_once(*remote_, key, dir, produce);
     fetched = r.fetched;
     return std::move(r.entry);
@@ -314,8 +317,14 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
 
 PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Target>>& jobs) {
   if (!remote())
-    throw Error("there is no remote cache tier to prefetch from: set KJIT_REMOTE_CACHE=redis://host:port (and "
-                "KJIT_REMOTE_CACHE_SECRET) as the processes that fill it do");
+    throw Error(settings_.remote_cache
+                    ? "there is no remote cache tier to prefetch from: KJIT_CACHE_MODE=off turns every cache off"
+                    : "there is no remote cache tier to prefetch from: set KJIT_REMOTE_CACHE=redis://host:port (and "
+                      "KJIT_REMOTE_CACHE_SECRET) as the processes that fill it do");
+  if (!disk().writable())
+    throw Error("prefetch keeps entries on the disk cache, and it is not writable: " + disk().describe() +
+                "; run it with KJIT_CACHE_MODE=readwrite and a writable KJIT_CACHE_DIR (a strict or readonly "
+                "process then reads what it kept)");
   PrefetchReport r;
   r.jobs = jobs.size();
   // The disk levels first (no round trip for what is here), then every candidate key of the others at once.
@@ -348,9 +357,10 @@ PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Targ
       if ((*got)[i].entry) found = &*(*got)[i].entry;
       refused = refused || (*got)[i].refused;
     }
-    if (found) {
+    if (found && disk().put(*found)) {
       ++r.fetched;
-      if (disk().writable()) disk().put(*found);
+    } else if (found) {
+      ++r.not_kept;  // the disk said why (a warning)
     } else if (refused) {
       ++r.refused;
     } else {

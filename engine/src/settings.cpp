@@ -58,7 +58,7 @@ const std::vector<SettingInfo>& setting_registry() {
        "read: fetch from the remote tier, never write to it (production, with CI as the writer)"},
       {"KJIT_REMOTE_CACHE_TIMEOUT", "seconds, a number > 0",
        "limit of connecting to the remote tier and of each reply (default 1)"},
-      {"KJIT_REMOTE_CACHE_LEASE", "seconds, a number > 0",
+      {"KJIT_REMOTE_CACHE_LEASE", "seconds, a number >= 1",
        "how long one process's claim to compile a key lasts before another may take it over (default 60)"},
   };
   return registry;
@@ -205,8 +205,12 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
   }
   if (auto v = nonempty("KJIT_REMOTE_CACHE_TIMEOUT"))
     c.timeout_s = parse_seconds("KJIT_REMOTE_CACHE_TIMEOUT", *v, "Example: KJIT_REMOTE_CACHE_TIMEOUT=0.5.");
-  if (auto v = nonempty("KJIT_REMOTE_CACHE_LEASE"))
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_LEASE")) {
     c.lease_s = parse_seconds("KJIT_REMOTE_CACHE_LEASE", *v, "Example: KJIT_REMOTE_CACHE_LEASE=120.");
+    if (c.lease_s < cache::kMinLeaseSeconds)
+      bad_value("KJIT_REMOTE_CACHE_LEASE", *v, allowed_of("KJIT_REMOTE_CACHE_LEASE"),
+                "A lease is renewed every third of it while its compile runs: give at least 1 second.");
+  }
   return c;
 }
 

@@ -2,6 +2,7 @@
 // redis-server started by the test (support/redis_server.hpp), cluster-wide single flight
 // (cluster_flight) and the chain's backfill of a remote hit onto the disk.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -103,6 +104,19 @@ TEST(RedisUrl, RefusesWhatIsNotOneAndSaysWhatIsAllowed) {
       EXPECT_NE(std::string(e.what()).find("redis://[user:password@]host[:port][/db]"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(RedisUrl, AnErrorNeverShowsThePassword) {
+  for (const char* bad : {"redis://kjit:hunter2@10.0.0.5:63x9", "redis://hunter2@h:0", "http://kjit:hunter2@h"}) {
+    try {
+      cache::parse_redis_url(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const ValueError& e) {
+      EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("***@"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(cache::parse_redis_url("redis://::1"), ValueError) << "IPv6 without brackets";
 }
 
 // ---- a real server -----------------------------------------------------------------------------
@@ -328,6 +342,129 @@ TEST_F(RedisStoreTest, AForkedChildOpensItsOwnConnectionsInsteadOfSharingItsPare
   EXPECT_TRUE(child.failures.empty()) << child.failures.front();
   EXPECT_EQ(parent_ok, rounds);
   EXPECT_EQ(warnings.count(), 0u) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AnIdleConnectionTheServerClosedIsReplacedWithoutAnOutage) {
+  const cache::Entry e = make_entry("remote-idle-closed");
+  auto a = machine();
+  ASSERT_TRUE(a->put(e));  // a pooled connection
+  redis({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});  // what a server's idle timeout does
+  WarningCapture warnings;
+  EXPECT_TRUE(a->get(e.key, "sm_90"));
+  EXPECT_EQ(warnings.count(), 0u) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AWriteToAConnectionTheServerClosedDoesNotKillTheProcess) {
+  // SIGPIPE at its default action (ends the process), as in a program that never touched it.
+  struct sigaction dfl {}, old {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, &old);
+  auto a = machine();
+  ASSERT_TRUE(a->put(make_entry("remote-sigpipe-small")));
+  for (int i = 0; i < 3; ++i) {
+    redis({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the reset arrives before the write
+    a->put(make_entry("remote-sigpipe-" + std::to_string(i), "sm_90", 8 << 20));
+  }
+  ::sigaction(SIGPIPE, &old, nullptr);
+  SUCCEED() << "still alive";
+}
+
+TEST_F(RedisStoreTest, AnErrorReplyIsAMissWithAWarningThatSaysWhatToDo) {
+  redis({"CONFIG", "SET", "requirepass", "let-me-in"});
+  cache::RedisEndpoint with_password = server_->endpoint();
+  with_password.password = "let-me-in";
+  auto a = machine();  // no password in its URL
+  WarningCapture warnings;
+  EXPECT_FALSE(a->get(make_entry("remote-noauth").key, "sm_90"));
+  EXPECT_NE(warnings.all().find("NOAUTH"), std::string::npos) << warnings.all();
+  EXPECT_NE(warnings.all().find("redis://user:password@host:port"), std::string::npos) << warnings.all();
+  cache::RedisConnection admin(with_password, 2.0);
+  admin.command({"CONFIG", "SET", "requirepass", ""});
+}
+
+TEST_F(RedisStoreTest, AHolderKeepsItsLeaseWhileItCompilesLongerThanTheLease) {
+  const cache::Entry e = make_entry("remote-renewed");
+  std::atomic<int> produced{0};
+  auto slow = [&] {
+    produced.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // 2.5 leases
+    return e;
+  };
+  std::thread holder([&] { cache::produce_once(*machine(cache::RemoteMode::ReadWrite, 1.0), e.key, "sm_90", slow); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  cache::FlightResult r = cache::produce_once(*machine(cache::RemoteMode::ReadWrite, 1.0), e.key, "sm_90", slow);
+  holder.join();
+  EXPECT_EQ(produced.load(), 1) << "the waiter compiled while the holder's lease was being renewed";
+  EXPECT_TRUE(r.fetched);
+}
+
+TEST_F(RedisStoreTest, WhenTheHolderPublishesNothingTheWaitersCompileAtOnceNotInTurn) {
+  const cache::Entry e = make_entry("remote-unpublished");
+  std::atomic<int> running{0}, most{0}, waiter_produced{0};
+  std::thread holder([&] {
+    EXPECT_THROW(cache::produce_once(*machine(), e.key, "sm_90",
+                                     []() -> cache::Entry {
+                                       std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                                       throw CompileError("does not compile", "", "", {}, "");
+                                     }),
+                 CompileError);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i)
+    waiters.emplace_back([&] {
+      cache::produce_once(*machine(), e.key, "sm_90", [&] {
+        waiter_produced.fetch_add(1);
+        const int now = running.fetch_add(1) + 1;
+        for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        running.fetch_sub(1);
+        return e;
+      });
+    });
+  holder.join();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(waiter_produced.load(), 4);
+  EXPECT_GE(most.load(), 2) << "the waiters compiled one after another";
+}
+
+TEST_F(RedisStoreTest, ALeaseWithoutAnExpiryIsNotWaitedFor) {
+  const cache::Entry e = make_entry("remote-forever-lease");
+  redis({"SET", RedisStore::lease_name(e.key, "sm_90"), "not-kjit"});  // PERSISTed, or written by hand
+  WarningCapture warnings;
+  int produced = 0;
+  const auto t0 = Clock::now();
+  cache::FlightResult r = cache::produce_once(*machine(), e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_FALSE(r.fetched);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_NE(warnings.all().find("has no expiry"), std::string::npos) << warnings.all();
+}
+
+TEST_F(RedisStoreTest, AWaiterGivesUpAfterItsWaitLimit) {
+  const cache::Entry e = make_entry("remote-wait-limit");
+  std::string token;
+  auto holder = machine();
+  ASSERT_EQ(holder->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Taken);  // alive, never done
+  cache::RemoteConfig c = config();
+  c.wait_limit_s = 0.5;
+  RedisStore waiter(c);
+  WarningCapture warnings;
+  int produced = 0;
+  const auto t0 = Clock::now();
+  cache::produce_once(waiter, e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_GE(seconds_since(t0), 0.5);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_NE(warnings.all().find("compiling it here"), std::string::npos) << warnings.all();
 }
 
 TEST_F(RedisStoreTest, ALeaseWhoseHolderDiedExpiresAndIsTakenOver) {

@@ -884,3 +884,19 @@ def test_warm_remote_pushes_entries_already_on_disk(manifest, redis_server, redi
     assert remote == local_entries(cache), "Redis's entries differ from the local files they were pushed from"
     again = run(warm_argv(manifest, "--remote"), env, label="warm --remote again")
     assert again.pushed == 0, again
+    # A value there that is refused (tampered, or sealed with an old secret) is replaced by --remote:
+    # CI, the only writer, repairs what production would refuse forever.
+    victim = sorted(remote)[0]
+    redis_client.set(victim, _tamper("payload byte", victim, redis_client.get(victim)))
+    repaired = run(warm_argv(manifest, "--remote"), env, label="warm --remote over a tampered value")
+    assert repaired.pushed == 1 and "refused" in repaired.stderr, repaired
+    assert check_redis_entries(redis_client, KEYS) == local_entries(cache)
+
+
+def test_prefetch_into_a_disk_that_cannot_keep_it_is_an_error(sub_manifest, redis_server, tmp_path):
+    m = sub_manifest([1, 2])
+    run(warm_argv(m), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
+    r = run(kjit_argv("prefetch", m, "--arch", TARGET),
+            kjit_env(cache=tmp_path / "strict", redis=redis_server, KJIT_CACHE_MODE="strict"), check=False,
+            label="prefetch, strict")
+    assert r.returncode != 0 and "not writable" in r.stderr, r

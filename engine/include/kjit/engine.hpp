@@ -88,7 +88,8 @@ struct Prepared {
 struct PrefetchReport {
   std::size_t jobs = 0;
   std::size_t on_disk = 0;   // already in the disk cache or a read-only layer: not asked for
-  std::size_t fetched = 0;   // taken from the remote tier (and written to the disk when it is writable)
+  std::size_t fetched = 0;   // taken from the remote tier and written to the disk
+  std::size_t not_kept = 0;  // taken from the remote tier, but the disk failed to keep them (warned)
   std::size_t missing = 0;   // not in the remote tier
   std::size_t refused = 0;   // in the remote tier but refused (said by a warning)
   bool answered = true;      // false: the remote tier did not answer (warned); nothing was fetched
@@ -139,7 +140,8 @@ class Engine {
   Resolved get(const Specialization& spec, const Target& target, const char* compile_forbidden_reason = nullptr);
   Prepared prepare(const Specialization& spec, const Target& target);
   // Start-up: fetches from the remote tier, in one round trip, the entries of `jobs` that no disk level
-  // has, into the disk cache. Throws kjit::Error when no remote tier is configured.
+  // has, into the disk cache. Throws kjit::Error when no remote tier is configured or the disk cache is
+  // not writable (nothing fetched could be kept).
   PrefetchReport prefetch(const std::vector<std::pair<Specialization, Target>>& jobs);
 
   // Hot path.

@@ -1,10 +1,14 @@
 // Cluster-wide single flight: processes on different machines that miss the same (key, target) compile
-// it once. The first takes the compile lease in the remote tier (RedisStore::try_lease, with an expiry),
-// produces the entry, stores it there and lets the lease go; the others wait for the entry and take it.
-// A lease whose holder died expires, and a waiter takes it over; a holder whose produce() throws lets
-// the lease go at once (each waiter then tries for itself, and gets its own error). When the remote
-// tier does not answer, or is read-only, the entry is produced here, unshared: a remote tier never
-// stops a process from compiling.
+// it once. The first takes the compile lease in the remote tier (RedisStore::try_lease, with an expiry,
+// renewed while it compiles), produces the entry, stores it there and lets the lease go; the others wait
+// for the entry and take it.
+//  - A lease whose holder died expires, and a waiter takes it over.
+//  - A holder that publishes no entry (its produce() throws, or Redis refuses the entry) says so
+//    (mark_unpublished) and lets the lease go: the waiters then produce on their own at once, each
+//    getting its own error, rather than one after another.
+//  - A waiter waits at most wait_limit_s, and not at all on a lease without an expiry (not kjit's).
+//  - When the remote tier does not answer, or is read-only, the entry is produced here, unshared: a
+//    remote tier never stops a process from compiling.
 //
 // Within one machine the disk cache's per-key lock already lets one process through (DiskCache::
 // load_or_produce calls this under that lock), so each machine sends at most one process per key here.

@@ -19,7 +19,14 @@ namespace kjit::cache {
 
 class RemoteError : public Error {
  public:
-  using Error::Error;
+  explicit RemoteError(const std::string& message, bool connection_lost = false)
+      : Error(message), connection_lost_(connection_lost) {}
+  // The server closed or reset the connection (an idle one it dropped, a restart): a new connection
+  // may work at once, unlike a refused connect or a timeout.
+  bool connection_lost() const noexcept { return connection_lost_; }
+
+ private:
+  bool connection_lost_ = false;
 };
 
 struct RedisReply {
@@ -45,6 +52,7 @@ class RedisConnection {
   std::vector<RedisReply> pipeline(const std::vector<Command>& commands);
 
  private:
+  void open(const RedisEndpoint& endpoint, double timeout_s);
   [[noreturn]] void fail(const std::string& doing);
 
   std::string where_;

@@ -29,6 +29,7 @@
 namespace kjit::cache {
 
 class RedisConnection;
+struct RedisReply;
 
 class RedisStore final : public Store {
  public:
@@ -48,6 +49,7 @@ class RedisStore final : public Store {
   // The Redis key of an entry, and of its compile lease.
   static std::string entry_name(const CacheKey& key, const std::string& target);
   static std::string lease_name(const CacheKey& key, const std::string& target);
+  static std::string unpublished_name(const CacheKey& key, const std::string& target);
 
   // Several lookups in one round trip (start-up prefetch): one result per request, in order.
   struct Fetched {
@@ -64,6 +66,12 @@ class RedisStore final : public Store {
   // (mode read, or no answer). release_lease deletes the lease only while it is still this token's.
   enum class Lease { Taken, Held, Unavailable };
   Lease try_lease(const CacheKey& key, const std::string& target, std::string* token);
+  // Extends this token's lease to a full lease_s again; false when it is not ours any more or no answer.
+  bool renew_lease(const CacheKey& key, const std::string& target, const std::string& token);
+  // Says, for a while (lease_s), that the holder of the key's lease ended without publishing an entry
+  // (its compile failed, or Redis refused the entry): waiters then compile on their own at once instead
+  // of taking the lease one after another.
+  void mark_unpublished(const CacheKey& key, const std::string& target);
   // A release that finds the server not answering is kept and made after the next operation that gets
   // an answer, so that a short outage does not leave the key blocked for the lease's whole lifetime.
   void release_lease(const CacheKey& key, const std::string& target, const std::string& token);
@@ -71,6 +79,8 @@ class RedisStore final : public Store {
   struct Watch {
     bool entry = false;
     bool lease = false;
+    bool lease_expires = true;  // false: a lease key without an expiry (not one kjit wrote)
+    bool unpublished = false;   // mark_unpublished() was said for the key
   };
   std::optional<Watch> watch(const CacheKey& key, const std::string& target);
 
@@ -84,13 +94,19 @@ class RedisStore final : public Store {
 
  private:
   class Pool;
+  friend class ForkGuard;  // locks every store's mutexes around fork() (redis_store.cpp)
   // Runs `fn` on a pooled connection; nullopt when the store is backing off or the server fails
   // (which starts or extends the back-off, with one warning per outage).
   template <typename Fn>
   auto with_connection(Fn&& fn) -> std::optional<decltype(fn(std::declval<RedisConnection&>()))>;
-  bool backing_off();
-  void failed(const std::string& why);
-  void answered();
+  // The outage count when an operation may start, nullopt while backing off.
+  std::optional<std::uint64_t> begin_operation();
+  // An operation begun at outage count `began` failed / got an answer. Only operations begun in the
+  // current state change it: one under way when an outage began neither extends the back-off nor ends it.
+  void failed(const std::string& why, std::uint64_t began);
+  void answered(std::uint64_t began);
+  // false (and a warning once per command and error) for an error reply.
+  bool reply_ok(const RedisReply& reply, const char* command) const;
   // Releases kept by release_lease while the server did not answer.
   void release_pending();
   // Checks a fetched value; the entry, or nullopt with a warning once per key (refused).
@@ -101,6 +117,7 @@ class RedisStore final : public Store {
   std::atomic<std::uint64_t> stored_{0};
   std::mutex state_mu_;
   bool down_ = false;
+  std::uint64_t outages_ = 0;  // failures that started or extended an outage
   std::vector<std::pair<std::string, std::string>> pending_releases_;  // (lease name, token)
   double backoff_s_ = 0;
   std::chrono::steady_clock::time_point retry_at_{};

@@ -22,7 +22,7 @@ struct RedisEndpoint {
 };
 
 // Parses a redis:// URL. Throws kjit::ValueError saying what is wrong and what is allowed (the caller
-// names the setting it came from).
+// names the setting it came from); the message never holds the URL's password.
 RedisEndpoint parse_redis_url(const std::string& url);
 
 // The smallest deployment secret accepted, in bytes.
@@ -32,8 +32,14 @@ struct RemoteConfig {
   RedisEndpoint endpoint;
   RemoteMode mode = RemoteMode::ReadWrite;
   std::string secret;      // HMAC-SHA256 key of every entry (entry_seal.hpp); never printed
-  double timeout_s = 1.0;  // connect, and each reply
-  double lease_s = 60.0;   // lifetime of a compile lease (cluster_flight.hpp)
+  double timeout_s = 1.0;  // connect, and each reply (name resolution is the system resolver's own)
+  double lease_s = 60.0;   // lifetime of a compile lease, renewed while the compile runs (cluster_flight.hpp)
+  // The longest a process waits for another's compile before compiling on its own (a lease that is
+  // renewed forever, a paused server that keeps a lease alive): never a hang.
+  double wait_limit_s = 360.0;
 };
+
+// The shortest lease accepted (Redis counts leases in milliseconds; renewal runs every third of it).
+inline constexpr double kMinLeaseSeconds = 1.0;
 
 }  // namespace kjit::cache
