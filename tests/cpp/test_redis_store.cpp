@@ -36,6 +36,14 @@ const std::string kSecret = "a deployment secret of some length";
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// produce_once for `e` on `store` whose produce() counts its calls in *produced and returns `e`.
+cache::FlightResult produce_counting(RedisStore& store, const cache::Entry& e, int* produced) {
+  return cache::produce_once(store, e.key, "sm_90", [&] {
+    ++*produced;
+    return e;
+  });
+}
+
 // ---- sealed values -------------------------------------------------------------------------------
 
 TEST(EntrySeal, ASealedValueUnsealsToItsEntryBytes) {
@@ -209,10 +217,7 @@ TEST_F(RedisStoreTest, AReadOnlyClientNeverWritesAnything) {
   std::string token;
   EXPECT_EQ(reader->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Unavailable);
   int produced = 0;
-  cache::FlightResult r = cache::produce_once(*reader, e.key, "sm_90", [&] {
-    ++produced;
-    return e;
-  });
+  cache::FlightResult r = produce_counting(*reader, e, &produced);
   EXPECT_EQ(produced, 1);
   EXPECT_FALSE(r.fetched);
   EXPECT_EQ(dbsize(), 0);
@@ -251,10 +256,7 @@ TEST_F(RedisStoreTest, AServerThatStopsAnsweringCostsOneTimeoutNotAHang) {
   EXPECT_FALSE(a->get(e.key, "sm_90"));  // the pooled connection: the reply times out (0.5 s)
   EXPECT_FALSE(a->get(e.key, "sm_90"));  // backing off
   int produced = 0;
-  cache::produce_once(*a, e.key, "sm_90", [&] {
-    ++produced;
-    return e;
-  });
+  produce_counting(*a, e, &produced);
   EXPECT_EQ(produced, 1);
   EXPECT_LT(seconds_since(t0), 3.0);
   server_->thaw();
@@ -436,10 +438,7 @@ TEST_F(RedisStoreTest, ALeaseWithoutAnExpiryIsNotWaitedFor) {
   WarningCapture warnings;
   int produced = 0;
   const auto t0 = Clock::now();
-  cache::FlightResult r = cache::produce_once(*machine(), e.key, "sm_90", [&] {
-    ++produced;
-    return e;
-  });
+  cache::FlightResult r = produce_counting(*machine(), e, &produced);
   EXPECT_EQ(produced, 1);
   EXPECT_FALSE(r.fetched);
   EXPECT_LT(seconds_since(t0), 5.0);
@@ -457,10 +456,7 @@ TEST_F(RedisStoreTest, AWaiterGivesUpAfterItsWaitLimit) {
   WarningCapture warnings;
   int produced = 0;
   const auto t0 = Clock::now();
-  cache::produce_once(waiter, e.key, "sm_90", [&] {
-    ++produced;
-    return e;
-  });
+  produce_counting(waiter, e, &produced);
   EXPECT_EQ(produced, 1);
   EXPECT_GE(seconds_since(t0), 0.5);
   EXPECT_LT(seconds_since(t0), 5.0);
@@ -474,10 +470,7 @@ TEST_F(RedisStoreTest, ALeaseWhoseHolderDiedExpiresAndIsTakenOver) {
   // Its holder "dies": nobody releases it.
   int produced = 0;
   const auto t0 = Clock::now();
-  cache::FlightResult r = cache::produce_once(*machine(), e.key, "sm_90", [&] {
-    ++produced;
-    return e;
-  });
+  cache::FlightResult r = produce_counting(*machine(), e, &produced);
   EXPECT_EQ(produced, 1);
   EXPECT_FALSE(r.fetched);
   EXPECT_GE(seconds_since(t0), 0.3) << "it waited for the lease";
