@@ -18,6 +18,8 @@
 #     numpy dtype, the CLI, kjit.ops's ImportError, tests/python/test_torch_free.py.
 # Runs as root (the mount namespace). The repaired wheel is left in build-wheel/wheelhouse/.
 #   bash .ci/wheel.sh [build|repair|test]...     (default: all three, in this order)
+# KJIT_CI_CLEAN=1 (set by .ci/run): once the wheel is repaired, the build venv and the CMake build are
+# removed before the test venvs are made (each torch venv is about 5 GB).
 # PYTHON: the interpreter the venvs are made from (default python3); KJIT_CI_WHEELS (default
 # /var/cache/kjit-ci/wheels): the wheels pip installs from, downloaded there once (see .ci/nonroot.sh).
 set -euo pipefail
@@ -84,6 +86,10 @@ echo "== wheel: $requires"
 want=$("$bpy" -c 'import torch; v = torch.__version__.split("."); print(f"torch=={v[0]}.{v[1]}.*")')
 [ "$requires" = "Requires-Dist: $want" ] ||
   { echo "the wheel must require the torch minor it was built against" >&2; exit 1; }
+if [ "${KJIT_CI_CLEAN:-0}" = 1 ]; then
+  rm -rf "$out/venv-build" "$out/cmake" "$out/dist"
+  echo "== wheel: build venv and CMake build removed (KJIT_CI_CLEAN=1)"
+fi
 fi
 
 # ---- 3. a fresh venv with torch only, and the wheel --------------------------------------------------
