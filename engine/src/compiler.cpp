@@ -12,6 +12,7 @@
 #include "kjit/log.hpp"
 #include "kjit/nvrtc_job.hpp"
 #include "kjit/nvrtc_library.hpp"
+#include "kjit/phase_time.hpp"
 #include "text_scan.hpp"
 
 namespace kjit {
@@ -103,6 +104,19 @@ void check_types_are_declared(const Specialization& spec) {
   }
 }
 
+// KJIT_USES_HALF / KJIT_USES_BFLOAT16, 1 when the specialization's name expression names that type (any
+// spelling with "half" / "bfloat16" in it), else 0. cuda_fp16.h and cuda_bf16.h with what they include
+// are 1.6 MB that NVRTC parses on every compile, about half the compile of a small kernel: a template
+// can include them only when the specialization needs them (kernel_templates/detail/numeric.cuh).
+// They follow from the name expression, which the key holds, so they add nothing to the key.
+std::vector<std::string> type_macros(const Specialization& spec) {
+  const std::string& expr = spec.name_expression();
+  const auto flag = [&](const char* macro, const char* word) {
+    return std::string("-D") + macro + (expr.find(word) != std::string::npos ? "=1" : "=0");
+  };
+  return {flag("KJIT_USES_HALF", "half"), flag("KJIT_USES_BFLOAT16", "bfloat16")};
+}
+
 bool nvrtc_caches_compiles() {
   static const bool has = [] {
     const NvrtcLibrary& lib = NvrtcLibrary::get();
@@ -155,6 +169,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
   // an include kjit's scanner did not see (a macro, an odd spelling) cannot reach a file either.
   out.flags = spec.options().nvrtc_flags(plan.actual);
   out.flags.push_back("--no-source-include");
+  for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
   // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
   // itself, and a compile it counts and times must be a real one with a full log.
   if (nvrtc_caches_compiles()) out.flags.push_back("--no-cache");
@@ -169,6 +184,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
 
   auto start = std::chrono::steady_clock::now();
   NvrtcOutcome r;
+  PhaseTimer timer(Phase::Compile);
   if ((t.confined() || settings.compile_isolation == CompileIsolation::Always) && compile_children_are_safe()) {
     // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
     // memory, never run without the filter.

@@ -137,6 +137,7 @@ cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& p
 }
 
 Engine::Candidates Engine::candidates(const Specialization& spec, const Target& target) const {
+  PhaseTimer timer(Phase::Key);
   // Without loading NVRTC (strict mode never does, and a warm process should not pay for it) nobody
   // knows whether this NVRTC makes a cubin or PTX for `target`: look for both.
   Candidates out;
@@ -156,6 +157,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   const std::string dir = target.str();
   {
     trace::Range range("load", spec.name_expression());
+    PhaseTimer timer(Phase::Store);
     for (const auto& [plan, key] : cands) {
       if (auto hit = stores().get(key, dir)) {
         *origin = stores_.levels()[hit->level].store == remote_ ? Origin::Remote : Origin::Disk;
@@ -183,8 +185,14 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
             "`, then ship the cache directory (KJIT_CACHE_DIR or a KJIT_CACHE_PATH layer).",
         key, spec.describe());
   }
-  const CompilePlan plan = Compiler::plan(target);
-  const cache::CacheKey key = key_for(spec, plan);
+  const CompilePlan plan = [&] {
+    PhaseTimer timer(Phase::Compile);  // loads NVRTC, the first time
+    return Compiler::plan(target);
+  }();
+  const cache::CacheKey key = [&] {
+    PhaseTimer timer(Phase::Key);
+    return key_for(spec, plan);
+  }();
   bool produced = false;
   auto produce = [&]() {
     if (forbidden && *forbidden)
@@ -383,6 +391,7 @@ std::shared_ptr<const LoadedKernel> Engine::load_and_publish(const Specializatio
   auto loaded = std::make_shared<LoadedKernel>();
   {
     trace::Range range("load", spec.name_expression());
+    PhaseTimer timer(Phase::ModuleLoad);
     loaded->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
   }
   loaded->key = e.key;
@@ -534,10 +543,12 @@ EngineStats Engine::stats() const {
   s.compile_ms = static_cast<double>(compile_us_.load()) / 1000.0;
   s.disk_load_ms = static_cast<double>(disk_load_us_.load()) / 1000.0;
   s.strict_misses = strict_misses_.load();
+  s.phase_ms = phase_times_ms();
   return s;
 }
 
 void Engine::reset_stats() {
+  reset_phase_times();
   memory_hits_ = 0;
   disk_hits_ = 0;
   compiles_ = 0;

@@ -12,6 +12,7 @@
 #include "kjit/cache/sha256.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
+#include "kjit/phase_time.hpp"
 #include "kjit/settings.hpp"
 #include "text_scan.hpp"
 
@@ -303,6 +304,7 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
 }
 
 std::shared_ptr<const Template> Template::from_file(const fs::path& file, std::vector<fs::path> include_dirs) {
+  PhaseTimer timer(Phase::Template);
   std::string source;
   std::error_code ec;
   if (!fs::is_regular_file(file, ec) || !read_file(file, source))
@@ -314,12 +316,14 @@ std::shared_ptr<const Template> Template::from_file(const fs::path& file, std::v
 
 std::shared_ptr<const Template> Template::from_string(std::string source, std::string name,
                                                       std::vector<fs::path> include_dirs) {
+  PhaseTimer timer(Phase::Template);
   if (name.empty()) name = "<string>";
   return load(std::move(source), std::move(name), false, fs::path{}, std::move(include_dirs));
 }
 
 std::shared_ptr<const Template> Template::from_memory(std::string source, std::string name,
                                                       std::map<std::string, std::string> headers) {
+  PhaseTimer timer(Phase::Template);
   if (name.empty()) name = "<string>";
   return load(std::move(source), std::move(name), false, fs::path{}, {}, std::move(headers), true);
 }
@@ -335,6 +339,7 @@ std::shared_ptr<const Template> Template::builtin(const std::string& name) {
   if (!ok)
     throw ValueError("built-in template name '" + name + "' is not valid: names are letters, digits and '_' (" +
                      "available: " + available_names() + "). For a file of your own use Template.from_file.");
+  PhaseTimer timer(Phase::Template);
   fs::path dir = builtin_templates_dir();
   fs::path file = dir / (name + ".cuh");
   std::string source;

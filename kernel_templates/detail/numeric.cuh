@@ -2,15 +2,27 @@
 // Framework-agnostic: plain CUDA C++, compiles with NVRTC and nvcc alike.
 #pragma once
 
-#include <cuda_bf16.h>
+// kjit defines KJIT_USES_HALF / KJIT_USES_BFLOAT16 (0 or 1) for each specialization: the 1.6 MB of the
+// 16-bit float headers are parsed only by the compiles that use those types. Elsewhere (nvcc), both.
+#if !defined(KJIT_USES_HALF) || KJIT_USES_HALF
 #include <cuda_fp16.h>
+#define KJIT_DETAIL_HALF 1
+#endif
+#if !defined(KJIT_USES_BFLOAT16) || KJIT_USES_BFLOAT16
+#include <cuda_bf16.h>
+#define KJIT_DETAIL_BFLOAT16 1
+#endif
 
 namespace kjit_detail {
 
 // Arithmetic type of an element type: half types compute in float.
 template <typename T> struct Acc { using type = T; };
+#ifdef KJIT_DETAIL_HALF
 template <> struct Acc<__half> { using type = float; };
+#endif
+#ifdef KJIT_DETAIL_BFLOAT16
 template <> struct Acc<__nv_bfloat16> { using type = float; };
+#endif
 template <typename T> using acc_t = typename Acc<T>::type;
 
 template <typename T>
@@ -21,10 +33,14 @@ __device__ __forceinline__ T narrow(acc_t<T> v) { return static_cast<T>(v); }
 // C(v) for every element type and compute type: the half types convert to double through float.
 template <typename C, typename T>
 __device__ __forceinline__ C to(T v) { return static_cast<C>(v); }
+#ifdef KJIT_DETAIL_HALF
 template <> __device__ __forceinline__ double to<double, __half>(__half v) { return __half2float(v); }
+#endif
+#ifdef KJIT_DETAIL_BFLOAT16
 template <> __device__ __forceinline__ double to<double, __nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
+#endif
 
 // N elements loaded and stored as one aligned access (16 bytes at most, e.g. 4 floats, 8 halves).
 template <typename T, int N>

@@ -8,8 +8,6 @@
 // row length is a multiple of VEC and that every row starts on a VEC-element boundary.
 #pragma once
 
-#include <cuda/std/limits>
-
 #include "numeric.cuh"
 
 namespace kjit_rows {
@@ -22,14 +20,16 @@ struct Sum {
   template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
   template <typename C> __device__ static constexpr C identity() { return C(0); }
 };
-// Max and Min propagate NaN, as torch.amax / torch.amin do.
+// Max and Min propagate NaN, as torch.amax / torch.amin do. Their identity is -inf / +inf (float's
+// infinity, widened for double): <cuda/std/limits> would add libcu++'s configuration headers to every
+// compile, and NVRTC has no constexpr builtin for it.
 struct Max {
   template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
-  template <typename C> __device__ static constexpr C identity() { return -cuda::std::numeric_limits<C>::infinity(); }
+  template <typename C> __device__ __forceinline__ static C identity() { return -static_cast<C>(__int_as_float(0x7f800000)); }
 };
 struct Min {
   template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
-  template <typename C> __device__ static constexpr C identity() { return cuda::std::numeric_limits<C>::infinity(); }
+  template <typename C> __device__ __forceinline__ static C identity() { return static_cast<C>(__int_as_float(0x7f800000)); }
 };
 
 // op over the TPR threads of this thread's row; every thread of the row gets the result. Every

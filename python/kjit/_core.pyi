@@ -269,7 +269,7 @@ def set_builtin_templates_dir(path: os.PathLike | str | bytes) -> None:
     """
 def stats() -> dict:
     """
-    Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last one '(other kernels)' summing the rest); op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that went through the dispatcher (autograd, fake tensors, subclasses, modes); specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).
+    Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; phase_ms: {template, key, store, compile, module_load}: milliseconds spent reading and hashing templates, computing cache keys, looking entries up in the stores, in NVRTC and loading modules (where cold starts go); kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last one '(other kernels)' summing the rest); op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and those that went through the dispatcher (autograd, fake tensors, subclasses, modes); specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).
     """
 def toolkit() -> dict:
     """

@@ -28,6 +28,9 @@ void bind_engine(py::module_& m) {
         d["disk_load_ms"] = s.disk_load_ms;
         d["strict_misses"] = s.strict_misses;
         d["remote_hits"] = s.remote_hits;
+        py::dict phases;
+        for (std::size_t i = 0; i < kPhaseCount; ++i) phases[phase_name(static_cast<Phase>(i))] = s.phase_ms[i];
+        d["phase_ms"] = std::move(phases);
         py::dict kernels;
         for (const auto& [name, k] : Engine::global().kernel_stats()) {
           py::dict e;
@@ -55,6 +58,7 @@ void bind_engine(py::module_& m) {
         return d;
       },
       "Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
+      "phase_ms: {template, key, store, compile, module_load}: milliseconds spent reading and hashing templates, computing cache keys, looking entries up in the stores, in NVRTC and loading modules (where cold starts go); "
       "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
       "one '(other kernels)' summing the rest); "
       "op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and "

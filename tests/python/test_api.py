@@ -67,6 +67,44 @@ def test_kernel_options():
     assert t.kernel("add_constant", defines=["X", "Y=2", "Z="]).options["defines"] == {"X": "1", "Y": "2", "Z": ""}
 
 
+def test_type_macros_say_which_16_bit_float_types_a_specialization_names():
+    # KJIT_USES_HALF / KJIT_USES_BFLOAT16 let a template parse cuda_fp16.h / cuda_bf16.h (1.6 MB) only
+    # when the specialization needs them; a wrong value fails the compile (#error), without a GPU.
+    src = """
+#if KJIT_USES_HALF != WANT_HALF || KJIT_USES_BFLOAT16 != WANT_BF16
+#error "kjit's type macros do not match the specialization"
+#endif
+#if KJIT_USES_HALF
+#include <cuda_fp16.h>
+#endif
+#if KJIT_USES_BFLOAT16
+#include <cuda_bf16.h>
+#endif
+template <typename T, typename U> __global__ void k(T* y, const U* x) {}
+"""
+    t = kjit.Template(src, name="type_macros.cu")
+    cases = [("float32", "float64", 0, 0), ("float16", "float32", 1, 0), ("float32", "bfloat16", 0, 1),
+             ("float16", "bfloat16", 1, 1)]
+    for a, b, half, bf16 in cases:
+        k = t.kernel("k", defines={"WANT_HALF": half, "WANT_BF16": bf16}).specialize(T=a, U=b, arch="sm_90")
+        assert k.origin in ("compiled", "disk", "memory")
+
+
+def test_phase_times_say_where_a_cold_start_went():
+    kjit.reset_stats()
+    assert set(kjit.stats()["phase_ms"].values()) == {0.0}
+    # A source of its own: compiled here, whatever this session's cache holds.
+    t = kjit.Template(f"template <typename T> __global__ void k(T* y) {{ /* {uuid.uuid4()} */ }}\n", name="phases.cu")
+    t.kernel("k").specialize(T="float32", arch="sm_90")  # compile-only: no module is loaded
+    phases = kjit.stats()["phase_ms"]
+    assert set(phases) == {"template", "key", "store", "compile", "module_load"}
+    assert phases["template"] > 0 and phases["key"] > 0 and phases["store"] > 0
+    assert phases["compile"] > 0 and phases["module_load"] == 0
+    assert phases["compile"] <= kjit.stats()["compile_ms"] + 1.0  # the same NVRTC run, timed around it
+    kjit.reset_stats()
+    assert set(kjit.stats()["phase_ms"].values()) == {0.0}
+
+
 def test_template_errors():
     assert error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("nope")) == \
         "template 'add_constant' has no __global__ kernel named 'nope' (it declares: add_constant)"

@@ -71,7 +71,7 @@ def test_cache_info_and_stats():
     assert info["writable"] is True
     assert info["layers"] == []
     s = kjit.stats()
-    assert set(s) == {"memory_hits", "disk_hits", "remote_hits", "compiles", "compile_ms", "disk_load_ms",
+    assert set(s) == {"memory_hits", "disk_hits", "remote_hits", "compiles", "compile_ms", "disk_load_ms", "phase_ms",
                       "strict_misses", "specializations", "max_specializations", "op_calls", "kernels"}
     kjit.reset_stats()
     assert kjit.stats()["compiles"] == 0

@@ -25,6 +25,7 @@
 #include "kjit/cache/store_chain.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/module.hpp"
+#include "kjit/phase_time.hpp"
 #include "kjit/settings.hpp"
 #include "kjit/shape_policy.hpp"
 #include "kjit/specialization.hpp"
@@ -103,6 +104,7 @@ struct EngineStats {
   double disk_load_ms = 0;   // total time of disk hits (read + validate + module load)
   std::uint64_t strict_misses = 0;
   std::uint64_t remote_hits = 0;  // entries taken from the remote tier (not counted in disk_hits)
+  std::array<double, kPhaseCount> phase_ms{};  // by Phase (phase_time.hpp): where cold starts went
 };
 
 // Compiles and disk loads of one kernel (by name expression) in this process.
