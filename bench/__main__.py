@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -79,7 +80,14 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         try:
             mod = __import__(f"{__package__}.{name}", fromlist=["run"])
-            result[name] = mod.run(args.quick, peer_versions=peer_versions, log=log)
+            kwargs = {}
+            if "save" in inspect.signature(mod.run).parameters:
+                # A section that measures for long saves what it has so far (a probe may hang or crash).
+                def save(partial: dict, name: str = name) -> None:
+                    result[name] = partial
+                    report.write_json(result, json_path)
+                kwargs["save"] = save
+            result[name] = mod.run(args.quick, peer_versions=peer_versions, log=log, **kwargs)
         except Exception as e:  # noqa: BLE001  (one failed section never loses the others)
             traceback.print_exc()
             result[name] = {"error": error_text(e)}

@@ -11,6 +11,8 @@ import math
 import os
 import sys
 
+from .report import first_call_add_ms
+
 MIB = 1 << 20
 COLORS = {"kjit": "#d62728", "copy": "#7f7f7f", "eager": "#1f77b4", "torch.compile": "#2ca02c",
           "triton": "#9467bd", "cupy": "#ff7f0e", "jiterator": "#8c564b"}
@@ -83,8 +85,9 @@ def overhead(plt, res: dict, path: str) -> str | None:
 
 
 def first_call(plt, res: dict, path: str) -> str | None:
-    items = [(p, v["empty_cache_ms"]["median"], v["warm_cache_new_process_ms"]["median"])
-             for p, v in res.items() if isinstance(v, dict)]
+    items = [(p, first_call_add_ms(v, "empty_cache"), first_call_add_ms(v, "warm_cache_new_process")) for p, v in res.items()
+             if isinstance(v, dict)]
+    items = [(p, e, w) for p, e, w in items if e is not None and w is not None]
     if not items:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.5))

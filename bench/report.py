@@ -85,13 +85,12 @@ def behind(result: dict) -> list[dict]:
         for peer, v in fc.items():
             if peer == "kjit" or not _is(v):
                 continue
-            for key, label in (("empty_cache_ms", "first call, empty cache"),
-                               ("warm_cache_new_process_ms", "first call, new process, warm cache")):
-                if key in v and key in fc["kjit"]:
-                    k, p = fc["kjit"][key]["median"], v[key]["median"]
-                    if p < k:
-                        out.append(dict(section="first_call", figure=label, peer=peer, kjit=k, peer_value=p,
-                                        unit="ms", ratio=p / k))
+            for kind, label in (("empty_cache", "first call of the add kernel, empty cache"),
+                                ("warm_cache_new_process", "first call of the add kernel, new process, warm cache")):
+                k, p = first_call_add_ms(fc["kjit"], kind), first_call_add_ms(v, kind)
+                if k is not None and p is not None and p < k:
+                    out.append(dict(section="first_call", figure=label, peer=peer, kjit=k, peer_value=p,
+                                    unit="ms", ratio=p / k))
     bw = result.get("bandwidth") or {}
     for part in ("sweep", "reference"):
         for r in bw.get(part) or []:
@@ -161,24 +160,83 @@ def _overhead_md(sec: dict) -> list[str]:
                         rows)
 
 
+# The add kernel's case in each probe: kjit's first compile of a process is what a peer's first call is.
+_ADD_CASE = {"empty_cache": "add, first kjit compile of the process", "warm_cache_new_process": "add"}
+# Targets (issue 17), by case; "<op> forward + backward" rows are computed from the two cases.
+FIRST_CALL_TARGETS_MS = {"add, first kjit compile of the process": 60.0, "add, new specialization": 25.0,
+                         "forward": 60.0, "forward + backward": 100.0, "warm": 2.0}
+
+
+def first_call_add_ms(v: dict, kind: str) -> float | None:
+    cases = v.get(kind) or {}
+    e = cases.get(_ADD_CASE[kind]) or cases.get("add")
+    return e["ms"]["median"] if _is(e) else None
+
+
+def _target(kind: str, case: str) -> float | None:
+    if kind == "warm_cache_new_process":
+        return FIRST_CALL_TARGETS_MS["warm"]
+    if case in FIRST_CALL_TARGETS_MS:
+        return FIRST_CALL_TARGETS_MS[case]
+    if case.endswith(" forward + backward"):
+        return FIRST_CALL_TARGETS_MS["forward + backward"]
+    return FIRST_CALL_TARGETS_MS["forward"] if case.endswith(" forward") else None
+
+
+def _with_pairs(cases: dict) -> dict:
+    """The cases, with "<op> forward + backward" (sum of medians) after each op's backward."""
+    out: dict = {}
+    for case, e in cases.items():
+        out[case] = e
+        if case.endswith(" backward") and _is(cases.get(case[:-9] + " forward")):
+            f = cases[case[:-9] + " forward"]
+            out[case[:-9] + " forward + backward"] = {
+                "ms": {"median": f["ms"]["median"] + e["ms"]["median"]},
+                "phase_ms": {p: f["phase_ms"][p] + e["phase_ms"][p] for p in f.get("phase_ms") or {}},
+                "compiles": (f.get("compiles") or 0) + (e.get("compiles") or 0)}
+    return out
+
+
 def _first_call_md(sec: dict) -> list[str]:
     res = sec.get("results") or {}
     k = res.get("kjit") if _is(res.get("kjit")) else None
-    out = ["## First call of the add kernel (import and CUDA context excluded)", "",
+    out = ["## First calls (import and CUDA context excluded)", "",
            f"Median (min-max) over {sec.get('repeats')} fresh cache directories; each time a first process "
-           "(empty cache) and a second one (warm disk cache).", ""]
+           "(empty cache) and a second one (warm disk cache). " + (sec.get("method") or "") + ".", "",
+           "### The add kernel, against the peers", ""]
     rows = []
     for peer, v in res.items():
         if not _is(v):
             rows.append([peer, v, "-", "-", "-"])
             continue
-        e, w = v["empty_cache_ms"], v["warm_cache_new_process_ms"]
-        re_ = e["median"] / k["empty_cache_ms"]["median"] if k else None
-        rw = w["median"] / k["warm_cache_new_process_ms"]["median"] if k else None
-        rows.append([peer, f"{e['median']:.1f} ms ({e['min']:.1f}-{e['max']:.1f})",
-                     f"{w['median']:.1f} ms ({w['min']:.1f}-{w['max']:.1f})", _x(re_), _x(rw)])
-    return out + _table(["peer", "empty cache", "new process, warm cache", "kjit / peer (empty)",
-                         "kjit / peer (warm)"], rows)
+        cells = [peer]
+        ratios = []
+        for kind in ("empty_cache", "warm_cache_new_process"):
+            cases = v.get(kind) or {}
+            e = cases.get(_ADD_CASE[kind]) or cases.get("add")
+            cells.append(f"{e['ms']['median']:.1f} ms ({e['ms']['min']:.1f}-{e['ms']['max']:.1f})" if _is(e) else "-")
+            kv, pv = (first_call_add_ms(k, kind) if k else None), first_call_add_ms(v, kind)
+            ratios.append(_x(pv / kv) if kv and pv is not None else "-")
+        rows.append(cells + ratios)
+    out += _table(["peer", "empty cache (kjit: first compile of the process)", "new process, warm cache",
+                   "kjit / peer (empty)", "kjit / peer (warm)"], rows)
+    if not k:
+        return out
+    out += ["", "### kjit: every first call, and where its time went (ms; other = the rest: Python, launch, "
+            "the op's own work)", ""]
+    phases = ["template", "key", "store", "compile", "module_load"]
+    rows = []
+    for kind, title in (("empty_cache", "empty cache"), ("warm_cache_new_process", "warm cache, new process")):
+        for case, e in _with_pairs(k.get(kind) or {}).items():
+            ms = e["ms"]
+            spread = f" ({ms['min']:.1f}-{ms['max']:.1f})" if "min" in ms else ""
+            ph = e.get("phase_ms") or {}
+            other = ms["median"] - sum(ph.get(p, 0.0) for p in phases)
+            t = _target(kind, case)
+            verdict = "-" if t is None else (f"<= {t:g}: met" if ms["median"] <= t else f"<= {t:g}: over")
+            rows.append([title, case, f"{ms['median']:.1f}{spread}"] + [_num(ph.get(p), "{:.1f}") for p in phases]
+                        + [f"{other:.1f}", str(e.get("compiles", "-")), verdict])
+    return out + _table(["cache", "call", "ms"] + phases + ["other", "compiles", "target ms"], rows)
 
 
 def _peers_in(rows: list[dict]) -> list[str]:

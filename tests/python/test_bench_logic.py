@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -25,6 +26,11 @@ def _row(op, size, ms: dict, nbytes=2 << 30):
             "gbps": g}
 
 
+def _case(median, lo=None, hi=None, compile=0.0, compiles=1):
+    return {"ms": _ms(median, lo, hi) if lo is not None else _ms(median), "compiles": compiles,
+            "phase_ms": {"template": 2.0, "key": 0.1, "store": 0.2, "compile": compile, "module_load": 1.0}}
+
+
 def synthetic() -> dict:
     mib = 1 << 20
     return {
@@ -43,11 +49,17 @@ def synthetic() -> dict:
                                                            "us": _ms(3.24, 3.2, 3.3)},
             "cupy RawKernel launch": "skipped: cupy not installed",
         }},
-        "first_call": {"repeats": 2, "results": {
-            "kjit": {"empty_cache_ms": _ms(49.0, 48.0, 50.0), "warm_cache_new_process_ms": _ms(4.6, 4.5, 4.7)},
-            "cupy": {"empty_cache_ms": _ms(44.0), "warm_cache_new_process_ms": _ms(15.5)},
-            "triton": {"empty_cache_ms": _ms(1047.0), "warm_cache_new_process_ms": _ms(456.0)},
-            "jiterator": "skipped: boom",
+        "first_call": {"repeats": 2, "method": "fresh processes", "results": {
+            "kjit": {"empty_cache": {
+                "add, first kjit compile of the process": _case(49.0, 48.0, 50.0, compile=40.0),
+                "add, new specialization": _case(21.0, compile=15.0),
+                "softmax forward": _case(70.0, compile=55.0),
+                "softmax backward": _case(35.0, compile=30.0),
+            }, "warm_cache_new_process": {"add": _case(4.6, 4.5, 4.7, compiles=0), "softmax": _case(3.5, compiles=0)}},
+            "cupy": {"empty_cache": {"add": {"ms": _ms(44.0)}}, "warm_cache_new_process": {"add": {"ms": _ms(15.5)}}},
+            "triton": {"empty_cache": {"add": {"ms": _ms(1047.0)}},
+                       "warm_cache_new_process": {"add": {"ms": _ms(456.0)}}},
+            "jiterator": "failed: timed out after 120 s (killed)",
         }},
         "bandwidth": {"warmup": 3, "reps": 10, "inner": 10, "sizes": [mib, 1024 * mib], "sweep": [
             _row("x * 0.5", mib, {"copy": _ms(0.5), "eager": _ms(0.5), "torch.compile": _ms(0.4), "kjit": _ms(0.5),
@@ -112,7 +124,7 @@ def test_behind_list():
     assert got[("overhead", "bare cuLaunchKernel (ctypes, same process)",
                 "CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel (ctypes, same process)")] == \
         pytest.approx(3.24 / 3.72)
-    assert got[("first_call", "cupy", "first call, empty cache")] == pytest.approx(44 / 49)
+    assert got[("first_call", "cupy", "first call of the add kernel, empty cache")] == pytest.approx(44 / 49)
     assert got[("bandwidth", "torch.compile", "x * 0.5 float32 1 MiB (sweep)")] == pytest.approx(0.4 / 0.5)
     assert got[("bandwidth", "torch.compile", "layer_norm float32 65536x4096 (reference)")] == \
         pytest.approx(0.48 / 0.5)
@@ -142,9 +154,18 @@ def test_markdown_cells():
             "| peer |") in md
     assert "| kjit Kernel.launch | 3.72 us | 3.66-3.88 | - | (kjit) | - | kjit |" in md
     assert "| cupy RawKernel launch | skipped: cupy not installed |" in md
-    # First call.
+    # First call: the add kernel against the peers (kjit's first compile of the process against theirs).
     assert "| cupy | 44.0 ms (44.0-44.0) | 15.5 ms (15.5-15.5) | 0.90x | 3.37x |" in md
-    assert "| jiterator | skipped: boom |" in md
+    assert "| jiterator | failed: timed out after 120 s (killed) |" in md
+    # kjit's breakdown: phases, the rest, compiles, the target; an op's forward + backward summed.
+    assert ("| empty cache | add, first kjit compile of the process | 49.0 (48.0-50.0) | 2.0 | 0.1 | 0.2 | 40.0 | "
+            "1.0 | 5.7 | 1 | <= 60: met |") in md
+    assert "| empty cache | softmax forward | 70.0 (70.0-70.0) | 2.0 | 0.1 | 0.2 | 55.0 | 1.0 | 11.7 | 1 | <= 60: over |" \
+        in md
+    assert "| empty cache | softmax forward + backward | 105.0 | 4.0 | 0.2 | 0.4 | 85.0 | 2.0 | 13.4 | 2 | <= 100: over |" \
+        in md
+    assert "| warm cache, new process | softmax | 3.5 (3.5-3.5) | 2.0 | 0.1 | 0.2 | 0.0 | 1.0 | 0.2 | 0 | <= 2: over |" \
+        in md
     # Bandwidth sweep: 2 GiB moved in 0.5 ms = 4295 GB/s; kjit min-max from the ms range.
     assert "| x * 0.5 | float32 | 1 GiB | 4295 | 4295 | - | 4295 | - | 3905-4772 | 100% | 1.00x | - | - |" in md
     assert "| x * 0.5 | float32 | 1 MiB | 4295 | 4295 | 5369 | 4295 | 3579 | 4295-4295 | 100% | 1.00x | 0.80x | 1.20x |" \
@@ -161,7 +182,7 @@ def test_markdown_cells():
     behind = md.split("## Where kjit is behind")[1]
     assert ("- bandwidth: layer_norm float32 65536x4096 (reference): torch.compile is faster, kjit at 0.96x "
             "(4295 GB/s for kjit, 4474 GB/s for torch.compile)") in behind
-    assert "- first_call: first call, empty cache: cupy is faster, kjit at 0.90x" in behind
+    assert "- first_call: first call of the add kernel, empty cache: cupy is faster, kjit at 0.90x" in behind
     assert "- overhead: CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel" in behind
     assert "- recompile: seconds for 1000 changes (kjit runtime scalar): triton runtime argument is faster" in behind
     assert behind.count("\n- ") == 5
@@ -404,3 +425,42 @@ def test_small_report_round_trip(tmp_path, capsys):
     report.write_json(synthetic_small(), str(src))
     assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "small"]) == 0
     assert capsys.readouterr().out == report.markdown(synthetic_small())
+
+
+# -- first_call: probes under a time limit, results saved as they come -----------------------------------
+def test_a_probe_that_hangs_fails_or_prints_nothing_is_reported_with_its_reason(tmp_path):
+    from kjit.bench import first_call
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(120)\n")
+    start = time.monotonic()
+    with pytest.raises(first_call.ProbeFailed, match=r"^timed out after 1 s \(killed\)$"):
+        first_call.probe(str(hang), dict(os.environ), timeout_s=1)
+    assert time.monotonic() - start < 60
+    crash = tmp_path / "crash.py"
+    crash.write_text("raise SystemExit('no CUDA device here')\n")
+    with pytest.raises(first_call.ProbeFailed, match=r"^exit code 1: no CUDA device here$"):
+        first_call.probe(str(crash), dict(os.environ), timeout_s=30)
+    silent = tmp_path / "silent.py"
+    silent.write_text("print('hello')\n")
+    with pytest.raises(first_call.ProbeFailed, match=r"^printed no result"):
+        first_call.probe(str(silent), dict(os.environ), timeout_s=30)
+
+
+def test_first_call_keeps_going_past_a_failed_peer_and_saves_after_every_probe(monkeypatch):
+    from kjit.bench import first_call
+
+    def fake_measure(peer, repeats, timeout_s=first_call.PROBE_TIMEOUT_S):
+        if peer == "jiterator":
+            raise first_call.ProbeFailed("timed out after 120 s (killed)")
+        return {"empty_cache": {"add": {"ms": _ms(1.0)}}, "warm_cache_new_process": {"add": {"ms": _ms(1.0)}}}
+
+    monkeypatch.setattr(first_call, "measure", fake_measure)
+    saved = []
+    versions = {"cupy": "skipped: cupy not installed", "triton": "3.6.0", "jiterator": "2.11.0"}
+    out = first_call.run(True, peer_versions=versions, save=lambda part: saved.append(json.loads(json.dumps(part))))
+    assert out["results"]["jiterator"] == "failed: ProbeFailed: timed out after 120 s (killed)"
+    assert out["results"]["cupy"] == "skipped: cupy not installed"
+    assert [list(s["results"]) for s in saved] == [["kjit"], ["kjit", "cupy"], ["kjit", "cupy", "triton"],
+                                                   ["kjit", "cupy", "triton", "jiterator"]]
+    assert "--no-cache" in out["method"] and "CUDA_CACHE_PATH" in out["method"]
