@@ -37,6 +37,11 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   const cache::Manifest manifest = cache::read_manifest(r.manifest);
   const std::vector<Target> targets = parse_targets(r.archs);
   settings.record_path.reset();  // warming must not append to a manifest (perhaps the one it reads)
+  // NVRTC serializes the compiles of one process's threads: on the 16-CPU GPU machine, 16 threads
+  // compiled 2.7x as fast as one, 16 processes 12.7x (scratch measurement of 2026-11-24, the bench of
+  // bench/bench_warm.py). So with more than one job every compile runs in a child process of its own,
+  // as KJIT_COMPILE_ISOLATION=always has it (in-process where children are unsafe: sanitizer builds).
+  if (r.jobs > 1) settings.compile_isolation = CompileIsolation::Always;
   Engine engine(std::move(settings));
   if (r.remote && !engine.remote())
     throw Error(engine.settings().remote_cache

@@ -6,15 +6,21 @@
 // thread is inside an NVRTC call: one thread compiles in children while another plans compiles (what each
 // compile does first), in one Engine, as `kjit warm`/`export` threads do.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/engine.hpp"
@@ -23,9 +29,11 @@
 #include "test_support.hpp"
 
 using namespace kjit;
+using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
 
-// One test in this binary: the stand-in must be the NVRTC this process loads, before anything loads one.
+// The stand-in must be the NVRTC this process loads, before anything loads one (ctest runs each test of
+// this binary in a process of its own; run together, the second finds the stand-in loaded already).
 TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "compiles run in-process under a sanitizer";
   ASSERT_FALSE(NvrtcLibrary::loaded());
@@ -83,4 +91,62 @@ TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
   EXPECT_EQ(count(last, sizeof last), 0) << "compile children were forked while another thread was inside "
                                          << last << " (after " << plans.load() << " plans)";
   ::dlclose(watch);
+}
+
+// `kjit warm -j N` (N > 1) compiles in child processes: NVRTC serializes the compiles of one process's
+// threads (16 threads 2.7x as fast as one on a 16-CPU machine, 16 processes 12.7x), so threads alone do
+// not scale. -j 1 compiles in-process. The stand-in NVRTC logs the pid of each nvrtcCompileProgram.
+TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "compiles run in-process under a sanitizer";
+  if (!NvrtcLibrary::loaded()) {
+    ASSERT_EQ(::setenv("KJIT_TEST_REAL_NVRTC", KJIT_REAL_NVRTC, 1), 0);
+    ASSERT_EQ(::setenv("KJIT_NVRTC_LIBRARY", KJIT_NVRTC_FORK_WATCH, 1), 0);
+  }
+  ASSERT_EQ(NvrtcLibrary::get().path(), KJIT_NVRTC_FORK_WATCH);
+  TempDir dir("kjit-warm-children");
+  // Four specializations of add_constant, written in the manifest schema.
+  nlohmann::json records = nlohmann::json::array();
+  for (int vec : {1, 2, 4, 8})
+    records.push_back({{"template", {{"builtin", true}, {"name", "add_constant"},
+                                     {"digest", Template::builtin("add_constant")->digest()}}},
+                       {"kernel", "add_constant"},
+                       {"args", {{{"name", "T"}, {"kind", "type"}, {"value", "float32"}},
+                                 {{"name", "VEC"}, {"kind", "integer"}, {"value", vec}}}},
+                       {"options", {{"std", "c++20"}, {"fast_math", false}, {"line_info", false},
+                                    {"device_debug", false}, {"max_registers", nullptr},
+                                    {"defines", nlohmann::json::object()}}}});
+  const std::string manifest = (dir / "manifest.json").string();
+  {
+    std::ofstream f(manifest);
+    f << nlohmann::json{{"kjit_manifest", 1}, {"records", records}}.dump();
+  }
+  // The pids the stand-in wrote to stderr (fd 2, redirected to a file that compile children inherit).
+  auto compile_pids = [&](const std::string& jobs) {
+    const std::string log = (dir / ("stderr-" + jobs)).string();
+    ScopedEnv pids("KJIT_TEST_NVRTC_COMPILE_PIDS", "1");
+    const int saved = ::dup(2);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+    std::ostringstream out, err;
+    const int code = cli::run({"--cache-dir", (dir / ("cache-" + jobs)).string(), "warm", manifest, "--arch",
+                               "sm_90", "-j", jobs},
+                              out, err);
+    ::dup2(saved, 2);
+    ::close(saved);
+    EXPECT_EQ(code, 0) << out.str() << err.str();
+    EXPECT_NE(out.str().find("4 compiled"), std::string::npos) << out.str();
+    std::vector<long> got;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("kjit-test-compile-pid ", 0) == 0) got.push_back(std::stol(line.substr(22)));
+    return got;
+  };
+  const std::vector<long> two = compile_pids("2");
+  ASSERT_EQ(two.size(), 4u);
+  for (long pid : two) EXPECT_NE(pid, static_cast<long>(::getpid())) << "-j 2 compiled in the warming process";
+  const std::vector<long> one = compile_pids("1");
+  ASSERT_EQ(one.size(), 4u);
+  for (long pid : one) EXPECT_EQ(pid, static_cast<long>(::getpid())) << "-j 1 compiled in a child";
 }

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -79,8 +80,17 @@ KJIT_FORWARD(nvrtcResult, nvrtcCreateProgram,
               const char* const* names),
              (prog, src, name, n, headers, names))
 KJIT_FORWARD(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram * prog), (prog))
-KJIT_FORWARD(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram prog, int n, const char* const* options),
-             (prog, n, options))
+// With KJIT_TEST_NVRTC_COMPILE_PIDS set, also writes "kjit-test-compile-pid <pid>" to stderr: which
+// process compiled (this one, or a compile child, which can open no file but keeps stderr).
+extern "C" nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int n, const char* const* options) {
+  static const auto fn = lookup<decltype(&::nvrtcCompileProgram)>("nvrtcCompileProgram");
+  if (std::getenv("KJIT_TEST_NVRTC_COMPILE_PIDS")) {
+    const std::string line = "kjit-test-compile-pid " + std::to_string(::getpid()) + "\n";
+    (void)!::write(2, line.data(), line.size());
+  }
+  Inside in("nvrtcCompileProgram");
+  return fn(prog, n, options);
+}
 KJIT_FORWARD(nvrtcResult, nvrtcGetPTXSize, (nvrtcProgram prog, size_t* size), (prog, size))
 KJIT_FORWARD(nvrtcResult, nvrtcGetPTX, (nvrtcProgram prog, char* ptx), (prog, ptx))
 KJIT_FORWARD(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram prog, size_t* size), (prog, size))
