@@ -90,7 +90,8 @@ def main(argv=None) -> int:
             result[name] = mod.run(args.quick, peer_versions=peer_versions, log=log, **kwargs)
         except Exception as e:  # noqa: BLE001  (one failed section never loses the others)
             traceback.print_exc()
-            result[name] = {"error": error_text(e)}
+            saved = result.get(name) if isinstance(result.get(name), dict) else {}
+            result[name] = {**saved, "error": error_text(e)}  # what it saved before failing is kept
         result["elapsed_s"][name] = round(time.perf_counter() - t, 2)
         log(f"== {name} done in {result['elapsed_s'][name]:.0f} s")
         report.write_json(result, json_path)  # after each section: a crash keeps what was measured

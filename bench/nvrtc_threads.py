@@ -68,20 +68,23 @@ def main() -> None:
 
     chunks = [list(range(n, 2 * n))[k::t] for k in range(t)]
     start = time.perf_counter()
-    threads = [threading.Thread(target=lambda c=c: [compile_one(lib, source, i) for i in c]) for c in chunks]
+    statuses: list[int] = []  # list.extend is atomic under the GIL
+    threads = [threading.Thread(target=lambda c=c: statuses.extend(compile_one(lib, source, i) for i in c))
+               for c in chunks]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     on_threads = time.perf_counter() - start
+    assert set(statuses) == {0} and len(statuses) == n
 
     chunks = [list(range(2 * n, 3 * n))[k::t] for k in range(t)]
     with multiprocessing.get_context("fork").Pool(t) as pool:
         pool.map(_in_process, [(path, source, [200000 + k]) for k in range(t)])  # each worker's first compile
         start = time.perf_counter()
-        statuses = pool.map(_in_process, [(path, source, c) for c in chunks])
+        parts = pool.map(_in_process, [(path, source, c) for c in chunks])
         on_processes = time.perf_counter() - start
-    assert {s for part in statuses for s in part} == {0}
+    assert {s for part in parts for s in part} == {0}
 
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "cpus": os.cpu_count(), "nvrtc": path, "compiles": n, "workers": t,

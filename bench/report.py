@@ -167,10 +167,24 @@ FIRST_CALL_TARGETS_MS = {"add, first kjit compile of the process": 60.0, "add, n
                          "forward": 60.0, "forward + backward": 100.0, "warm": 2.0}
 
 
-def first_call_add_ms(v: dict, kind: str) -> float | None:
-    cases = v.get(kind) or {}
+def _add_case(v: dict, kind: str) -> dict | None:
+    """The add kernel's case of one peer's results ({"ms": summary, ...}), in this format or in the one
+    before 2026-11-24 ({"empty_cache_ms": summary, "warm_cache_new_process_ms": summary})."""
+    if _is(v.get(kind + "_ms")):
+        return {"ms": v[kind + "_ms"]}
+    cases = v.get(kind) if _is(v.get(kind)) else {}
     e = cases.get(_ADD_CASE[kind]) or cases.get("add")
-    return e["ms"]["median"] if _is(e) else None
+    return e if _is(e) and _is(e.get("ms")) else None
+
+
+def first_call_add_ms(v: dict, kind: str) -> float | None:
+    e = _add_case(v, kind)
+    return e["ms"]["median"] if e else None
+
+
+def _ms_cell(ms: dict) -> str:
+    spread = f" ({ms['min']:.1f}-{ms['max']:.1f})" if "min" in ms and "max" in ms else ""
+    return f"{ms['median']:.1f} ms{spread}"
 
 
 def _target(kind: str, case: str) -> float | None:
@@ -187,12 +201,15 @@ def _with_pairs(cases: dict) -> dict:
     """The cases, with "<op> forward + backward" (sum of medians) after each op's backward."""
     out: dict = {}
     for case, e in cases.items():
+        if not (_is(e) and _is(e.get("ms"))):
+            continue
         out[case] = e
-        if case.endswith(" backward") and _is(cases.get(case[:-9] + " forward")):
-            f = cases[case[:-9] + " forward"]
+        f = cases.get(case[:-9] + " forward") if case.endswith(" backward") else None
+        if _is(f) and _is(f.get("ms")):
+            fp, ep = f.get("phase_ms") or {}, e.get("phase_ms") or {}
             out[case[:-9] + " forward + backward"] = {
                 "ms": {"median": f["ms"]["median"] + e["ms"]["median"]},
-                "phase_ms": {p: f["phase_ms"][p] + e["phase_ms"][p] for p in f.get("phase_ms") or {}},
+                "phase_ms": {p: fp[p] + ep[p] for p in fp if p in ep},
                 "compiles": (f.get("compiles") or 0) + (e.get("compiles") or 0)}
     return out
 
@@ -200,9 +217,10 @@ def _with_pairs(cases: dict) -> dict:
 def _first_call_md(sec: dict) -> list[str]:
     res = sec.get("results") or {}
     k = res.get("kjit") if _is(res.get("kjit")) else None
+    method = f" Method: {sec['method']}." if sec.get("method") else ""
     out = ["## First calls (import and CUDA context excluded)", "",
            f"Median (min-max) over {sec.get('repeats')} fresh cache directories; each time a first process "
-           "(empty cache) and a second one (warm disk cache). " + (sec.get("method") or "") + ".", "",
+           f"(empty cache) and a second one (warm disk cache).{method}", "",
            "### The add kernel, against the peers", ""]
     rows = []
     for peer, v in res.items():
@@ -212,22 +230,21 @@ def _first_call_md(sec: dict) -> list[str]:
         cells = [peer]
         ratios = []
         for kind in ("empty_cache", "warm_cache_new_process"):
-            cases = v.get(kind) or {}
-            e = cases.get(_ADD_CASE[kind]) or cases.get("add")
-            cells.append(f"{e['ms']['median']:.1f} ms ({e['ms']['min']:.1f}-{e['ms']['max']:.1f})" if _is(e) else "-")
+            e = _add_case(v, kind)
+            cells.append(_ms_cell(e["ms"]) if e else "-")
             kv, pv = (first_call_add_ms(k, kind) if k else None), first_call_add_ms(v, kind)
             ratios.append(_x(pv / kv) if kv and pv is not None else "-")
         rows.append(cells + ratios)
     out += _table(["peer", "empty cache (kjit: first compile of the process)", "new process, warm cache",
                    "kjit / peer (empty)", "kjit / peer (warm)"], rows)
-    if not k:
+    if not k or not any(_is(k.get(kind)) for kind in ("empty_cache", "warm_cache_new_process")):
         return out
     out += ["", "### kjit: every first call, and where its time went (ms; other = the rest: Python, launch, "
             "the op's own work)", ""]
     phases = ["template", "key", "store", "compile", "module_load"]
     rows = []
     for kind, title in (("empty_cache", "empty cache"), ("warm_cache_new_process", "warm cache, new process")):
-        for case, e in _with_pairs(k.get(kind) or {}).items():
+        for case, e in _with_pairs(k.get(kind) if _is(k.get(kind)) else {}).items():
             ms = e["ms"]
             spread = f" ({ms['min']:.1f}-{ms['max']:.1f})" if "min" in ms else ""
             ph = e.get("phase_ms") or {}
@@ -398,6 +415,8 @@ def markdown(result: dict) -> str:
             lines += [f"## {key}", "", f"failed: {sec['error']}", ""]
             continue
         lines += fn(sec) + [""]
+        if "error" in sec:  # failed part way: what it measured before is above
+            lines += [f"The {key} section failed part way: {sec['error']}", ""]
     bl = behind(result)
     clear = [b for b in bl if b["ratio"] < 1 - NOISE]
     close = [b for b in bl if b["ratio"] >= 1 - NOISE]

@@ -5,6 +5,9 @@
 // exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "cli.hpp"
@@ -23,10 +26,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The CPUs this process may run on (its affinity mask: a container's or taskset's limit), the default -j.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 struct WarmRequest {
   std::string manifest;
   std::vector<std::string> archs;
-  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  unsigned jobs = usable_cpus();
   std::string out_dir;  // export only
   bool remote = false;  // warm only: also push every entry the remote tier lacks
 };
@@ -41,7 +51,9 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   // compiled 2.7x as fast as one, 16 processes 12.7x (scratch measurement of 2026-11-24, the bench of
   // bench/bench_warm.py). So with more than one job every compile runs in a child process of its own,
   // as KJIT_COMPILE_ISOLATION=always has it (in-process where children are unsafe: sanitizer builds).
-  if (r.jobs > 1) settings.compile_isolation = CompileIsolation::Always;
+  // Each child is bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY, and N of them run at once.
+  if (std::min<std::size_t>(r.jobs, warm_jobs(manifest, targets)) > 1)
+    settings.compile_isolation = CompileIsolation::Always;
   Engine engine(std::move(settings));
   if (r.remote && !engine.remote())
     throw Error(engine.settings().remote_cache
@@ -112,7 +124,7 @@ void add_shared_options(CLI::App* sub, WarmRequest& r) {
       ->type_name("ARCH[,ARCH...]")
       ->delimiter(',')
       ->allow_extra_args(false);
-  sub->add_option("-j,--jobs", r.jobs, "Compile on N threads (default: the number of CPUs)")
+  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, each compile runs in a child process bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
 }

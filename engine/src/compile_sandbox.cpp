@@ -310,7 +310,9 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
   if (pid < 0) {
     ::close(fds[0]);
     throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
-                ". Free memory, or unset KJIT_COMPILE_ISOLATION=always so that your own templates compile in-process.");
+                ". Free memory; where it is your own templates that compile in children, unset KJIT_COMPILE_ISOLATION=always "
+                "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
+                "compile in-process.");
   }
   Child child(pid, fds[0]);
   // Read the length-prefixed result; a child past its timer plus a grace period is killed.

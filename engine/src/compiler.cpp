@@ -53,6 +53,20 @@ static bool parse_error_location(std::string_view line, std::string& file, int& 
   return false;
 }
 
+std::vector<std::string> Compiler::type_macros(const Specialization& spec) {
+  const std::string& expr = spec.name_expression();
+  const Template& t = spec.tmpl();
+  std::vector<std::string> out;
+  for (const auto& [macro, word] : {std::pair<const char*, const char*>{"KJIT_USES_HALF", "half"},
+                                    std::pair<const char*, const char*>{"KJIT_USES_BFLOAT16", "bfloat16"}}) {
+    if (spec.options().defines.count(macro)) continue;  // the user's own value
+    const bool uses = expr.find(word) != std::string::npos ||
+                      (!t.is_builtin() && t.source().find(word) != std::string::npos);
+    out.push_back(std::string("-D") + macro + (uses ? "=1" : "=0"));
+  }
+  return out;
+}
+
 std::string Compiler::program_name(const Template& t) {
   if (t.is_builtin()) return t.name() + ".cuh";
   // NVRTC searches the program name's folder for includes: a confined template's name is a bare file name.
@@ -102,19 +116,6 @@ void check_types_are_declared(const Specialization& spec) {
                        header + ", and the template does not include it. Add `#include <" + header +
                        ">` to the template (or call it with tensors of another dtype).");
   }
-}
-
-// KJIT_USES_HALF / KJIT_USES_BFLOAT16, 1 when the specialization's name expression names that type (any
-// spelling with "half" / "bfloat16" in it), else 0. cuda_fp16.h and cuda_bf16.h with what they include
-// are 1.6 MB that NVRTC parses on every compile, about half the compile of a small kernel: a template
-// can include them only when the specialization needs them (kernel_templates/detail/numeric.cuh).
-// They follow from the name expression, which the key holds, so they add nothing to the key.
-std::vector<std::string> type_macros(const Specialization& spec) {
-  const std::string& expr = spec.name_expression();
-  const auto flag = [&](const char* macro, const char* word) {
-    return std::string("-D") + macro + (expr.find(word) != std::string::npos ? "=1" : "=0");
-  };
-  return {flag("KJIT_USES_HALF", "half"), flag("KJIT_USES_BFLOAT16", "bfloat16")};
 }
 
 bool nvrtc_caches_compiles() {

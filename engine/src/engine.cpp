@@ -129,6 +129,7 @@ cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& p
   in.content_digest = spec.tmpl().digest();  // covers the source and every header's bytes
   in.name_expression = spec.name_expression();
   in.options = spec.options().canonical();
+  for (auto& flag : Compiler::type_macros(spec)) in.options.push_back(std::move(flag));
   in.target = plan.requested.str();
   in.nvrtc_version = cuda_toolkit().nvrtc_identity();
   in.output = plan.output;

@@ -25,11 +25,17 @@ struct Sum {
 // compile, and NVRTC has no constexpr builtin for it.
 struct Max {
   template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
-  template <typename C> __device__ __forceinline__ static C identity() { return -static_cast<C>(__int_as_float(0x7f800000)); }
+  template <typename C> __device__ __forceinline__ static C identity() {
+    static_assert(static_cast<C>(0.5) != static_cast<C>(0), "Max's identity (-inf) is for floating types");
+    return -static_cast<C>(__int_as_float(0x7f800000));
+  }
 };
 struct Min {
   template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
-  template <typename C> __device__ __forceinline__ static C identity() { return static_cast<C>(__int_as_float(0x7f800000)); }
+  template <typename C> __device__ __forceinline__ static C identity() {
+    static_assert(static_cast<C>(0.5) != static_cast<C>(0), "Min's identity (+inf) is for floating types");
+    return static_cast<C>(__int_as_float(0x7f800000));
+  }
 };
 
 // op over the TPR threads of this thread's row; every thread of the row gets the result. Every

@@ -464,3 +464,29 @@ def test_first_call_keeps_going_past_a_failed_peer_and_saves_after_every_probe(m
     assert [list(s["results"]) for s in saved] == [["kjit"], ["kjit", "cupy"], ["kjit", "cupy", "triton"],
                                                    ["kjit", "cupy", "triton", "jiterator"]]
     assert "--no-cache" in out["method"] and "CUDA_CACHE_PATH" in out["method"]
+
+
+def test_first_call_results_of_the_format_before_2026_11_24_still_render():
+    r = synthetic()
+    r["first_call"] = {"repeats": 5, "results": {
+        "kjit": {"empty_cache_ms": _ms(46.9), "warm_cache_new_process_ms": _ms(5.1)},
+        "jiterator": {"empty_cache_ms": _ms(19.6), "warm_cache_new_process_ms": _ms(0.9)}}}
+    md = report.markdown(r)
+    assert "| jiterator | 19.6 ms (19.6-19.6) | 0.9 ms (0.9-0.9) | 0.42x | 0.18x |" in md
+    got = {(x["peer"], x["figure"]) for x in report.behind(r) if x["section"] == "first_call"}
+    assert got == {("jiterator", "first call of the add kernel, empty cache"),
+                   ("jiterator", "first call of the add kernel, new process, warm cache")}
+
+
+def test_first_call_partial_or_odd_results_render_without_error():
+    r = synthetic()
+    kj = r["first_call"]["results"]["kjit"]
+    kj["empty_cache"]["rms_norm forward"] = {"ms": {"median": 90.0}}  # no spread, no phases
+    kj["empty_cache"]["rms_norm backward"] = {"ms": {"median": 30.0}}
+    kj["empty_cache"]["sum forward"] = "failed: boom"
+    del kj["warm_cache_new_process"]
+    r["first_call"]["error"] = "ProbeFailed: timed out after 120 s (killed)"
+    md = report.markdown(r)
+    assert "| empty cache | rms_norm forward + backward | 120.0 | - | - | - | - | - | 120.0 | 0 | <= 100: over |" in md
+    assert "sum forward" not in md
+    assert "The first_call section failed part way: ProbeFailed: timed out after 120 s (killed)" in md

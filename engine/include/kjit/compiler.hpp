@@ -43,6 +43,14 @@ class Compiler {
                                 const Settings& settings = kjit::settings());
   // The program name NVRTC sees for a template (its file name, with .cuh for built-ins).
   static std::string program_name(const Template& t);
+  // "-DKJIT_USES_HALF=0|1" and "-DKJIT_USES_BFLOAT16=0|1": 1 when the name expression, or the source of a
+  // template that is not a built-in one (a kjit.elementwise expression, a template of the user's), has
+  // "half" / "bfloat16" in it. A macro the user defines is left to the user's value. cuda_fp16.h and
+  // cuda_bf16.h (1.6 MB with what they include) are about half the compile of a small kernel: a template
+  // can include them only when a specialization needs them (kernel_templates/detail/numeric.cuh). Part
+  // of the cache key (Engine::key_for), so that a change of this rule never serves an entry compiled
+  // under the old one.
+  static std::vector<std::string> type_macros(const Specialization& spec);
 };
 
 // Source lines around each "file(line): error" of an NVRTC log, from the template and its headers.

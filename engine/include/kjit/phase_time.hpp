@@ -5,7 +5,7 @@
 //   store         looking entries up in the stores: read and validate on disk, the remote tier
 //   compile       NVRTC: loading it (once per process), nvrtcCompileProgram and its outputs, in-process
 //                 or in a compile child
-//   module_load   cuModuleLoadData of a compiled or stored binary
+//   module_load   cuLibraryLoadData (and the kernel lookup) of a compiled or stored binary
 // Counted on every path, a few nanoseconds each (two clock reads and an atomic add).
 #pragma once
 
