@@ -10,6 +10,7 @@ the log still has ptxas's lines. Needs a GPU machine (the cache needs the driver
 """
 import argparse
 import ctypes
+import glob
 import datetime
 import json
 import os
@@ -30,11 +31,16 @@ template <typename T> __global__ void k(const T* x, T* y) { y[threadIdx.x] = Unr
 
 
 def find_nvrtc():
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
-        p = pathlib.Path(home) / "lib64" / name
+    """(libnvrtc path, the include folder beside it): CUDA_HOME's (default /usr/local/cuda) first, then
+    any /usr/local/cuda-*, then NVIDIA's pip packages of this Python (nvidia/cu*/lib)."""
+    home = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    found = [home / "lib64" / name for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")]
+    found += [pathlib.Path(p) for p in sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"))]
+    found += [pathlib.Path(p) for p in sorted(glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages",
+                                                                      "nvidia", "cu*", "lib", "libnvrtc.so*")))]
+    for p in found:
         if p.exists():
-            return str(p), str(pathlib.Path(home) / "include")
+            return str(p), str(p.parent.parent / "include")
     raise SystemExit("libnvrtc not found: set CUDA_HOME")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import glob
 import json
 import multiprocessing
 import os
@@ -19,18 +18,12 @@ import sys
 import threading
 import time
 
+try:  # as kjit.bench.nvrtc_threads, or as a script beside nvrtc_cache.py
+    from .nvrtc_cache import find_nvrtc
+except ImportError:
+    from nvrtc_cache import find_nvrtc
+
 SRC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernel_templates", "rgb_to_gray.cuh")
-
-
-def find_nvrtc() -> str:
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    found = [os.path.join(home, "lib64", "libnvrtc.so")] + sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"))
-    found += sorted(glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu*", "lib",
-                                           "libnvrtc.so*")))
-    for path in found:
-        if os.path.exists(path):
-            return path
-    raise SystemExit("libnvrtc not found: set CUDA_HOME")
 
 
 def compile_one(lib, source: bytes, i: int) -> int:
@@ -56,7 +49,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     n, t = args.count, args.workers
-    path = find_nvrtc()
+    path, _ = find_nvrtc()
     with open(SRC_PATH, "rb") as f:
         source = f.read()
     lib = ctypes.CDLL(path)  # ctypes releases the GIL around each call: the threads run NVRTC at once

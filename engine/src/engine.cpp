@@ -123,13 +123,21 @@ cache::RedisStore* Engine::remote() {
   return remote_.get();
 }
 
-cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
+cache::KeyInputs Engine::key_inputs(const Specialization& spec) {
   cache::KeyInputs in;
   in.kjit_version = KJIT_VERSION;
   in.content_digest = spec.tmpl().digest();  // covers the source and every header's bytes
   in.name_expression = spec.name_expression();
   in.options = spec.options().canonical();
   for (auto& flag : Compiler::type_macros(spec)) in.options.push_back(std::move(flag));
+  return in;
+}
+
+cache::CacheKey Engine::key_for(const Specialization& spec, const CompilePlan& plan) const {
+  return key_of(key_inputs(spec), plan);
+}
+
+cache::CacheKey Engine::key_of(cache::KeyInputs in, const CompilePlan& plan) {
   in.target = plan.requested.str();
   in.nvrtc_version = cuda_toolkit().nvrtc_identity();
   in.output = plan.output;
@@ -142,14 +150,15 @@ Engine::Candidates Engine::candidates(const Specialization& spec, const Target& 
   // Without loading NVRTC (strict mode never does, and a warm process should not pay for it) nobody
   // knows whether this NVRTC makes a cubin or PTX for `target`: look for both.
   Candidates out;
+  const cache::KeyInputs in = key_inputs(spec);
   CompilePlan p;
   p.requested = p.actual = target;
   if (!target.is_ptx()) {
     p.output = cache::OutputKind::Cubin;
-    out.emplace_back(p, key_for(spec, p));
+    out.emplace_back(p, key_of(in, p));
   }
   p.output = cache::OutputKind::Ptx;
-  out.emplace_back(p, key_for(spec, p));
+  out.emplace_back(p, key_of(in, p));
   return out;
 }
 

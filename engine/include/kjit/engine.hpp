@@ -182,6 +182,10 @@ class Engine {
   // The (plan, key) pairs under which `spec` may be cached for `target`: cubin and PTX (found without
   // loading NVRTC, which decides between them only when something must be compiled).
   Candidates candidates(const Specialization& spec, const Target& target) const;
+  // The key inputs that depend on the specialization only (digest, name expression, options, the type
+  // macros), made once for every plan a lookup tries; key_of completes them for one plan.
+  static cache::KeyInputs key_inputs(const Specialization& spec);
+  static cache::CacheKey key_of(cache::KeyInputs in, const CompilePlan& plan);
   cache::Entry obtain_entry(const Specialization& spec, const Target& target, const Candidates& cands,
                             Origin* origin, std::string* log, const char* compile_forbidden_reason);
   // by_key_ lookup of any candidate key (takes table_mu_).
