@@ -180,6 +180,8 @@ std::size_t DiskCache::clear() {
         break;  // not ours: leave it
     }
   }
+  // Not an entry, and cheap to learn again: a clear cache starts over.
+  ::unlink(layout::header_index_path(config_.root).c_str());
   return removed;
 }
 

@@ -89,4 +89,6 @@ bool stays_inside(const std::filesystem::path& p) {
   return true;
 }
 
+fs::path header_index_path(const fs::path& root) { return root / kVersionDir / "header-index.json"; }
+
 }  // namespace kjit::cache::layout

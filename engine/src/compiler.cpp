@@ -27,7 +27,7 @@ std::string join_archs(const std::vector<int>& archs) {
 const std::string* text_of(const std::string& file, const Template& t, const std::string& program_name) {
   if (file == program_name) return &t.source();
   for (const auto& h : t.headers())
-    if (h.include_name == file || h.path.string() == file) return &h.bytes;
+    if (h.loaded && (h.include_name == file || h.path.string() == file)) return &h.bytes;
   return nullptr;
 }
 
@@ -160,7 +160,9 @@ std::string unresolved_hint(const std::string& log, const Template& t) {
 }  // namespace
 
 CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& plan, const Settings& settings) {
-  const Template& t = spec.tmpl();
+  // Headers known from the header index are read now, and checked against the digests of the key.
+  const std::shared_ptr<const Template> with_bytes = spec.tmpl().with_bytes();
+  const Template& t = *with_bytes;
   check_types_are_declared(spec);
   CompiledBinary out;
   out.plan = plan;

@@ -554,11 +554,13 @@ EngineStats Engine::stats() const {
   s.disk_load_ms = static_cast<double>(disk_load_us_.load()) / 1000.0;
   s.strict_misses = strict_misses_.load();
   s.phase_ms = phase_times_ms();
+  s.headers = header_load_counts();
   return s;
 }
 
 void Engine::reset_stats() {
   reset_phase_times();
+  reset_header_load_counts();
   memory_hits_ = 0;
   disk_hits_ = 0;
   compiles_ = 0;

@@ -11,7 +11,7 @@ using cache::ManifestRecord;
 std::shared_ptr<const cache::ManifestSources> sources_of(const Template& t) {
   if (t.is_builtin()) return nullptr;
   std::map<std::string, std::string> headers;
-  for (const Header& h : t.headers())
+  for (const Header& h : t.with_bytes()->headers())
     if (!h.from_cuda) headers[h.include_name] = h.bytes;
   return std::make_shared<const cache::ManifestSources>(t.source(), std::move(headers));
 }

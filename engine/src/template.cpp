@@ -8,6 +8,10 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
+#include "kjit/cache/file_read.hpp"
+#include "kjit/cache/header_index.hpp"
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/cuda_toolkit.hpp"
@@ -42,6 +46,20 @@ bool read_file(const fs::path& p, std::string& out) {
   out.resize(static_cast<std::size_t>(size));
   f.seekg(0);
   return static_cast<bool>(f.read(out.data(), size)) || size == 0;
+}
+
+// No header is anywhere near this big (cuda_fp16.hpp is 0.2 MB); a bigger file is refused.
+constexpr std::uint64_t kMaxHeaderBytes = 256ull << 20;
+
+std::atomic<std::uint64_t> g_read{0}, g_from_index{0};
+
+std::mutex& index_mu() {
+  static std::mutex m;
+  return m;
+}
+std::shared_ptr<cache::HeaderIndex>& index_override() {
+  static std::shared_ptr<cache::HeaderIndex> p;
+  return p;
 }
 
 struct IncludeDirective {
@@ -134,8 +152,10 @@ class IncludeResolver {
   // `confined`: the template's headers are all in `memory_headers` (a template rebuilt from a manifest,
   // which may come from anywhere): a name that leaves its folder resolves only among them.
   IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
-                  const std::map<std::string, std::string>& memory_headers, bool confined)
-      : base_dir_(std::move(base_dir)),
+                  const std::map<std::string, std::string>& memory_headers, bool confined,
+                  cache::HeaderIndex& index)
+      : index_(index),
+        base_dir_(std::move(base_dir)),
         user_dirs_(std::move(user_dirs)),
         cuda_dirs_(std::move(cuda_dirs)),
         memory_(memory_headers),
@@ -147,14 +167,23 @@ class IncludeResolver {
   std::vector<std::pair<std::string, std::size_t>> aliases;  // (include name, index in headers of that file)
 
  private:
+  // The includes of a file that lives in `including_dir`, whose text is `text`.
   void visit(const std::string& text, const fs::path& including_dir) {
     std::vector<std::string> unparsed;
-    const auto includes = scan_includes(text, confined_ && !in_cuda_dirs(including_dir) ? &unparsed : nullptr);
+    const auto includes = scan_includes(text, checks_directives(including_dir) ? &unparsed : nullptr);
+    refuse_unparsed(unparsed);
+    visit_includes(includes, including_dir);
+  }
+  // A confined template may include only plainly named headers (its own files, not the CUDA headers').
+  bool checks_directives(const fs::path& including_dir) const { return confined_ && !in_cuda_dirs(including_dir); }
+  static void refuse_unparsed(const std::vector<std::string>& unparsed) {
     if (!unparsed.empty())
       throw ValueError("a template rebuilt from a manifest may only include (or probe with __has_include) "
                        "headers by a plain \"name\" or <name> inside its folder, and this one has '" +
                        unparsed.front() + "': kjit will not let it read (or test for) a file it did not record. "
                        "Record the template from a source that includes its headers plainly.");
+  }
+  void visit_includes(const std::vector<IncludeDirective>& includes, const fs::path& including_dir) {
     for (const auto& inc : includes) {
       if (visit_memory(inc.name)) continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
@@ -178,10 +207,11 @@ class IncludeResolver {
         if (dir.empty()) continue;
         if (leaves && (confined_ || dir == builtin_dir || including_dir == builtin_dir)) continue;
         fs::path p = dir / inc.name;
-        std::error_code ec;
-        if (!fs::is_regular_file(p, ec)) continue;
+        struct stat st {};
+        if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
         // An including file that lives inside the CUDA dirs keeps its headers there.
         bool cuda = is_cuda || in_cuda_dirs(including_dir);
+        std::error_code ec;
         fs::path canon = fs::weakly_canonical(p, ec);
         found = true;
         if (!seen_files_.insert(canon.string()).second) {
@@ -191,19 +221,53 @@ class IncludeResolver {
           break;
         }
         seen_paths_[canon.string()] = headers.size();
-        std::string bytes;
-        if (!read_file(p, bytes)) throw ValueError("cannot read header " + p.string() + " included as '" + inc.name + "'");
         if (!cuda && seen_names_.count(inc.name))
           throw ValueError("two different headers are included as '" + inc.name + "' (" + seen_names_[inc.name] +
                            " and " + p.string() + "); rename one or include it by a distinct path");
         seen_names_[inc.name] = p.string();
-        headers.push_back({inc.name, p, bytes, cuda});
-        visit(bytes, p.parent_path());
+        visit_file(inc.name, p, ec ? std::string() : canon.string(), cuda, st);
         break;
       }
       if (!found && std::find(unresolved.begin(), unresolved.end(), inc.name) == unresolved.end())
         unresolved.push_back(inc.name);
     }
+  }
+  // A header file: its digest and includes from the header index while the file is the one recorded
+  // there, else read, hashed and scanned (and recorded).
+  void visit_file(const std::string& include_name, const fs::path& p, const std::string& canonical, bool cuda,
+                  const struct stat& st) {
+    const fs::path dir = p.parent_path();
+    // A confined template's own files are scanned for the directives it may not use: always read.
+    const bool indexable = !checks_directives(dir) && !canonical.empty();
+    Header h{include_name, p, {}, cuda, {}, true};
+    if (indexable)
+      if (auto facts = index_.find(canonical, cache::FileIdentity::of(st))) {
+        std::vector<IncludeDirective> includes;
+        for (const auto& e : facts->includes)
+          if (e.size() > 1) includes.push_back({e.substr(1), e.front() == '<'});
+        h.sha256 = std::move(facts->sha256);
+        h.loaded = false;
+        ++g_from_index;
+        headers.push_back(std::move(h));
+        visit_includes(includes, dir);
+        return;
+      }
+    cache::FileRead r = cache::read_regular_file(p, kMaxHeaderBytes);
+    if (!r.ok())
+      throw ValueError("cannot read header " + p.string() + " included as '" + include_name + "': " + r.error);
+    ++g_read;
+    h.bytes = std::move(r.bytes);
+    h.sha256 = cache::to_hex(cache::Sha256::of(h.bytes));
+    std::vector<std::string> unparsed;
+    const auto includes = scan_includes(h.bytes, indexable ? nullptr : checks_directives(dir) ? &unparsed : nullptr);
+    refuse_unparsed(unparsed);
+    if (indexable) {
+      cache::HeaderFacts facts{h.sha256, {}};
+      for (const auto& inc : includes) facts.includes.push_back((inc.angled ? "<" : "\"") + inc.name);
+      index_.remember(canonical, cache::FileIdentity::of(r.st), std::move(facts));
+    }
+    headers.push_back(std::move(h));
+    visit_includes(includes, dir);
   }
   // A header held in memory (Template::from_memory): found by its include name before any directory.
   bool visit_memory(const std::string& include_name) {
@@ -211,7 +275,8 @@ class IncludeResolver {
     if (it == memory_.end()) return false;
     if (!seen_files_.insert("memory:" + include_name).second) return true;
     seen_names_[include_name] = "memory:" + include_name;
-    headers.push_back({include_name, fs::path("<memory>") / include_name, it->second, false});
+    headers.push_back({include_name, fs::path("<memory>") / include_name, it->second, false,
+                       cache::to_hex(cache::Sha256::of(it->second)), true});
     visit(it->second, fs::path{});
     return true;
   }
@@ -221,6 +286,7 @@ class IncludeResolver {
       if (d.rfind(c.string(), 0) == 0) return true;
     return false;
   }
+  cache::HeaderIndex& index_;
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
@@ -246,6 +312,38 @@ void set_builtin_templates_dir(const fs::path& dir) {
   configured_dir() = dir;
 }
 
+HeaderLoadCounts header_load_counts() noexcept { return {g_read.load(), g_from_index.load()}; }
+
+void reset_header_load_counts() noexcept {
+  g_read = 0;
+  g_from_index = 0;
+}
+
+cache::HeaderIndex& header_index() {
+  static cache::HeaderIndex index = [] {
+    const Settings& s = settings();
+    if (s.cache_mode == CacheMode::Off) return cache::HeaderIndex({}, false);
+    return cache::HeaderIndex(s.cache_dir, s.cache_mode == CacheMode::ReadWrite || s.cache_mode == CacheMode::Strict);
+  }();
+  return index;
+}
+
+void set_header_index_for_testing(std::shared_ptr<cache::HeaderIndex> index) {
+  std::lock_guard<std::mutex> lock(index_mu());
+  index_override() = std::move(index);
+}
+
+namespace {
+// The index this load uses (held for the load: a test may swap it meanwhile).
+std::shared_ptr<cache::HeaderIndex> index_for_load() {
+  {
+    std::lock_guard<std::mutex> lock(index_mu());
+    if (index_override()) return index_override();
+  }
+  return std::shared_ptr<cache::HeaderIndex>(std::shared_ptr<void>(), &header_index());
+}
+}  // namespace
+
 std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
                                                fs::path base_dir, std::vector<fs::path> include_dirs,
                                                std::map<std::string, std::string> memory_headers, bool confined) {
@@ -259,8 +357,10 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   if (!confined)
     for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
   const CudaToolkit& tk = cuda_toolkit();
-  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined);
+  const std::shared_ptr<cache::HeaderIndex> index = index_for_load();
+  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined, *index);
   resolver.run(t->source_);
+  index->save();
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
   t->confined_ = confined;
@@ -278,7 +378,8 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   field(t->source_);
   for (const Header* h : sorted) {
     field(h->include_name);
-    field(h->bytes);
+    field(h->sha256);
+    t->holds_bytes_ = t->holds_bytes_ && h->loaded;
   }
   t->digest_ = cache::to_hex(sha.finish());
   // Not hashed either (the bytes are those of a header above): a header reached under a second spelling
@@ -287,8 +388,10 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
     const Header& h = t->headers_[index];
     auto named = [&](const Header& x) { return x.include_name == alias; };
     if (std::none_of(t->headers_.begin(), t->headers_.end(), named) &&
-        std::none_of(t->compile_only_headers_.begin(), t->compile_only_headers_.end(), named))
-      t->compile_only_headers_.push_back({alias, h.path, h.bytes, h.from_cuda});
+        std::none_of(t->compile_only_headers_.begin(), t->compile_only_headers_.end(), named)) {
+      t->compile_only_headers_.push_back(h);
+      t->compile_only_headers_.back().include_name = alias;
+    }
   }
   if (confined) {
     // Not hashed: the same template loaded from its files (no such names there) must keep its key.
@@ -297,9 +400,46 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
         t->compile_only_headers_.push_back({name, fs::path("<blocked>") / name,
                                "#error \"kjit: this include is not a header recorded with this template, and a "
                                "template rebuilt from a manifest reads no other file outside the CUDA headers\"\n",
-                               false});
+                               false, {}, true});
   }
   t->uid_ = g_next_uid.fetch_add(1);
+  return t;
+}
+
+std::shared_ptr<const Template> Template::with_bytes() const {
+  if (holds_bytes_) return shared_from_this();
+  std::lock_guard<std::mutex> lock(with_bytes_mu_);
+  if (with_bytes_) return with_bytes_;
+  PhaseTimer timer(Phase::Template);
+  auto t = std::shared_ptr<Template>(new Template());
+  t->name_ = name_;
+  t->builtin_ = builtin_;
+  t->source_ = source_;
+  t->headers_ = headers_;
+  t->compile_only_headers_ = compile_only_headers_;
+  t->unresolved_ = unresolved_;
+  t->confined_ = confined_;
+  t->kernels_ = kernels_;
+  t->digest_ = digest_;
+  t->uid_ = uid_;
+  for (auto* list : {&t->headers_, &t->compile_only_headers_})
+    for (Header& h : *list) {
+      if (h.loaded) continue;
+      cache::FileRead r = cache::read_regular_file(h.path, kMaxHeaderBytes);
+      if (!r.ok())
+        throw Error("cannot read header " + h.path.string() + " (included as '" + h.include_name + "' by template '" +
+                    name_ + "') to compile it: " + r.error + ". It was readable when the template was loaded; "
+                    "restore it, or load the template again.");
+      if (cache::to_hex(cache::Sha256::of(r.bytes)) != h.sha256)
+        throw Error("header " + h.path.string() + " (included as '" + h.include_name + "' by template '" + name_ +
+                    "') changed after the template was loaded: kjit compiles only the bytes its cache key covers, "
+                    "and those are no longer on disk. Load the template again (kjit.Template.from_file, or a new "
+                    "process for a built-in op) to compile the header as it is now.");
+      h.bytes = std::move(r.bytes);
+      h.loaded = true;
+    }
+  t->holds_bytes_ = true;
+  with_bytes_ = t;
   return t;
 }
 

@@ -31,6 +31,10 @@ void bind_engine(py::module_& m) {
         py::dict phases;
         for (std::size_t i = 0; i < kPhaseCount; ++i) phases[phase_name(static_cast<Phase>(i))] = s.phase_ms[i];
         d["phase_ms"] = std::move(phases);
+        py::dict headers;
+        headers["read"] = s.headers.read;
+        headers["from_index"] = s.headers.from_index;
+        d["headers"] = std::move(headers);
         py::dict kernels;
         for (const auto& [name, k] : Engine::global().kernel_stats()) {
           py::dict e;
@@ -59,6 +63,8 @@ void bind_engine(py::module_& m) {
       },
       "Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
       "phase_ms: {template, key, store, compile, module_load}: milliseconds spent reading and hashing templates, computing cache keys, looking entries up in the stores, in NVRTC and loading modules (where cold starts go); "
+      "headers: {read, from_index}: header files that template loads read and hashed, and those the header index "
+      "(in the cache root) vouched for without reading them; "
       "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
       "one '(other kernels)' summing the rest); "
       "op_calls (with torch): {direct, dispatched}: calls of kjit.ops.* that ran the CUDA function directly, and "

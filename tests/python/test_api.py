@@ -1,7 +1,11 @@
 """Template / KernelFamily / Kernel without a GPU: compile-only specialization (arch=...), the cache
 across processes, and the exact messages of bad input."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -119,6 +123,30 @@ def test_phase_times_say_where_a_cold_start_went():
     assert phases["compile"] <= kjit.stats()["compile_ms"] + 1.0  # the same NVRTC run, timed around it
     kjit.reset_stats()
     assert set(kjit.stats()["phase_ms"].values()) == {0.0}
+
+
+def test_a_new_process_keys_a_template_without_reading_its_headers_again(tmp_path):
+    # The header index (in the cache root) vouches for the CUDA headers and kjit's own: a warm start reads
+    # none of them, keys the template as the first process did, and still compiles a new specialization.
+    probe = (
+        "import json, sys, kjit\n"
+        "t = kjit.Template.builtin('add_constant')\n"
+        "k = t.kernel('add_constant', defines={'KJIT_TEST_NONCE': sys.argv[1]}).specialize(T='float16', VEC=4, "
+        "arch='sm_90')\n"
+        "print(json.dumps({'headers': kjit.stats()['headers'], 'digest': t.digest, 'origin': k.origin}))\n")
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), KJIT_CACHE_MODE="readwrite")
+
+    def run(nonce):
+        out = subprocess.run([sys.executable, "-c", probe, nonce], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    first, second = run(uuid.uuid4().hex), run(uuid.uuid4().hex)
+    assert first["headers"]["read"] > 0 and first["origin"] == "compiled"
+    assert second["headers"] == {"read": 0, "from_index": first["headers"]["read"] + first["headers"]["from_index"]}
+    assert second["digest"] == first["digest"]
+    assert second["origin"] == "compiled"  # a new define: its headers' bytes were read for NVRTC, and checked
+    assert (tmp_path / "cache" / "v1" / "header-index.json").is_file()
 
 
 def test_template_errors():

@@ -29,6 +29,7 @@
 #include "kjit/settings.hpp"
 #include "kjit/shape_policy.hpp"
 #include "kjit/specialization.hpp"
+#include "kjit/template.hpp"
 
 namespace kjit {
 
@@ -105,6 +106,7 @@ struct EngineStats {
   std::uint64_t strict_misses = 0;
   std::uint64_t remote_hits = 0;  // entries taken from the remote tier (not counted in disk_hits)
   std::array<double, kPhaseCount> phase_ms{};  // by Phase (phase_time.hpp): where cold starts went
+  HeaderLoadCounts headers;  // header files of template loads: read, or known from the header index
 };
 
 // Compiles and disk loads of one kernel (by name expression) in this process.

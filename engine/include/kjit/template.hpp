@@ -3,12 +3,18 @@
 // dirs (argument and KJIT_INCLUDE_PATH), kernel_templates/ and the CUDA headers; an absolute name is
 // that file. The bytes of every resolved header (the CUDA ones included) are held and handed to NVRTC in
 // memory, and NVRTC may open no file (compiler.cpp), so the cache key hashes exactly what is compiled.
+//
+// A header file seen before (the CUDA headers, kjit's own, a library of the user's) is not read again:
+// cache::HeaderIndex, kept in the cache root, gives its SHA-256 and includes while its size, times, inode
+// and device are the recorded ones. Such a template holds the digests only; with_bytes() reads the bytes
+// when something needs them (a compile, a manifest record) and checks them against those digests.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,11 +25,30 @@ namespace kjit {
 struct Header {
   std::string include_name;     // as spelled in #include ("vec.cuh", "cuda_fp16.h")
   std::filesystem::path path;   // where it was found (never hashed)
-  std::string bytes;
-  bool from_cuda = false;       // found in the CUDA include dirs (passed by -I, not in memory)
+  std::string bytes;            // empty until loaded when !loaded (see Template::with_bytes)
+  bool from_cuda = false;       // found in the CUDA include dirs (kjit's templates are not)
+  std::string sha256;           // hex SHA-256 of the bytes (what the digest covers)
+  bool loaded = true;           // whether `bytes` holds the header's bytes
 };
 
-class Template {
+// Header files of this process's template loads: read (and hashed), or known from the header index.
+struct HeaderLoadCounts {
+  std::uint64_t read = 0;
+  std::uint64_t from_index = 0;
+};
+HeaderLoadCounts header_load_counts() noexcept;
+void reset_header_load_counts() noexcept;
+
+namespace cache {
+class HeaderIndex;
+}
+// The process's header index: in the writable cache root (KJIT_CACHE_DIR), read in every cache mode but
+// off, written in readwrite and strict mode; in memory only with KJIT_CACHE_MODE=off.
+cache::HeaderIndex& header_index();
+// Test seam: the index template loads use from now on (nullptr: back to header_index()'s own).
+void set_header_index_for_testing(std::shared_ptr<cache::HeaderIndex> index);
+
+class Template : public std::enable_shared_from_this<Template> {
  public:
   // A file. Throws ValueError when it cannot be read.
   static std::shared_ptr<const Template> from_file(const std::filesystem::path& file,
@@ -47,7 +72,14 @@ class Template {
   const std::string& name() const noexcept { return name_; }
   bool is_builtin() const noexcept { return builtin_; }
   const std::string& source() const noexcept { return source_; }
+  // The headers; a header known from the header index has no bytes here (h.loaded is false).
   const std::vector<Header>& headers() const noexcept { return headers_; }
+  // Whether every header's bytes are held (headers() and compile_only_headers()).
+  bool holds_bytes() const noexcept { return holds_bytes_; }
+  // This template with every header's bytes: itself when it holds them, else a copy (made once) whose
+  // bytes are read now and checked against the digests the template was keyed with. Throws kjit::Error
+  // when a header cannot be read or changed since the template was loaded (load the template again).
+  std::shared_ptr<const Template> with_bytes() const;
   const std::vector<std::string>& unresolved_includes() const noexcept { return unresolved_; }
   // Headers handed to NVRTC in memory besides headers(), not in the digest: a header reached under a
   // second spelling (NVRTC looks in-memory headers up by spelling), and, for a confined template, an
@@ -60,7 +92,8 @@ class Template {
   const std::vector<KernelDecl>& kernels() const noexcept { return kernels_; }
   // Throws ValueError listing the template's kernels when there is no such kernel.
   const KernelDecl& kernel(const std::string& name) const;
-  // Hex SHA-256 over the source and every header (names and bytes): the template's identity.
+  // Hex SHA-256 over the source and every header (names and the SHA-256 of their bytes): the template's
+  // identity.
   const std::string& digest() const noexcept { return digest_; }
   // Process-unique id (for fixed-size in-memory lookup keys).
   std::uint64_t uid() const noexcept { return uid_; }
@@ -82,6 +115,9 @@ class Template {
   std::vector<KernelDecl> kernels_;
   std::string digest_;
   std::uint64_t uid_ = 0;
+  bool holds_bytes_ = true;
+  mutable std::mutex with_bytes_mu_;
+  mutable std::shared_ptr<const Template> with_bytes_;
 };
 
 // Folder of the built-in templates: KJIT_TEMPLATES_DIR, else the one set by the Python package,

@@ -2,6 +2,7 @@
 //   <root>/v1/<target>/<key[0:2]>/<key>.kjit                       an entry
 //   <root>/v1/<target>/<key[0:2]>/<key>.kjit.tmp.<pid>.<random>    an entry being written
 //   <root>/v1/<target>/<key[0:2]>/<key>.lock                       the per-key compile lock
+//   <root>/v1/header-index.json                                      the header index (header_index.hpp)
 #pragma once
 
 #include <filesystem>
@@ -26,6 +27,8 @@ std::filesystem::path entry_path(const std::filesystem::path& root, const CacheK
                                  const std::string& target);
 std::filesystem::path lock_path(const std::filesystem::path& root, const CacheKey& key,
                                 const std::string& target);
+
+std::filesystem::path header_index_path(const std::filesystem::path& root);
 
 enum class FileKind { Entry, Temp, Lock, Other };
 

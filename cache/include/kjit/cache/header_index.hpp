@@ -1,0 +1,83 @@
+// HeaderIndex: what was learned about a header file on disk (the SHA-256 of its bytes and the include
+// directives it names), keyed by its path and its identity (size, mtime, ctime, inode, device), kept in
+// <root>/v1/header-index.json so that a new process can key a template without reading, scanning and
+// hashing the CUDA headers again (1.6 MB for cuda_fp16.h + cuda_bf16.h and what they include).
+//
+// Trust and staleness:
+//  - a record is used only while the file's identity is the recorded one; a file whose ctime is within
+//    `racy_window` of the time it was looked at is never recorded, so a later write to it (which sets
+//    its ctime to the time of that write) always changes its identity, even on a filesystem with coarse
+//    timestamps ("racy git");
+//  - the index file is read only when it and every folder from the root down to it belong to the user
+//    and are writable by nobody else (trust.hpp), and written only through publish_atomically;
+//  - a missing, unreadable, oversized, malformed or foreign file is an empty index (and is replaced at
+//    the next save): the index only ever saves work, it never decides what is compiled. Whoever reads
+//    bytes it vouched for checks them against the recorded SHA-256 (Template::with_bytes).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kjit::cache {
+
+struct FileIdentity {
+  std::uint64_t size = 0, mtime_ns = 0, ctime_ns = 0, inode = 0, device = 0;
+  static FileIdentity of(const struct stat& st) noexcept;
+  bool operator==(const FileIdentity& o) const noexcept;
+};
+
+struct HeaderFacts {
+  std::string sha256;                 // hex SHA-256 of the file's bytes
+  std::vector<std::string> includes;  // the file's include directives, as its reader encodes them
+};
+
+class HeaderIndex {
+ public:
+  // `root`: a cache root (the file is <root>/v1/header-index.json); empty: an index in memory only.
+  // `writable`: whether save() may write the file.
+  HeaderIndex(std::filesystem::path root, bool writable,
+              std::chrono::nanoseconds racy_window = std::chrono::seconds(2));
+
+  // The facts recorded for `path` when its identity is still `id`. The file is read on first use.
+  std::optional<HeaderFacts> find(const std::string& path, const FileIdentity& id);
+  // Records facts learned from the bytes of `path` read while its identity was `id`; ignored when the
+  // file changed too recently to be told apart from a later write (see above).
+  void remember(const std::string& path, const FileIdentity& id, HeaderFacts facts);
+  // Writes what this process learned (merged with the file as it is now), when anything was learned
+  // and the index is writable. Never throws; a failure leaves the file as it was.
+  void save();
+
+  std::filesystem::path file() const;  // empty for an in-memory index
+  std::size_t size() const;            // records held
+
+  // At most this many records are kept; beyond it, records this process did not use are dropped.
+  static constexpr std::size_t kMaxRecords = 4096;
+
+ private:
+  struct Record {
+    FileIdentity id;
+    HeaderFacts facts;
+    bool used = false;  // found or learned by this process
+  };
+  void load_locked();
+  static std::map<std::string, Record> parse(const std::string& bytes);
+  std::string serialize_locked() const;
+
+  std::filesystem::path root_;
+  bool writable_;
+  std::chrono::nanoseconds racy_window_;
+  mutable std::mutex mu_;
+  bool loaded_ = false;
+  bool dirty_ = false;
+  std::map<std::string, Record> records_;
+};
+
+}  // namespace kjit::cache
