@@ -38,6 +38,17 @@ bool is_hex_sha256(const std::string& s) {
   return true;
 }
 
+// JSON holds UTF-8 only: a path or include name that is not is never recorded (it would come back as
+// another name).
+bool is_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 FileIdentity FileIdentity::of(const struct stat& st) noexcept {
@@ -118,7 +129,9 @@ void HeaderIndex::remember(const std::string& path, const FileIdentity& id, Head
   // A file changed within the window (or "in the future": a clock set back) could be written again
   // without its identity changing: not recorded.
   if (id.ctime_ns + window > now || id.mtime_ns + window > now) return;
-  if (path.empty() || path.front() != '/' || !is_hex_sha256(facts.sha256)) return;
+  if (path.empty() || path.front() != '/' || !is_hex_sha256(facts.sha256) || !is_utf8(path)) return;
+  for (const auto& inc : facts.includes)
+    if (!is_utf8(inc)) return;
   std::lock_guard<std::mutex> lock(mu_);
   load_locked();
   Record& rec = records_[path];
@@ -142,7 +155,14 @@ void HeaderIndex::save() {
   if (!dirty_ || !writable_) return;
   dirty_ = false;
   const fs::path f = file();
-  if (!make_private_dirs(f.parent_path()).empty()) return;
+  // Never into a root that others may write to (the disk cache refuses it too, with a warning).
+  auto root_is_ours = [&] {
+    struct stat st {};
+    return ::stat(root_.c_str(), &st) == 0 && ownership_problem(root_, st, ::geteuid()).empty();
+  };
+  std::error_code ec;
+  if (fs::exists(root_, ec) && !root_is_ours()) return;
+  if (!make_private_dirs(f.parent_path()).empty() || !root_is_ours()) return;
   // What other processes saved since this one read the file, for the files this one did not learn.
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
   if (r.ok() && owned_path_problem(root_, f, r.st, ::geteuid()).empty())

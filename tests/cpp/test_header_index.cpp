@@ -266,3 +266,28 @@ TEST(HeaderIndex, ClearingTheCacheRemovesIt) {
   cache::DiskCache(config).clear();
   EXPECT_FALSE(fs::exists(index.file()));
 }
+
+TEST(HeaderIndex, NothingIsWrittenIntoARootOthersMayWriteTo) {
+  TempDir dir;
+  write_file(dir / "a.cuh", "a\n");
+  fs::create_directories(dir / "cache");
+  ::chmod((dir / "cache").c_str(), 0777);
+  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
+  index.save();
+  EXPECT_FALSE(fs::exists(index.file().parent_path())) << "nor is anything created there";
+  EXPECT_FALSE(fs::exists(index.file()));
+}
+
+TEST(HeaderIndex, ANameThatIsNotUtf8IsNotRecorded) {
+  TempDir dir;
+  const fs::path odd = dir / "caf\xe9.cuh";  // Latin-1: not UTF-8
+  write_file(odd, "a\n");
+  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  index.remember(odd.string(), identity_of(odd), facts("a\n"));
+  EXPECT_FALSE(index.find(odd.string(), identity_of(odd)));
+  write_file(dir / "a.cuh", "a\n");
+  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n", {"\"caf\xe9.cuh"}));
+  EXPECT_FALSE(index.find((dir / "a.cuh").string(), identity_of(dir / "a.cuh")));
+  index.save();  // never throws
+}

@@ -72,9 +72,11 @@ def test_cache_info_and_stats():
     assert info["layers"] == []
     s = kjit.stats()
     assert set(s) == {"memory_hits", "disk_hits", "remote_hits", "compiles", "compile_ms", "disk_load_ms", "phase_ms",
-                      "strict_misses", "specializations", "max_specializations", "op_calls", "kernels"}
+                      "headers", "strict_misses", "specializations", "max_specializations", "op_calls", "kernels"}
+    assert set(s["headers"]) == {"read", "from_index"}
     kjit.reset_stats()
     assert kjit.stats()["compiles"] == 0
+    assert kjit.stats()["headers"] == {"read": 0, "from_index": 0}
 
 
 @pytest.mark.parametrize("name", ["add_constant", "rgb_to_gray"])
