@@ -49,8 +49,11 @@ _KJIT_PRELUDE = r"""
 import json, time, torch, kjit
 from kjit import ops
 x = torch.ones(1024, device="cuda"); xd = x.double()
-# torch's own first backward starts its autograd device threads (seconds, nothing of kjit's): done here.
+# torch's own first backward starts its autograd device threads, and its first backward given a gradient
+# imports sympy (torch.autograd._make_grads -> torch.fx.experimental.symbolic_shapes: 2.4-4.1 s on the
+# H100 machine, nothing of kjit's; the probes below give gradients): both done here.
 w0 = torch.ones(2, device="cuda", requires_grad=True); (w0 * 2).sum().backward()
+(w0 * 2).backward(torch.ones_like(w0))
 torch.cuda.synchronize()
 kjit.reset_stats()
 out = {}

@@ -1,5 +1,6 @@
 #include "kjit/cache/header_index.hpp"
 
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -66,8 +67,27 @@ bool FileIdentity::operator==(const FileIdentity& o) const noexcept {
          device == o.device;
 }
 
-HeaderIndex::HeaderIndex(fs::path root, bool writable, std::chrono::nanoseconds racy_window)
-    : root_(std::move(root)), writable_(writable && !root_.empty()), racy_window_(racy_window) {}
+HeaderIndex::HeaderIndex(fs::path root, bool writable, std::string tag, std::chrono::nanoseconds racy_window)
+    : root_(std::move(root)), writable_(writable && !root_.empty()), tag_(std::move(tag)), racy_window_(racy_window) {}
+
+bool HeaderIndex::on_local_filesystem(const std::string& path) {
+  struct statfs fs {};
+  if (::statfs(path.c_str(), &fs) != 0) return false;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case 0xEF53:      // ext2/3/4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0x01021994:  // tmpfs
+    case 0x858458F6:  // ramfs
+    case 0x794C7630:  // overlayfs (containers)
+    case 0x2FC12FC1:  // zfs
+    case 0x73717368:  // squashfs
+    case 0xF2F52010:  // f2fs
+      return true;
+    default:  // NFS, SMB, FUSE, 9p, Lustre, GPFS, Ceph... or unknown: read every time
+      return false;
+  }
+}
 
 fs::path HeaderIndex::file() const {
   return root_.empty() ? fs::path{} : layout::header_index_path(root_);
@@ -78,12 +98,15 @@ std::size_t HeaderIndex::size() const {
   return records_.size();
 }
 
-std::map<std::string, HeaderIndex::Record> HeaderIndex::parse(const std::string& bytes) {
+std::map<std::string, HeaderIndex::Record> HeaderIndex::parse(const std::string& bytes) const {
   std::map<std::string, Record> out;
   const json j = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("format", 0) != kFormat || !j.contains("files") || !j["files"].is_object())
-    return out;
-  for (const auto& [path, r] : j["files"].items()) {
+  if (!j.is_object()) return out;
+  const auto format = j.find("format"), tag = j.find("tag"), files = j.find("files");
+  if (format == j.end() || !format->is_number_integer() || format->get<std::int64_t>() != kFormat) return out;
+  if (tag == j.end() || !tag->is_string() || tag->get<std::string>() != tag_) return out;
+  if (files == j.end() || !files->is_object()) return out;
+  for (const auto& [path, r] : files->items()) {
     if (!r.is_object()) return {};
     Record rec;
     try {
@@ -111,7 +134,11 @@ void HeaderIndex::load_locked() {
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
   if (!r.ok()) return;
   if (!owned_path_problem(root_, f, r.st, ::geteuid()).empty()) return;
-  for (auto& [path, rec] : parse(r.bytes)) records_.emplace(path, std::move(rec));
+  try {
+    for (auto& [path, rec] : parse(r.bytes)) records_.emplace(path, std::move(rec));
+  } catch (const std::exception&) {
+    records_.clear();  // find() never throws: a file this cannot read is an empty index
+  }
 }
 
 std::optional<HeaderFacts> HeaderIndex::find(const std::string& path, const FileIdentity& id) {
@@ -119,6 +146,7 @@ std::optional<HeaderFacts> HeaderIndex::find(const std::string& path, const File
   load_locked();
   auto it = records_.find(path);
   if (it == records_.end() || !(it->second.id == id)) return std::nullopt;
+  if (!on_local_filesystem(path)) return std::nullopt;
   it->second.used = true;
   return it->second.facts;
 }
@@ -130,6 +158,7 @@ void HeaderIndex::remember(const std::string& path, const FileIdentity& id, Head
   // without its identity changing: not recorded.
   if (id.ctime_ns + window > now || id.mtime_ns + window > now) return;
   if (path.empty() || path.front() != '/' || !is_hex_sha256(facts.sha256) || !is_utf8(path)) return;
+  if (!on_local_filesystem(path)) return;
   for (const auto& inc : facts.includes)
     if (!is_utf8(inc)) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -147,13 +176,21 @@ std::string HeaderIndex::serialize_locked() const {
     files[path] = {{"size", rec.id.size},         {"mtime_ns", rec.id.mtime_ns}, {"ctime_ns", rec.id.ctime_ns},
                    {"inode", rec.id.inode},       {"device", rec.id.device},     {"sha256", rec.facts.sha256},
                    {"includes", rec.facts.includes}};
-  return json{{"format", kFormat}, {"files", std::move(files)}}.dump() + "\n";
+  return json{{"format", kFormat}, {"tag", tag_}, {"files", std::move(files)}}.dump() + "\n";
 }
 
 void HeaderIndex::save() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!dirty_ || !writable_) return;
   dirty_ = false;
+  try {
+    save_locked();
+  } catch (const std::exception&) {
+    // The index only saves work: a file that could not be written is learned again by a later process.
+  }
+}
+
+void HeaderIndex::save_locked() {
   const fs::path f = file();
   // Never into a root that others may write to (the disk cache refuses it too, with a warning).
   auto root_is_ours = [&] {

@@ -1,6 +1,7 @@
 #include "context.hpp"
 
 #include "kjit/error.hpp"
+#include "kjit/template.hpp"
 
 namespace kjit::cli {
 
@@ -14,6 +15,8 @@ const Settings& Context::settings() {
       s.cache_dir_source = "--cache-dir";
     }
     settings_ = std::move(s);
+    // Templates this command loads use the header index of the cache it works on.
+    use_header_index(header_index_for(*settings_));
   }
   return *settings_;
 }

@@ -57,7 +57,7 @@ std::mutex& index_mu() {
   static std::mutex m;
   return m;
 }
-std::shared_ptr<cache::HeaderIndex>& index_override() {
+std::shared_ptr<cache::HeaderIndex>& index_slot() {
   static std::shared_ptr<cache::HeaderIndex> p;
   return p;
 }
@@ -319,30 +319,23 @@ void reset_header_load_counts() noexcept {
   g_from_index = 0;
 }
 
-cache::HeaderIndex& header_index() {
-  static cache::HeaderIndex index = [] {
-    const Settings& s = settings();
-    if (s.cache_mode == CacheMode::Off) return cache::HeaderIndex({}, false);
-    return cache::HeaderIndex(s.cache_dir, s.cache_mode == CacheMode::ReadWrite || s.cache_mode == CacheMode::Strict);
-  }();
-  return index;
+std::shared_ptr<cache::HeaderIndex> header_index_for(const Settings& s) {
+  // The records hold what this kjit's include scanner found: another version's are not used.
+  const std::string tag = std::string("kjit ") + KJIT_VERSION;
+  if (s.cache_mode == CacheMode::Off) return std::make_shared<cache::HeaderIndex>(fs::path{}, false, tag);
+  return std::make_shared<cache::HeaderIndex>(s.cache_dir, s.cache_mode == CacheMode::ReadWrite, tag);
 }
 
-void set_header_index_for_testing(std::shared_ptr<cache::HeaderIndex> index) {
+std::shared_ptr<cache::HeaderIndex> header_index() {
   std::lock_guard<std::mutex> lock(index_mu());
-  index_override() = std::move(index);
+  if (!index_slot()) index_slot() = header_index_for(settings());
+  return index_slot();
 }
 
-namespace {
-// The index this load uses (held for the load: a test may swap it meanwhile).
-std::shared_ptr<cache::HeaderIndex> index_for_load() {
-  {
-    std::lock_guard<std::mutex> lock(index_mu());
-    if (index_override()) return index_override();
-  }
-  return std::shared_ptr<cache::HeaderIndex>(std::shared_ptr<void>(), &header_index());
+void use_header_index(std::shared_ptr<cache::HeaderIndex> index) {
+  std::lock_guard<std::mutex> lock(index_mu());
+  index_slot() = std::move(index);
 }
-}  // namespace
 
 std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
                                                fs::path base_dir, std::vector<fs::path> include_dirs,
@@ -357,7 +350,7 @@ std::shared_ptr<const Template> Template::load(std::string source, std::string n
   if (!confined)
     for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
   const CudaToolkit& tk = cuda_toolkit();
-  const std::shared_ptr<cache::HeaderIndex> index = index_for_load();
+  const std::shared_ptr<cache::HeaderIndex> index = header_index();
   IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined, *index);
   resolver.run(t->source_);
   index->save();

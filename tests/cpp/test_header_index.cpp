@@ -36,16 +36,29 @@ HeaderFacts facts(const std::string& bytes, std::vector<std::string> includes = 
   return {cache::to_hex(cache::Sha256::of(bytes)), std::move(includes)};
 }
 
-// Template loads of this test use `index` (a zero racy window: files written by the test count).
+constexpr const char* kTag = "kjit test";
+
+// An index with a zero racy window: files the test has just written count.
+HeaderIndex index_at(const fs::path& root, bool writable = true) {
+  return HeaderIndex(root, writable, kTag, std::chrono::nanoseconds(0));
+}
+
+// Template loads of this test use `index`.
 class UseIndex {
  public:
-  explicit UseIndex(std::shared_ptr<HeaderIndex> index) { set_header_index_for_testing(std::move(index)); }
-  ~UseIndex() { set_header_index_for_testing(nullptr); }
+  explicit UseIndex(std::shared_ptr<HeaderIndex> index) { use_header_index(std::move(index)); }
+  ~UseIndex() { use_header_index(nullptr); }
 };
 
 std::shared_ptr<HeaderIndex> index_in(const TempDir& dir) {
-  return std::make_shared<HeaderIndex>(dir / "cache", true, std::chrono::nanoseconds(0));
+  return std::make_shared<HeaderIndex>(dir / "cache", true, kTag, std::chrono::nanoseconds(0));
 }
+
+// The index vouches only for files on a local filesystem: where the test's folder is not on one,
+// the tests that need it to vouch say so and skip.
+#define SKIP_UNLESS_LOCAL(dir)                                                                     \
+  if (!HeaderIndex::on_local_filesystem((dir).path().string()))                                    \
+  GTEST_SKIP() << (dir).path() << " is not on a filesystem the header index vouches for"
 
 constexpr const char* kSource = "#include \"lib/a.cuh\"\n__global__ void k(float* y) { *y = A_VALUE; }\n";
 
@@ -59,8 +72,9 @@ void write_library(const TempDir& dir, const std::string& value) {
 
 TEST(HeaderIndex, FindsAFileOnlyWhileItsIdentityIsTheRecordedOne) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "h.cuh", "#define X 1\n");
-  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  HeaderIndex index = index_at(dir / "cache");
   const std::string path = (dir / "h.cuh").string();
   const FileIdentity id = identity_of(dir / "h.cuh");
   index.remember(path, id, facts("#define X 1\n", {"<cuda_fp16.h>"}));
@@ -77,8 +91,9 @@ TEST(HeaderIndex, FindsAFileOnlyWhileItsIdentityIsTheRecordedOne) {
 
 TEST(HeaderIndex, AFileChangedWithinTheRacyWindowIsNotRecorded) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "h.cuh", "#define X 1\n");
-  HeaderIndex index(dir / "cache", true);  // the default window: 2 s
+  HeaderIndex index(dir / "cache", true, kTag);  // the default window: 2 s
   const std::string path = (dir / "h.cuh").string();
   index.remember(path, identity_of(dir / "h.cuh"), facts("#define X 1\n"));
   EXPECT_FALSE(index.find(path, identity_of(dir / "h.cuh")))
@@ -89,21 +104,22 @@ TEST(HeaderIndex, AFileChangedWithinTheRacyWindowIsNotRecorded) {
 
 TEST(HeaderIndex, ANewProcessFindsWhatAnEarlierOneSaved) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "a.cuh", "a\n");
   write_file(dir / "b.cuh", "b\n");
   const std::string a = (dir / "a.cuh").string(), b = (dir / "b.cuh").string();
   {
-    HeaderIndex first(dir / "cache", true, std::chrono::nanoseconds(0));
+    HeaderIndex first = index_at(dir / "cache");
     first.remember(a, identity_of(dir / "a.cuh"), facts("a\n"));
     first.save();
   }
   {
     // Another process learns b meanwhile: saves merge.
-    HeaderIndex second(dir / "cache", true, std::chrono::nanoseconds(0));
+    HeaderIndex second = index_at(dir / "cache");
     second.remember(b, identity_of(dir / "b.cuh"), facts("b\n"));
     second.save();
   }
-  HeaderIndex third(dir / "cache", true, std::chrono::nanoseconds(0));
+  HeaderIndex third = index_at(dir / "cache");
   EXPECT_EQ(third.find(a, identity_of(dir / "a.cuh"))->sha256, facts("a\n").sha256);
   EXPECT_EQ(third.find(b, identity_of(dir / "b.cuh"))->sha256, facts("b\n").sha256);
   struct stat st {};
@@ -113,8 +129,9 @@ TEST(HeaderIndex, ANewProcessFindsWhatAnEarlierOneSaved) {
 
 TEST(HeaderIndex, AReadOnlyIndexNeverWrites) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "a.cuh", "a\n");
-  HeaderIndex index(dir / "cache", false, std::chrono::nanoseconds(0));
+  HeaderIndex index = index_at(dir / "cache", false);
   index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
   EXPECT_TRUE(index.find((dir / "a.cuh").string(), identity_of(dir / "a.cuh"))) << "still used in memory";
   index.save();
@@ -123,41 +140,49 @@ TEST(HeaderIndex, AReadOnlyIndexNeverWrites) {
 
 TEST(HeaderIndex, ADamagedForeignOrOpenFileIsAnEmptyIndexAndIsReplaced) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "a.cuh", "a\n");
   const std::string a = (dir / "a.cuh").string();
   const FileIdentity id = identity_of(dir / "a.cuh");
-  const fs::path file = HeaderIndex(dir / "cache", true).file();
+  const fs::path file = index_at(dir / "cache").file();
   auto saved_with_a = [&] {
-    HeaderIndex w(dir / "cache", true, std::chrono::nanoseconds(0));
+    HeaderIndex w = index_at(dir / "cache");
     w.remember(a, id, facts("a\n"));
     w.save();
     return kjit::testing::read_file(file);
   };
   const std::string good = saved_with_a();
   const std::string bad_sha = std::string(good).replace(good.find(facts("a\n").sha256), 4, "zzzz");
+  const std::string other_tag = std::string(good).replace(good.find(kTag), std::string(kTag).size(), "kjit 0.0");
   for (const std::string& damaged : {std::string("{not json"), std::string("[]"), std::string("{\"format\": 99}"),
-                                     bad_sha, good.substr(0, good.size() / 2)}) {
+                                     std::string("{\"format\": \"1\", \"files\": {}}"),
+                                     std::string("{\"format\": null}"), bad_sha, other_tag,
+                                     good.substr(0, good.size() / 2)}) {
     SCOPED_TRACE(damaged);
     write_file(file, damaged);
     ::chmod(file.c_str(), 0600);
-    HeaderIndex r(dir / "cache", true, std::chrono::nanoseconds(0));
+    HeaderIndex r = index_at(dir / "cache");
     EXPECT_FALSE(r.find(a, id));
     EXPECT_EQ(r.size(), 0u);
+    r.remember(a, id, facts("a\n"));
+    EXPECT_NO_THROW(r.save());
+    EXPECT_TRUE(index_at(dir / "cache").find(a, id)) << "replaced by the save";
   }
   // Writable by others: anyone could have written it.
   write_file(file, good);
   ::chmod(file.c_str(), 0666);
-  EXPECT_FALSE(HeaderIndex(dir / "cache", true, std::chrono::nanoseconds(0)).find(a, id));
+  EXPECT_FALSE(index_at(dir / "cache").find(a, id));
   ::chmod(file.c_str(), 0600);
-  EXPECT_TRUE(HeaderIndex(dir / "cache", true, std::chrono::nanoseconds(0)).find(a, id));
+  EXPECT_TRUE(index_at(dir / "cache").find(a, id));
   // A damaged file is replaced by the next save.
   write_file(file, "{not json");
   saved_with_a();
-  EXPECT_TRUE(HeaderIndex(dir / "cache", true, std::chrono::nanoseconds(0)).find(a, id));
+  EXPECT_TRUE(index_at(dir / "cache").find(a, id));
 }
 
 TEST(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
   reset_header_load_counts();
@@ -185,6 +210,7 @@ TEST(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
 
 TEST(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
   const std::string before = Template::from_file(dir / "src" / "k.cu")->digest();
@@ -203,12 +229,13 @@ TEST(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
 
 TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndTheProcessGoesOn) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
   Template::from_file(dir / "src" / "k.cu");
   auto lazy = Template::from_file(dir / "src" / "k.cu");
   ASSERT_FALSE(lazy->holds_bytes());
-  write_file(dir / "src" / "lib" / "b.cuh", "#pragma once\n#define B_VALUE 7.0f\n");
+  write_file(dir / "src" / "lib" / "b.cuh", "#pragma once\n#define B_VALUE 7.50f\n");  // a new size
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
   try {
     engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90"));
@@ -225,6 +252,7 @@ TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndThePro
 
 TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   auto index = index_in(dir);
   UseIndex use(index);
@@ -239,6 +267,7 @@ TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
 
 TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
   Template::from_file(dir / "src" / "k.cu");
@@ -256,8 +285,9 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
 
 TEST(HeaderIndex, ClearingTheCacheRemovesIt) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "a.cuh", "a\n");
-  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  HeaderIndex index = index_at(dir / "cache");
   index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
   index.save();
   ASSERT_TRUE(fs::exists(index.file()));
@@ -269,10 +299,11 @@ TEST(HeaderIndex, ClearingTheCacheRemovesIt) {
 
 TEST(HeaderIndex, NothingIsWrittenIntoARootOthersMayWriteTo) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   write_file(dir / "a.cuh", "a\n");
   fs::create_directories(dir / "cache");
   ::chmod((dir / "cache").c_str(), 0777);
-  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  HeaderIndex index = index_at(dir / "cache");
   index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
   index.save();
   EXPECT_FALSE(fs::exists(index.file().parent_path())) << "nor is anything created there";
@@ -281,13 +312,23 @@ TEST(HeaderIndex, NothingIsWrittenIntoARootOthersMayWriteTo) {
 
 TEST(HeaderIndex, ANameThatIsNotUtf8IsNotRecorded) {
   TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
   const fs::path odd = dir / "caf\xe9.cuh";  // Latin-1: not UTF-8
   write_file(odd, "a\n");
-  HeaderIndex index(dir / "cache", true, std::chrono::nanoseconds(0));
+  HeaderIndex index = index_at(dir / "cache");
   index.remember(odd.string(), identity_of(odd), facts("a\n"));
   EXPECT_FALSE(index.find(odd.string(), identity_of(odd)));
   write_file(dir / "a.cuh", "a\n");
   index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n", {"\"caf\xe9.cuh"}));
   EXPECT_FALSE(index.find((dir / "a.cuh").string(), identity_of(dir / "a.cuh")));
   index.save();  // never throws
+}
+
+TEST(HeaderIndex, OnlyALocalFilesystemIsVouchedFor) {
+  EXPECT_FALSE(HeaderIndex::on_local_filesystem("/proc/self/status")) << "procfs";
+  EXPECT_FALSE(HeaderIndex::on_local_filesystem("/nonexistent/x.cuh"));
+  HeaderIndex index = index_at({});
+  const FileIdentity id = identity_of("/proc/self/status");
+  index.remember("/proc/self/status", id, facts("x"));
+  EXPECT_FALSE(index.find("/proc/self/status", id));
 }

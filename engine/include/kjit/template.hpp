@@ -39,14 +39,17 @@ struct HeaderLoadCounts {
 HeaderLoadCounts header_load_counts() noexcept;
 void reset_header_load_counts() noexcept;
 
+struct Settings;
 namespace cache {
 class HeaderIndex;
 }
-// The process's header index: in the writable cache root (KJIT_CACHE_DIR), read in every cache mode but
-// off, written in readwrite and strict mode; in memory only with KJIT_CACHE_MODE=off.
-cache::HeaderIndex& header_index();
-// Test seam: the index template loads use from now on (nullptr: back to header_index()'s own).
-void set_header_index_for_testing(std::shared_ptr<cache::HeaderIndex> index);
+// The header index of a cache configuration (cache/header_index.hpp): in its cache_dir, read in every
+// cache mode but off (then in memory only), written only in readwrite mode.
+std::shared_ptr<cache::HeaderIndex> header_index_for(const Settings& settings);
+// The index template loads use: the one given to use_header_index, else header_index_for(settings()).
+std::shared_ptr<cache::HeaderIndex> header_index();
+// Template loads use `index` from now on (the CLI's --cache-dir, tests); nullptr: back to the default.
+void use_header_index(std::shared_ptr<cache::HeaderIndex> index);
 
 class Template : public std::enable_shared_from_this<Template> {
  public:

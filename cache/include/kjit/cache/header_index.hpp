@@ -10,9 +10,13 @@
 //    timestamps ("racy git");
 //  - the index file is read only when it and every folder from the root down to it belong to the user
 //    and are writable by nobody else (trust.hpp), and written only through publish_atomically;
-//  - a missing, unreadable, oversized, malformed or foreign file is an empty index (and is replaced at
-//    the next save): the index only ever saves work, it never decides what is compiled. Whoever reads
-//    bytes it vouched for checks them against the recorded SHA-256 (Template::with_bytes).
+//  - only files on a local filesystem (ext4, xfs, btrfs, tmpfs, overlayfs, zfs...) are vouched for: on
+//    NFS, SMB, FUSE or a cluster filesystem, stat() may answer from an attribute cache while the bytes
+//    have changed on another machine, so such a header is read every time;
+//  - a missing, unreadable, oversized, malformed or foreign file, or one written under another `tag`
+//    (another kjit, whose include scanner may differ), is an empty index (and is replaced at the next
+//    save): the index only ever saves work, it never decides what is compiled. Whoever reads bytes it
+//    vouched for checks them against the recorded SHA-256 (Template::with_bytes).
 #pragma once
 
 #include <sys/stat.h>
@@ -42,9 +46,13 @@ struct HeaderFacts {
 class HeaderIndex {
  public:
   // `root`: a cache root (the file is <root>/v1/header-index.json); empty: an index in memory only.
-  // `writable`: whether save() may write the file.
-  HeaderIndex(std::filesystem::path root, bool writable,
+  // `writable`: whether save() may write the file. `tag`: who reads and writes the records (the kjit
+  // version and its include scanner's); records saved under another tag are not used.
+  HeaderIndex(std::filesystem::path root, bool writable, std::string tag,
               std::chrono::nanoseconds racy_window = std::chrono::seconds(2));
+
+  // Whether `path` lies on a filesystem whose stat() can be trusted to show a change (see above).
+  static bool on_local_filesystem(const std::string& path);
 
   // The facts recorded for `path` when its identity is still `id`. The file is read on first use.
   std::optional<HeaderFacts> find(const std::string& path, const FileIdentity& id);
@@ -68,11 +76,13 @@ class HeaderIndex {
     bool used = false;  // found or learned by this process
   };
   void load_locked();
-  static std::map<std::string, Record> parse(const std::string& bytes);
+  void save_locked();
+  std::map<std::string, Record> parse(const std::string& bytes) const;
   std::string serialize_locked() const;
 
   std::filesystem::path root_;
   bool writable_;
+  std::string tag_;
   std::chrono::nanoseconds racy_window_;
   mutable std::mutex mu_;
   bool loaded_ = false;
