@@ -186,6 +186,10 @@ class IncludeResolver {
   void visit_includes(const std::vector<IncludeDirective>& includes, const fs::path& including_dir) {
     for (const auto& inc : includes) {
       if (visit_memory(inc.name)) continue;
+      // The same directive from the same folder resolves as it did (a header included from many files
+      // behind its include guard): nothing new to probe.
+      if (!directives_done_.insert((inc.angled ? "<" : "\"") + inc.name + '\n' + including_dir.string()).second)
+        continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
       if (!inc.angled) {
         candidates.emplace_back(including_dir, false);
@@ -211,26 +215,45 @@ class IncludeResolver {
         if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
         // An including file that lives inside the CUDA dirs keeps its headers there.
         bool cuda = is_cuda || in_cuda_dirs(including_dir);
-        std::error_code ec;
-        fs::path canon = fs::weakly_canonical(p, ec);
+        const std::string canonical = canonical_of(p);
+        const std::string canon = canonical.empty() ? p.lexically_normal().string() : canonical;
         found = true;
-        if (!seen_files_.insert(canon.string()).second) {
+        if (!seen_files_.insert(canon).second) {
           // The same file under another spelling: NVRTC looks in-memory headers up by spelling.
-          auto first = seen_paths_.find(canon.string());
+          auto first = seen_paths_.find(canon);
           if (!seen_names_.count(inc.name) && first != seen_paths_.end()) aliases.push_back({inc.name, first->second});
           break;
         }
-        seen_paths_[canon.string()] = headers.size();
+        seen_paths_[canon] = headers.size();
         if (!cuda && seen_names_.count(inc.name))
           throw ValueError("two different headers are included as '" + inc.name + "' (" + seen_names_[inc.name] +
                            " and " + p.string() + "); rename one or include it by a distinct path");
         seen_names_[inc.name] = p.string();
-        visit_file(inc.name, p, ec ? std::string() : canon.string(), cuda, st);
+        visit_file(inc.name, p, canonical, cuda, st);
         break;
       }
       if (!found && std::find(unresolved.begin(), unresolved.end(), inc.name) == unresolved.end())
         unresolved.push_back(inc.name);
     }
+  }
+  // The canonical path of a file found at `p` ("" when it cannot be resolved): its folder's, resolved
+  // once per load (a template's headers share a few folders: 278 readlink calls per load before), then
+  // its name, unless the file itself is a symbolic link.
+  std::string canonical_of(const fs::path& p) {
+    struct stat lst {};
+    std::error_code ec;
+    if (::lstat(p.c_str(), &lst) != 0) return {};
+    if (S_ISLNK(lst.st_mode)) {
+      const fs::path c = fs::weakly_canonical(p, ec);
+      return ec ? std::string() : c.string();
+    }
+    const fs::path dir = p.parent_path();
+    auto it = canonical_dirs_.find(dir.string());
+    if (it == canonical_dirs_.end()) {
+      const fs::path c = fs::weakly_canonical(dir, ec);
+      it = canonical_dirs_.emplace(dir.string(), ec ? std::string() : c.string()).first;
+    }
+    return it->second.empty() ? std::string() : (fs::path(it->second) / p.filename()).string();
   }
   // A header file: its digest and includes from the header index while the file is the one recorded
   // there, else read, hashed and scanned (and recorded).
@@ -290,6 +313,8 @@ class IncludeResolver {
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
+  std::map<std::string, std::string> canonical_dirs_;  // folder -> its canonical path ("" if unresolved)
+  std::set<std::string> directives_done_;              // "<name" / "\"name", '\n', the including folder
   std::map<std::string, std::size_t> seen_paths_;  // canonical path -> index in headers
   std::map<std::string, std::string> seen_names_;
   const std::map<std::string, std::string>& memory_;
