@@ -68,6 +68,14 @@ void write_library(const TempDir& dir, const std::string& value) {
   write_file(dir / "src" / "k.cu", kSource);
 }
 
+// Loads k.cu twice: the first load records its headers in the index in use, the second takes them from it.
+std::shared_ptr<const Template> load_from_index(const TempDir& dir) {
+  Template::from_file(dir / "src" / "k.cu");
+  return Template::from_file(dir / "src" / "k.cu");
+}
+
+Settings settings_in(const TempDir& dir) { return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}); }
+
 }  // namespace
 
 TEST(HeaderIndex, FindsAFileOnlyWhileItsIdentityIsTheRecordedOne) {
@@ -232,11 +240,10 @@ TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndThePro
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
-  Template::from_file(dir / "src" / "k.cu");
-  auto lazy = Template::from_file(dir / "src" / "k.cu");
+  auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
   write_file(dir / "src" / "lib" / "b.cuh", "#pragma once\n#define B_VALUE 7.50f\n");  // a new size
-  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
+  Engine engine(settings_in(dir));
   try {
     engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90"));
     FAIL() << "compiled bytes its key does not cover";
@@ -270,10 +277,9 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
   UseIndex use(index_in(dir));
-  Template::from_file(dir / "src" / "k.cu");
-  auto lazy = Template::from_file(dir / "src" / "k.cu");
+  auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
-  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
+  Engine engine(settings_in(dir));
   EXPECT_EQ(engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90")).origin, Origin::Compiled);
   // The entry is found by a fully read template's key: same digest, same key.
   auto read = Template::from_memory(kSource, "k.cu",
