@@ -49,9 +49,10 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   settings.record_path.reset();  // warming must not append to a manifest (perhaps the one it reads)
   // NVRTC serializes the compiles of one process's threads: on the 16-CPU GPU machine, 16 threads
   // compiled 2.7x as fast as one, 16 processes 12.7x (scratch measurement of 2026-11-24, the bench of
-  // bench/bench_warm.py). So with more than one job every compile runs in a child process of its own,
-  // as KJIT_COMPILE_ISOLATION=always has it (in-process where children are unsafe: sanitizer builds).
-  // Each child is bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY, and N of them run at once.
+  // bench/bench_warm.py). So with more than one job every compile runs in a child process, as
+  // KJIT_COMPILE_ISOLATION=always has it (in-process where children are unsafe: sanitizer builds).
+  // Each compile is bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY, and N children run at once:
+  // each thread keeps its child for its next kernel of the same template (warm.cpp, CompileChildren).
   if (std::min<std::size_t>(r.jobs, warm_jobs(manifest, targets)) > 1)
     settings.compile_isolation = CompileIsolation::Always;
   Engine engine(std::move(settings));
@@ -124,7 +125,7 @@ void add_shared_options(CLI::App* sub, WarmRequest& r) {
       ->type_name("ARCH[,ARCH...]")
       ->delimiter(',')
       ->allow_extra_args(false);
-  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, each compile runs in a child process bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
+  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, compiles run in N child processes (one per template at a time each), every compile bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
 }

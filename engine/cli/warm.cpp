@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "format.hpp"
+#include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 
@@ -92,11 +93,19 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   const std::uint64_t stored_before = engine.remote() ? engine.remote()->stored() : 0;
   const auto& records = manifest.records();
 
+  // Jobs run grouped by template, so that a thread's next job is most often of the template its kept
+  // compile child (CompileChildren) serves.
+  std::vector<std::size_t> order(records.size());
+  for (std::size_t r = 0; r < order.size(); ++r) order[r] = r;
+  auto lineage = [&](std::size_t r) { return specs[r] ? specs[r]->tmpl().digest() : std::string(); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return lineage(a) < lineage(b); });
+
   std::mutex mu;  // guards report
   std::atomic<std::size_t> next{0};
   auto worker = [&]() {
+    CompileChildren keep;  // this thread's compile child, reused for its next job of the same template
     for (std::size_t i; (i = next.fetch_add(1)) < report.jobs;) {
-      const std::size_t r = i / targets.size();
+      const std::size_t r = order[i / targets.size()];
       const Target& target = targets[i % targets.size()];
       const std::string what = records[r].describe() + " for " + target.str();
       std::string line;

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <thread>
 #include <new>
 #include <vector>
@@ -46,6 +48,7 @@ constexpr int kOutOfMemoryExit = 86;  // the child's operator new failed
 constexpr int kCrashExit = 87;        // the child threw something unexpected
 constexpr std::size_t kMaxLogBytes = 4u << 20;        // a longer compile log is cut (in the child)
 constexpr std::uint64_t kMaxResultBytes = 2ull << 30;  // a cubin and a log: more is not a compile result
+constexpr std::uint64_t kMaxRequestBytes = 4ull << 30;  // a source and its headers: more is not a job
 
 #if defined(__x86_64__)
 constexpr std::uint32_t kAuditArch = AUDIT_ARCH_X86_64;
@@ -146,8 +149,48 @@ void write_all(int fd, const std::string& bytes) {
   }
 }
 
-// The result on the pipe: its length (8 bytes), then encode(outcome), so that the parent knows when it
-// has all of it without waiting for an end of file that an inherited descriptor could hold back.
+// Every message on a child's socket is its length (8 bytes), then its bytes, so that each side knows
+// when it has all of one without waiting for an end of file that an inherited descriptor could hold back.
+std::string framed(const std::string& body) {
+  const std::uint64_t n = body.size();
+  return std::string(reinterpret_cast<const char*>(&n), sizeof n) + body;
+}
+
+// A job as the child receives it: its time limit and whether it may compile without the filter.
+struct Request {
+  double timeout_s = 0;
+  bool untrusted = false;
+  NvrtcJob job;
+};
+
+std::string request_bytes(const NvrtcJob& job, const CompileBounds& bounds) {
+  std::string body(reinterpret_cast<const char*>(&bounds.timeout_s), sizeof bounds.timeout_s);
+  body += bounds.untrusted ? '1' : '0';
+  return framed(body + encode(job));
+}
+
+bool decode_request(const std::string& body, Request& r) {
+  if (body.size() < sizeof r.timeout_s + 1) return false;
+  std::memcpy(&r.timeout_s, body.data(), sizeof r.timeout_s);
+  const char untrusted = body[sizeof r.timeout_s];
+  if (!(r.timeout_s > 0) || (untrusted != '0' && untrusted != '1')) return false;
+  r.untrusted = untrusted == '1';
+  return decode(body.substr(sizeof r.timeout_s + 1), r.job);
+}
+
+// Reads exactly `n` bytes (the child, blocking); false at the end of the file or on an error.
+bool read_exact(int fd, char* at, std::size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::read(fd, at, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    at += got;
+    n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+// The result on the socket: encode(outcome), framed, with an over-long log cut first.
 void write_result(int fd, NvrtcOutcome& out) {
   if (out.log.size() > kMaxLogBytes) {
     const std::size_t total = out.log.size();
@@ -155,18 +198,31 @@ void write_result(int fd, NvrtcOutcome& out) {
     out.log += "\n[kjit: the log was cut here, at " + std::to_string(kMaxLogBytes >> 20) + " MiB of " +
                std::to_string(total) + " bytes]\n";
   }
-  const std::string body = encode(out);
-  const std::uint64_t n = body.size();
-  write_all(fd, std::string(reinterpret_cast<const char*>(&n), sizeof n) + body);
+  write_all(fd, framed(encode(out)));
 }
 
-[[noreturn]] void child_main(int out_fd, pid_t parent, const NvrtcJob& job, const CompileBounds& bounds,
-                             std::vector<sock_filter>& filter) noexcept {
-  // Keep only stdin/out/err and the result pipe (as fd 3): an inherited descriptor would keep another
-  // compile's pipe open (its reader would wait for this child) or a key's flock held past its release.
-  if (out_fd != 3) {
-    if (::dup2(out_fd, 3) != 3) _exit(kCrashExit);
-    out_fd = 3;
+void arm_timer(double s) {
+  itimerval timer{};
+  const double whole = std::floor(s);
+  timer.it_value.tv_sec = static_cast<time_t>(whole);
+  timer.it_value.tv_usec = static_cast<suseconds_t>((s - whole) * 1e6);
+  if (timer.it_value.tv_sec == 0 && timer.it_value.tv_usec == 0) timer.it_value.tv_usec = 1;
+  setitimer(ITIMER_REAL, &timer, nullptr);  // SIGALRM, default action: the child ends
+}
+
+void disarm_timer() {
+  itimerval none{};
+  setitimer(ITIMER_REAL, &none, nullptr);
+}
+
+// The child: bounds itself, installs the filter, then compiles each job its socket brings (each under
+// the job's time limit) and answers it, until the parent closes the socket.
+[[noreturn]] void child_main(int sock, pid_t parent, std::uint64_t memory_bytes, std::vector<sock_filter>& filter) noexcept {
+  // Keep only stdin/out/err and the socket (as fd 3): an inherited descriptor would keep another
+  // child's socket open (its reader would wait for this child) or a key's flock held past its release.
+  if (sock != 3) {
+    if (::dup2(sock, 3) != 3) _exit(kCrashExit);
+    sock = 3;
   }
   if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
     const long most = std::min<long>(sysconf(_SC_OPEN_MAX), 1 << 16);
@@ -176,7 +232,7 @@ void write_result(int fd, NvrtcOutcome& out) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   signal(SIGALRM, SIG_DFL);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // a parent that dies takes its compile with it
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // the thread that forked it ending takes its compile with it
   if (::getppid() != parent) _exit(kCrashExit);  // it died before the line above
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
@@ -184,30 +240,34 @@ void write_result(int fd, NvrtcOutcome& out) {
   if (getrlimit(RLIMIT_AS, &as) == 0) {
     // What the child already maps (all of the parent: CUDA and torch reserve a lot) plus the limit.
     const std::uint64_t have = address_space_bytes();
-    const std::uint64_t want = bounds.memory_bytes > UINT64_MAX - have ? UINT64_MAX : have + bounds.memory_bytes;
+    const std::uint64_t want = memory_bytes > UINT64_MAX - have ? UINT64_MAX : have + memory_bytes;
     if (as.rlim_max == RLIM_INFINITY || want < as.rlim_max) as.rlim_cur = static_cast<rlim_t>(want);
     setrlimit(RLIMIT_AS, &as);
   }
-  itimerval timer{};
-  const double whole = std::floor(bounds.timeout_s);
-  timer.it_value.tv_sec = static_cast<time_t>(whole);
-  timer.it_value.tv_usec = static_cast<suseconds_t>((bounds.timeout_s - whole) * 1e6);
-  if (timer.it_value.tv_sec == 0 && timer.it_value.tv_usec == 0) timer.it_value.tv_usec = 1;
-  setitimer(ITIMER_REAL, &timer, nullptr);  // SIGALRM, default action: the child ends
   std::set_new_handler([] { _exit(kOutOfMemoryExit); });
   try {
     const std::string note = forbid_files(filter);
-    NvrtcOutcome out;
-    // Without the filter, a template that may come from anyone is not compiled at all (fail closed).
-    if (note.empty() || !bounds.untrusted) out = run_nvrtc(job);
-    out.sandbox_note = note;
-    write_result(out_fd, out);
+    for (;;) {
+      std::uint64_t n = 0;
+      if (!read_exact(sock, reinterpret_cast<char*>(&n), sizeof n)) _exit(0);  // closed: no more jobs
+      if (n > kMaxRequestBytes) _exit(kCrashExit);
+      std::string body(static_cast<std::size_t>(n), '\0');
+      Request r;
+      if (!read_exact(sock, body.data(), body.size()) || !decode_request(body, r)) _exit(kCrashExit);
+      body = std::string();
+      arm_timer(r.timeout_s);
+      NvrtcOutcome out;
+      // Without the filter, a template that may come from anyone is not compiled at all (fail closed).
+      if (note.empty() || !r.untrusted) out = run_nvrtc(r.job);
+      out.sandbox_note = note;
+      disarm_timer();
+      write_result(sock, out);
+    }
   } catch (const std::bad_alloc&) {
     _exit(kOutOfMemoryExit);
   } catch (...) {
     _exit(kCrashExit);
   }
-  _exit(0);
 }
 
 std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
@@ -249,10 +309,40 @@ void load_what_nvrtc_reads_once() {
               "or aarch64 machine with seccomp (any machine will do: no GPU is needed).");
 }
 
-// A forked compile child: killed and reaped if the parent leaves early (an exception), reaped once.
+// A forked compile child that serves jobs on its socket: killed and reaped when dropped (it is idle
+// then, or failed), reaped once.
 class Child {
  public:
-  Child(pid_t pid, int read_fd) : pid_(pid), fd_(read_fd) {}
+  // Forks one bounded by `memory_bytes`. Throws Error when none can be made.
+  static std::unique_ptr<Child> start(std::uint64_t memory_bytes, const std::string& lineage, const std::string& what) {
+    std::vector<sock_filter> filter = no_files_filter();
+    int fds[2];
+    pid_t pid = -1;
+    int fork_errno = 0;
+    const pid_t parent = ::getpid();
+    {
+      // The socket is made, forked and its child end closed here under the gate, so that no other
+      // compile's child is forked holding this child's end.
+      std::unique_lock<std::shared_mutex> gate(fork_gate());
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+        throw Error("cannot start the compiler process for " + what + ": socketpair: " + std::strerror(errno));
+      pid = fork();
+      if (pid == 0) {
+        ::close(fds[0]);
+        child_main(fds[1], parent, memory_bytes, filter);
+      }
+      fork_errno = errno;
+      ::close(fds[1]);
+    }
+    if (pid < 0) {
+      ::close(fds[0]);
+      throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
+                  ". Free memory; where it is your own templates that compile in children, unset KJIT_COMPILE_ISOLATION=always "
+                  "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
+                  "compile in-process.");
+    }
+    return std::unique_ptr<Child>(new Child(pid, fds[0], memory_bytes, lineage));
+  }
   ~Child() {
     if (fd_ >= 0) ::close(fd_);
     if (pid_ > 0) {
@@ -263,7 +353,25 @@ class Child {
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
   int fd() const { return fd_; }
-  void close_pipe() {
+  std::uint64_t memory_bytes() const { return memory_bytes_; }
+  const std::string& lineage() const { return lineage_; }
+  // Sends all of `bytes`; false when the child is gone (its end closed) or the socket failed.
+  bool send(const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // An idle child writes nothing: a socket that is readable or hung up means it has ended.
+  bool ended_while_idle() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
+  }
+  void close_socket() {
     ::close(fd_);
     fd_ = -1;
   }
@@ -280,102 +388,130 @@ class Child {
   void kill() { ::kill(pid_, SIGKILL); }
 
  private:
+  Child(pid_t pid, int fd, std::uint64_t memory_bytes, std::string lineage)
+      : pid_(pid), fd_(fd), memory_bytes_(memory_bytes), lineage_(std::move(lineage)) {}
   pid_t pid_;
   int fd_;
+  std::uint64_t memory_bytes_;
+  std::string lineage_;
 };
 
-}  // namespace
+// How one exchange with a child ended, for the error when it brought no result.
+struct Reply {
+  std::string bytes;  // the frame: its length, then encode(outcome)
+  bool complete = false, killed = false, too_big = false;
+  NvrtcOutcome out;
+};
 
-NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what) {
-  load_what_nvrtc_reads_once();
-  std::vector<sock_filter> filter = no_files_filter();
-  int fds[2];
-  pid_t pid = -1;
-  int fork_errno = 0;
-  const pid_t parent = ::getpid();
-  {
-    // The pipe is made, forked and its write end closed here under the gate, so that no other
-    // compile's child is forked holding this write end.
-    std::unique_lock<std::shared_mutex> gate(fork_gate());
-    if (pipe2(fds, O_CLOEXEC) != 0)
-      throw Error("cannot start the compiler process for " + what + ": pipe: " + std::strerror(errno));
-    pid = fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      child_main(fds[1], parent, job, bounds, filter);
-    }
-    fork_errno = errno;
-    ::close(fds[1]);
-  }
-  if (pid < 0) {
-    ::close(fds[0]);
-    throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
-                ". Free memory; where it is your own templates that compile in children, unset KJIT_COMPILE_ISOLATION=always "
-                "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
-                "compile in-process.");
-  }
-  Child child(pid, fds[0]);
-  // Read the length-prefixed result; a child past its timer plus a grace period is killed.
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
-  std::string bytes;
+// Reads the child's framed answer; a child past its timer plus a grace period is killed.
+Reply read_reply(Child& child, const CompileBounds& bounds) {
+  Reply r;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
   std::uint64_t want = 0;
-  bool killed = false, too_big = false;
   char buf[65536];
   for (;;) {
-    if (bytes.size() >= sizeof want) {
-      std::memcpy(&want, bytes.data(), sizeof want);
+    if (r.bytes.size() >= sizeof want) {
+      std::memcpy(&want, r.bytes.data(), sizeof want);
       if (want > kMaxResultBytes) {
-        too_big = true;
+        r.too_big = true;
         child.kill();
         break;
       }
-      if (bytes.size() - sizeof want >= want) break;
+      if (r.bytes.size() - sizeof want >= want) break;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       child.kill();
-      killed = true;
+      r.killed = true;
       break;
     }
     pollfd p{child.fd(), POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-    if (r <= 0) continue;
-    const ssize_t n = ::read(child.fd(), buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) break;  // the child is gone
-    bytes.append(buf, static_cast<std::size_t>(n));
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (n <= 0) continue;
+    const ssize_t got = ::read(child.fd(), buf, sizeof buf);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) break;  // the child is gone
+    r.bytes.append(buf, static_cast<std::size_t>(got));
   }
-  child.close_pipe();
-  int status = 0;
-  const bool reaped = child.wait(&status);
+  r.complete = r.bytes.size() >= sizeof want && r.bytes.size() - sizeof want == want && !r.too_big &&
+               decode(r.bytes.substr(sizeof want), r.out);
+  return r;
+}
+
+thread_local CompileChildren* this_threads_children = nullptr;
+
+}  // namespace
+
+struct CompileChildren::Kept {
+  std::unique_ptr<Child> child;
+};
+
+CompileChildren::CompileChildren() : outer_(this_threads_children) { this_threads_children = this; }
+
+CompileChildren::~CompileChildren() {
+  this_threads_children = outer_;
+  kept_.reset();  // kills and reaps the idle child
+}
+
+NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what,
+                                const std::string& lineage) {
+  load_what_nvrtc_reads_once();
+  CompileChildren* keeper = this_threads_children;
+  std::unique_ptr<Child> child;
+  bool reused = false;
+  if (keeper && keeper->kept_) {
+    // A kept child serves its own lineage under its own memory limit only; any other ends here.
+    std::unique_ptr<Child> kept = std::move(keeper->kept_->child);
+    keeper->kept_.reset();
+    if (kept->lineage() == lineage && kept->memory_bytes() == bounds.memory_bytes && !kept->ended_while_idle()) {
+      child = std::move(kept);
+      reused = true;
+    }
+  }
+  auto fresh = [&] {
+    child = Child::start(bounds.memory_bytes, lineage, what);
+    if (keeper) ++keeper->started_;
+  };
+  if (!child) fresh();
+  const std::string request = request_bytes(job, bounds);
+  // A kept child that ended while idle (the OOM killer, a signal) takes no job: the job goes to a fresh
+  // one (seen above, or here when its socket refuses the job).
+  if (!child->send(request) && reused) {
+    fresh();
+    child->send(request);  // failing, the reply below is empty and says how the child ended
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Reply reply = read_reply(*child, bounds);
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  NvrtcOutcome out;
-  const bool complete = bytes.size() >= sizeof want && bytes.size() - sizeof want == want && !too_big &&
-                        decode(bytes.substr(sizeof want), out);
   const std::string raise_time = " If this kernel needs longer, raise KJIT_COMPILE_TIMEOUT (seconds).";
   const std::string raise_memory = " If this kernel needs more, raise KJIT_COMPILE_MEMORY (e.g. 16G).";
   const std::string limit_note =
       " (kjit bounds each compile so that a template, e.g. from an untrusted manifest, cannot exhaust the machine.)";
-  if (complete) {
+  if (reply.complete) {
+    NvrtcOutcome& out = reply.out;
     const bool out_of_memory = !out.ok() && (out.status == NVRTC_ERROR_OUT_OF_MEMORY ||
                                              out.log.find("catastrophic error: out of memory") != std::string::npos);
-    if (out_of_memory)
+    if (out_of_memory)  // the child is dropped (killed): one that ran out of memory is not reused
       throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
                              " and was stopped." + raise_memory + limit_note,
                          out.log, job.name_expression, job.flags, "");
+    if (keeper) keeper->kept_.reset(new CompileChildren::Kept{std::move(child)});
     if (bounds.untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
-    return out;
+    return std::move(out);
   }
   // No result: why the child ended. Without its status (reaped by someone else), the clock says.
-  const bool timed_out = killed || (reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ||
+  child->close_socket();
+  int status = 0;
+  const bool reaped = child->wait(&status);
+  const bool timed_out = reply.killed || (reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ||
                          (!reaped && elapsed_s >= bounds.timeout_s);
   if (timed_out)
     throw CompileError("compiling " + what + " took longer than kjit's limit of " + seconds(bounds.timeout_s) +
                            " and was stopped." + raise_time + limit_note,
                        "", job.name_expression, job.flags, "");
-  if (too_big)
+  if (reply.too_big)
     throw CompileError("compiling " + what + " produced more than " + std::to_string(kMaxResultBytes >> 30) +
                            " GiB of output and was stopped.",
                        "", job.name_expression, job.flags, "");

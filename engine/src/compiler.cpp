@@ -192,7 +192,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
     // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
     // memory, never run without the filter.
     CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
-    r = run_nvrtc_in_child(job, bounds, spec.describe());
+    r = run_nvrtc_in_child(job, bounds, spec.describe(), t.digest());
   } else {
     r = run_nvrtc_without_files(job, t.confined(), spec.describe());
   }

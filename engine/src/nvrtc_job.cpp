@@ -88,6 +88,50 @@ std::string encode(const NvrtcOutcome& o) {
   return out;
 }
 
+std::string encode(const NvrtcJob& j) {
+  std::string out;
+  for (const std::string* f : {&j.source, &j.program_name, &j.name_expression}) put(out, *f);
+  put(out, j.want_cubin ? "1" : "0");
+  put(out, std::to_string(j.headers.size()));
+  for (const auto& [name, bytes] : j.headers) {
+    put(out, name);
+    put(out, bytes);
+  }
+  put(out, std::to_string(j.flags.size()));
+  for (const auto& f : j.flags) put(out, f);
+  return out;
+}
+
+namespace {
+// A count written by encode(): decimal digits only, and no more than the bytes left could hold.
+bool take_count(const std::string& in, std::size_t& at, std::size_t& n) {
+  std::string text;
+  if (!take(in, at, text) || text.empty() || text.size() > 9) return false;
+  for (char c : text)
+    if (c < '0' || c > '9') return false;
+  n = static_cast<std::size_t>(std::stoul(text));
+  return n <= (in.size() - at) / sizeof(std::uint64_t);
+}
+}  // namespace
+
+bool decode(const std::string& bytes, NvrtcJob& j) {
+  std::size_t at = 0, n = 0;
+  std::string cubin;
+  for (std::string* f : {&j.source, &j.program_name, &j.name_expression, &cubin})
+    if (!take(bytes, at, *f)) return false;
+  if (cubin != "0" && cubin != "1") return false;
+  j.want_cubin = cubin == "1";
+  if (!take_count(bytes, at, n)) return false;
+  j.headers.assign(n, {});
+  for (auto& [name, content] : j.headers)
+    if (!take(bytes, at, name) || !take(bytes, at, content)) return false;
+  if (!take_count(bytes, at, n)) return false;
+  j.flags.assign(n, {});
+  for (auto& f : j.flags)
+    if (!take(bytes, at, f)) return false;
+  return at == bytes.size();
+}
+
 bool decode(const std::string& bytes, NvrtcOutcome& o) {
   std::size_t at = 0;
   std::string status;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <cstdlib>
 #include <string>
@@ -93,7 +94,7 @@ TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
   ::dlclose(watch);
 }
 
-// `kjit warm -j N` (N > 1) compiles in child processes: NVRTC serializes the compiles of one process's
+// `kjit warm -j N` (N > 1) compiles in child processes, one kept per thread: NVRTC serializes the compiles of one process's
 // threads (16 threads 2.7x as fast as one on a 16-CPU machine, 16 processes 12.7x), so threads alone do
 // not scale. -j 1 compiles in-process. The stand-in NVRTC logs the pid of each nvrtcCompileProgram.
 TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
@@ -146,6 +147,9 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
   const std::vector<long> two = compile_pids("2");
   ASSERT_EQ(two.size(), 4u);
   for (long pid : two) EXPECT_NE(pid, static_cast<long>(::getpid())) << "-j 2 compiled in the warming process";
+  // Each of the 2 threads keeps its child for the template's next kernel (CompileChildren): at most 2
+  // children compiled the 4, so NVRTC's per-process start-up was paid at most twice.
+  EXPECT_LE(std::set<long>(two.begin(), two.end()).size(), 2u) << "a child per kernel: none was reused";
   const std::vector<long> one = compile_pids("1");
   ASSERT_EQ(one.size(), 4u);
   for (long pid : one) EXPECT_EQ(pid, static_cast<long>(::getpid())) << "-j 1 compiled in a child";

@@ -10,10 +10,15 @@
 // it sees only the headers handed to it in memory. The result comes back on a pipe.
 //
 // The child is forked (no helper binary to find). In-process compiles hold the fork gate shared, and a
-// fork holds it exclusively, so no thread is inside NVRTC when a child is made.
+// fork holds it exclusively, so no thread is inside NVRTC when a child is made. The job goes to the child
+// on a socket and the result comes back on it; a child serves jobs until its socket closes, so a thread
+// that compiles many kernels (`kjit warm -j N`) can keep one child (CompileChildren) instead of forking
+// one per compile, and pays NVRTC's per-process start-up once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -32,7 +37,36 @@ struct CompileBounds {
 // that raises it) when the child exceeds one, Error when no child can be made or it dies otherwise.
 // The child always installs the file filter; with bounds.untrusted and no way to install it here (no seccomp, another CPU), the compile
 // is refused (Error): a template from a manifest is never compiled with file access.
-NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what);
+// `lineage` names whose code the job is (the template's digest): a kept child (CompileChildren) compiles
+// only jobs of one lineage, so that a template that subverted its compiler reaches no other template's
+// binaries, only its own specializations (whose code its author writes anyway).
+NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what,
+                                const std::string& lineage);
+
+// While one lives on a thread, that thread's run_nvrtc_in_child keeps its child after a compile and
+// sends it the thread's next job of the same lineage and memory limit (a child serves one lineage for
+// life; a job of another ends it and forks a fresh one). A child that failed a job (time or memory limit,
+// a crash) is never reused. The destructor ends the kept child. Used by `kjit warm`/`export` with -j > 1:
+// every worker thread holds one, so each of the N children pays NVRTC's first-compile cost once, not once
+// per kernel. Nests: the innermost on a thread is used. Neither copyable nor movable (it is registered).
+class CompileChildren {
+ public:
+  CompileChildren();
+  ~CompileChildren();
+  CompileChildren(const CompileChildren&) = delete;
+  CompileChildren& operator=(const CompileChildren&) = delete;
+  // Children forked for this thread while this one was in use.
+  std::size_t started() const noexcept { return started_; }
+
+  struct Kept;  // the idle child (compile_sandbox.cpp)
+
+ private:
+  friend NvrtcOutcome run_nvrtc_in_child(const NvrtcJob&, const CompileBounds&, const std::string&,
+                                         const std::string&);
+  std::unique_ptr<Kept> kept_;
+  CompileChildren* outer_;
+  std::size_t started_ = 0;
+};
 
 // Runs `job` in this process, on a fresh thread whose seccomp filter answers every file syscall ENOENT:
 // NVRTC reads nothing but the headers handed to it (so nothing kjit did not hash). Where the filter

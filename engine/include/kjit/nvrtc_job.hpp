@@ -32,8 +32,10 @@ struct NvrtcOutcome {
 // Runs the job with the process's NVRTC (loads it). Never throws for an NVRTC failure: the outcome says.
 NvrtcOutcome run_nvrtc(const NvrtcJob& job);
 
-// The bytes of an outcome on a pipe and back (length-prefixed fields). `decode` returns false for
-// anything short or malformed (a child that died mid-write).
+// The bytes of a job or an outcome on a pipe and back (length-prefixed fields), between a compile
+// child and its parent. `decode` returns false for anything short or malformed (a peer that died mid-write).
+std::string encode(const NvrtcJob& job);
+bool decode(const std::string& bytes, NvrtcJob& job);
 std::string encode(const NvrtcOutcome& outcome);
 bool decode(const std::string& bytes, NvrtcOutcome& outcome);
 
