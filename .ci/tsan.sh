@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The thread tests under ThreadSanitizer: 8 threads compiling (and, with a GPU, launching) through one
 # Engine (tests/cpp/test_engine_threads.cpp; tests/cpp/gpu_test_engine_threads.cpp, which skips without
-# a device), and the remote tier's store shared by threads and cluster single flight against a real
-# redis-server (tests/cpp/test_redis_store.cpp). Its own build in build-tsan/, only those binaries. Any TSan report fails the run
+# a device), the remote tier's store shared by threads and cluster single flight against a real
+# redis-server (tests/cpp/test_redis_store.cpp), and the background threads of compiles ahead
+# (tests/cpp/test_background_jobs.cpp). Its own build in build-tsan/, only those binaries. Any TSan report fails the run
 # (halt_on_error, and the log is searched as well).
 #   bash .ci/tsan.sh [extra cmake arguments]     (after .ci/setup.sh has installed the dependencies)
 # Suppressions: .ci/tsan.supp when it exists, and only for reports whose every frame is inside NVIDIA's
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
-tests=(test_engine_threads gpu_test_engine_threads test_redis_store)
+tests=(test_engine_threads gpu_test_engine_threads test_redis_store test_background_jobs)
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_BUILD_PYTHON=OFF -DKJIT_BUILD_BENCH=OFF \
   -DKJIT_SANITIZE=thread "$@" >/dev/null

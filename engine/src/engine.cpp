@@ -1,8 +1,11 @@
 #include "kjit/engine.hpp"
 
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
+#include <thread>
 
 #include "kjit/cache/cluster_flight.hpp"
 #include "kjit/cache_config.hpp"
@@ -76,8 +79,19 @@ const char* to_string(Origin o) noexcept {
   return "?";
 }
 
+namespace {
+// Threads for prepare_ahead(): two (an op's backward may want two kernels), none where this process may
+// use one CPU only (there the work would only slow the thread that waits for its own compile).
+unsigned ahead_threads() {
+  cpu_set_t set;
+  const int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                  : static_cast<int>(std::thread::hardware_concurrency());
+  return cpus >= 2 ? 2 : 0;
+}
+}  // namespace
+
 Engine::Engine(Settings settings)
-    : settings_(std::move(settings)), shape_policy_(settings_.max_specializations) {
+    : settings_(std::move(settings)), shape_policy_(settings_.max_specializations), ahead_(ahead_threads()) {
   if (settings_.record_path) recorder_ = std::make_unique<Recorder>(*settings_.record_path, settings_.lock_timeout_s);
 }
 
@@ -331,6 +345,16 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
     throw;
   }
   return p;
+}
+
+void Engine::prepare_ahead(const SpecKey& key, const Specialization& spec, const Target& target) {
+  if (settings_.cache_mode != CacheMode::ReadWrite || ahead_.threads() == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(ahead_mu_);
+    if (!ahead_asked_.insert(key).second) return;
+  }
+  if (!disk().writable()) return;  // a compile nobody could load later
+  ahead_.submit([this, spec, target] { (void)prepare(spec, target); });
 }
 
 PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Target>>& jobs) {

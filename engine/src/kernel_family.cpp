@@ -60,6 +60,16 @@ std::shared_ptr<const LoadedKernel> KernelFamily::get(const TemplateArg* args, s
   return r.loaded;
 }
 
+void KernelFamily::prepare_ahead(const TemplateArg* args, std::size_t n, int device) const noexcept {
+  SpecKey key;
+  if (!spec_key(args, n, device, key) || engine_->find(key)) return;
+  try {
+    engine_->prepare_ahead(key, specialization(args, n), device_target(device));
+  } catch (...) {
+    // The get() that wants it reports the problem.
+  }
+}
+
 const Target& device_target(int device) {
   constexpr int kMaxDevices = 64;
   static std::array<Target, kMaxDevices> targets;

@@ -217,6 +217,10 @@ def _close_log() -> None:
     """
     Stops routing log events to Python (at exit): later ones are KJIT_VERBOSE lines on stderr.
     """
+def _drain_background_jobs() -> None:
+    """
+    Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its forward). Registered with atexit, so that none is inside NVRTC while the interpreter finalizes.
+    """
 def _set_log_handler(handler: collections.abc.Callable) -> None:
     """
     Routes kjit's log events to handler(level, message, data) (kjit._logging does this at import).

@@ -95,6 +95,10 @@ void bind_engine(py::module_& m) {
       "it): for benchmarks and tests of the generic variant.");
   m.def("reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
         "Forgets every value admit_shape() has seen (for tests).");
+  m.def("_drain_background_jobs", [] { Engine::global().drain_background_jobs(); },
+        py::call_guard<py::gil_scoped_release>(),
+        "Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its "
+        "forward). Registered with atexit, so that none is inside NVRTC while the interpreter finalizes.");
   m.def(
       "clear_memory",
       [] {

@@ -1045,3 +1045,58 @@ def test_cuda_graph_capture_and_replay():
         ref = torch.softmax(x.double(), -1)
         close(p, ref.float(), **softmax_tol(torch.float32, False))
         close(z, (ref * 0.5 + y.double()).float(), rtol=1e-5, atol=1e-5)
+
+
+# ================================================ compiled ahead ================================================
+
+_AHEAD_CHILD = r"""
+import json, torch, kjit
+from kjit import ops
+torch.manual_seed(0)
+h = torch.randn(64, 4096, device="cuda", dtype=torch.float64)
+w = torch.randn(4096, device="cuda", dtype=torch.float64)
+b = torch.randn(4096, device="cuda", dtype=torch.float64)
+silu_mul = kjit.elementwise("x / (1.0 + exp(-x)) * y", ["x", "y"], name="ahead_silu_mul")
+CASES = {
+    "softmax": (lambda a: ops.softmax(a, -1), lambda a: torch.softmax(a, -1)),
+    "log_softmax": (lambda a: ops.log_softmax(a, -1), lambda a: torch.log_softmax(a, -1)),
+    "layer_norm": (lambda a: ops.layer_norm(a, w, b), lambda a: torch.nn.functional.layer_norm(a, (4096,), w, b)),
+    "rms_norm": (lambda a: ops.rms_norm(a, w), lambda a: torch.nn.functional.rms_norm(a, (4096,), w, 1e-6)),
+    "elementwise": (lambda a: silu_mul(a, h), lambda a: torch.nn.functional.silu(a) * h),
+}
+out = {}
+for name, (f, ref) in CASES.items():
+    a = h.clone().requires_grad_(True)
+    kjit.reset_stats()
+    y = f(a)
+    kjit._core._drain_background_jobs()
+    forward = kjit.stats()["compiles"]
+    g = torch.randn_like(y)
+    kjit.reset_stats()
+    y.backward(g)
+    torch.cuda.synchronize()
+    s = kjit.stats()
+    a2 = h.clone().requires_grad_(True)
+    ref(a2).backward(g)
+    out[name] = {"forward_compiles": forward, "backward_compiles": s["compiles"], "backward_disk_hits": s["disk_hits"],
+                 "grad_ok": bool(torch.allclose(a.grad, a2.grad, rtol=1e-9, atol=1e-9))}
+kjit.reset_stats()
+ops.softmax(torch.randn(8, 1000, device="cuda"))
+kjit._core._drain_background_jobs()
+out["no_grad_compiles"] = kjit.stats()["compiles"]
+print(json.dumps(out))
+"""
+
+
+def test_a_forward_that_wants_gradients_compiles_its_backward_kernels_ahead(run_py):
+    """At a forward whose inputs want gradients, the backward's kernels compile on background threads (into
+    the disk cache): the backward then loads them, compiling nothing, and its gradients are right. A
+    forward without gradients compiles only its own kernel."""
+    out = json.loads(run_py(_AHEAD_CHILD).stdout.strip().splitlines()[-1])
+    for name in ("softmax", "log_softmax", "layer_norm", "rms_norm", "elementwise"):
+        case = out[name]
+        assert case["grad_ok"], (name, case)
+        assert case["backward_compiles"] == 0, (name, case)
+        assert case["backward_disk_hits"] >= 1, (name, case)
+        assert case["forward_compiles"] >= 2, (name, case)
+    assert out["no_grad_compiles"] == 1, out

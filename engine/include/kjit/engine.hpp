@@ -17,8 +17,10 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "kjit/background_jobs.hpp"
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/redis_store.hpp"
@@ -148,6 +150,20 @@ class Engine {
   // not writable (nothing fetched could be kept).
   PrefetchReport prefetch(const std::vector<std::pair<Specialization, Target>>& jobs);
 
+  // Compiles `spec` for `target` into the disk cache on a background thread, for a kernel that a later
+  // get() will want: an op's backward, asked for while its forward runs. Returns at once. That get()
+  // then loads it from the disk, or waits for the compile in flight (the per-key single flight), so
+  // the two compiles overlap instead of following each other. Once per `key` in a process (later
+  // calls do nothing), and only where the result can be kept: readwrite mode with a writable disk
+  // cache, and a process that may use more than one CPU. No CUDA call is made on that thread (a
+  // module load there could break another thread's CUDA graph capture). A failure is dropped: the
+  // later get() meets it and raises it.
+  void prepare_ahead(const SpecKey& key, const Specialization& spec, const Target& target);
+  // Waits for every prepare_ahead() so far (the Python module calls it at exit, before the interpreter
+  // finalizes); the number of those still queued or running is background_jobs().pending().
+  const BackgroundJobs& background_jobs() const noexcept { return ahead_; }
+  void drain_background_jobs() { ahead_.drain(); }
+
   // Hot path.
   std::shared_ptr<const LoadedKernel> find(const SpecKey& key) const noexcept;
   void remember(const SpecKey& key, std::shared_ptr<const LoadedKernel> kernel);
@@ -242,6 +258,10 @@ class Engine {
 
   std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, compiles_{0}, strict_misses_{0}, remote_hits_{0};
   std::atomic<std::uint64_t> compile_us_{0}, disk_load_us_{0};
+
+  std::mutex ahead_mu_;
+  std::unordered_set<SpecKey, SpecKeyHash> ahead_asked_;  // every key prepare_ahead() took, once
+  BackgroundJobs ahead_;  // last: destroyed (drained) first, while the members its jobs use still exist
 };
 
 }  // namespace kjit

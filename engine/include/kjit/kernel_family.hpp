@@ -38,6 +38,12 @@ class KernelFamily {
   // a compile, so callers can release locks (the GIL) only around get() on a miss.
   std::shared_ptr<const LoadedKernel> find(const TemplateArg* args, std::size_t n, int device) const noexcept;
 
+  // For a kernel a later get() of the same arguments will want (an op's backward, asked for at its
+  // forward): nothing when it is in memory already, else Engine::prepare_ahead (compiled into the disk
+  // cache on a background thread, once per process). Never throws: bad arguments or no device are
+  // left for that get() to report.
+  void prepare_ahead(const TemplateArg* args, std::size_t n, int device) const noexcept;
+
   // The Specialization those arguments make (validates them; not the hot path).
   Specialization specialization(const TemplateArg* args, std::size_t n) const;
 

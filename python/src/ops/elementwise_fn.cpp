@@ -385,27 +385,49 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
   return out;
 }
 
-void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
-                                c10::ArrayRef<double> runtime) const {
+ElementwiseFn::FlatPlan ElementwiseFn::flat_plan(c10::ArrayRef<at::Tensor> ins, const void* out_ptr,
+                                                 at::ScalarType out_dtype, std::int64_t n) {
   Access accesses[1 + kMaxInputs];
   std::size_t na = 0;
-  accesses[na++] = {out.const_data_ptr(), static_cast<std::size_t>(out.element_size())};
+  accesses[na++] = {out_ptr, static_cast<std::size_t>(c10::elementSize(out_dtype))};
   for (const at::Tensor& t : ins) accesses[na++] = {t.const_data_ptr(), static_cast<std::size_t>(t.element_size())};
-  const int vec = vector_width(accesses, na);
+  FlatPlan p{template_arg_slots<5 + kMaxInputs>(), 5, vector_width(accesses, na), n > INT_MAX};
+  p.args[0] = type_arg(out_dtype);
+  p.args[1] = type_arg(compute_dtype(out_dtype));
+  p.args[2] = int_arg(p.vec);
+  p.args[3] = bool_arg(n % p.vec != 0);
+  p.args[4] = TemplateArg::type(p.wide ? DType::Int64 : DType::Int32);
+  for (const at::Tensor& t : ins) p.args[p.n_args++] = type_arg(t.scalar_type());
+  return p;
+}
+
+void ElementwiseFn::prepare_ahead(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<double> scalars) const noexcept {
+  try {
+    if (ins.size() != spec_.inputs.size() || scalars.size() != spec_.scalars.size() || ins.empty()) return;
+    for (const at::Tensor& t : ins)  // the flat kernel only: same shapes, contiguous
+      if (!t.is_cuda() || !t.is_contiguous() || t.sizes() != ins[0].sizes() || !supported(t.scalar_type())) return;
+    const std::int64_t n = ins[0].numel();
+    if (n == 0) return;
+    std::vector<double> spec_values;
+    for (std::size_t i = 0; i < scalars.size(); ++i)
+      if (spec_.specialized[i]) spec_values.push_back(scalars[i]);
+    const at::ScalarType dtype = result_dtype(ins);
+    const FlatPlan p = flat_plan(ins, nullptr, dtype, n);  // the result is a fresh tensor: aligned
+    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.n_args, ins[0].device().index());
+  } catch (const std::exception&) {
+    // The call that wants it meets whatever this was and reports it.
+  }
+}
+
+void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
+                                c10::ArrayRef<double> runtime) const {
   const std::int64_t n = out.numel();
-  const bool wide = n > INT_MAX;
-  const bool tail = n % vec != 0;
+  const FlatPlan p = flat_plan(ins, out.const_data_ptr(), out.scalar_type(), n);
+  const int vec = p.vec;
+  const bool wide = p.wide;
   const int device = out.device().index();
   LaunchContext ctx(device);
-  auto targs = template_arg_slots<5 + kMaxInputs>();
-  targs[0] = type_arg(out.scalar_type());
-  targs[1] = type_arg(compute_dtype(out.scalar_type()));
-  targs[2] = int_arg(vec);
-  targs[3] = bool_arg(tail);
-  targs[4] = TemplateArg::type(wide ? DType::Int64 : DType::Int32);
-  std::size_t nt = 5;
-  for (const at::Tensor& t : ins) targs[nt++] = type_arg(t.scalar_type());
-  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), targs.data(), nt, device, ctx.compile_forbidden);
+  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.n_args, device, ctx.compile_forbidden);
   ArgPack a;
   a.add<void*>(out.data_ptr());
   a.index(n, wide);

@@ -76,6 +76,11 @@ class ElementwiseFn {
   // the spec has no derivative for it.
   const ElementwiseFn* derivative(std::size_t i) const;
 
+  // For a later call(ins, scalars) on tensors like `ins` (same dtypes, shapes, alignment) into a fresh
+  // result: its kernel compiles ahead (KernelFamily::prepare_ahead), when that call takes the flat kernel
+  // (inputs of one shape, contiguous). An autograd forward asks this of each derivative it will run.
+  void prepare_ahead(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<double> scalars) const noexcept;
+
  private:
   struct Compiled {  // one tuple of specialized values
     std::shared_ptr<const Template> tmpl;
@@ -85,6 +90,16 @@ class ElementwiseFn {
     mutable std::mutex mu;
   };
   const Compiled& compiled(const std::vector<double>& values) const;
+  // The flat kernel's template arguments (one list for launch_flat and prepare_ahead): a result of
+  // `out_dtype` and `n` elements at `out_ptr` (null: a fresh tensor) from `ins`.
+  struct FlatPlan {
+    std::array<TemplateArg, 5 + kMaxInputs> args;
+    std::size_t n_args;
+    int vec;
+    bool wide;
+  };
+  static FlatPlan flat_plan(c10::ArrayRef<at::Tensor> ins, const void* out_ptr, at::ScalarType out_dtype,
+                            std::int64_t n);
   const KernelFamily& family(const Compiled& c, int rank, bool fast_exp) const;
   void check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype, c10::ArrayRef<at::Tensor> ins) const;
   void launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,

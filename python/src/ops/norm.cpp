@@ -10,6 +10,7 @@
 // there is no weight / bias (outputs never alias each other).
 #include <ATen/ops/empty.h>
 
+#include <array>
 #include <tuple>
 
 #include "op.hpp"
@@ -118,6 +119,22 @@ void check_backward(const char* op, const at::Tensor& grad, const at::Tensor& x,
   check_like(op, "grad", grad, "x", x, x.sym_sizes());
 }
 
+// The backward kernel's template arguments: one list for backward() and for the compile ahead at the
+// forward.
+template <bool Rms>
+std::array<TemplateArg, 9> backward_args(at::ScalarType dtype, const RowGeometry& g, std::int64_t d, bool has_w,
+                                         bool has_bias) {
+  const std::int64_t D = specialized_d("norm_backward", d);
+  return {type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
+          int_arg(D),      bool_arg(Rms),  bool_arg(has_w),            bool_arg(has_bias)};
+}
+
+// Blocks of the backward kernel: each writes the partial sums of dweight / dbias of its rows (a slot
+// per row of the block), which sum_to_dtype adds up.
+std::int64_t backward_blocks(const RowGeometry& g, std::int64_t rows, int device) {
+  return std::min<std::int64_t>(g.grid_for(rows).x, 2 * sm_count(device));
+}
+
 template <bool Rms>
 Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
                double eps) {
@@ -131,7 +148,7 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
   at::Tensor dx = new_empty(x.sizes(), x);
   const RowGeometry g = w ? geometry(op.c_str(), gr.d, {&gr.x, &xc, &dx, &*w}, Rms)
                           : geometry(op.c_str(), gr.d, {&gr.x, &xc, &dx}, Rms);
-  const std::int64_t blocks = std::min<std::int64_t>(g.grid_for(gr.rows).x, 2 * sm_count(device));
+  const std::int64_t blocks = backward_blocks(g, gr.rows, device);
   const std::int64_t slots = blocks * g.rows_per_block;
   const bool work = gr.rows && gr.d;
   auto partial = [&](bool wanted) {
@@ -142,12 +159,9 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
   const at::Tensor dw_partial = partial(bool(w));
   const at::Tensor db_partial = partial(has_bias);
   if (work) {
-    const std::int64_t D = specialized_d("norm_backward", gr.d);
     LaunchContext ctx(device);
-    const TemplateArg targs[] = {type_arg(x.scalar_type()), int_arg(g.tpr),    int_arg(g.rows_per_block),
-                                 int_arg(g.vec),            int_arg(g.items),  int_arg(D),
-                                 bool_arg(Rms),             bool_arg(bool(w)), bool_arg(has_bias)};
-    const auto k = kernel_for(family(true), targs, device, ctx.compile_forbidden);
+    const auto targs = backward_args<Rms>(x.scalar_type(), g, gr.d, bool(w), has_bias);
+    const auto k = kernel_for(family(true), targs.data(), targs.size(), device, ctx.compile_forbidden);
     const void* gp = gr.x.const_data_ptr();
     const void* xp = xc.const_data_ptr();
     const void* wp = data_or_null(w);
@@ -188,6 +202,28 @@ Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::opti
           at::empty_symint({weight ? d : zero}, x.options()), at::empty_symint({has_bias ? d : zero}, x.options())};
 }
 
+// At a forward that wants gradients: the backward kernel compiles while the caller goes on. The
+// forward's output y stands for the gradient, x and dx (same shape and dtype, most often as aligned).
+template <bool Rms>
+void prepare_backward_ahead(const at::Tensor& y, const std::optional<at::Tensor>& weight, bool has_bias) {
+  try {
+    const Rows r = as_rows(y);
+    if (!r.rows || !r.d) return;
+    const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+    const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
+    const RowGeometry g = w ? geometry(op.c_str(), r.d, {&r.x, &r.x, &r.x, &*w}, Rms)
+                            : geometry(op.c_str(), r.d, {&r.x, &r.x, &r.x}, Rms);
+    const int device = y.get_device();
+    const auto args = backward_args<Rms>(y.scalar_type(), g, r.d, bool(w), has_bias);
+    family(true).prepare_ahead(args.data(), args.size(), device);
+    if (w || has_bias)  // then the partial sums of dweight / dbias are added up
+      prepare_sum_rows_ahead(backward_blocks(g, r.rows, device) * g.rows_per_block, r.d, acc_dtype(y.scalar_type()),
+                             y.scalar_type(), device);
+  } catch (const std::exception&) {
+    // The backward meets whatever this was and reports it.
+  }
+}
+
 struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static constexpr const char* kName = "layer_norm";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
@@ -197,7 +233,9 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     ctx->saved_data["has_b"] = bias.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    return call_below_autograd<&layer_norm_cuda>(kName, x, weight, bias, eps);
+    at::Tensor y = call_below_autograd<&layer_norm_cuda>(kName, x, weight, bias, eps);
+    prepare_backward_ahead<false>(y, weight, bias.has_value());
+    return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -217,7 +255,9 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     ctx->saved_data["has_w"] = weight.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    return call_below_autograd<&rms_norm_cuda>(kName, x, weight, eps);
+    at::Tensor y = call_below_autograd<&rms_norm_cuda>(kName, x, weight, eps);
+    prepare_backward_ahead<true>(y, weight, false);
+    return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {

@@ -15,6 +15,7 @@
 #include <ATen/ops/eq.h>
 #include <ATen/ops/sum.h>
 
+#include <array>
 #include <climits>
 #include <vector>
 
@@ -96,12 +97,31 @@ void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_
   k->kernel->launch(cfg, args);
 }
 
+// The reduce_cols kernel from `x` into `y` at vector width `vec`.
+std::array<TemplateArg, 4> cols_args(at::ScalarType x, at::ScalarType y, int op, int vec) {
+  return {type_arg(x), type_arg(y), int_arg(op), int_arg(vec)};
+}
+
+// How reduce_cols cuts R: into `splits` chunks of `chunk` (one pass when splits is 1, else a second
+// pass over the partial results), so that outer x inner / vec columns fill the GPU.
+struct ColsSplit {
+  std::int64_t splits = 1, chunk = 0;
+};
+ColsSplit cols_split(std::int64_t outer, std::int64_t R, std::int64_t inner, int vec, int device) {
+  const std::int64_t blocks = outer * cdiv(inner / vec, 32);
+  const std::int64_t target = 4 * static_cast<std::int64_t>(sm_count(device));
+  std::int64_t splits = 1;
+  if (blocks < target && R >= 256) splits = std::min(cdiv(target, blocks), R / 64);
+  const std::int64_t chunk = cdiv(R, splits);
+  return {cdiv(R, chunk), chunk};
+}
+
 void launch_cols(const at::Tensor& x, const at::Tensor& y, int op, std::int64_t outer, std::int64_t R,
                  std::int64_t inner, std::int64_t chunk, double scale, unsigned grid_z, int device,
                  const LaunchContext& ctx) {
   const int vec = vector_width(inner, {&x});
-  const TemplateArg targs[] = {type_arg(x.scalar_type()), type_arg(y.scalar_type()), int_arg(op), int_arg(vec)};
-  const auto k = kernel_for(cols_family(), targs, device, ctx.compile_forbidden);
+  const auto targs = cols_args(x.scalar_type(), y.scalar_type(), op, vec);
+  const auto k = kernel_for(cols_family(), targs.data(), targs.size(), device, ctx.compile_forbidden);
   const std::int64_t col_blocks = cdiv(inner / vec, 32);
   const void* xp = x.const_data_ptr();
   void* yp = y.data_ptr();
@@ -117,13 +137,7 @@ void launch_cols(const at::Tensor& x, const at::Tensor& y, int op, std::int64_t 
 
 void reduce_cols(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,
                  std::int64_t inner, double scale, int device, const LaunchContext& ctx) {
-  const int vec = vector_width(inner, {&x});
-  const std::int64_t blocks = outer * cdiv(inner / vec, 32);
-  const std::int64_t target = 4 * static_cast<std::int64_t>(sm_count(device));
-  std::int64_t splits = 1;
-  if (blocks < target && R >= 256) splits = std::min(cdiv(target, blocks), R / 64);
-  const std::int64_t chunk = cdiv(R, splits);
-  splits = cdiv(R, chunk);
+  const auto [splits, chunk] = cols_split(outer, R, inner, vector_width(inner, {&x}), device);
   if (splits == 1) {
     launch_cols(x, out, op, outer, R, inner, chunk, scale, 1, device, ctx);
     return;
@@ -213,6 +227,32 @@ struct ReduceFunction : public torch::autograd::Function<ReduceFunction<Red>> {
 
 at::Tensor sum_to_dtype(const at::Tensor& x, std::int64_t dim, at::ScalarType out_dtype) {
   return reduce(Reduction::Sum, x, dim, false, out_dtype);
+}
+
+void prepare_sum_rows_ahead(std::int64_t rows, std::int64_t d, at::ScalarType dtype, at::ScalarType out_dtype,
+                            int device) {
+  if (rows == 0 || d <= 1) return;  // nothing to reduce, or the rows kernel (d == 1): not worth it
+  try {
+  // A fresh tensor is aligned for any vector width: its pointer stands in as null.
+  auto width = [&](at::ScalarType t) {
+    const Access a{nullptr, static_cast<std::size_t>(c10::elementSize(t))};
+    return vector_width(&a, 1, d);
+  };
+  const int op = opcode(Reduction::Sum);
+  const int vec = width(dtype);
+  const auto [splits, chunk] = cols_split(1, rows, d, vec, device);
+  (void)chunk;
+  auto ahead = [&](const std::array<TemplateArg, 4>& args) { cols_family().prepare_ahead(args.data(), args.size(), device); };
+  if (splits == 1) {
+    ahead(cols_args(dtype, out_dtype, op, vec));
+    return;
+  }
+  const at::ScalarType acc = acc_dtype(dtype);
+  ahead(cols_args(dtype, acc, op, vec));
+  ahead(cols_args(acc, out_dtype, op, width(acc)));
+  } catch (const std::exception&) {
+    // The sum itself meets whatever this was (no device, a driver error) and reports it.
+  }
 }
 
 KJIT_OP(sum, "sum(Tensor x, int dim=-1, bool keepdim=False) -> Tensor", reduce_cuda<Reduction::Sum>,

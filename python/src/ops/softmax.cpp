@@ -6,6 +6,7 @@
 // op from the saved output.
 #include <ATen/ops/empty.h>
 
+#include <array>
 #include <climits>
 
 #include "op.hpp"
@@ -88,6 +89,20 @@ void check_backward(const char* op, const at::Tensor& grad, const at::Tensor& y)
   check_row(op, y.sym_sizes());
 }
 
+// The backward kernel for rows of `d` elements of `dtype`, with the tensors whose alignment picks its
+// vector width: one plan for backward_cuda and for the compile ahead at the forward.
+struct BackwardPlan {
+  RowGeometry g;
+  std::array<TemplateArg, 7> args;
+};
+template <bool Log>
+BackwardPlan backward_plan(at::ScalarType dtype, std::int64_t d, std::initializer_list<const at::Tensor*> tensors) {
+  const RowGeometry g = row_geometry(d, tensors, kMaxPerThread / 2);
+  const std::int64_t D = g.items ? specialized_d("softmax_backward", d) : 0;
+  return {g, {type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
+              int_arg(D), bool_arg(Log)}};
+}
+
 template <bool Log>
 at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
   const std::string op = op_name(Log ? "log_softmax_backward" : "softmax_backward");
@@ -97,12 +112,10 @@ at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
   const at::Tensor y = output.contiguous();
   at::Tensor dx = new_empty(output.sizes(), output);
   if (dx.numel() == 0) return dx;
-  const RowGeometry g = row_geometry(gr.d, {&gr.x, &y, &dx}, kMaxPerThread / 2);
-  const std::int64_t D = g.items ? specialized_d("softmax_backward", gr.d) : 0;
+  const BackwardPlan plan = backward_plan<Log>(y.scalar_type(), gr.d, {&gr.x, &y, &dx});
+  const RowGeometry& g = plan.g;
   LaunchContext ctx(device);
-  const TemplateArg targs[] = {type_arg(y.scalar_type()), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec),
-                               int_arg(g.items), int_arg(D), bool_arg(Log)};
-  const auto k = kernel_for(family(true), targs, device, ctx.compile_forbidden);
+  const auto k = kernel_for(family(true), plan.args.data(), plan.args.size(), device, ctx.compile_forbidden);
   const void* gp = gr.x.const_data_ptr();
   const void* yp = y.const_data_ptr();
   void* dp = dx.data_ptr();
@@ -129,6 +142,12 @@ struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction<Log>> 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t dim) {
     at::Tensor y = call_below_autograd<&forward_cuda<Log>>(kName, x, dim);
     ctx->save_for_backward({y});
+    // The backward kernel compiles while this forward's caller goes on (gradients are wanted). The
+    // gradient, like y, is most often a fresh (aligned) tensor: y stands for it and for dx.
+    if (y.numel()) {
+      const BackwardPlan plan = backward_plan<Log>(y.scalar_type(), as_rows(y).d, {&y, &y, &y});
+      family(true).prepare_ahead(plan.args.data(), plan.args.size(), y.get_device());
+    }
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
