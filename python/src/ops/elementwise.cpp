@@ -68,6 +68,7 @@ struct ElementwiseFunction : public torch::autograd::Function<ElementwiseFunctio
     at::Tensor y = call_below_autograd<&elementwise_cuda>(kName, spec, inputs, scalars);
     // The derivative kernels of the inputs that want gradients compile while the caller goes on; the
     // gradient (kjit_grad) is most often a fresh tensor like y.
+    if (!compile_backward_ahead(y)) return y;
     const ElementwiseFn& fn = elementwise_fn(std::string(spec));
     std::vector<at::Tensor> args;
     args.reserve(inputs.size() + 1);

@@ -206,6 +206,7 @@ Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::opti
 // forward's output y stands for the gradient, x and dx (same shape and dtype, most often as aligned).
 template <bool Rms>
 void prepare_backward_ahead(const at::Tensor& y, const std::optional<at::Tensor>& weight, bool has_bias) {
+  if (!compile_backward_ahead(y)) return;
   try {
     const Rows r = as_rows(y);
     if (!r.rows || !r.d) return;

@@ -144,7 +144,7 @@ struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction<Log>> 
     ctx->save_for_backward({y});
     // The backward kernel compiles while this forward's caller goes on (gradients are wanted). The
     // gradient, like y, is most often a fresh (aligned) tensor: y stands for it and for dx.
-    if (y.numel()) {
+    if (compile_backward_ahead(y)) {
       const BackwardPlan plan = backward_plan<Log>(y.scalar_type(), as_rows(y).d, {&y, &y, &y});
       family(true).prepare_ahead(plan.args.data(), plan.args.size(), y.get_device());
     }
