@@ -65,19 +65,16 @@ struct ElementwiseFunction : public torch::autograd::Function<ElementwiseFunctio
     ctx->saved_data["spec"] = std::string(spec);
     ctx->saved_data["scalars"] = scalars.vec();
     ctx->save_for_backward(inputs.vec());
-    at::Tensor y = call_below_autograd<&elementwise_cuda>(kName, spec, inputs, scalars);
-    // The derivative kernels of the inputs that want gradients compile while the caller goes on; the
-    // gradient (kjit_grad) is most often a fresh tensor like y.
-    if (!compile_backward_ahead(y)) return y;
-    const ElementwiseFn& fn = elementwise_fn(std::string(spec));
-    std::vector<at::Tensor> args;
-    args.reserve(inputs.size() + 1);
-    args.push_back(y);
-    args.insert(args.end(), inputs.begin(), inputs.end());
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].requires_grad())
-        if (const ElementwiseFn* d = fn.derivative(i)) d->prepare_ahead(args, scalars);
-    return y;
+    // The derivative kernels of the inputs that want gradients compile beside this forward's (on
+    // background threads); the gradient (kjit_grad) is most often a fresh tensor of the result's dtype.
+    if (!inputs.empty() && compile_backward_ahead(inputs[0])) {
+      const ElementwiseFn& fn = elementwise_fn(std::string(spec));
+      const at::ScalarType grad_dtype = fn.result_dtype(inputs);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].requires_grad())
+          if (const ElementwiseFn* d = fn.derivative(i)) d->prepare_ahead(grad_dtype, inputs, scalars);
+    }
+    return call_below_autograd<&elementwise_cuda>(kName, spec, inputs, scalars);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const ElementwiseFn& fn = elementwise_fn(ctx->saved_data["spec"].toStringRef());

@@ -385,35 +385,48 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
   return out;
 }
 
-ElementwiseFn::FlatPlan ElementwiseFn::flat_plan(c10::ArrayRef<at::Tensor> ins, const void* out_ptr,
-                                                 at::ScalarType out_dtype, std::int64_t n) {
-  Access accesses[1 + kMaxInputs];
-  std::size_t na = 0;
-  accesses[na++] = {out_ptr, static_cast<std::size_t>(c10::elementSize(out_dtype))};
-  for (const at::Tensor& t : ins) accesses[na++] = {t.const_data_ptr(), static_cast<std::size_t>(t.element_size())};
-  FlatPlan p{template_arg_slots<5 + kMaxInputs>(), 5, vector_width(accesses, na), n > INT_MAX};
+ElementwiseFn::FlatPlan ElementwiseFn::flat_plan(at::ScalarType out_dtype, std::int64_t n, const Access* accesses,
+                                                 const at::ScalarType* in_dtypes, std::size_t n_in) {
+  FlatPlan p{template_arg_slots<5 + kMaxInputs>(), 5, vector_width(accesses, 1 + n_in), n > INT_MAX};
   p.args[0] = type_arg(out_dtype);
   p.args[1] = type_arg(compute_dtype(out_dtype));
   p.args[2] = int_arg(p.vec);
   p.args[3] = bool_arg(n % p.vec != 0);
   p.args[4] = TemplateArg::type(p.wide ? DType::Int64 : DType::Int32);
-  for (const at::Tensor& t : ins) p.args[p.n_args++] = type_arg(t.scalar_type());
+  for (std::size_t i = 0; i < n_in; ++i) p.args[p.n_args++] = type_arg(in_dtypes[i]);
   return p;
 }
 
-void ElementwiseFn::prepare_ahead(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<double> scalars) const noexcept {
+void ElementwiseFn::prepare_ahead(at::ScalarType grad_dtype, c10::ArrayRef<at::Tensor> inputs,
+                                  c10::ArrayRef<double> scalars) const noexcept {
   try {
-    if (ins.size() != spec_.inputs.size() || scalars.size() != spec_.scalars.size() || ins.empty()) return;
-    for (const at::Tensor& t : ins)  // the flat kernel only: same shapes, contiguous
-      if (!t.is_cuda() || !t.is_contiguous() || t.sizes() != ins[0].sizes() || !supported(t.scalar_type())) return;
-    const std::int64_t n = ins[0].numel();
+    // This is a derivative: its inputs are kjit_grad, then the function's inputs.
+    if (inputs.empty() || inputs.size() + 1 != spec_.inputs.size() || inputs.size() + 1 > kMaxInputs ||
+        scalars.size() != spec_.scalars.size() || !supported(grad_dtype))
+      return;
+    for (const at::Tensor& t : inputs)  // the flat kernel only: one shape, contiguous
+      if (!t.is_cuda() || !t.is_contiguous() || t.sizes() != inputs[0].sizes() || !supported(t.scalar_type())) return;
+    const std::int64_t n = inputs[0].numel();
     if (n == 0) return;
     std::vector<double> spec_values;
     for (std::size_t i = 0; i < scalars.size(); ++i)
       if (spec_.specialized[i]) spec_values.push_back(scalars[i]);
-    const at::ScalarType dtype = result_dtype(ins);
-    const FlatPlan p = flat_plan(ins, nullptr, dtype, n);  // the result is a fresh tensor: aligned
-    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.n_args, ins[0].device().index());
+    at::ScalarType dtypes[kMaxInputs];
+    dtypes[0] = grad_dtype;
+    at::ScalarType dtype = grad_dtype;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      dtypes[i + 1] = inputs[i].scalar_type();
+      dtype = c10::promoteTypes(dtype, dtypes[i + 1]);
+    }
+    if (spec_.dtype) dtype = *spec_.dtype;
+    // The result and the gradient are fresh tensors (aligned): null pointers stand for them.
+    Access accesses[1 + kMaxInputs];
+    accesses[0] = {nullptr, static_cast<std::size_t>(c10::elementSize(dtype))};
+    accesses[1] = {nullptr, static_cast<std::size_t>(c10::elementSize(grad_dtype))};
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      accesses[i + 2] = {inputs[i].const_data_ptr(), static_cast<std::size_t>(inputs[i].element_size())};
+    const FlatPlan p = flat_plan(dtype, n, accesses, dtypes, inputs.size() + 1);
+    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.n_args, inputs[0].device().index());
   } catch (const std::exception&) {
     // The call that wants it meets whatever this was and reports it.
   }
@@ -422,7 +435,14 @@ void ElementwiseFn::prepare_ahead(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<d
 void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
                                 c10::ArrayRef<double> runtime) const {
   const std::int64_t n = out.numel();
-  const FlatPlan p = flat_plan(ins, out.const_data_ptr(), out.scalar_type(), n);
+  Access accesses[1 + kMaxInputs];
+  at::ScalarType dtypes[kMaxInputs];
+  accesses[0] = {out.const_data_ptr(), static_cast<std::size_t>(out.element_size())};
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    accesses[i + 1] = {ins[i].const_data_ptr(), static_cast<std::size_t>(ins[i].element_size())};
+    dtypes[i] = ins[i].scalar_type();
+  }
+  const FlatPlan p = flat_plan(out.scalar_type(), n, accesses, dtypes, ins.size());
   const int vec = p.vec;
   const bool wide = p.wide;
   const int device = out.device().index();

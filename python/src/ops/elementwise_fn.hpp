@@ -31,6 +31,8 @@
 
 namespace kjit::ops {
 
+struct Access;  // common.hpp: a pointer and its element size, for vector_width
+
 struct ElementwiseSpec {
   std::string name = "elementwise";
   std::string expr;
@@ -76,10 +78,12 @@ class ElementwiseFn {
   // the spec has no derivative for it.
   const ElementwiseFn* derivative(std::size_t i) const;
 
-  // For a later call(ins, scalars) on tensors like `ins` (same dtypes, shapes, alignment) into a fresh
-  // result: its kernel compiles ahead (KernelFamily::prepare_ahead), when that call takes the flat kernel
-  // (inputs of one shape, contiguous). An autograd forward asks this of each derivative it will run.
-  void prepare_ahead(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<double> scalars) const noexcept;
+  // For a derivative (inputs kjit_grad, then the function's `inputs`): the kernel of its later call with
+  // a fresh gradient of dtype `grad_dtype` and of the inputs' shape compiles ahead
+  // (KernelFamily::prepare_ahead), when that call takes the flat kernel (inputs of one shape,
+  // contiguous). An autograd forward asks this of each derivative it will run, before its own compile.
+  void prepare_ahead(at::ScalarType grad_dtype, c10::ArrayRef<at::Tensor> inputs,
+                     c10::ArrayRef<double> scalars) const noexcept;
 
  private:
   struct Compiled {  // one tuple of specialized values
@@ -91,15 +95,16 @@ class ElementwiseFn {
   };
   const Compiled& compiled(const std::vector<double>& values) const;
   // The flat kernel's template arguments (one list for launch_flat and prepare_ahead): a result of
-  // `out_dtype` and `n` elements at `out_ptr` (null: a fresh tensor) from `ins`.
+  // `out_dtype` and `n` elements from inputs of `in_dtypes`; accesses[0] is the result's, then one per
+  // input (a null pointer: a fresh, aligned tensor).
   struct FlatPlan {
     std::array<TemplateArg, 5 + kMaxInputs> args;
     std::size_t n_args;
     int vec;
     bool wide;
   };
-  static FlatPlan flat_plan(c10::ArrayRef<at::Tensor> ins, const void* out_ptr, at::ScalarType out_dtype,
-                            std::int64_t n);
+  static FlatPlan flat_plan(at::ScalarType out_dtype, std::int64_t n, const Access* accesses,
+                            const at::ScalarType* in_dtypes, std::size_t n_in);
   const KernelFamily& family(const Compiled& c, int rank, bool fast_exp) const;
   void check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype, c10::ArrayRef<at::Tensor> ins) const;
   void launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,

@@ -202,24 +202,24 @@ Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::opti
           at::empty_symint({weight ? d : zero}, x.options()), at::empty_symint({has_bias ? d : zero}, x.options())};
 }
 
-// At a forward that wants gradients: the backward kernel compiles while the caller goes on. The
-// forward's output y stands for the gradient, x and dx (same shape and dtype, most often as aligned).
+// At a forward that wants gradients, before its own kernel compiles: the backward's kernels compile
+// beside it (on background threads). x stands for the gradient, x and dx of the backward (same shape and
+// dtype; the gradient and dx are most often fresh, aligned tensors).
 template <bool Rms>
-void prepare_backward_ahead(const at::Tensor& y, const std::optional<at::Tensor>& weight, bool has_bias) {
-  if (!compile_backward_ahead(y)) return;
+void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias) {
+  if (!compile_backward_ahead(x) || x.dim() == 0) return;
   try {
-    const Rows r = as_rows(y);
-    if (!r.rows || !r.d) return;
+    const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
+    if (!rows || !d) return;
     const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
     const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
-    const RowGeometry g = w ? geometry(op.c_str(), r.d, {&r.x, &r.x, &r.x, &*w}, Rms)
-                            : geometry(op.c_str(), r.d, {&r.x, &r.x, &r.x}, Rms);
-    const int device = y.get_device();
-    const auto args = backward_args<Rms>(y.scalar_type(), g, r.d, bool(w), has_bias);
+    const RowGeometry g = w ? geometry(op.c_str(), d, {&x, &x, &x, &*w}, Rms) : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
+    const int device = x.get_device();
+    const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(w), has_bias);
     family(true).prepare_ahead(args.data(), args.size(), device);
     if (w || has_bias)  // then the partial sums of dweight / dbias are added up
-      prepare_sum_rows_ahead(backward_blocks(g, r.rows, device) * g.rows_per_block, r.d, acc_dtype(y.scalar_type()),
-                             y.scalar_type(), device);
+      prepare_sum_rows_ahead(backward_blocks(g, rows, device) * g.rows_per_block, d, acc_dtype(x.scalar_type()),
+                             x.scalar_type(), device);
   } catch (const std::exception&) {
     // The backward meets whatever this was and reports it.
   }
@@ -234,9 +234,8 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     ctx->saved_data["has_b"] = bias.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    at::Tensor y = call_below_autograd<&layer_norm_cuda>(kName, x, weight, bias, eps);
-    prepare_backward_ahead<false>(y, weight, bias.has_value());
-    return y;
+    prepare_backward_ahead<false>(x, weight, bias.has_value());
+    return call_below_autograd<&layer_norm_cuda>(kName, x, weight, bias, eps);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -256,9 +255,8 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     ctx->saved_data["has_w"] = weight.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    at::Tensor y = call_below_autograd<&rms_norm_cuda>(kName, x, weight, eps);
-    prepare_backward_ahead<true>(y, weight, false);
-    return y;
+    prepare_backward_ahead<true>(x, weight, false);
+    return call_below_autograd<&rms_norm_cuda>(kName, x, weight, eps);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {

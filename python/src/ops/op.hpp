@@ -106,10 +106,10 @@ struct AutogradKernel<Function, F> {
 template <class Function, auto F>
 inline constexpr auto autograd_kernel = &AutogradKernel<Function, F>::call;
 
-// Whether an autograd forward whose output is `y` compiles its backward's kernels ahead
+// Whether an autograd forward of input `x` compiles its backward's kernels ahead
 // (KernelFamily::prepare_ahead): only for a real CUDA tensor with elements, never for a fake, functional
 // or otherwise traced one (torch.compile, opcheck's AOT checks), whose sizes may be symbolic.
-inline bool compile_backward_ahead(const at::Tensor& y) noexcept { return plain_cuda_tensor(y) && y.numel() > 0; }
+inline bool compile_backward_ahead(const at::Tensor& x) noexcept { return plain_cuda_tensor(x) && x.numel() > 0; }
 
 }  // namespace kjit::ops
 

@@ -140,14 +140,15 @@ template <bool Log>
 struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction<Log>> {
   static constexpr const char* kName = Log ? "log_softmax" : "softmax";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t dim) {
+    // Gradients are wanted: the backward's kernel compiles beside this forward's (on a background
+    // thread). Its tensors (the gradient, y, dx) are most often fresh, aligned ones of x's shape and
+    // dtype: x stands for them.
+    if (compile_backward_ahead(x)) {
+      const BackwardPlan plan = backward_plan<Log>(x.scalar_type(), x.dim() ? x.size(-1) : 1, {&x, &x, &x});
+      family(true).prepare_ahead(plan.args.data(), plan.args.size(), x.get_device());
+    }
     at::Tensor y = call_below_autograd<&forward_cuda<Log>>(kName, x, dim);
     ctx->save_for_backward({y});
-    // The backward kernel compiles while this forward's caller goes on (gradients are wanted). The
-    // gradient, like y, is most often a fresh (aligned) tensor: y stands for it and for dx.
-    if (compile_backward_ahead(y)) {
-      const BackwardPlan plan = backward_plan<Log>(y.scalar_type(), as_rows(y).d, {&y, &y, &y});
-      family(true).prepare_ahead(plan.args.data(), plan.args.size(), y.get_device());
-    }
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
