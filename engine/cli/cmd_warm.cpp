@@ -125,7 +125,7 @@ void add_shared_options(CLI::App* sub, WarmRequest& r) {
       ->type_name("ARCH[,ARCH...]")
       ->delimiter(',')
       ->allow_extra_args(false);
-  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, compiles run in N child processes (one per template at a time each), every compile bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
+  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, compiles run in N child processes (each kept for its thread's next kernels of the same template and options), every compile bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
 }

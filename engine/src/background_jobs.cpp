@@ -24,6 +24,7 @@ bool BackgroundJobs::submit(std::function<void()> job) {
   if (max_threads_ == 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
   forget_after_fork();
+  if (stopped_) return false;
   queue_.push_back(std::move(job));
   const std::size_t free_threads = running_ - busy_;  // alive and about to take a queued job
   if (running_ < max_threads_ && queue_.size() > free_threads) {
@@ -63,6 +64,14 @@ void BackgroundJobs::work() {
 void BackgroundJobs::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   forget_after_fork();
+  idle_.wait(lock, [&] { return running_ == 0; });
+}
+
+void BackgroundJobs::stop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  forget_after_fork();
+  stopped_ = true;
+  queue_.clear();
   idle_.wait(lock, [&] { return running_ == 0; });
 }
 

@@ -341,7 +341,15 @@ class Child {
                   "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
                   "compile in-process.");
     }
-    return std::unique_ptr<Child>(new Child(pid, fds[0], memory_bytes, lineage));
+    try {
+      return std::unique_ptr<Child>(new Child(pid, fds[0], memory_bytes, lineage));
+    } catch (...) {  // no memory for the handle: the child goes
+      ::close(fds[0]);
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      throw;
+    }
   }
   ~Child() {
     if (fd_ >= 0) ::close(fd_);
@@ -356,13 +364,22 @@ class Child {
   std::uint64_t memory_bytes() const { return memory_bytes_; }
   const std::string& lineage() const { return lineage_; }
   // Sends all of `bytes`; false when the child is gone (its end closed) or the socket failed.
-  bool send(const std::string& bytes) {
+  // Sends all of `bytes` by `deadline`; false when the child is gone (its end closed), the socket
+  // failed, or the child stopped reading (a job larger than the socket's buffer waits for it).
+  bool send(const std::string& bytes, std::chrono::steady_clock::time_point deadline) {
     std::size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<std::size_t>(n);
+        continue;
+      }
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      done += static_cast<std::size_t>(n);
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
     }
     return true;
   }
@@ -404,10 +421,15 @@ struct Reply {
 };
 
 // Reads the child's framed answer; a child past its timer plus a grace period is killed.
-Reply read_reply(Child& child, const CompileBounds& bounds) {
+// The time one exchange with a child may take: its compile's limit (the child's own timer) plus a grace
+// period for sending the job and reading the result.
+std::chrono::steady_clock::time_point exchange_deadline(const CompileBounds& bounds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
+}
+
+Reply read_reply(Child& child, std::chrono::steady_clock::time_point deadline) {
   Reply r;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long long>(bounds.timeout_s * 1000) + 10000);
   std::uint64_t want = 0;
   char buf[65536];
   for (;;) {
@@ -471,18 +493,44 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
   }
   auto fresh = [&] {
     child = Child::start(bounds.memory_bytes, lineage, what);
+    reused = false;
     if (keeper) ++keeper->started_;
   };
   if (!child) fresh();
   const std::string request = request_bytes(job, bounds);
+  const auto start = std::chrono::steady_clock::now();
+  auto deadline = exchange_deadline(bounds);
   // A kept child that ended while idle (the OOM killer, a signal) takes no job: the job goes to a fresh
   // one (seen above, or here when its socket refuses the job).
-  if (!child->send(request) && reused) {
+  bool sent = child->send(request, deadline);
+  if (!sent && reused) {
     fresh();
-    child->send(request);  // failing, the reply below is empty and says how the child ended
+    sent = child->send(request, deadline);
   }
-  const auto start = std::chrono::steady_clock::now();
-  Reply reply = read_reply(*child, bounds);
+  Reply reply;
+  if (sent) reply = read_reply(*child, deadline);
+  // A kept child's address space still holds what earlier compiles left: a job that ran out of memory
+  // there gets one fresh child, with the whole limit, before it is called too big.
+  auto out_of_memory = [&](const Reply& r, int status, bool reaped) {
+    if (r.complete)
+      return !r.out.ok() && (r.out.status == NVRTC_ERROR_OUT_OF_MEMORY ||
+                             r.out.log.find("catastrophic error: out of memory") != std::string::npos);
+    return reaped && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryExit;
+  };
+  int status = 0;
+  bool reaped = false;
+  auto end_child = [&] {  // no result: the child is stopped (if it is not already) and reaped
+    child->close_socket();
+    child->kill();
+    reaped = child->wait(&status);
+  };
+  if (!reply.complete) end_child();
+  if (reused && out_of_memory(reply, status, reaped)) {
+    fresh();
+    deadline = exchange_deadline(bounds);
+    reply = child->send(request, deadline) ? read_reply(*child, deadline) : Reply{};
+    if (!reply.complete) end_child();
+  }
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string raise_time = " If this kernel needs longer, raise KJIT_COMPILE_TIMEOUT (seconds).";
@@ -491,9 +539,7 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
       " (kjit bounds each compile so that a template, e.g. from an untrusted manifest, cannot exhaust the machine.)";
   if (reply.complete) {
     NvrtcOutcome& out = reply.out;
-    const bool out_of_memory = !out.ok() && (out.status == NVRTC_ERROR_OUT_OF_MEMORY ||
-                                             out.log.find("catastrophic error: out of memory") != std::string::npos);
-    if (out_of_memory)  // the child is dropped (killed): one that ran out of memory is not reused
+    if (out_of_memory(reply, status, reaped))  // the child is dropped (killed): one that ran out of memory is not reused
       throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
                              " and was stopped." + raise_memory + limit_note,
                          out.log, job.name_expression, job.flags, "");
@@ -501,12 +547,10 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
     if (bounds.untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
     return std::move(out);
   }
-  // No result: why the child ended. Without its status (reaped by someone else), the clock says.
-  child->close_socket();
-  int status = 0;
-  const bool reaped = child->wait(&status);
+  // No result: why the child ended (it was reaped above). Without its status (reaped by someone else),
+  // the clock says.
   const bool timed_out = reply.killed || (reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ||
-                         (!reaped && elapsed_s >= bounds.timeout_s);
+                         ((!reaped || !sent) && elapsed_s >= bounds.timeout_s);
   if (timed_out)
     throw CompileError("compiling " + what + " took longer than kjit's limit of " + seconds(bounds.timeout_s) +
                            " and was stopped." + raise_time + limit_note,

@@ -192,7 +192,11 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
     // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
     // memory, never run without the filter.
     CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
-    r = run_nvrtc_in_child(job, bounds, spec.describe(), t.digest());
+    // A kept child (CompileChildren) serves one lineage: the template and its options, which carry the
+    // record's own macro text (defines); only typed template arguments vary within one.
+    std::string lineage = t.digest();
+    for (const auto& option : spec.options().canonical()) lineage += '\n' + option;
+    r = run_nvrtc_in_child(job, bounds, spec.describe(), lineage);
   } else {
     r = run_nvrtc_without_files(job, t.confined(), spec.describe());
   }

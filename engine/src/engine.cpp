@@ -97,10 +97,20 @@ Engine::Engine(Settings settings)
 
 Engine::~Engine() = default;
 
+namespace {
+std::atomic<Engine*> made_global{nullptr};
+}  // namespace
+
 Engine& Engine::global() {
-  static Engine* engine = new Engine(kjit::settings());  // never destroyed: used until exit
+  static Engine* engine = [] {  // never destroyed: used until exit
+    auto* e = new Engine(kjit::settings());
+    made_global.store(e);
+    return e;
+  }();
   return *engine;
 }
+
+Engine* Engine::global_if_made() noexcept { return made_global.load(); }
 
 void Engine::open_stores() {
   std::call_once(stores_once_, [&] {
@@ -311,7 +321,9 @@ void Engine::land(const cache::CacheKey& id, InFlight& flight) {
   flight.cv.notify_all();
 }
 
-Prepared Engine::prepare(const Specialization& spec, const Target& target) {
+Prepared Engine::prepare(const Specialization& spec, const Target& target) { return prepare_for(spec, target, false); }
+
+Prepared Engine::prepare_for(const Specialization& spec, const Target& target, bool ahead) {
   const auto t0 = Clock::now();
   const Candidates cands = candidates(spec, target);
   const cache::CacheKey& id = cands.front().second;
@@ -320,8 +332,10 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   if (c.wait) {
     c.wait->wait();
     if (c.wait->have_entry) {
-      if (recorder_) recorder_->record(spec);  // the leader's may come from another Template object
-      memory_hits_.fetch_add(1);
+      if (!ahead) {
+        if (recorder_) recorder_->record(spec);  // the leader's may come from another Template object
+        memory_hits_.fetch_add(1);
+      }
       p.origin = Origin::Memory;
       p.key = c.wait->entry.key;
       p.meta = c.wait->entry.meta;
@@ -331,8 +345,12 @@ Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   }
   try {
     cache::Entry e = obtain_entry(spec, target, cands, &p.origin, &p.log, nullptr);
-    if (recorder_) recorder_->record(spec);
-    count_load(spec, e.key, e.meta, p.origin, micros_since(t0) / 1000.0);
+    // Ahead of use, a load from a store is not counted (a compile is, by obtain_entry: it is work done);
+    // the call that uses the kernel records it in the manifest (KJIT_RECORD) and counts its own load.
+    if (!ahead) {
+      if (recorder_) recorder_->record(spec);
+      count_load(spec, e.key, e.meta, p.origin, micros_since(t0) / 1000.0);
+    }
     p.key = e.key;
     p.meta = e.meta;
     if (c.lead) {
@@ -354,7 +372,7 @@ void Engine::prepare_ahead(const SpecKey& key, const Specialization& spec, const
     if (!ahead_asked_.insert(key).second) return;
   }
   if (!disk().writable()) return;  // a compile nobody could load later
-  ahead_.submit([this, spec, target] { (void)prepare(spec, target); });
+  ahead_.submit([this, spec, target] { (void)prepare_for(spec, target, true); });
 }
 
 PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Target>>& jobs) {

@@ -217,9 +217,9 @@ def _close_log() -> None:
     """
     Stops routing log events to Python (at exit): later ones are KJIT_VERBOSE lines on stderr.
     """
-def _drain_background_jobs() -> None:
+def _drain_background_jobs(drop_queued: bool = False) -> None:
     """
-    Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its forward). Registered with atexit, so that none is inside NVRTC while the interpreter finalizes.
+    Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its forward). With drop_queued, those not started are dropped and no more are taken: registered so with atexit, so that none is inside NVRTC while the interpreter finalizes and a long queue does not hold the exit.
     """
 def _set_log_handler(handler: collections.abc.Callable) -> None:
     """

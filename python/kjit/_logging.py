@@ -66,7 +66,7 @@ _core._set_log_handler(_handle_event)
 # Python's atexit hooks run before the interpreter finalizes: from then on, events of threads still
 # compiling are KJIT_VERBOSE lines on stderr instead of calls into an interpreter that is going away.
 atexit.register(_core._close_log)
-# Kernels compiled ahead on background threads (an op's backward, at its forward) finish first (atexit runs
-# the last registered first), while their log records still reach logging.
-atexit.register(_core._drain_background_jobs)
+# Kernels compiling ahead on background threads (an op's backward, at its forward) finish first, the queued
+# ones are dropped (atexit runs the last registered first), while their log records still reach logging.
+atexit.register(_core._drain_background_jobs, drop_queued=True)
 configure_verbose(_core._verbose())

@@ -95,10 +95,18 @@ void bind_engine(py::module_& m) {
       "it): for benchmarks and tests of the generic variant.");
   m.def("reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
         "Forgets every value admit_shape() has seen (for tests).");
-  m.def("_drain_background_jobs", [] { Engine::global().drain_background_jobs(); },
-        py::call_guard<py::gil_scoped_release>(),
-        "Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its "
-        "forward). Registered with atexit, so that none is inside NVRTC while the interpreter finalizes.");
+  m.def(
+      "_drain_background_jobs",
+      [](bool drop_queued) {
+        Engine* e = Engine::global_if_made();  // a process that never used kjit has nothing to wait for
+        if (e && drop_queued) e->stop_background_jobs();
+        else if (e) e->drain_background_jobs();
+      },
+      py::arg("drop_queued") = false, py::call_guard<py::gil_scoped_release>(),
+      "Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its "
+      "forward). With drop_queued, those not started are dropped and no more are taken: registered so with "
+      "atexit, so that none is inside NVRTC while the interpreter finalizes and a long queue does not hold the "
+      "exit.");
   m.def(
       "clear_memory",
       [] {

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 
 #include "kjit/background_jobs.hpp"
+#include "kjit/cache/manifest.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
@@ -21,6 +23,7 @@
 using namespace kjit;
 using kjit::testing::TempDir;
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 
 TEST(BackgroundJobs, RunsEveryJobOnAtMostItsThreadsAndDropsTheirExceptions) {
   BackgroundJobs jobs(2);
@@ -70,11 +73,12 @@ TEST(BackgroundJobs, AForkedChildNeitherWaitsForItsParentsThreadsNorLosesItsOwnJ
   GTEST_SKIP() << "ThreadSanitizer does not support starting threads in the child of a multithreaded fork";
 #endif
   BackgroundJobs jobs(1);
-  std::atomic<bool> release{false};
+  std::atomic<bool> release{false}, started{false};
   jobs.submit([&] {
+    started = true;  // off the queue's lock from here on
     while (!release.load()) std::this_thread::sleep_for(1ms);
   });
-  while (jobs.pending() == 0) std::this_thread::sleep_for(1ms);
+  while (!started.load()) std::this_thread::sleep_for(1ms);
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The parent's job runs in the parent only; here drain() returns, and a new job runs.
@@ -95,6 +99,29 @@ TEST(BackgroundJobs, AForkedChildNeitherWaitsForItsParentsThreadsNorLosesItsOwnJ
   jobs.drain();
   ASSERT_TRUE(WIFEXITED(status)) << "the child hung waiting for its parent's thread";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's own job did not run";
+}
+
+TEST(BackgroundJobs, StopDropsTheQueuedJobsWaitsForTheRunningOneAndRefusesMore) {
+  BackgroundJobs jobs(1);
+  std::atomic<bool> release{false}, started{false};
+  std::atomic<int> ran{0};
+  jobs.submit([&] {
+    started = true;
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+    ++ran;
+  });
+  for (int i = 0; i < 5; ++i) jobs.submit([&] { ++ran; });
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    release = true;
+  });
+  jobs.stop();
+  releaser.join();
+  EXPECT_EQ(ran.load(), 1) << "the queued jobs ran at stop(), or the running one was not waited for";
+  EXPECT_FALSE(jobs.submit([&] { ++ran; }));
+  jobs.drain();
+  EXPECT_EQ(ran.load(), 1);
 }
 
 namespace {
@@ -131,7 +158,7 @@ TEST(PrepareAhead, CompilesOnceIntoTheDiskWhereTheLaterCallFindsIt) {
   engine.prepare_ahead(key_of(4), other, sm90);
   const Prepared now = engine.prepare(other, sm90);
   engine.drain_background_jobs();
-  EXPECT_EQ(engine.stats().compiles, 2u) << "compiled twice: once ahead, once by the caller";
+  EXPECT_EQ(engine.stats().compiles, 2u) << "the second specialization compiled twice: ahead and by the caller";
   EXPECT_EQ(engine.prepare(other, sm90).key, now.key);
   // Asked again under the same key: nothing happens (not even a disk lookup).
   const auto before = engine.stats();
@@ -139,6 +166,21 @@ TEST(PrepareAhead, CompilesOnceIntoTheDiskWhereTheLaterCallFindsIt) {
   engine.drain_background_jobs();
   EXPECT_EQ(engine.stats().disk_hits, before.disk_hits);
   EXPECT_EQ(engine.stats().compiles, before.compiles);
+}
+
+TEST(PrepareAhead, WhatIsPreparedAheadIsRecordedOnlyWhenUsed) {
+  TempDir dir("kjit-ahead-record");
+  const fs::path manifest = dir / "manifest.json";
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", manifest.string()}}));
+  if (engine.background_jobs().threads() == 0) GTEST_SKIP() << "one usable CPU: nothing is prepared ahead";
+  const Target sm90 = Target::parse("sm_90");
+  engine.prepare_ahead(key_of(5), add_spec(DType::Float32, 8), sm90);  // a backward that never runs
+  engine.drain_background_jobs();
+  EXPECT_EQ(engine.stats().compiles, 1u);
+  EXPECT_TRUE(!fs::exists(manifest) || cache::read_manifest(manifest).records().empty())
+      << "a kernel compiled ahead but never used went into the manifest";
+  engine.prepare(add_spec(DType::Float32, 8), sm90);  // used: recorded now
+  EXPECT_EQ(cache::read_manifest(manifest).records().size(), 1u);
 }
 
 TEST(PrepareAhead, ABadSpecializationIsLeftForTheCallThatWantsIt) {

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "kjit/compile_sandbox.hpp"
+#include "kjit/engine.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
 #include "kjit/nvrtc_job.hpp"
+#include "test_support.hpp"
 
 using namespace kjit;
 
@@ -189,4 +191,26 @@ TEST(CompileChildren, TheInnermostOnAThreadIsUsedAndTheOuterOneComesBack) {
   }
   ASSERT_TRUE(run_nvrtc_in_child(job_for("p[0] = 3;"), kBounds, "job", "t").ok());
   EXPECT_EQ(outer.started(), 1u) << "the outer keeper's child was not reused after the inner one ended";
+}
+
+// A manifest's records of one template may each carry macro text of their own (defines): a record whose
+// macros subverted NVRTC must not compile the next record of that template, which differs only there.
+TEST(CompileChildren, RecordsOfOneTemplateWithOtherMacrosNeverShareAChild) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child";
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit";
+  kjit::testing::TempDir dir("kjit-lineage");
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
+  const Target sm90 = Target::parse("sm_90");
+  auto spec = [](const char* value, int vec) {
+    CompileOptions o;
+    o.defines["KJIT_TEST_MACRO"] = value;
+    return Specialization(Template::builtin("add_constant"), "add_constant",
+                          {{"T", TemplateArg::type(DType::Float32)}, {"VEC", TemplateArg::integer(vec)}}, o);
+  };
+  CompileChildren keep;
+  engine.prepare(spec("1", 1), sm90);
+  engine.prepare(spec("1", 2), sm90);
+  EXPECT_EQ(keep.started(), 1u) << "typed template arguments alone should keep the child";
+  engine.prepare(spec("2", 2), sm90);
+  EXPECT_EQ(keep.started(), 2u) << "another record's macros were compiled by the same child";
 }

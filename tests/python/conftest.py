@@ -44,6 +44,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _background_compiles_end_with_their_test():
+    """Kernels a test's forwards compile ahead (an op's backward, on background threads) finish before the
+    next test starts, so that no test's counters take in another test's compiles."""
+    yield
+    kjit = sys.modules.get("kjit")
+    if kjit is not None and hasattr(kjit, "_core"):
+        kjit._core._drain_background_jobs()
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """This test's own cache directory (KJIT_CACHE_DIR for the subprocesses it starts)."""

@@ -64,6 +64,13 @@ def test_bad_setting_is_reported_on_use_not_on_import(run_py):
     assert "KJIT_CACHE_MODE" in r.stdout and "sometimes" in r.stdout
 
 
+def test_a_bad_setting_is_not_reported_at_exit_by_a_process_that_never_used_kjit(run_py):
+    # kjit's exit hooks (the background compiles' stop) must not make the engine, and so read the settings.
+    r = run_py("import kjit; print('imported')", env={"KJIT_CACHE_MODE": "sometimes"})
+    assert r.stdout.strip() == "imported"
+    assert "Exception ignored" not in r.stderr and "KJIT_CACHE_MODE" not in r.stderr, r.stderr
+
+
 def test_cache_info_and_stats():
     info = kjit.cache_info()
     assert set(info) >= {"dir", "mode", "writable", "layers"}

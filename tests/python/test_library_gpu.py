@@ -14,6 +14,7 @@ give exactly the backward op's result.
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -1088,6 +1089,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable CPU: kjit compiles nothing ahead there")
 def test_a_forward_that_wants_gradients_compiles_its_backward_kernels_ahead(run_py):
     """At a forward whose inputs want gradients, the backward's kernels compile on background threads (into
     the disk cache): the backward then loads them, compiling nothing, and its gradients are right. A
@@ -1100,3 +1102,18 @@ def test_a_forward_that_wants_gradients_compiles_its_backward_kernels_ahead(run_
         assert case["backward_disk_hits"] >= 1, (name, case)
         assert case["forward_compiles"] >= 2, (name, case)
     assert out["no_grad_compiles"] == 1, out
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_a_bad_call_that_wants_gradients_gets_the_ops_own_message(op):
+    """The prediction of the backward's kernels at a forward with gradients raises nothing of its own: a
+    dtype the op refuses is reported by the op, as without gradients."""
+    f = getattr(ops, op)
+    messages = []
+    for grad in (False, True):
+        x = torch.randn(4, 8, device=DEV, dtype=torch.complex64).requires_grad_(grad)
+        with pytest.raises(kjit.TypeError) as e:
+            f(x)
+        messages.append(str(e.value))
+    assert f"kjit.ops.{op}" in messages[0] and "complex64" in messages[0], messages[0]
+    assert f"kjit.ops.{op}" in messages[1] and "complex64" in messages[1], messages[1]

@@ -5,7 +5,8 @@
 // needs its result later meets the error again, on its own thread, and raises it there.
 //
 // After a fork() the child has none of the parent's threads: a BackgroundJobs used in the child forgets
-// the jobs it had (they ran, or will run, in the parent) and starts threads of its own.
+// the jobs it had (they ran, or will run, in the parent) and starts threads of its own. (A fork taken in
+// the instant a worker holds the queue's lock leaves that lock held in the child, as for any lock.)
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +31,9 @@ class BackgroundJobs {
   bool submit(std::function<void()> job);
   // Waits until every job submitted before has run.
   void drain();
+  // Drops the jobs not started yet, waits for the running ones and refuses later submits (at exit:
+  // nobody will use what the queued ones would make, and a long queue must not hold the process).
+  void stop();
   // Jobs queued or running.
   std::size_t pending() const;
   unsigned threads() const noexcept { return max_threads_; }
@@ -44,6 +48,7 @@ class BackgroundJobs {
   std::deque<std::function<void()>> queue_;
   unsigned running_ = 0;  // threads alive
   std::size_t busy_ = 0;  // jobs being run
+  bool stopped_ = false;
   pid_t pid_;             // the process whose threads running_ counts
 };
 

@@ -127,6 +127,8 @@ class Engine {
   ~Engine();
   // The process-wide engine (settings from the environment).
   static Engine& global();
+  // The process-wide engine if global() has made it, else null (never makes it).
+  static Engine* global_if_made() noexcept;
 
   const Settings& settings() const noexcept { return settings_; }
   // The writable disk cache (KJIT_CACHE_DIR; its maintenance: list, prune, clear) and its read-only
@@ -159,10 +161,12 @@ class Engine {
   // module load there could break another thread's CUDA graph capture). A failure is dropped: the
   // later get() meets it and raises it.
   void prepare_ahead(const SpecKey& key, const Specialization& spec, const Target& target);
-  // Waits for every prepare_ahead() so far (the Python module calls it at exit, before the interpreter
-  // finalizes); the number of those still queued or running is background_jobs().pending().
+  // Waits for every prepare_ahead() so far; the number of those still queued or running is
+  // background_jobs().pending(). stop_background_jobs() drops the queued ones, waits for the running
+  // ones and ends prepare_ahead() (the Python module calls it at exit, before the interpreter finalizes).
   const BackgroundJobs& background_jobs() const noexcept { return ahead_; }
   void drain_background_jobs() { ahead_.drain(); }
+  void stop_background_jobs() { ahead_.stop(); }
 
   // Hot path.
   std::shared_ptr<const LoadedKernel> find(const SpecKey& key) const noexcept;
@@ -195,6 +199,8 @@ class Engine {
  private:
   // Makes disk_ and stores_ (once).
   void open_stores();
+  // prepare(); `ahead` (prepare_ahead's jobs): recorded in no manifest, and counted only when it compiled.
+  Prepared prepare_for(const Specialization& spec, const Target& target, bool ahead);
   // Loads from disk or compiles: the cache entry for `spec` (no module load).
   using Candidates = std::vector<std::pair<CompilePlan, cache::CacheKey>>;
   // The (plan, key) pairs under which `spec` may be cached for `target`: cubin and PTX (found without

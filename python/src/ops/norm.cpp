@@ -209,15 +209,17 @@ template <bool Rms>
 void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias) {
   if (!compile_backward_ahead(x) || x.dim() == 0) return;
   try {
+    const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+    check(op.c_str(), x, weight, std::nullopt);  // a call the forward refuses predicts nothing
     const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
     if (!rows || !d) return;
-    const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
-    const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
-    const RowGeometry g = w ? geometry(op.c_str(), d, {&x, &x, &x, &*w}, Rms) : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
+    // Only the weight's alignment matters here (the backward reads weight.contiguous()).
+    const RowGeometry g = weight ? geometry(op.c_str(), d, {&x, &x, &x, &*weight}, Rms)
+                                 : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
     const int device = x.get_device();
-    const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(w), has_bias);
+    const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(weight), has_bias);
     family(true).prepare_ahead(args.data(), args.size(), device);
-    if (w || has_bias)  // then the partial sums of dweight / dbias are added up
+    if (weight || has_bias)  // then the partial sums of dweight / dbias are added up
       prepare_sum_rows_ahead(backward_blocks(g, rows, device) * g.rows_per_block, d, acc_dtype(x.scalar_type()),
                              x.scalar_type(), device);
   } catch (const std::exception&) {

@@ -233,23 +233,24 @@ void prepare_sum_rows_ahead(std::int64_t rows, std::int64_t d, at::ScalarType dt
                             int device) {
   if (rows == 0 || d <= 1) return;  // nothing to reduce, or the rows kernel (d == 1): not worth it
   try {
-  // A fresh tensor is aligned for any vector width: its pointer stands in as null.
-  auto width = [&](at::ScalarType t) {
-    const Access a{nullptr, static_cast<std::size_t>(c10::elementSize(t))};
-    return vector_width(&a, 1, d);
-  };
-  const int op = opcode(Reduction::Sum);
-  const int vec = width(dtype);
-  const auto [splits, chunk] = cols_split(1, rows, d, vec, device);
-  (void)chunk;
-  auto ahead = [&](const std::array<TemplateArg, 4>& args) { cols_family().prepare_ahead(args.data(), args.size(), device); };
-  if (splits == 1) {
-    ahead(cols_args(dtype, out_dtype, op, vec));
-    return;
-  }
-  const at::ScalarType acc = acc_dtype(dtype);
-  ahead(cols_args(dtype, acc, op, vec));
-  ahead(cols_args(acc, out_dtype, op, width(acc)));
+    // A fresh tensor is aligned for any vector width: its pointer stands in as null.
+    auto width = [&](at::ScalarType t) {
+      const Access a{nullptr, static_cast<std::size_t>(c10::elementSize(t))};
+      return vector_width(&a, 1, d);
+    };
+    const int op = opcode(Reduction::Sum);
+    const int vec = width(dtype);
+    const std::int64_t splits = cols_split(1, rows, d, vec, device).splits;
+    auto ahead = [&](const std::array<TemplateArg, 4>& args) {
+      cols_family().prepare_ahead(args.data(), args.size(), device);
+    };
+    if (splits == 1) {
+      ahead(cols_args(dtype, out_dtype, op, vec));
+      return;
+    }
+    const at::ScalarType acc = acc_dtype(dtype);
+    ahead(cols_args(dtype, acc, op, vec));
+    ahead(cols_args(acc, out_dtype, op, width(acc)));
   } catch (const std::exception&) {
     // The sum itself meets whatever this was (no device, a driver error) and reports it.
   }
