@@ -496,19 +496,6 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
     reused = false;
     if (keeper) ++keeper->started_;
   };
-  if (!child) fresh();
-  const std::string request = request_bytes(job, bounds);
-  const auto start = std::chrono::steady_clock::now();
-  auto deadline = exchange_deadline(bounds);
-  // A kept child that ended while idle (the OOM killer, a signal) takes no job: the job goes to a fresh
-  // one (seen above, or here when its socket refuses the job).
-  bool sent = child->send(request, deadline);
-  if (!sent && reused) {
-    fresh();
-    sent = child->send(request, deadline);
-  }
-  Reply reply;
-  if (sent) reply = read_reply(*child, deadline);
   // A kept child's address space still holds what earlier compiles left: a job that ran out of memory
   // there gets one fresh child, with the whole limit, before it is called too big.
   auto out_of_memory = [&](const Reply& r, int status, bool reaped) {
@@ -517,21 +504,30 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
                              r.out.log.find("catastrophic error: out of memory") != std::string::npos);
     return reaped && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryExit;
   };
+  const std::string request = request_bytes(job, bounds);
+  Reply reply;
   int status = 0;
-  bool reaped = false;
-  auto end_child = [&] {  // no result: the child is stopped (if it is not already) and reaped
-    child->close_socket();
-    child->kill();
-    reaped = child->wait(&status);
-  };
-  if (!reply.complete) end_child();
-  if (reused && out_of_memory(reply, status, reaped)) {
-    fresh();
-    deadline = exchange_deadline(bounds);
-    reply = child->send(request, deadline) ? read_reply(*child, deadline) : Reply{};
-    if (!reply.complete) end_child();
+  bool sent = false, reaped = false;
+  double elapsed_s = 0;
+  // One exchange per attempt, each with its own deadline. A second attempt, in a fresh child, only after
+  // a kept child refused the job (it ended while idle: the OOM killer, a signal) or ran out of memory.
+  for (;;) {
+    if (!child) fresh();
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = exchange_deadline(bounds);
+    sent = child->send(request, deadline);
+    reply = sent ? read_reply(*child, deadline) : Reply{};
+    status = 0;
+    reaped = false;
+    if (!reply.complete) {  // no result: the child is stopped (if it is not already) and reaped
+      child->close_socket();
+      child->kill();
+      reaped = child->wait(&status);
+    }
+    elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!(reused && (!sent || out_of_memory(reply, status, reaped)))) break;
+    child.reset();
   }
-  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string raise_time = " If this kernel needs longer, raise KJIT_COMPILE_TIMEOUT (seconds).";
   const std::string raise_memory = " If this kernel needs more, raise KJIT_COMPILE_MEMORY (e.g. 16G).";

@@ -321,10 +321,18 @@ void Engine::land(const cache::CacheKey& id, InFlight& flight) {
   flight.cv.notify_all();
 }
 
-Prepared Engine::prepare(const Specialization& spec, const Target& target) { return prepare_for(spec, target, false); }
-
-Prepared Engine::prepare_for(const Specialization& spec, const Target& target, bool ahead) {
+Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   const auto t0 = Clock::now();
+  Prepared p = resolve_entry(spec, target);
+  if (recorder_) recorder_->record(spec);  // a shared result may come from another Template object
+  if (p.origin == Origin::Memory)
+    memory_hits_.fetch_add(1);
+  else
+    count_load(spec, p.key, p.meta, p.origin, micros_since(t0) / 1000.0);
+  return p;
+}
+
+Prepared Engine::resolve_entry(const Specialization& spec, const Target& target) {
   const Candidates cands = candidates(spec, target);
   const cache::CacheKey& id = cands.front().second;
   Claim c = claim(id, nullptr, true);
@@ -332,10 +340,6 @@ Prepared Engine::prepare_for(const Specialization& spec, const Target& target, b
   if (c.wait) {
     c.wait->wait();
     if (c.wait->have_entry) {
-      if (!ahead) {
-        if (recorder_) recorder_->record(spec);  // the leader's may come from another Template object
-        memory_hits_.fetch_add(1);
-      }
       p.origin = Origin::Memory;
       p.key = c.wait->entry.key;
       p.meta = c.wait->entry.meta;
@@ -345,12 +349,6 @@ Prepared Engine::prepare_for(const Specialization& spec, const Target& target, b
   }
   try {
     cache::Entry e = obtain_entry(spec, target, cands, &p.origin, &p.log, nullptr);
-    // Ahead of use, a load from a store is not counted (a compile is, by obtain_entry: it is work done);
-    // the call that uses the kernel records it in the manifest (KJIT_RECORD) and counts its own load.
-    if (!ahead) {
-      if (recorder_) recorder_->record(spec);
-      count_load(spec, e.key, e.meta, p.origin, micros_since(t0) / 1000.0);
-    }
     p.key = e.key;
     p.meta = e.meta;
     if (c.lead) {
@@ -372,7 +370,9 @@ void Engine::prepare_ahead(const SpecKey& key, const Specialization& spec, const
     if (!ahead_asked_.insert(key).second) return;
   }
   if (!disk().writable()) return;  // a compile nobody could load later
-  ahead_.submit([this, spec, target] { (void)prepare_for(spec, target, true); });
+  // Ahead of use nothing is recorded (KJIT_RECORD) and no load is counted (a compile is, by
+  // obtain_entry: it is work done): the call that uses the kernel does both.
+  ahead_.submit([this, spec, target] { (void)resolve_entry(spec, target); });
 }
 
 PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Target>>& jobs) {

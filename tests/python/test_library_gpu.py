@@ -1085,6 +1085,16 @@ kjit.reset_stats()
 ops.softmax(torch.randn(8, 1000, device="cuda"))
 kjit._core._drain_background_jobs()
 out["no_grad_compiles"] = kjit.stats()["compiles"]
+# The same forward with gradients finds its kernel in memory: nothing is predicted (the hot path stays as
+# it was), and the backward compiles its own kernel when it comes.
+kjit.reset_stats()
+a = torch.randn(8, 1000, device="cuda", requires_grad=True)
+y = ops.softmax(a)
+kjit._core._drain_background_jobs()
+forward = kjit.stats()["compiles"]
+y.backward(torch.ones_like(y))
+torch.cuda.synchronize()
+out["forward_in_memory"] = {"forward_compiles": forward, "backward_compiles": kjit.stats()["compiles"] - forward}
 print(json.dumps(out))
 """
 
@@ -1093,7 +1103,8 @@ print(json.dumps(out))
 def test_a_forward_that_wants_gradients_compiles_its_backward_kernels_ahead(run_py):
     """At a forward whose inputs want gradients, the backward's kernels compile on background threads (into
     the disk cache): the backward then loads them, compiling nothing, and its gradients are right. A
-    forward without gradients compiles only its own kernel."""
+    forward without gradients compiles only its own kernel; a forward whose kernel is in memory predicts
+    nothing (the backward compiles when it comes)."""
     out = json.loads(run_py(_AHEAD_CHILD).stdout.strip().splitlines()[-1])
     for name in ("softmax", "log_softmax", "layer_norm", "rms_norm", "elementwise"):
         case = out[name]
@@ -1102,6 +1113,7 @@ def test_a_forward_that_wants_gradients_compiles_its_backward_kernels_ahead(run_
         assert case["backward_disk_hits"] >= 1, (name, case)
         assert case["forward_compiles"] >= 2, (name, case)
     assert out["no_grad_compiles"] == 1, out
+    assert out["forward_in_memory"] == {"forward_compiles": 0, "backward_compiles": 1}, out
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])

@@ -199,8 +199,9 @@ class Engine {
  private:
   // Makes disk_ and stores_ (once).
   void open_stores();
-  // prepare(); `ahead` (prepare_ahead's jobs): recorded in no manifest, and counted only when it compiled.
-  Prepared prepare_for(const Specialization& spec, const Target& target, bool ahead);
+  // prepare() without recording or counting the result (prepare_ahead's jobs; a compile is counted by
+  // obtain_entry): one flight per key, shared with any other caller that wants it at the same time.
+  Prepared resolve_entry(const Specialization& spec, const Target& target);
   // Loads from disk or compiles: the cache entry for `spec` (no module load).
   using Candidates = std::vector<std::pair<CompilePlan, cache::CacheKey>>;
   // The (plan, key) pairs under which `spec` may be cached for `target`: cubin and PTX (found without

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "direct.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 
@@ -134,9 +135,39 @@ class UnlessNoGil {
 };
 }  // namespace
 
+namespace {
+thread_local CompileAheadOnMiss* pending_ahead = nullptr;
+}
+
+CompileAheadOnMiss::CompileAheadOnMiss(const at::Tensor& x, const void* predict, void (*call)(const void*)) noexcept
+    : predict_(predict) {
+  if (!plain_cuda_tensor(x) || x.numel() == 0) return;
+  call_ = call;
+  outer_ = pending_ahead;
+  pending_ahead = this;
+  armed_ = true;
+}
+
+CompileAheadOnMiss::~CompileAheadOnMiss() {
+  if (armed_) pending_ahead = outer_;
+}
+
+void CompileAheadOnMiss::run_pending() noexcept {
+  CompileAheadOnMiss* p = pending_ahead;
+  if (!p || !p->call_) return;
+  auto call = p->call_;
+  p->call_ = nullptr;  // once, and not again from a kernel_for inside the prediction
+  try {
+    call(p->predict_);
+  } catch (...) {
+    // The backward meets whatever this was and reports it.
+  }
+}
+
 std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
                                                int device, const char* compile_forbidden) {
   if (auto hit = family.find(args, n, device)) return hit;
+  CompileAheadOnMiss::run_pending();
   UnlessNoGil nogil;
   return family.get(args, n, device, nullptr, compile_forbidden);
 }

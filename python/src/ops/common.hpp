@@ -124,6 +124,32 @@ std::array<TemplateArg, N> template_arg_slots() {
   return template_arg_slots(std::make_index_sequence<N>{});
 }
 
+// While one lives on a thread, the first kernel_for() there whose kernel is not in memory (about to be
+// loaded or compiled) runs `predict` first, once: an autograd forward that wants gradients hands its
+// backward's kernels to KernelFamily::prepare_ahead this way, so that they compile beside its own kernel.
+// A forward whose kernel is in memory pays for this object alone; by the time `predict` runs, the forward
+// has passed its own checks. Armed only for a real CUDA input with elements (never a fake, functional or
+// traced one, whose sizes may be symbolic). An exception out of `predict` is dropped: the backward meets
+// it again and reports it.
+class CompileAheadOnMiss {
+ public:
+  template <class Predict>
+  CompileAheadOnMiss(const at::Tensor& x, const Predict& predict) noexcept
+      : CompileAheadOnMiss(x, &predict, [](const void* p) { (*static_cast<const Predict*>(p))(); }) {}
+  ~CompileAheadOnMiss();
+  CompileAheadOnMiss(const CompileAheadOnMiss&) = delete;
+  CompileAheadOnMiss& operator=(const CompileAheadOnMiss&) = delete;
+  // kernel_for's miss: runs this thread's innermost armed prediction, if it has not run yet.
+  static void run_pending() noexcept;
+
+ private:
+  CompileAheadOnMiss(const at::Tensor& x, const void* predict, void (*call)(const void*)) noexcept;
+  const void* predict_;
+  void (*call_)(const void*) = nullptr;  // null once run, or when not armed
+  CompileAheadOnMiss* outer_ = nullptr;
+  bool armed_ = false;
+};
+
 // The kernel of `family` for these template arguments (in the kernel's parameter order) on `device`:
 // a memory hit on the hot path; on a miss (a disk load or a compile) the GIL is released while it waits,
 // when this thread holds it. `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).

@@ -65,19 +65,17 @@ struct ElementwiseFunction : public torch::autograd::Function<ElementwiseFunctio
     ctx->saved_data["spec"] = std::string(spec);
     ctx->saved_data["scalars"] = scalars.vec();
     ctx->save_for_backward(inputs.vec());
-    // The derivative kernels of the inputs that want gradients compile beside this forward's (on
-    // background threads); the gradient (kjit_grad) is most often a fresh tensor of the result's dtype.
-    if (!inputs.empty() && compile_backward_ahead(inputs[0])) {
-      try {
-        const ElementwiseFn& fn = elementwise_fn(std::string(spec));
-        const at::ScalarType grad_dtype = fn.result_dtype(inputs);
-        for (std::size_t i = 0; i < inputs.size(); ++i)
-          if (inputs[i].requires_grad())
-            if (const ElementwiseFn* d = fn.derivative(i)) d->prepare_ahead(grad_dtype, inputs, scalars);
-      } catch (const std::exception&) {
-        // The forward below raises it with its own message.
-      }
-    }
+    // When this forward's kernel must compile, the derivative kernels of the inputs that want gradients
+    // compile beside it (on background threads); the gradient (kjit_grad) is most often a fresh tensor of
+    // the result's dtype.
+    const auto predict = [&] {
+      const ElementwiseFn& fn = elementwise_fn(std::string(spec));
+      const at::ScalarType grad_dtype = fn.result_dtype(inputs);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].requires_grad())
+          if (const ElementwiseFn* d = fn.derivative(i)) d->prepare_ahead(grad_dtype, inputs, scalars);
+    };
+    const CompileAheadOnMiss ahead(inputs.empty() ? at::Tensor() : inputs[0], predict);
     return call_below_autograd<&elementwise_cuda>(kName, spec, inputs, scalars);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

@@ -202,29 +202,23 @@ Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::opti
           at::empty_symint({weight ? d : zero}, x.options()), at::empty_symint({has_bias ? d : zero}, x.options())};
 }
 
-// At a forward that wants gradients, before its own kernel compiles: the backward's kernels compile
-// beside it (on background threads). x stands for the gradient, x and dx of the backward (same shape and
-// dtype; the gradient and dx are most often fresh, aligned tensors).
+// The backward's kernels of a forward of x that wants gradients, compiled ahead when the forward's kernel
+// must compile (CompileAheadOnMiss; the forward's checks have passed). x stands for the gradient, x and
+// dx of the backward (same shape and dtype; the gradient and dx are most often fresh, aligned tensors).
 template <bool Rms>
 void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias) {
-  if (!compile_backward_ahead(x) || x.dim() == 0) return;
-  try {
-    const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
-    check(op.c_str(), x, weight, std::nullopt);  // a call the forward refuses predicts nothing
-    const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
-    if (!rows || !d) return;
-    // Only the weight's alignment matters here (the backward reads weight.contiguous()).
-    const RowGeometry g = weight ? geometry(op.c_str(), d, {&x, &x, &x, &*weight}, Rms)
-                                 : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
-    const int device = x.get_device();
-    const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(weight), has_bias);
-    family(true).prepare_ahead(args.data(), args.size(), device);
-    if (weight || has_bias)  // then the partial sums of dweight / dbias are added up
-      prepare_sum_rows_ahead(backward_blocks(g, rows, device) * g.rows_per_block, d, acc_dtype(x.scalar_type()),
-                             x.scalar_type(), device);
-  } catch (const std::exception&) {
-    // The backward meets whatever this was and reports it.
-  }
+  const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+  const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
+  if (!rows || !d) return;
+  // Only the weight's alignment matters here (the backward reads weight.contiguous()).
+  const RowGeometry g = weight ? geometry(op.c_str(), d, {&x, &x, &x, &*weight}, Rms)
+                               : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
+  const int device = x.get_device();
+  const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(weight), has_bias);
+  family(true).prepare_ahead(args.data(), args.size(), device);
+  if (weight || has_bias)  // then the partial sums of dweight / dbias are added up
+    prepare_sum_rows_ahead(backward_blocks(g, rows, device) * g.rows_per_block, d, acc_dtype(x.scalar_type()),
+                           x.scalar_type(), device);
 }
 
 struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
@@ -236,7 +230,8 @@ struct LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     ctx->saved_data["has_b"] = bias.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    prepare_backward_ahead<false>(x, weight, bias.has_value());
+    const auto predict = [&] { prepare_backward_ahead<false>(x, weight, bias.has_value()); };
+    const CompileAheadOnMiss ahead(x, predict);
     return call_below_autograd<&layer_norm_cuda>(kName, x, weight, bias, eps);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -257,7 +252,8 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     ctx->saved_data["has_w"] = weight.has_value();
     ctx->saved_data["eps"] = eps;
     ctx->save_for_backward({x, weight ? *weight : at::Tensor()});
-    prepare_backward_ahead<true>(x, weight, false);
+    const auto predict = [&] { prepare_backward_ahead<true>(x, weight, false); };
+    const CompileAheadOnMiss ahead(x, predict);
     return call_below_autograd<&rms_norm_cuda>(kName, x, weight, eps);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

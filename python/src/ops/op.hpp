@@ -106,11 +106,6 @@ struct AutogradKernel<Function, F> {
 template <class Function, auto F>
 inline constexpr auto autograd_kernel = &AutogradKernel<Function, F>::call;
 
-// Whether an autograd forward of input `x` compiles its backward's kernels ahead
-// (KernelFamily::prepare_ahead): only for a real CUDA tensor with elements, never for a fake, functional
-// or otherwise traced one (torch.compile, opcheck's AOT checks), whose sizes may be symbolic.
-inline bool compile_backward_ahead(const at::Tensor& x) noexcept { return plain_cuda_tensor(x) && x.numel() > 0; }
-
 }  // namespace kjit::ops
 
 #define KJIT_OP_CONCAT_(a, b) a##b

@@ -140,20 +140,14 @@ template <bool Log>
 struct SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction<Log>> {
   static constexpr const char* kName = Log ? "log_softmax" : "softmax";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t dim) {
-    // Gradients are wanted: the backward's kernel compiles beside this forward's (on a background
-    // thread). Its tensors (the gradient, y, dx) are most often fresh, aligned ones of x's shape and
-    // dtype: x stands for them.
-    // Only for a call the forward will take (its own checks first): a bad one raises there, as before.
-    if (compile_backward_ahead(x) && (x.dim() == 0 || dim == -1 || dim == x.dim() - 1)) {
-      try {
-        check_dtype(kName, "x", x, kFloatingTypes);
-        check_row(kName, x.sizes());
-        const BackwardPlan plan = backward_plan<Log>(x.scalar_type(), x.dim() ? x.size(-1) : 1, {&x, &x, &x});
-        family(true).prepare_ahead(plan.args.data(), plan.args.size(), x.get_device());
-      } catch (const std::exception&) {
-        // The forward below raises it with its own message.
-      }
-    }
+    // Gradients are wanted: when this forward's kernel must compile, the backward's compiles beside it
+    // (on a background thread). Its tensors (the gradient, y, dx) are most often fresh, aligned ones of
+    // x's shape and dtype: x stands for them.
+    const auto predict = [&] {
+      const BackwardPlan plan = backward_plan<Log>(x.scalar_type(), x.dim() ? x.size(-1) : 1, {&x, &x, &x});
+      family(true).prepare_ahead(plan.args.data(), plan.args.size(), x.get_device());
+    };
+    const CompileAheadOnMiss ahead(x, predict);
     at::Tensor y = call_below_autograd<&forward_cuda<Log>>(kName, x, dim);
     ctx->save_for_backward({y});
     return y;
