@@ -75,17 +75,17 @@ bool leaves_its_folder(const std::string& include_name) { return !cache::layout:
 std::string joined_lines(const std::string& source) {
   std::string out;
   out.reserve(source.size());
-  for (std::size_t i = 0; i < source.size(); ++i) {
-    if (source[i] == '\\') {
-      std::size_t j = i + 1;
-      if (j < source.size() && source[j] == '\r') ++j;
-      if (j < source.size() && source[j] == '\n') {
-        i = j;
-        continue;
-      }
+  std::size_t from = 0;  // copied up to here; whole runs between splices, not one char at a time
+  for (std::size_t at = source.find('\\'); at != std::string::npos; at = source.find('\\', at + 1)) {
+    std::size_t j = at + 1;
+    if (j < source.size() && source[j] == '\r') ++j;
+    if (j < source.size() && source[j] == '\n') {
+      out.append(source, from, at - from);
+      from = j + 1;
+      at = j;
     }
-    out.push_back(source[i]);
   }
+  out.append(source, from, std::string::npos);
   return out;
 }
 

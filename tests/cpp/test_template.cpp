@@ -23,6 +23,26 @@ TEST(Template, ResolvesNestedIncludesRelativeToTheIncludingFile) {
   EXPECT_EQ(t->name(), "main.cu");
 }
 
+// The scanner joins backslash-newlines (LF and CRLF) before reading directives, as the preprocessor does:
+// every spliced directive below is an include NVRTC would follow, so kjit must find and hash its header.
+// Only a backslash that ends a line splices: of two before a newline, the second.
+TEST(Template, IncludesSplicedOverSeveralLinesAreFound) {
+  TempDir dir;
+  for (const char* name : {"a.cuh", "b.cuh", "c.cuh", "d.cuh"}) write_file(dir / name, std::string("// ") + name + "\n");
+  const std::string source =
+      "#inc\\\nlude \"a.cuh\"\n"          // LF
+      "#\\\r\ninclude \"b.cuh\"\n"        // CRLF
+      "#in\\\ncl\\\nude \\\n\"c.cuh\"\n"  // several on one directive
+      "// a comment \\\\\n"                // "\\" then a newline: the second backslash splices this
+      "#include \"d.cuh\"\n"                // line onto the comment, so NVRTC never sees this include
+      "#define PATH \"x\\y\"\n"
+      "__global__ void k() {}\n";
+  auto t = Template::from_string(source, "s.cu", {dir.path()});
+  std::vector<std::string> names;
+  for (const auto& h : t->headers()) names.push_back(h.include_name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a.cuh", "b.cuh", "c.cuh"}));
+}
+
 TEST(Template, UserIncludeDirsAndUnresolvedIncludes) {
   TempDir dir;
   write_file(dir / "inc" / "lib.cuh", "#pragma once\n");
