@@ -20,7 +20,7 @@ def add_c_constexpr(x_ptr, y_ptr, n, C: tl.constexpr, BLOCK: tl.constexpr):
 
 @triton.jit
 def unary(x_ptr, y_ptr, n, s, OP: tl.constexpr, BLOCK: tl.constexpr):
-    """OP 0: x * s, 1: silu(x) * s, 2: relu, 3: gelu (erf), 4: sigmoid; computed in float32."""
+    """OP 0: x * s, 1: silu(x) * s, 2: relu, 3: gelu (erf), 4: sigmoid, 5: x + 1; computed in float32."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m).to(tl.float32)
@@ -32,12 +32,14 @@ def unary(x_ptr, y_ptr, n, s, OP: tl.constexpr, BLOCK: tl.constexpr):
         y = tl.maximum(x, 0.0)
     elif OP == 3:
         y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    else:
+    elif OP == 4:
         y = tl.sigmoid(x)
+    else:
+        y = x + 1.0
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
-UNARY_OPS = {"x * 0.5": 0, "silu(x) * 0.5": 1, "relu": 2, "gelu": 3, "sigmoid": 4}
+UNARY_OPS = {"x * 0.5": 0, "silu(x) * 0.5": 1, "relu": 2, "gelu": 3, "sigmoid": 4, "x + 1 (add_constant)": 5}
 
 
 def unary_fn(op: str, x, y, s: float = 0.5, block: int = 1024):

@@ -27,6 +27,7 @@ FAMILIES_QUICK = ("x * 0.5", "silu(x) * 0.5", "relu", "softmax", "layer_norm", "
                   "max_pool2d 3x3 s2 p1")
 COMPILE_QUICK = ("x * 0.5", "silu(x) * 0.5", "softmax", "layer_norm")  # compiled at the largest size only
 CUPY_BODIES = {
+    "x + 1 (add_constant)": "y = x + 1.0f",
     "x * 0.5": "y = x * s",
     "silu(x) * 0.5": "y = x / (1.0f + expf(-x)) * s",
     "relu": "y = x > 0.0f ? x : 0.0f",
@@ -61,6 +62,7 @@ def _ops():
                     row_kernels=list(row_kernels), make=make, kind=kind)
 
     return {
+        "x + 1 (add_constant)": op(lambda x: x + 1.0, lambda x: kjit.ops.add_constant(x, 1.0), kind="elementwise"),
         "x * 0.5": op(lambda x: x * 0.5, lambda x: scale(x, s=0.5), kind="elementwise"),
         "silu(x) * 0.5": op(lambda x: F.silu(x) * 0.5, lambda x: silu_s(x, s=0.5), kind="elementwise"),
         "relu": op(torch.relu, kjit.ops.relu, kind="elementwise"),
@@ -86,7 +88,7 @@ def _ops():
     }
 
 
-SWEEP_FAMILIES = ("x * 0.5", "silu(x) * 0.5", "relu", "gelu", "sigmoid", "softmax", "log_softmax", "layer_norm",
+SWEEP_FAMILIES = ("x + 1 (add_constant)", "x * 0.5", "silu(x) * 0.5", "relu", "gelu", "sigmoid", "softmax", "log_softmax", "layer_norm",
                   "rms_norm", "sum(dim=-1)", "mean(dim=-1)", "amax(dim=-1)", "max_pool2d 3x3 s2 p1",
                   "avg_pool2d 2x2 s2")
 
@@ -124,6 +126,7 @@ def reference_cases(quick: bool) -> list[dict]:
         add("max_pool2d 3x3 s2 p1", f32, (64, 64, 256, 256))
         return out
     for dt in (f32, bf16):
+        add("x + 1 (add_constant)", dt, big)
         add("x * 0.5", dt, big)
         add("relu", dt, big)
         add("silu(x) * 0.5", dt, big)

@@ -14,6 +14,9 @@ __global__ void add_constant(const T* __restrict__ x, T* __restrict__ y, T c, lo
   const auto cc = widen(c);
   const long long n_vec = n / VEC;
   const long long stride = kjit_detail::grid_threads();
+  // Not unrolled: every thread of a full grid (SMs x 8 blocks) already keeps one vector access in flight,
+  // and NVRTC unrolling this runtime-count loop costs about a third of the compile (bench/nvrtc_floor.py).
+#pragma unroll 1
   for (long long i = kjit_detail::global_thread(); i < n_vec; i += stride) {
     Vec<T, VEC> a = reinterpret_cast<const Vec<T, VEC>*>(x)[i];
 #pragma unroll

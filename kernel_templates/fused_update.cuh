@@ -21,6 +21,9 @@ __global__ void fused_update(const T* __restrict__ x, const T* __restrict__ mode
   const A ca = a, cb = b, cc = c;
   const long long n_vec = n / VEC;
   const long long stride = kjit_detail::grid_threads();
+  // Not unrolled: every thread of a full grid (SMs x 8 blocks) already keeps one vector access in flight,
+  // and NVRTC unrolling this runtime-count loop costs about a third of the compile (bench/nvrtc_floor.py).
+#pragma unroll 1
   for (long long i = kjit_detail::global_thread(); i < n_vec; i += stride) {
     const Vec<T, VEC> xv = reinterpret_cast<const Vec<T, VEC>*>(x)[i];
     const Vec<T, VEC> mv = reinterpret_cast<const Vec<T, VEC>*>(model_out)[i];
