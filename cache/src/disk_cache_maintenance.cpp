@@ -62,6 +62,24 @@ bool remove_if_abandoned(const fs::path& path) {
   return true;
 }
 
+// The header index's temp files (beside it in the version folder, not in a shard), left by a writer
+// that died between creating one and its rename: removed as an entry's are, by their lock alone.
+std::size_t remove_abandoned_index_temps(const fs::path& root) {
+  const fs::path index = layout::header_index_path(root);
+  const std::string index_name = index.filename().string();
+  std::size_t removed = 0;
+  std::error_code ec;
+  fs::directory_iterator it(index.parent_path(), fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (!layout::is_temp_of(it->path().filename().string(), index_name) || ::lstat(it->path().c_str(), &st) != 0 ||
+        !S_ISREG(st.st_mode))
+      continue;
+    if (remove_if_abandoned(it->path())) ++removed;
+  }
+  return removed;
+}
+
 bool mtime_before(const ScannedFile* a, const ScannedFile* b) {
   if (a->mtime.tv_sec != b->mtime.tv_sec) return a->mtime.tv_sec < b->mtime.tv_sec;
   if (a->mtime.tv_nsec != b->mtime.tv_nsec) return a->mtime.tv_nsec < b->mtime.tv_nsec;
@@ -159,6 +177,7 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {
         break;
     }
   }
+  report.removed_temp_files += remove_abandoned_index_temps(config_.root);
   if (limit && total > *limit) report.removed_entries = evict_lru(std::move(entries), total, *limit, {});
   report.bytes_after = total;
   return report;
@@ -182,6 +201,7 @@ std::size_t DiskCache::clear() {
   }
   // Not an entry, and cheap to learn again: a clear cache starts over.
   ::unlink(layout::header_index_path(config_.root).c_str());
+  remove_abandoned_index_temps(config_.root);
   return removed;
 }
 

@@ -82,6 +82,11 @@ std::string temp_name(const std::string& entry_filename) {
   return entry_filename + ".tmp." + std::to_string(::getpid()) + "." + buf;
 }
 
+bool is_temp_of(const std::string& name, const std::string& final_filename) {
+  const std::string prefix = final_filename + ".tmp.";
+  return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0;
+}
+
 bool stays_inside(const std::filesystem::path& p) {
   if (p.empty() || p.is_absolute()) return false;
   for (const auto& part : p)

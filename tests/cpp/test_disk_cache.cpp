@@ -17,6 +17,7 @@
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/file_lock.hpp"
+#include "kjit/cache/layout.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/error.hpp"
 #include "test_support.hpp"
@@ -340,6 +341,30 @@ TEST(DiskCacheFaults, LeftoverTempFilesAreIgnoredAndPruned) {
 
   ASSERT_TRUE(c.store(e));
   EXPECT_TRUE(c.load(e.key, "sm_90").has_value());
+}
+
+// The header index is written through a temp file beside it (header-index.json.tmp.<pid>.<random>): one
+// left by a writer that died before its rename is removed by prune and clear, unless a writer holds it.
+TEST(DiskCacheFaults, LeftoverHeaderIndexTempFilesArePrunedAndCleared) {
+  TempDir dir;
+  DiskCache c(cache_config(dir.path()));
+  const fs::path index = layout::header_index_path(dir.path());
+  const fs::path dead = index.string() + ".tmp." + std::to_string(dead_pid()) + ".0123456789abcdef";
+  const fs::path live = index.string() + ".tmp." + std::to_string(::getpid()) + ".00000000000000aa";
+  const fs::path other = index.parent_path() / "header-index.jsonx.tmp.1.0123456789abcdef";  // not its temp file
+  for (const auto& p : {dead, live, other}) write_file(p, "{\"half\": ");
+  const int writer = ::open(live.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(::flock(writer, LOCK_EX), 0);
+
+  EXPECT_EQ(c.prune().removed_temp_files, 1u);
+  EXPECT_FALSE(fs::exists(dead)) << "nobody holds it";
+  EXPECT_TRUE(fs::exists(live)) << "its writer holds it";
+  EXPECT_TRUE(fs::exists(other)) << "not kjit's";
+  ::close(writer);
+  c.clear();
+  EXPECT_FALSE(fs::exists(live)) << "its writer is gone";
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST(DiskCacheFaults, ReadOnlyDirectory) {

@@ -41,6 +41,8 @@ FileName classify(const std::string& filename);
 
 // "<key>.kjit.tmp.<pid>.<16 random hex digits>"
 std::string temp_name(const std::string& entry_filename);
+// Whether `name` is a temp file of `final_filename` (what temp_name(final_filename) makes).
+bool is_temp_of(const std::string& name, const std::string& final_filename);
 
 // Whether `p` names something inside the folder it is resolved against: not empty, not absolute, no ".."
 // part (a lock's entry paths, include names, a file under a layer root).
