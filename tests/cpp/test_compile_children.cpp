@@ -159,6 +159,34 @@ TEST(CompileChildren, ACompileErrorKeepsTheChildButATimeLimitEndsIt) {
   EXPECT_EQ(keep.started(), 2u);
 }
 
+// A kept child's address space still holds what its earlier compiles left: a job that runs out of memory
+// there is tried once more in a fresh child (with the whole limit) before it is called too big.
+TEST(CompileChildren, AJobThatRunsOutOfMemoryInAKeptChildIsTriedOnceInAFreshOne) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child";
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit";
+  CompileChildren keep;
+  CompileBounds small = kBounds;
+  small.memory_bytes = 200ull << 20;
+  small.timeout_s = 120;
+  ASSERT_TRUE(run_nvrtc_in_child(job_for("p[0] = 1;"), small, "job", "t").ok());
+  ASSERT_EQ(keep.started(), 1u);
+  // 2^40 terms after macro expansion: the compiler's memory grows until the limit stops it.
+  std::string grows = "#define A0 1\n";
+  for (int i = 1; i <= 40; ++i)
+    grows += "#define A" + std::to_string(i) + " (A" + std::to_string(i - 1) + " + A" + std::to_string(i - 1) + ")\n";
+  NvrtcJob big = job_for("p[0] = 1;");
+  big.source = grows + "__device__ long x = A40;\n" + big.source;
+  try {
+    run_nvrtc_in_child(big, small, "the growing job", "t");
+    FAIL() << "compiled";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("200 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(keep.started(), 2u) << "the kept child's failure was not tried again in a fresh one";
+  ASSERT_TRUE(run_nvrtc_in_child(job_for("p[0] = 2;"), small, "job", "t").ok());
+  EXPECT_EQ(keep.started(), 3u) << "a child that ran out of memory was kept";
+}
+
 TEST(CompileChildren, AKeptChildThatDiedWhileIdleCostsTheNextJobNothing) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child";
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit";

@@ -1122,6 +1122,7 @@ def test_a_bad_call_that_wants_gradients_gets_the_ops_own_message(op):
     dtype the op refuses is reported by the op, as without gradients."""
     f = getattr(ops, op)
     messages = []
+    kjit.reset_stats()
     for grad in (False, True):
         x = torch.randn(4, 8, device=DEV, dtype=torch.complex64).requires_grad_(grad)
         with pytest.raises(kjit.TypeError) as e:
@@ -1129,3 +1130,38 @@ def test_a_bad_call_that_wants_gradients_gets_the_ops_own_message(op):
         messages.append(str(e.value))
     assert f"kjit.ops.{op}" in messages[0] and "complex64" in messages[0], messages[0]
     assert f"kjit.ops.{op}" in messages[1] and "complex64" in messages[1], messages[1]
+    if op.endswith("softmax"):  # a dim the op refuses
+        with pytest.raises(kjit.ValueError):
+            f(torch.randn(8, 24, device=DEV, requires_grad=True), 0)
+    kjit._core._drain_background_jobs()
+    assert kjit.stats()["compiles"] == 0, "a refused call compiled its backward's kernels ahead"
+
+
+_AHEAD_UNDER_A_MODE = r"""
+import json, torch, kjit
+from kjit import ops
+from torch.utils._python_dispatch import TorchDispatchMode
+class CallsKjitFirst(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.name().startswith("kjit::softmax"):  # another kjit op first, which must compile
+            ops.add_constant(torch.ones(5, device="cuda", dtype=torch.float64), 1.0)
+        return func(*args, **(kwargs or {}))
+x = torch.randn(8, 1000, device="cuda", requires_grad=True)
+kjit.reset_stats()
+refused = False
+with CallsKjitFirst():
+    try:
+        ops.softmax(x, 0)
+    except Exception:
+        refused = True
+kjit._core._drain_background_jobs()
+print(json.dumps({"refused": refused, "compiles": kjit.stats()["compiles"]}))
+"""
+
+
+def test_under_a_dispatch_mode_no_backward_is_compiled_ahead_for_a_call_the_op_then_refuses(run_py):
+    """A TorchDispatchMode's handler runs between an autograd forward and its kernel, and may call other
+    ops first: their compile must not trigger the prediction of a forward whose checks have not run (here
+    softmax over dim 0, refused). Only the other op's kernel compiles."""
+    out = json.loads(run_py(_AHEAD_UNDER_A_MODE).stdout.strip().splitlines()[-1])
+    assert out == {"refused": True, "compiles": 1}, out

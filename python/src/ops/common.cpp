@@ -4,6 +4,7 @@
 
 #include <Python.h>
 #include <ATen/cuda/EmptyTensor.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -140,17 +141,13 @@ thread_local CompileAheadOnMiss* pending_ahead = nullptr;
 }
 
 CompileAheadOnMiss::CompileAheadOnMiss(const at::Tensor& x, const void* predict, void (*call)(const void*)) noexcept
-    : predict_(predict) {
-  if (!plain_cuda_tensor(x) || x.numel() == 0) return;
-  call_ = call;
-  outer_ = pending_ahead;
+    : predict_(predict), outer_(pending_ahead) {
   pending_ahead = this;
-  armed_ = true;
+  if (plain_cuda_tensor(x) && x.numel() > 0 && !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python))
+    call_ = call;
 }
 
-CompileAheadOnMiss::~CompileAheadOnMiss() {
-  if (armed_) pending_ahead = outer_;
-}
+CompileAheadOnMiss::~CompileAheadOnMiss() { pending_ahead = outer_; }
 
 void CompileAheadOnMiss::run_pending() noexcept {
   CompileAheadOnMiss* p = pending_ahead;

@@ -129,13 +129,17 @@ std::array<TemplateArg, N> template_arg_slots() {
 // backward's kernels to KernelFamily::prepare_ahead this way, so that they compile beside its own kernel.
 // A forward whose kernel is in memory pays for this object alone; by the time `predict` runs, the forward
 // has passed its own checks. Armed only for a real CUDA input with elements (never a fake, functional or
-// traced one, whose sizes may be symbolic). An exception out of `predict` is dropped: the backward meets
-// it again and reports it.
+// traced one, whose sizes may be symbolic) and never under a TorchDispatchMode (whose handler runs between
+// this forward and its kernel, and may call other ops first); an object that is not armed still hides
+// the ones outside it. An exception out of `predict` is dropped: the backward meets it again and reports it.
 class CompileAheadOnMiss {
  public:
   template <class Predict>
   CompileAheadOnMiss(const at::Tensor& x, const Predict& predict) noexcept
       : CompileAheadOnMiss(x, &predict, [](const void* p) { (*static_cast<const Predict*>(p))(); }) {}
+  // `predict` is called later, by address: a named object that outlives this one, never a temporary.
+  template <class Predict>
+  CompileAheadOnMiss(const at::Tensor& x, const Predict&& predict) = delete;
   ~CompileAheadOnMiss();
   CompileAheadOnMiss(const CompileAheadOnMiss&) = delete;
   CompileAheadOnMiss& operator=(const CompileAheadOnMiss&) = delete;
@@ -146,8 +150,7 @@ class CompileAheadOnMiss {
   CompileAheadOnMiss(const at::Tensor& x, const void* predict, void (*call)(const void*)) noexcept;
   const void* predict_;
   void (*call_)(const void*) = nullptr;  // null once run, or when not armed
-  CompileAheadOnMiss* outer_ = nullptr;
-  bool armed_ = false;
+  CompileAheadOnMiss* outer_;
 };
 
 // The kernel of `family` for these template arguments (in the kernel's parameter order) on `device`:

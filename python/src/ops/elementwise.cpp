@@ -75,7 +75,8 @@ struct ElementwiseFunction : public torch::autograd::Function<ElementwiseFunctio
         if (inputs[i].requires_grad())
           if (const ElementwiseFn* d = fn.derivative(i)) d->prepare_ahead(grad_dtype, inputs, scalars);
     };
-    const CompileAheadOnMiss ahead(inputs.empty() ? at::Tensor() : inputs[0], predict);
+    static const at::Tensor none;
+    const CompileAheadOnMiss ahead(inputs.empty() ? none : inputs[0], predict);
     return call_below_autograd<&elementwise_cuda>(kName, spec, inputs, scalars);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
