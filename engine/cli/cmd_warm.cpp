@@ -5,8 +5,6 @@
 // exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
 
-#include <sched.h>
-
 #include <algorithm>
 #include <thread>
 
@@ -18,6 +16,7 @@
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/manifest.hpp"
 #include "kjit/error.hpp"
+#include "kjit/usable_cpus.hpp"
 #include "param_text.hpp"
 #include "warm.hpp"
 
@@ -25,13 +24,6 @@ namespace kjit::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The CPUs this process may run on (its affinity mask: a container's or taskset's limit), the default -j.
-unsigned usable_cpus() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 struct WarmRequest {
   std::string manifest;

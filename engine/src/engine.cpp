@@ -1,7 +1,5 @@
 #include "kjit/engine.hpp"
 
-#include <sched.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -14,6 +12,7 @@
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/trace.hpp"
+#include "kjit/usable_cpus.hpp"
 #include "recorder.hpp"
 
 #ifndef KJIT_VERSION
@@ -82,12 +81,7 @@ const char* to_string(Origin o) noexcept {
 namespace {
 // Threads for prepare_ahead(): two (an op's backward may want two kernels), none where this process may
 // use one CPU only (there the work would only slow the thread that waits for its own compile).
-unsigned ahead_threads() {
-  cpu_set_t set;
-  const int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                  : static_cast<int>(std::thread::hardware_concurrency());
-  return cpus >= 2 ? 2 : 0;
-}
+unsigned ahead_threads() { return usable_cpus() >= 2 ? 2 : 0; }
 }  // namespace
 
 Engine::Engine(Settings settings)
