@@ -118,6 +118,8 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
                {"device_debug", o.device_debug},
                {"max_registers", o.max_registers ? Json(*o.max_registers) : Json(nullptr)},
                {"defines", o.defines}};
+  // Only when set: the id of every record written before the option existed stays what it was.
+  if (o.minimal) opts["minimal"] = true;
   return {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
 }
 
@@ -222,6 +224,7 @@ class Reader {
     r.options.fast_math = boolean(o, "fast_math", ow);
     r.options.line_info = boolean(o, "line_info", ow);
     r.options.device_debug = boolean(o, "device_debug", ow);
+    if (o.contains("minimal")) r.options.minimal = boolean(o, "minimal", ow);
     auto mr = o.find("max_registers");
     if (mr != o.end() && !mr->is_null()) {
       const auto n = as_int64(*mr);

@@ -26,6 +26,7 @@ struct CompileRequest {
   std::vector<std::string> defines;
   std::string std;  // empty: CompileOptions' default
   bool fast_math = false;
+  bool minimal = false;
   bool json = false;
 };
 
@@ -46,6 +47,7 @@ CompileOptions options_of(const CompileRequest& r) {
   CompileOptions o;
   if (!r.std.empty()) o.std = r.std;
   o.fast_math = r.fast_math;
+  o.minimal = r.minimal;
   o.defines = parse_defines(r.defines);
   return o;
 }
@@ -155,6 +157,9 @@ Command add_compile_command(CLI::App& app, Context& ctx) {
       ->type_name("STD")
       ->check(CLI::IsMember({"c++17", "c++20"}));
   sub->add_flag("--fast-math", r->fast_math, "Compile with --use_fast_math");
+  sub->add_flag("--minimal", r->minimal,
+                "NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or "
+                "launches, no runtime API types; 4-7 ms less per compile (kjit.ops and kjit.elementwise use it)");
   sub->add_flag("--json", r->json, "Print JSON");
   return {sub, [&ctx, r]() { return run_compile(ctx, *r); }};
 }

@@ -28,6 +28,7 @@ std::vector<std::string> CompileOptions::canonical() const {
   if (fast_math) out.push_back("--use_fast_math");
   if (line_info) out.push_back("--generate-line-info");
   if (device_debug) out.push_back("--device-debug");
+  if (minimal) out.push_back("--minimal");
   if (max_registers) out.push_back("--maxrregcount=" + std::to_string(*max_registers));
   for (const auto& [name, value] : defines) out.push_back("-D" + name + "=" + value);
   return out;
@@ -49,7 +50,7 @@ std::pair<std::string, std::string> parse_define(const std::string& text) {
 
 bool CompileOptions::operator==(const CompileOptions& o) const {
   return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
-         device_debug == o.device_debug && max_registers == o.max_registers && defines == o.defines;
+         device_debug == o.device_debug && minimal == o.minimal && max_registers == o.max_registers && defines == o.defines;
 }
 
 }  // namespace kjit

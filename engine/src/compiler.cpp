@@ -118,14 +118,6 @@ void check_types_are_declared(const Specialization& spec) {
   }
 }
 
-bool nvrtc_caches_compiles() {
-  static const bool has = [] {
-    const NvrtcLibrary& lib = NvrtcLibrary::get();
-    return lib.major() > 12 || (lib.major() == 12 && lib.minor() >= 9);
-  }();
-  return has;
-}
-
 // The names in NVRTC's "could not open source file "X"" lines.
 std::vector<std::string> unopened_includes(const std::string& log) {
   std::vector<std::string> out;
@@ -175,7 +167,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
   for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
   // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
   // itself, and a compile it counts and times must be a real one with a full log.
-  if (nvrtc_caches_compiles()) out.flags.push_back("--no-cache");
+  if (NvrtcLibrary::get().caches_compiles()) out.flags.push_back("--no-cache");
   NvrtcJob job;
   job.source = t.source();
   job.program_name = program_name(t);
@@ -222,6 +214,11 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
         << ")\n  name expression: " << job.name_expression << "\n  options:";
     for (const auto& f : out.flags) msg << ' ' << f;
     msg << unresolved_hint(out.log, t);
+    if (spec.options().minimal)
+      msg << "\ncompiled with minimal=True (NVRTC's --minimal), which leaves out texture and surface functions and "
+             "types, the device-side CUDA runtime (cudaMalloc, ... in device code), launches from device code and "
+             "the runtime API's types and macros (cudaError_t, ...): if the template uses any of them, compile it "
+             "with minimal=False (--minimal off in `kjit compile`).";
     msg << "\n--- log ---\n" << out.log;
     if (!excerpt.empty()) msg << "\n--- source ---\n" << excerpt;
     throw CompileError(msg.str(), out.log, job.name_expression, out.flags, excerpt);

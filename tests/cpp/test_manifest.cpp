@@ -120,6 +120,41 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
 }
 
+// minimal (NVRTC's lean front end, what kjit.ops compile with) is kept by a record and read back into the
+// same options, hence the same key; a record without it has no "minimal" field at all, so every record
+// written before the option existed keeps its id.
+TEST(Manifest, TheLeanFrontEndIsRecordedOnlyWhenOn) {
+  kjit::CompileOptions lean;
+  lean.minimal = true;
+  const ManifestRecord on = kjit::to_record(add_constant("float32", 4, lean));
+  const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
+  EXPECT_NE(on.id(), off.id());
+  Manifest m;
+  EXPECT_TRUE(m.add(on));
+  EXPECT_TRUE(m.add(off));
+  const std::string text = kjit::cache::manifest_to_json(m);
+  const std::vector<nlohmann::json> lines = json_lines(text);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["record"]["options"]["minimal"], true);
+  EXPECT_FALSE(lines[2]["record"]["options"].contains("minimal")) << lines[2].dump();
+  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
+  ASSERT_EQ(back.records().size(), 2u);
+  EXPECT_TRUE(back.records()[0].options.minimal);
+  EXPECT_FALSE(back.records()[1].options.minimal);
+  EXPECT_EQ(back.records()[0].id(), on.id());
+  const kjit::Specialization again = kjit::specialization_of(back.records()[0], kjit::template_of(back.records()[0]));
+  EXPECT_TRUE(again.options() == lean);
+  // A value that is not a bool is a clear error naming the field.
+  std::string bad = text;
+  bad.replace(bad.find("\"minimal\":true"), 14, "\"minimal\":1234");
+  try {
+    kjit::cache::parse_manifest(bad, "m.json");
+    FAIL() << "a non-bool minimal was read";
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("minimal"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {
   std::shared_ptr<const kjit::Template> original;
   ManifestRecord r;

@@ -66,7 +66,8 @@ def test_kernel_options():
     f = t.kernel("add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True},
                  max_registers=64)
     assert f.options == {"std": "c++17", "fast_math": True, "line_info": False, "device_debug": False,
-                         "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
+                         "minimal": False, "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
+    assert t.kernel("add_constant", minimal=True).options["minimal"] is True
     # A define without a value is 1, as nvcc -DNAME and `kjit compile --define NAME` have it.
     assert t.kernel("add_constant", defines=["X", "Y=2", "Z="]).options["defines"] == {"X": "1", "Y": "2", "Z": ""}
 

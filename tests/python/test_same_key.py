@@ -67,3 +67,20 @@ def test_a_bare_define_is_one_in_every_spelling():
     keys = {t.kernel("scale", defines=d).specialize(arch="sm_90", T=torch.float32, N=2).key
             for d in (["FLAG"], ["FLAG=1"], {"FLAG": 1}, {"FLAG": True}, {"FLAG": None}, {"FLAG": "1"})}
     assert len(keys) == 1
+
+
+def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit):
+    # What kjit.ops compile (minimal=True, NVRTC's --minimal) can be warmed from the command line and Python alike.
+    def cli_key(*extra):
+        r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+                     "--arch", "sm_90", "--json", *extra)
+        return json.loads(r.stdout)["results"][0]["key"]
+
+    fam = kjit.Template.builtin("add_constant").kernel("add_constant", minimal=True)
+    assert fam.options["minimal"] is True
+    assert kjit.Template.builtin("add_constant").kernel("add_constant").options["minimal"] is False
+    lean = fam.specialize(T=torch.float32, VEC=4, arch="sm_90").key
+    full = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90").key
+    assert lean != full
+    assert cli_key("--minimal") == lean
+    assert cli_key() == full

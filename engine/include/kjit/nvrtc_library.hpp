@@ -43,6 +43,9 @@ class NvrtcLibrary {
   int major() const { return major_; }
   int minor() const { return minor_; }
   const std::vector<int>& supported_archs() const { return archs_; }  // e.g. {75, 80, 86, 89, 90, 100, 120}
+  // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries itself
+  // and passes --no-cache, so that a compile it counts and times is a real one.
+  bool caches_compiles() const { return major_ > 12 || (major_ == 12 && minor_ >= 9); }
   std::string path() const { return lib_.path().string(); }
 
   // Throws kjit::Error "<call> failed: <nvrtc error string>" when r != NVRTC_SUCCESS.

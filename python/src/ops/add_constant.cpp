@@ -10,7 +10,7 @@ namespace {
 constexpr const char* kOp = "kjit.ops.add_constant";
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("add_constant"), "add_constant");
+  static const KernelFamily f(Engine::global(), Template::builtin("add_constant"), "add_constant", library_options());
   return f;
 }
 

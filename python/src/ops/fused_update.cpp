@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kOp = "kjit.ops.fused_update";
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("fused_update"), "fused_update");
+  static const KernelFamily f(Engine::global(), Template::builtin("fused_update"), "fused_update", library_options());
   return f;
 }
 

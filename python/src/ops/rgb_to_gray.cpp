@@ -15,7 +15,7 @@ constexpr unsigned kBlockX = 32, kBlockY = 8;
 constexpr std::int64_t kMaxGridYZ = 65535;
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("rgb_to_gray"), "rgb_to_gray");
+  static const KernelFamily f(Engine::global(), Template::builtin("rgb_to_gray"), "rgb_to_gray", library_options());
   return f;
 }
 

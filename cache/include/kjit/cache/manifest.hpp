@@ -56,6 +56,7 @@ struct ManifestOptions {
   bool fast_math = false;
   bool line_info = false;
   bool device_debug = false;
+  bool minimal = false;  // written only when true (records before it have no such field)
   std::optional<int> max_registers;
   std::map<std::string, std::string> defines;
 };
