@@ -12,6 +12,10 @@ torch's autograd engine started (a first backward of torch's own) before the clo
                                             layer_norm, rms_norm, sum, an elementwise expression), then
                                             the first backward through it
   kjit, warm cache, a new process           the first call of the add kernel, then of softmax
+  kjit, no preload                          the add kernel's first compile of a process and a new
+                                            specialization with KJIT_PRELOAD_COMPILER=0: NVRTC's start-up
+                                            paid by the first compile (by default a background thread pays it
+                                            once torch starts CUDA: "compiler preload" in kjit's table)
   peers                                     the first call of the same add kernel, empty and warm cache
 
 Each kjit figure comes with kjit.stats()["phase_ms"]: the time in each step (template: reading and
@@ -89,6 +93,10 @@ for name in OPS:
 PROBES = {
     "kjit": {
         "empty": _KJIT_PRELUDE + r"""
+# The compiler preload (kjit/compiler_preload.hpp) started on a background thread when the prelude started CUDA:
+# how long it took, if it ended before the clock (-1: still running at the first call, which then waited for it).
+preload = kjit._core._compiler_preload_ms()
+out["compiler preload (background, since CUDA started)"] = {"ms": -1.0 if preload is None else preload}
 y = timed("add, first kjit compile of the process", lambda: ops.add_constant(x, 1.0))
 assert float(y[0]) == 2.0
 y = timed("add, new specialization", lambda: ops.add_constant(xd, 1.0))
@@ -103,6 +111,22 @@ assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
 h = torch.randn(64, 4096, device="cuda"); torch.cuda.synchronize()
 timed("softmax", lambda: ops.softmax(h, -1))
 assert out["softmax"]["compiles"] == 0, out
+print(json.dumps(out))
+""",
+    },
+    # The same first compiles with the preload turned off (KJIT_PRELOAD_COMPILER=0, PROBE_ENV): what the first
+    # compile of a process costs when NVRTC's start-up is paid by that compile.
+    "kjit, no preload": {
+        "empty": _KJIT_PRELUDE + r"""
+y = timed("add, first kjit compile of the process", lambda: ops.add_constant(x, 1.0))
+assert float(y[0]) == 2.0
+y = timed("add, new specialization", lambda: ops.add_constant(xd, 1.0))
+assert float(y[0]) == 2.0
+print(json.dumps(out))
+""",
+        "warm": _KJIT_PRELUDE + r"""
+y = timed("add", lambda: ops.add_constant(x, 1.0))
+assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
 print(json.dumps(out))
 """,
     },
@@ -141,8 +165,10 @@ print(json.dumps({"add": {"ms": ms}}))
 }
 
 # The environment variable that moves each peer's disk cache.
-CACHE_ENV = {"kjit": "KJIT_CACHE_DIR", "cupy": "CUPY_CACHE_DIR", "triton": "TRITON_CACHE_DIR",
-             "jiterator": "PYTORCH_KERNEL_CACHE_PATH"}
+CACHE_ENV = {"kjit": "KJIT_CACHE_DIR", "kjit, no preload": "KJIT_CACHE_DIR", "cupy": "CUPY_CACHE_DIR",
+             "triton": "TRITON_CACHE_DIR", "jiterator": "PYTORCH_KERNEL_CACHE_PATH"}
+# Further environment of a probe.
+PROBE_ENV = {"kjit, no preload": {"KJIT_PRELOAD_COMPILER": "0"}}
 
 
 class ProbeFailed(RuntimeError):
@@ -169,7 +195,7 @@ def _pair(peer: str, cold_src: str, warm_src: str, timeout_s: float) -> tuple[di
     """One empty-cache process, then one warm-cache process on the same cache directory."""
     with tempfile.TemporaryDirectory(prefix="kjit-bench-") as cache, \
             tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache:
-        env = dict(os.environ, **{CACHE_ENV[peer]: cache}, CUDA_CACHE_PATH=cuda_cache)
+        env = dict(os.environ, **{CACHE_ENV[peer]: cache}, CUDA_CACHE_PATH=cuda_cache, **PROBE_ENV.get(peer, {}))
         env.pop("KJIT_CACHE_PATH", None)
         env.pop("KJIT_REMOTE_CACHE", None)
         results = []
@@ -224,7 +250,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> 
                      "12.9+, so every empty-cache figure is a real compile",
            "results": res}
     for peer in PROBES:
-        if peer != "kjit" and not machine.available(peer_versions, peer):
+        if not peer.startswith("kjit") and not machine.available(peer_versions, peer):
             res[peer] = peer_versions.get(peer) or f"skipped: {peer} not detected"
         else:
             try:

@@ -1,15 +1,26 @@
-"""NVRTC compile time of some library kernels (fp32, rows of 4096) under candidate flags: median of 3
-compiles in one process, sm_90, --no-cache, the kjit templates and CUDA headers by include path (not in
-memory as kjit hands them). A measurement for choosing flags: a flag that saves compile time must also
-be measured for the kernels' speed (bench/bandwidth.py) before kjit uses it. Needs no GPU.
+"""NVRTC compile time of some library kernels (fp32, rows of 4096) under candidate flags: the median of
+--repeats compiles in one process, the variants taking turns (one compile of each per round, so that a
+drift of the machine reaches every variant alike), sm_90, --no-cache, the kjit templates and CUDA headers by
+include path (not in memory as kjit hands them). A measurement for choosing flags: a flag that saves
+compile time and changes the binary must also be measured for the kernels' speed (bench/bandwidth.py)
+before kjit uses it (--minimal does not change it: tests/cpp/test_builtin_templates.cpp). Needs no GPU.
 
-    python bench/nvrtc_flags.py
+    python bench/nvrtc_flags.py [--variants base,minimal] [--repeats 9]
 """
-import ctypes, time, sys, os, json
-import kjit
+import argparse
+import ctypes
+import os
+import statistics
+import time
+
+import kjit  # noqa: F401  (the toolkit kjit found)
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default="base,Ofc=min,Ofc=mid,Ofc=max,minimal,min+Ofc=max")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
     from kjit import _core
     tk = _core.toolkit()
     lib = ctypes.CDLL(tk["nvrtc_library"])
@@ -37,15 +48,17 @@ def main() -> None:
         return st, dt
     comp("add_constant.cuh", "add_constant<float, 1>", [])
     variants = {"base": [], "Ofc=min": [b"--Ofast-compile=min"], "Ofc=mid": [b"--Ofast-compile=mid"], "Ofc=max": [b"--Ofast-compile=max"], "minimal": [b"--minimal"], "min+Ofc=max": [b"--minimal", b"--Ofast-compile=max"]}
+    chosen = args.variants.split(",")
+    for name in chosen:
+        if name not in variants:
+            ap.error(f"--variants: {name!r} is not one of {', '.join(variants)}")
     for fname, expr in cases:
-        row = []
-        for name, extra in variants.items():
-            ts = []
-            for r in range(3):
-                st, dt = comp(fname, expr + "" , extra)
-                ts.append(dt if st == 0 else float('nan'))
-            row.append(f"{name} {sorted(ts)[1]:.0f}")
-        print(expr, " | ".join(row), flush=True)
+        times = {name: [] for name in chosen}
+        for _ in range(args.repeats):
+            for name in chosen:
+                st, dt = comp(fname, expr, variants[name])
+                times[name].append(dt if st == 0 else float("nan"))
+        print(expr, " | ".join(f"{name} {statistics.median(ts):.1f}" for name, ts in times.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def behind(result: dict) -> list[dict]:
     fc = (result.get("first_call") or {}).get("results") or {}
     if _is(fc.get("kjit")):
         for peer, v in fc.items():
-            if peer == "kjit" or not _is(v):
+            if peer.startswith("kjit") or not _is(v):  # kjit itself, and its variants (no preload)
                 continue
             for kind, label in (("empty_cache", "first call of the add kernel, empty cache"),
                                 ("warm_cache_new_process", "first call of the add kernel, new process, warm cache")):

@@ -283,6 +283,10 @@ std::string seconds(double s) {
 std::shared_lock<std::shared_mutex> hold_off_forks() { return std::shared_lock<std::shared_mutex>(fork_gate()); }
 
 namespace {
+thread_local bool forking_a_compile_child = false;  // Child::start, around its fork()
+}  // namespace
+
+bool this_thread_forks_a_compile_child() noexcept { return forking_a_compile_child; }
 
 // NVRTC dlopens its builtins library on its first compile: load it (by the same name, so NVRTC's own
 // dlopen finds it loaded) before any compile that may open no file. Failing that, one compile here.
@@ -302,6 +306,8 @@ void load_what_nvrtc_reads_once() {
     run_nvrtc(warm);
   });
 }
+
+namespace {
 
 [[noreturn]] void refuse_unfiltered(const std::string& what, const std::string& why) {
   throw Error("kjit will not compile " + what + ": it comes from a manifest (anyone may have written it), and "
@@ -326,7 +332,9 @@ class Child {
       std::unique_lock<std::shared_mutex> gate(fork_gate());
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
         throw Error("cannot start the compiler process for " + what + ": socketpair: " + std::strerror(errno));
+      forking_a_compile_child = true;
       pid = fork();
+      forking_a_compile_child = false;
       if (pid == 0) {
         ::close(fds[0]);
         child_main(fds[1], parent, memory_bytes, filter);

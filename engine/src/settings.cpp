@@ -46,6 +46,10 @@ const std::vector<SettingInfo>& setting_registry() {
        "wall-clock limit of one isolated compile (default 300)"},
       {"KJIT_COMPILE_MEMORY", "a positive integer, optional suffix K, M, G",
        "memory one isolated compile may add (default 8G)"},
+      {"KJIT_PRELOAD_COMPILER", "1 | 0",
+       "1 (default): once a process starts CUDA (through torch), load NVRTC and run one tiny compile on a "
+       "background thread, so that its first kernel compile does not pay NVRTC's start-up (20-35 ms); "
+       "never in strict mode or with one usable CPU. 0: NVRTC is loaded by the first compile"},
       {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
        "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "
        "and one compile per key across every process that uses it"},
@@ -278,6 +282,11 @@ Settings Settings::from_lookup(const Lookup& get) {
     }
   }
   s.remote_cache = remote_cache_of(nonempty);
+  if (auto v = nonempty("KJIT_PRELOAD_COMPILER")) {
+    if (*v == "1") s.preload_compiler = true;
+    else if (*v == "0") s.preload_compiler = false;
+    else bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
+  }
   if (auto v = nonempty("KJIT_VERBOSE"))
     s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));
   if (auto v = nonempty("KJIT_MAX_SPECIALIZATIONS"))

@@ -10,7 +10,8 @@ launches it on PyTorch's current stream::
     k.launch(grid, block, x, y, 5.0, x.numel())
     kjit.stats()
 
-`import kjit` loads neither NVRTC nor the CUDA driver: both are loaded on first use. torch is optional:
+`import kjit` loads neither NVRTC nor the CUDA driver: both are loaded on first use, NVRTC ahead of it on a
+background thread once torch starts CUDA (KJIT_PRELOAD_COMPILER=0 turns that off). torch is optional:
 without it, kjit compiles templates and launches kernels on other frameworks' arrays (CuPy, JAX,
 Numba); kjit.ops and kjit.elementwise need torch.
 """
@@ -98,6 +99,34 @@ def _setup():
 
 
 _setup()
+
+
+def _preload_compiler_when_cuda_starts():
+    """Once torch starts CUDA (a process that will launch kernels), NVRTC is loaded and runs one tiny compile on
+    a background thread (kjit/compiler_preload.hpp): the process's first kjit compile then costs what a later one
+    does, without NVRTC's start-up (20-35 ms). KJIT_PRELOAD_COMPILER=0 turns it off; strict mode, whose process
+    never compiles, never loads NVRTC."""
+    import atexit
+
+    def start():
+        try:
+            major, minor = _torch.cuda.get_device_capability()
+            sm = major * 10 + minor
+        except Exception:  # noqa: BLE001 (any failure: the preload picks its target itself)
+            sm = 0
+        _core._preload_compiler(sm)  # never raises: False when it does not run
+
+    lazy_call = getattr(_torch.cuda, "_lazy_call", None)  # runs `start` when torch initializes CUDA
+    if lazy_call is None:
+        return
+    # At exit, no NVRTC call may still run while the interpreter and the process's static objects go
+    # (registered after _logging's hooks, so it runs before them).
+    atexit.register(_core._wait_for_compiler_preload)
+    lazy_call(start)
+
+
+if _torch is not None:
+    _preload_compiler_when_cuda_starts()
 
 # kjit.ValueError / kjit.TypeError are subclasses of kjit.Error and of the builtins of the same name.
 # Set last, so that nothing above sees them in place of the builtins.

@@ -113,9 +113,9 @@ class Template:
         """
     def __repr__(self) -> str:
         ...
-    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False) -> KernelFamily:
+    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False, minimal: bool = False) -> KernelFamily:
         """
-        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE'].
+        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 4-7 ms less per compile, the same binary for a kernel that uses none of them).
         """
     @property
     def digest(self) -> str:
@@ -217,9 +217,17 @@ def _close_log() -> None:
     """
     Stops routing log events to Python (at exit): later ones are KJIT_VERBOSE lines on stderr.
     """
+def _compiler_preload() -> typing.Any:
+    """
+    What the compiler preload did once it ended: {'ms': how long it took, 'compiled': whether NVRTC was loaded and its compile ran}; None before, or when none ran.
+    """
 def _drain_background_jobs(drop_queued: bool = False) -> None:
     """
     Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its forward). With drop_queued, those not started are dropped and no more are taken: registered so with atexit, so that none is inside NVRTC while the interpreter finalizes and a long queue does not hold the exit.
+    """
+def _preload_compiler(sm: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+    """
+    Starts the compiler preload (kjit/compiler_preload.hpp): NVRTC loaded and one tiny compile run on a background thread, so that the process's first kernel compile does not pay NVRTC's start-up. The package calls it when torch starts CUDA. False when KJIT_PRELOAD_COMPILER=0, in strict mode (then without NVRTC), with one usable CPU or bad settings.
     """
 def _set_log_handler(handler: collections.abc.Callable) -> None:
     """
@@ -228,6 +236,10 @@ def _set_log_handler(handler: collections.abc.Callable) -> None:
 def _verbose() -> int:
     """
     KJIT_VERBOSE (0, 1 or 2) as the settings read it.
+    """
+def _wait_for_compiler_preload() -> None:
+    """
+    Waits until the compiler preload (if any) has ended (registered with atexit).
     """
 def admit_shape(kernel: str, param: str, value: typing.SupportsInt | typing.SupportsIndex) -> int:
     """

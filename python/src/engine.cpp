@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kjit/compiler_preload.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/shape_policy.hpp"
@@ -107,6 +108,25 @@ void bind_engine(py::module_& m) {
       "forward). With drop_queued, those not started are dropped and no more are taken: registered so with "
       "atexit, so that none is inside NVRTC while the interpreter finalizes and a long queue does not hold the "
       "exit.");
+  m.def("_preload_compiler", &preload_compiler, py::arg("sm") = 0,
+        "Starts the compiler preload (kjit/compiler_preload.hpp): NVRTC loaded and one tiny compile run on a "
+        "background thread, so that the process's first kernel compile does not pay NVRTC's start-up. The "
+        "package calls it when torch starts CUDA. False when KJIT_PRELOAD_COMPILER=0, in strict mode (then "
+        "without NVRTC), with one usable CPU or bad settings.");
+  m.def("_wait_for_compiler_preload", &wait_for_compiler_preload, py::call_guard<py::gil_scoped_release>(),
+        "Waits until the compiler preload (if any) has ended (registered with atexit).");
+  m.def(
+      "_compiler_preload",
+      []() -> py::object {
+        const auto r = compiler_preload_report();
+        if (!r) return py::none();
+        py::dict d;
+        d["ms"] = r->ms;
+        d["compiled"] = r->compiled;
+        return d;
+      },
+      "What the compiler preload did once it ended: {'ms': how long it took, 'compiled': whether NVRTC was loaded "
+      "and its compile ran}; None before, or when none ran.");
   m.def(
       "clear_memory",
       [] {

@@ -12,7 +12,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -24,9 +28,11 @@
 #include "cli.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/compiler.hpp"
+#include "kjit/compiler_preload.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/kernel_family.hpp"
 #include "kjit/nvrtc_library.hpp"
+#include "kjit/usable_cpus.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -153,4 +159,68 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
   const std::vector<long> one = compile_pids("1");
   ASSERT_EQ(one.size(), 4u);
   for (long pid : one) EXPECT_EQ(pid, static_cast<long>(::getpid())) << "-j 1 compiled in a child";
+}
+
+// The compiler preload (compiler_preload.hpp) runs on a thread of its own from the moment CUDA starts; a
+// fork() that any other thread takes meanwhile (a DataLoader starting its workers, os.fork()) must not catch
+// that thread inside the dynamic loader or NVRTC: a fork handler makes fork() wait for the preload's end.
+// The stand-in's own fork handler counts forks made while a thread is inside NVRTC; it is registered first
+// (NVRTC loaded here before the preload starts), so it runs after the preload's (handlers run last-in first).
+TEST(ForkSafety, AForkTakenDuringTheCompilerPreloadWaitsForItsEnd) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  if (usable_cpus() < 2) GTEST_SKIP() << "the preload runs only with two usable CPUs or more";
+  if (!NvrtcLibrary::loaded()) {
+    ASSERT_EQ(::setenv("KJIT_TEST_REAL_NVRTC", KJIT_REAL_NVRTC, 1), 0);
+    ASSERT_EQ(::setenv("KJIT_NVRTC_LIBRARY", KJIT_NVRTC_FORK_WATCH, 1), 0);
+  }
+  ASSERT_EQ(NvrtcLibrary::get().path(), KJIT_NVRTC_FORK_WATCH);
+  ASSERT_FALSE(compiler_preload_report().has_value());
+  ASSERT_TRUE(preload_compiler(90));
+  const pid_t pid = ::fork();  // at once: the preload has 20 ms or more to go
+  if (pid == 0) _exit(0);
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(compiler_preload_report().has_value()) << "fork() returned while the preload was running";
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  using Count = int (*)(char*, int);
+  void* watch = ::dlopen(KJIT_NVRTC_FORK_WATCH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(watch, nullptr);
+  auto count = reinterpret_cast<Count>(::dlsym(watch, "kjit_test_forks_inside_nvrtc"));
+  ASSERT_NE(count, nullptr);
+  char last[128] = {};
+  EXPECT_EQ(count(last, sizeof last), 0) << "a fork caught the preload inside " << last;
+  ::dlclose(watch);
+  EXPECT_TRUE(preload_compiler(90)) << "a second call reports the one preload";
+}
+
+// kjit's own compile children are forked under the fork gate, which the preload takes around its steps: such a
+// fork waits for a step in progress, never for the whole preload (which may itself wait for the gate).
+TEST(ForkSafety, ACompileChildForkedDuringTheCompilerPreloadIsNotHeldBackByIt) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "compiles run in-process under a sanitizer";
+  if (usable_cpus() < 2) GTEST_SKIP() << "the preload runs only with two usable CPUs or more";
+  ASSERT_TRUE(preload_compiler(90));
+  // On a detached thread: if it never ends, the test fails instead of waiting for it forever.
+  auto promise = std::make_shared<std::promise<NvrtcOutcome>>();
+  std::future<NvrtcOutcome> compiled = promise->get_future();
+  std::thread([promise] {
+    NvrtcJob job;
+    job.source = "extern \"C\" __global__ void k(int* y) { y[0] = 1; }\n";
+    job.program_name = "k.cu";
+    job.name_expression = "k";
+    job.flags = {"--gpu-architecture=sm_90", "--no-source-include"};
+    try {
+      promise->set_value(run_nvrtc_in_child(job, CompileBounds{}, "a test kernel", "lineage"));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  ASSERT_EQ(compiled.wait_for(std::chrono::seconds(120)), std::future_status::ready)
+      << "a compile child forked during the preload never finished";
+  const NvrtcOutcome out = compiled.get();
+  EXPECT_TRUE(out.ok()) << out.log;
+  EXPECT_FALSE(out.payload.empty());
+  wait_for_compiler_preload();
+  ASSERT_TRUE(compiler_preload_report().has_value());
+  EXPECT_TRUE(compiler_preload_report()->compiled);
 }

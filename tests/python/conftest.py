@@ -47,11 +47,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _background_compiles_end_with_their_test():
     """Kernels a test's forwards compile ahead (an op's backward, on background threads) finish before the
-    next test starts, so that no test's counters take in another test's compiles."""
+    next test starts, and so does the compiler preload (started when a test first starts CUDA), so that no
+    test's counters take in another test's work."""
     yield
     kjit = sys.modules.get("kjit")
     if kjit is not None and hasattr(kjit, "_core"):
         kjit._core._drain_background_jobs()
+        kjit._core._wait_for_compiler_preload()
 
 
 @pytest.fixture

@@ -461,8 +461,9 @@ def test_first_call_keeps_going_past_a_failed_peer_and_saves_after_every_probe(m
     out = first_call.run(True, peer_versions=versions, save=lambda part: saved.append(json.loads(json.dumps(part))))
     assert out["results"]["jiterator"] == "failed: ProbeFailed: timed out after 120 s (killed)"
     assert out["results"]["cupy"] == "skipped: cupy not installed"
-    assert [list(s["results"]) for s in saved] == [["kjit"], ["kjit", "cupy"], ["kjit", "cupy", "triton"],
-                                                   ["kjit", "cupy", "triton", "jiterator"]]
+    k = ["kjit", "kjit, no preload"]
+    assert [list(s["results"]) for s in saved] == [k[:1], k, k + ["cupy"], k + ["cupy", "triton"],
+                                                   k + ["cupy", "triton", "jiterator"]]
     assert "--no-cache" in out["method"] and "CUDA_CACHE_PATH" in out["method"]
 
 
@@ -490,3 +491,17 @@ def test_first_call_partial_or_odd_results_render_without_error():
     assert "| empty cache | rms_norm forward + backward | 120.0 | - | - | - | - | - | 120.0 | 0 | <= 100: over |" in md
     assert "sum forward" not in md
     assert "The first_call section failed part way: ProbeFailed: timed out after 120 s (killed)" in md
+
+
+def test_first_call_shows_the_compiler_preload_and_the_run_without_it_which_is_no_peer():
+    r = synthetic()
+    fc = r["first_call"]["results"]
+    fc["kjit"]["empty_cache"] = {"compiler preload (background, since CUDA started)": {"ms": _ms(31.0)},
+                                 **fc["kjit"]["empty_cache"]}
+    fc["kjit, no preload"] = {"empty_cache": {"add, first kjit compile of the process": _case(40.0, compile=35.0)},
+                              "warm_cache_new_process": {"add": _case(4.0, compiles=0)}}
+    md = report.markdown(r)
+    assert "| empty cache | compiler preload (background, since CUDA started) | 31.0 (31.0-31.0) |" in md
+    assert "| kjit, no preload | 40.0 ms (40.0-40.0) | 4.0 ms (4.0-4.0) | 0.82x | 0.87x |" in md
+    # The run without the preload is kjit's own figure, never listed as a peer kjit is behind.
+    assert not any(x["peer"] == "kjit, no preload" for x in report.behind(r))

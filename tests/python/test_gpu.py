@@ -242,3 +242,32 @@ def test_launch_rejects_a_tensor_of_another_dtype_than_the_pointer():
     assert "points to float32 elements, got a tensor of Half" in str(e.value)
     k.launch(1, 32, x.float(), y, 1.0, 8)  # the process stays usable
     torch.testing.assert_close(y, torch.full_like(y, 2.0))
+
+
+def test_starting_cuda_preloads_the_compiler(run_py):
+    # The package's hook (torch.cuda._lazy_call): once torch starts CUDA, NVRTC is loaded and one compile runs on a
+    # background thread; the first kjit compile after that is an ordinary one.
+    r = run_py("""
+        import torch, kjit
+        from kjit import _core
+        print(_core._compiler_preload())
+        torch.zeros(1, device='cuda')
+        _core._wait_for_compiler_preload()
+        print(_core._compiler_preload()['compiled'])
+        y = kjit.ops.add_constant(torch.ones(1000, device='cuda'), 1.0)
+        print(float(y.sum()), kjit.stats()['compiles'])
+    """)
+    assert r.stdout.split("\n")[:3] == ["None", "True", "2000.0 1"], r
+
+
+@pytest.mark.parametrize("env,report", [({"KJIT_PRELOAD_COMPILER": "0"}, "None"),
+                                        ({"KJIT_CACHE_MODE": "strict"}, "False")], ids=["off", "strict"])
+def test_no_compiler_preload_when_turned_off_and_no_nvrtc_in_strict_mode(run_py, env, report):
+    r = run_py("""
+        import torch, kjit
+        from kjit import _core
+        torch.zeros(1, device='cuda')
+        _core._wait_for_compiler_preload()
+        print((_core._compiler_preload() or {}).get('compiled'))
+    """, env=env)
+    assert r.stdout.strip() == report, r

@@ -1,6 +1,7 @@
 """`import kjit` works without a GPU, is cheap, and loads neither the CUDA driver nor NVRTC by itself."""
 
 import builtins
+import textwrap
 
 import pytest
 
@@ -106,3 +107,89 @@ print(kjit.cache_info()["dir"])
 """
     r = run_python(["-c", code], env={"KJIT_CACHE_DIR": "rel-cache"}, cwd=str(tmp_path / "start"))
     assert r.stdout.strip() == str(tmp_path / "start" / "rel-cache"), r
+
+
+# ---- the compiler preload (engine/include/kjit/compiler_preload.hpp) ---------------------------------------------
+# The package starts it when torch starts CUDA; without a GPU these tests start it by hand, as that hook does.
+# (`import torch` maps libnvrtc itself, so what the preload did is read from its report, not from the maps.)
+_PRELOAD = textwrap.dedent("""
+    import os, sys
+    import torch, kjit
+    from kjit import _core
+    x = torch.ones(8) * 2  # torch on the CPU: CUDA never starts, so nothing is preloaded
+    print('before', _core._compiler_preload())
+    started = _core._preload_compiler(90)
+    _core._wait_for_compiler_preload()
+    report = _core._compiler_preload() or {}
+    print('after', started, report.get('compiled'), report.get('ms', 0) > 0)
+""")
+
+
+def _preload(run_py, env=None, prefix=""):
+    r = run_py(prefix + _PRELOAD, env=env)
+    before, after = r.stdout.split("\n")[:2]
+    return before.split(), after.split(), r
+
+
+def test_import_and_cpu_torch_start_no_preload(run_py):
+    before, _, r = _preload(run_py)
+    assert before == ["before", "None"], r
+
+
+def test_the_preload_loads_nvrtc_and_compiles_once_in_the_background(run_py):
+    _, after, r = _preload(run_py)
+    assert after == ["after", "True", "True", "True"], r
+    # Then the first compile of the process finds NVRTC loaded (and works as any other).
+    r = run_py(_PRELOAD + "k = kjit.Template.builtin('add_constant').kernel('add_constant')"
+                          ".specialize(T=torch.float32, VEC=4, arch='sm_90')\nprint(k.origin)\n")
+    assert r.stdout.split("\n")[2] == "compiled", r
+
+
+@pytest.mark.parametrize("env,after", [
+    ({"KJIT_PRELOAD_COMPILER": "0"}, ["after", "False", "None", "False"]),  # turned off
+    ({"KJIT_CACHE_MODE": "strict"}, ["after", "True", "False", "True"]),   # never compiles: no NVRTC, the rest
+    ({"KJIT_PRELOAD_COMPILER": "maybe"}, ["after", "False", "None", "False"]),  # bad: the first use reports it
+], ids=["off", "strict", "bad-setting"])
+def test_the_preload_obeys_the_settings(run_py, env, after):
+    _, got, r = _preload(run_py, env=env)
+    assert got == after, r
+    assert "KJIT_PRELOAD_COMPILER" not in r.stderr, r
+
+
+def test_a_bad_preload_setting_is_reported_on_use(run_py):
+    r = run_py("""
+        import kjit
+        try:
+            kjit.cache_info()
+        except kjit.ValueError as e:
+            print(e)
+    """, env={"KJIT_PRELOAD_COMPILER": "maybe"})
+    assert "KJIT_PRELOAD_COMPILER" in r.stdout and "'maybe'" in r.stdout and "1 | 0" in r.stdout, r
+
+
+def test_no_preload_on_a_single_cpu(run_py):
+    # With one usable CPU the thread would only slow the one that waits for its own compile.
+    _, after, r = _preload(run_py, prefix="import os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n")
+    assert after == ["after", "False", "None", "False"], r
+
+
+def test_a_fork_during_the_preload_waits_for_it_and_the_child_can_compile(run_py):
+    # os.fork() right after the start (a DataLoader starting its workers): fork() waits for the preload's end, so
+    # the child finds NVRTC and the loader in a clean state and compiles.
+    r = run_py("""
+        import os, torch, kjit
+        from kjit import _core
+        assert _core._preload_compiler(90)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                k = kjit.Template('__global__ void k(float* y) { y[0] = 1.0f; }', name='child.cu').kernel('k')
+                os._exit(0 if k.specialize(arch='sm_90').origin == 'compiled' else 3)
+            except BaseException:
+                os._exit(4)
+        print('ended before fork returned:', _core._compiler_preload() is not None)
+        _, status = os.waitpid(pid, 0)
+        print('child exit:', os.waitstatus_to_exitcode(status))
+    """, timeout=120)
+    assert "ended before fork returned: True" in r.stdout, r
+    assert "child exit: 0" in r.stdout, r

@@ -84,5 +84,12 @@ bool compile_children_are_safe() noexcept;
 
 // Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
 std::shared_lock<std::shared_mutex> hold_off_forks();
+// True on a thread while it forks a compile child (holding the fork gate exclusively): fork handlers of
+// kjit's own (compiler_preload.cpp) must not wait for work that needs the gate.
+bool this_thread_forks_a_compile_child() noexcept;
+
+// Loads what NVRTC would open on its first compile (its builtins library), once per process, under the
+// fork gate (loads NVRTC itself first). Every compile that may open no file calls it first.
+void load_what_nvrtc_reads_once();
 
 }  // namespace kjit
