@@ -39,6 +39,21 @@ using namespace kjit;
 using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
 
+namespace {
+// Forks the stand-in NVRTC counted while another thread was inside one of its calls (-1: the stand-in is not
+// loaded); `last` gets the call such a thread was in.
+int forks_inside_nvrtc(std::string* last) {
+  void* watch = ::dlopen(KJIT_NVRTC_FORK_WATCH, RTLD_NOW | RTLD_NOLOAD);
+  if (!watch) return -1;
+  auto count = reinterpret_cast<int (*)(char*, int)>(::dlsym(watch, "kjit_test_forks_inside_nvrtc"));
+  char buf[128] = {};
+  const int n = count ? count(buf, sizeof buf) : -1;
+  ::dlclose(watch);
+  *last = buf;
+  return n;
+}
+}  // namespace
+
 // The stand-in must be the NVRTC this process loads, before anything loads one (ctest runs each test of
 // this binary in a process of its own; run together, the second finds the stand-in loaded already).
 TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
@@ -89,15 +104,9 @@ TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
   EXPECT_EQ(compiled, 12);
   EXPECT_GT(plans.load(), 0);
 
-  using Count = int (*)(char*, int);
-  void* watch = ::dlopen(KJIT_NVRTC_FORK_WATCH, RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(watch, nullptr);
-  auto count = reinterpret_cast<Count>(::dlsym(watch, "kjit_test_forks_inside_nvrtc"));
-  ASSERT_NE(count, nullptr);
-  char last[128] = {};
-  EXPECT_EQ(count(last, sizeof last), 0) << "compile children were forked while another thread was inside "
-                                         << last << " (after " << plans.load() << " plans)";
-  ::dlclose(watch);
+  std::string last;
+  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "compile children were forked while another thread was inside "
+                                          << last << " (after " << plans.load() << " plans)";
 }
 
 // `kjit warm -j N` (N > 1) compiles in child processes, one kept per thread: NVRTC serializes the compiles of one process's
@@ -183,14 +192,8 @@ TEST(ForkSafety, AForkTakenDuringTheCompilerPreloadWaitsForItsEnd) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  using Count = int (*)(char*, int);
-  void* watch = ::dlopen(KJIT_NVRTC_FORK_WATCH, RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(watch, nullptr);
-  auto count = reinterpret_cast<Count>(::dlsym(watch, "kjit_test_forks_inside_nvrtc"));
-  ASSERT_NE(count, nullptr);
-  char last[128] = {};
-  EXPECT_EQ(count(last, sizeof last), 0) << "a fork caught the preload inside " << last;
-  ::dlclose(watch);
+  std::string last;
+  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "a fork caught the preload inside " << last;
   EXPECT_TRUE(preload_compiler(90)) << "a second call reports the one preload";
 }
 
