@@ -36,10 +36,13 @@ Preload& state() {
   return *p;
 }
 
+thread_local bool on_the_preload_thread = false;
+
 void wait_unless_forking_a_compile_child() {
   // kjit's own fork holds the fork gate, which the preload takes around each of its steps: it waits for
-  // those steps already, and waiting here would deadlock with one that waits for the gate.
-  if (!this_thread_forks_a_compile_child()) wait_for_compiler_preload();
+  // those steps already, and waiting here would deadlock with one that waits for the gate. Nor may the
+  // preload's own thread wait for itself, should anything it calls ever fork.
+  if (!this_thread_forks_a_compile_child() && !on_the_preload_thread) wait_for_compiler_preload();
 }
 
 // A cubin for `sm` when this NVRTC makes one, else for the newest architecture it knows: the set-up a
@@ -52,6 +55,7 @@ Target preload_target(int sm) {
 }
 
 void run(int sm, bool load_nvrtc) {
+  on_the_preload_thread = true;
   const auto start = std::chrono::steady_clock::now();
   bool compiled = false;
   try {

@@ -28,7 +28,8 @@ namespace kjit {
 bool preload_compiler(int sm = 0) noexcept;
 
 // Waits until the preload (if one was started) has ended. Python's exit hook calls it, so that no NVRTC
-// call runs while the interpreter and the process's static objects are torn down.
+// call runs while the interpreter and the process's static objects are torn down; a C++ program that
+// starts the preload calls it before it returns from main() (or calls exit()).
 void wait_for_compiler_preload() noexcept;
 
 // What the preload did, once it has ended; nullopt before, or when none ran.
