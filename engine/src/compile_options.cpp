@@ -6,6 +6,12 @@
 
 namespace kjit {
 
+CompileOptions CompileOptions::library() {
+  CompileOptions o;
+  o.minimal = true;
+  return o;
+}
+
 void CompileOptions::validate() const {
   if (std != "c++17" && std != "c++20")
     throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");

@@ -218,7 +218,7 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
       msg << "\ncompiled with minimal=True (NVRTC's --minimal), which leaves out texture and surface functions and "
              "types, the device-side CUDA runtime (cudaMalloc, ... in device code), launches from device code and "
              "the runtime API's types and macros (cudaError_t, ...): if the template uses any of them, compile it "
-             "with minimal=False (--minimal off in `kjit compile`).";
+             "with minimal=False (--minimal off in `kjit compile`); a kjit.elementwise expression cannot use them.";
     msg << "\n--- log ---\n" << out.log;
     if (!excerpt.empty()) msg << "\n--- source ---\n" << excerpt;
     throw CompileError(msg.str(), out.log, job.name_expression, out.flags, excerpt);

@@ -258,8 +258,9 @@ def compile_only(arch: str) -> list[Result]:
         for tmpl, kernel, params in kernels:
             k0 = time.perf_counter()
             try:
-                # minimal=True: NVRTC's lean front end, as kjit.ops compile them (the same cache entries).
-                spec = kjit.Template.builtin(tmpl).kernel(kernel, minimal=True).specialize(arch=arch, **params)
+                # The options kjit.ops compile with: the same cache entries.
+                spec = kjit.Template.builtin(tmpl).kernel(kernel, **kjit._core.library_compile_options()).specialize(
+                    arch=arch, **params)
                 origin = str(getattr(spec, "origin", "compiled"))
                 r.origins[origin] = r.origins.get(origin, 0) + 1
                 r.notes.append(f"{_describe(tmpl, kernel, params)} for {arch}: {origin} "

@@ -284,8 +284,13 @@ class Elementwise:
 
     @staticmethod
     def _options(out_dtype: torch.dtype) -> dict:
-        # 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
-        return {"defines": {"KJIT_FAST_EXP": "1"}} if out_dtype in _HALF else {}
+        # kjit's own kernels' options (the lean front end), as a call's kernels get them in C++
+        # (python/src/ops/elementwise_fn.cpp); 16-bit results: kjit_math's exp_ uses the hardware exp (far below
+        # one rounding of the result).
+        options = _core.library_compile_options()
+        if out_dtype in _HALF:
+            options["defines"] = {**options["defines"], "KJIT_FAST_EXP": "1"}
+        return options
 
     def compile(self, *, arch: str, dtypes: torch.dtype | list[torch.dtype] | tuple[torch.dtype, ...],
                 out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,

@@ -451,7 +451,25 @@ void clear_kernel_objects() {
   arch_table().clear();
 }
 
+namespace {
+// CompileOptions as the keyword arguments of Template.kernel(): the same names, the same values.
+py::dict options_dict(const CompileOptions& o) {
+  py::dict d;
+  d["std"] = o.std;
+  d["fast_math"] = o.fast_math;
+  d["line_info"] = o.line_info;
+  d["device_debug"] = o.device_debug;
+  d["minimal"] = o.minimal;
+  d["max_registers"] = o.max_registers ? py::object(py::int_(*o.max_registers)) : py::object(py::none());
+  d["defines"] = o.defines;
+  return d;
+}
+}  // namespace
+
 void bind_template(py::module_& m) {
+  m.def("library_compile_options", [] { return options_dict(CompileOptions::library()); },
+        "The compile options kjit's own kernels use (kjit.ops, kjit.elementwise), as Template.kernel() takes them: "
+        "compile a built-in kernel with kernel(name, **library_compile_options()) to get the key an op gets.");
   // Declared before Template, so that Template.kernel()'s signature names kjit.KernelFamily (stubs, help()).
   py::class_<PyFamily> family(m, "KernelFamily",
                               "One kernel of a template with fixed compile options; specialize() it to get a "
@@ -510,7 +528,7 @@ void bind_template(py::module_& m) {
            py::arg("line_info") = false, py::arg("device_debug") = false, py::arg("minimal") = false,
            "The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); "
            "defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no "
-           "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 4-7 ms less "
+           "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less "
            "per compile, the same binary for a kernel that uses none of them).")
       .def("__repr__", [](const PyTemplate& t) {
         std::string ks;
@@ -532,20 +550,8 @@ void bind_template(py::module_& m) {
                                return out;
                              },
                              "Function parameters as declared: (name, type).")
-      .def_property_readonly("options",
-                             [](const PyFamily& f) {
-                               const CompileOptions& o = f.family->options();
-                               py::dict d;
-                               d["std"] = o.std;
-                               d["fast_math"] = o.fast_math;
-                               d["line_info"] = o.line_info;
-                               d["device_debug"] = o.device_debug;
-                               d["minimal"] = o.minimal;
-                               d["max_registers"] = o.max_registers ? py::object(py::int_(*o.max_registers))
-                                                                    : py::object(py::none());
-                               d["defines"] = o.defines;
-                               return d;
-                             })
+      .def_property_readonly("options", [](const PyFamily& f) { return options_dict(f.family->options()); },
+                             "The compile options, as the keyword arguments of Template.kernel() take them.")
       .def("__repr__", [](const PyFamily& f) {
         std::string ps;
         for (const auto& p : f.family->decl().template_params) ps += (ps.empty() ? "" : ", ") + p.name;

@@ -106,8 +106,9 @@ def test_every_activation_op_has_its_compile_job():
 def test_library_kernels_compile(arch, dtype):
     def template_job(job):
         tmpl, kernel, params = job
-        # minimal=True: the options the ops compile with (NVRTC's lean front end).
-        return kjit.Template.builtin(tmpl).kernel(kernel, minimal=True).specialize(arch=arch, **params)
+        # The options the ops compile with (NVRTC's lean front end).
+        return kjit.Template.builtin(tmpl).kernel(kernel, **kjit._core.library_compile_options()).specialize(
+            arch=arch, **params)
 
     def elementwise_job(job):
         _, f, kwargs = job

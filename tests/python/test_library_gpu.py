@@ -15,6 +15,7 @@ give exactly the backward op's result.
 import json
 import math
 import os
+import textwrap
 
 import pytest
 import torch
@@ -1165,3 +1166,26 @@ def test_under_a_dispatch_mode_no_backward_is_compiled_ahead_for_a_call_the_op_t
     softmax over dim 0, refused). Only the other op's kernel compiles."""
     out = json.loads(run_py(_AHEAD_UNDER_A_MODE).stdout.strip().splitlines()[-1])
     assert out == {"refused": True, "compiles": 1}, out
+
+
+def test_compiling_without_a_gpu_makes_the_entries_the_calls_use(run_py):
+    # What a build machine compiles for a deployment (Elementwise.compile, a built-in kernel with
+    # library_compile_options(), as `python -m kjit demo` does without a GPU) has the keys of the kernels the calls
+    # then load: the next process makes no compile.
+    code = """
+        import torch, kjit
+        cc = torch.cuda.get_device_capability(); arch = f"sm_{cc[0]}{cc[1]}"
+        f = kjit.elementwise("x * 3.0f + y", "x, y", name="ahead_of_time")
+        x = torch.randn(4096, device="cuda"); y = torch.randn(4096, device="cuda")
+        if STEP == "compile":
+            f.compile(arch=arch, dtypes=(torch.float32, torch.float32), vec=4)
+            kjit.Template.builtin("add_constant").kernel("add_constant", **kjit._core.library_compile_options()
+                                                          ).specialize(T=torch.float32, VEC=4, arch=arch)
+        else:
+            torch.testing.assert_close(f(x, y), x * 3 + y)
+            torch.testing.assert_close(kjit.ops.add_constant(x, 2.0), x + 2)
+        s = kjit.stats()
+        print(s["compiles"], s["disk_hits"])
+    """
+    assert run_py("STEP = 'compile'\n" + textwrap.dedent(code)).stdout.split() == ["2", "0"]
+    assert run_py("STEP = 'call'\n" + textwrap.dedent(code)).stdout.split() == ["0", "2"]

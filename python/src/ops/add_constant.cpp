@@ -10,7 +10,8 @@ namespace {
 constexpr const char* kOp = "kjit.ops.add_constant";
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("add_constant"), "add_constant", library_options());
+  static const KernelFamily f(Engine::global(), Template::builtin("add_constant"), "add_constant",
+                              CompileOptions::library());
   return f;
 }
 

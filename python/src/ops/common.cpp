@@ -177,12 +177,6 @@ std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at:
 
 std::shared_ptr<const Template> builtin_template(const char* name) { return Template::builtin(name); }
 
-CompileOptions library_options() {
-  CompileOptions o;
-  o.minimal = true;
-  return o;
-}
-
 at::Tensor new_empty(c10::IntArrayRef sizes, const at::Tensor& like, std::optional<at::ScalarType> dtype) {
   return at::detail::empty_cuda(sizes, dtype.value_or(like.scalar_type()), like.device(), std::nullopt);
 }

@@ -172,11 +172,6 @@ std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at:
 // function-local static.
 std::shared_ptr<const Template> builtin_template(const char* name);
 
-// The compile options of kjit's own kernels (the ops' and kjit.elementwise's): NVRTC's lean front end
-// (CompileOptions::minimal), as none of them uses what it leaves out: 4-7 ms less per compile, and the same
-// binary byte for byte (test_builtin_templates.cpp checks it).
-CompileOptions library_options();
-
 // An uninitialized contiguous CUDA tensor of `like`'s dtype and device (without the dispatcher).
 at::Tensor new_empty(c10::IntArrayRef sizes, const at::Tensor& like, std::optional<at::ScalarType> dtype = {});
 

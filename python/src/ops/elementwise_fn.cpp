@@ -284,7 +284,7 @@ const KernelFamily& ElementwiseFn::family(const Compiled& c, int rank, bool fast
   if (const KernelFamily* f = slot.load(std::memory_order_acquire)) return *f;
   std::lock_guard<std::mutex> lock(c.mu);
   if (const KernelFamily* f = slot.load(std::memory_order_relaxed)) return *f;
-  CompileOptions options = library_options();
+  CompileOptions options = CompileOptions::library();
   // 16-bit results: kjit_math's exp_ uses the hardware exp (far below one rounding of the result).
   if (fast_exp) options.defines["KJIT_FAST_EXP"] = "1";
   const std::string kernel = rank == 0 ? "kjit_elementwise" : "kjit_elementwise_strided" + std::to_string(rank);

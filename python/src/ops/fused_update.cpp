@@ -13,7 +13,8 @@ namespace {
 constexpr const char* kOp = "kjit.ops.fused_update";
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("fused_update"), "fused_update", library_options());
+  static const KernelFamily f(Engine::global(), Template::builtin("fused_update"), "fused_update",
+                              CompileOptions::library());
   return f;
 }
 

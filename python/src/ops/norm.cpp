@@ -24,8 +24,8 @@ constexpr int kMaxPerThread = 128;
 
 const KernelFamily& family(bool backward) {
   static const std::shared_ptr<const Template> t = builtin_template("norm");
-  static const KernelFamily fwd(Engine::global(), t, "norm_forward", library_options());
-  static const KernelFamily bwd(Engine::global(), t, "norm_backward", library_options());
+  static const KernelFamily fwd(Engine::global(), t, "norm_forward", CompileOptions::library());
+  static const KernelFamily bwd(Engine::global(), t, "norm_backward", CompileOptions::library());
   return backward ? bwd : fwd;
 }
 

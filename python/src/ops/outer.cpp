@@ -22,15 +22,15 @@ const std::shared_ptr<const Template>& outer_template() {
   return t;
 }
 const KernelFamily& forward_family() {
-  static const KernelFamily f(Engine::global(), outer_template(), "outer", library_options());
+  static const KernelFamily f(Engine::global(), outer_template(), "outer", CompileOptions::library());
   return f;
 }
 const KernelFamily& backward_a_family() {
-  static const KernelFamily f(Engine::global(), outer_template(), "outer_backward_a", library_options());
+  static const KernelFamily f(Engine::global(), outer_template(), "outer_backward_a", CompileOptions::library());
   return f;
 }
 const KernelFamily& backward_c_family() {
-  static const KernelFamily f(Engine::global(), outer_template(), "outer_backward_c", library_options());
+  static const KernelFamily f(Engine::global(), outer_template(), "outer_backward_c", CompileOptions::library());
   return f;
 }
 

@@ -19,8 +19,8 @@ constexpr unsigned kBlock = 256;
 
 const KernelFamily& family(bool backward) {
   static const std::shared_ptr<const Template> t = builtin_template("pool");
-  static const KernelFamily fwd(Engine::global(), t, "pool2d_forward", library_options());
-  static const KernelFamily bwd(Engine::global(), t, "pool2d_backward", library_options());
+  static const KernelFamily fwd(Engine::global(), t, "pool2d_forward", CompileOptions::library());
+  static const KernelFamily bwd(Engine::global(), t, "pool2d_backward", CompileOptions::library());
   return backward ? bwd : fwd;
 }
 

@@ -39,11 +39,12 @@ constexpr int opcode(Reduction r) { return r == Reduction::Amax ? 1 : r == Reduc
 
 const KernelFamily& rows_family() {
   static const std::shared_ptr<const Template> t = builtin_template("reduce");
-  static const KernelFamily f(Engine::global(), t, "reduce_rows", library_options());
+  static const KernelFamily f(Engine::global(), t, "reduce_rows", CompileOptions::library());
   return f;
 }
 const KernelFamily& cols_family() {
-  static const KernelFamily f(Engine::global(), builtin_template("reduce"), "reduce_cols", library_options());
+  static const KernelFamily f(Engine::global(), builtin_template("reduce"), "reduce_cols",
+                              CompileOptions::library());
   return f;
 }
 

@@ -15,7 +15,8 @@ constexpr unsigned kBlockX = 32, kBlockY = 8;
 constexpr std::int64_t kMaxGridYZ = 65535;
 
 const KernelFamily& family() {
-  static const KernelFamily f(Engine::global(), Template::builtin("rgb_to_gray"), "rgb_to_gray", library_options());
+  static const KernelFamily f(Engine::global(), Template::builtin("rgb_to_gray"), "rgb_to_gray",
+                              CompileOptions::library());
   return f;
 }
 

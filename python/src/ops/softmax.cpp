@@ -19,8 +19,8 @@ constexpr int kMaxPerThread = 32;
 
 const KernelFamily& family(bool backward) {
   static const std::shared_ptr<const Template> t = builtin_template("softmax");
-  static const KernelFamily fwd(Engine::global(), t, "softmax_forward", library_options());
-  static const KernelFamily bwd(Engine::global(), t, "softmax_backward", library_options());
+  static const KernelFamily fwd(Engine::global(), t, "softmax_forward", CompileOptions::library());
+  static const KernelFamily bwd(Engine::global(), t, "softmax_backward", CompileOptions::library());
   return backward ? bwd : fwd;
 }
 
