@@ -40,8 +40,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::shared_mutex& fork_gate() {
-  static std::shared_mutex m;
-  return m;
+  static auto* m = new std::shared_mutex;  // never destroyed: background threads hold it until they end
+  return *m;
 }
 
 constexpr int kOutOfMemoryExit = 86;  // the child's operator new failed
@@ -280,13 +280,25 @@ std::string seconds(double s) {
 
 }  // namespace
 
-std::shared_lock<std::shared_mutex> hold_off_forks() { return std::shared_lock<std::shared_mutex>(fork_gate()); }
-
 namespace {
-thread_local bool forking_a_compile_child = false;  // Child::start, around its fork()
+thread_local bool holds_the_gate = false;  // try_hold_off_forks_on_this_thread() took it
 }  // namespace
 
-bool this_thread_forks_a_compile_child() noexcept { return forking_a_compile_child; }
+std::shared_lock<std::shared_mutex> hold_off_forks() {
+  if (holds_the_gate) return {};  // held for this thread already (a shared lock is not taken twice)
+  return std::shared_lock<std::shared_mutex>(fork_gate());
+}
+
+bool try_hold_off_forks_on_this_thread() noexcept {
+  if (!holds_the_gate) holds_the_gate = fork_gate().try_lock_shared();
+  return holds_the_gate;
+}
+
+void stop_holding_off_forks_on_this_thread() noexcept {
+  if (!holds_the_gate) return;
+  fork_gate().unlock_shared();
+  holds_the_gate = false;
+}
 
 // NVRTC dlopens its builtins library on its first compile: load it (by the same name, so NVRTC's own
 // dlopen finds it loaded) before any compile that may open no file. Failing that, one compile here.
@@ -332,9 +344,7 @@ class Child {
       std::unique_lock<std::shared_mutex> gate(fork_gate());
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
         throw Error("cannot start the compiler process for " + what + ": socketpair: " + std::strerror(errno));
-      forking_a_compile_child = true;
       pid = fork();
-      forking_a_compile_child = false;
       if (pid == 0) {
         ::close(fds[0]);
         child_main(fds[1], parent, memory_bytes, filter);

@@ -23,8 +23,8 @@ std::mutex& mu() {
   return m;
 }
 std::vector<fs::path>& registered() {
-  static std::vector<fs::path> r;
-  return r;
+  static auto* r = new std::vector<fs::path>;  // never destroyed, as the toolkit below
+  return *r;
 }
 bool& discovered() {
   static bool d = false;
@@ -127,7 +127,9 @@ bool register_toolkit_root(const fs::path& root) {
 }
 
 const CudaToolkit& cuda_toolkit() {
-  static CudaToolkit tk;
+  // Never destroyed: a background thread (the compiler preload) may read it while the process's static
+  // objects are destroyed at exit.
+  static CudaToolkit& tk = *new CudaToolkit;
   std::lock_guard<std::mutex> lock(mu());
   if (!discovered()) {
     const Settings& s = settings();

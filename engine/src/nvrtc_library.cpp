@@ -16,7 +16,9 @@ bool NvrtcLibrary::loaded() { return g_loaded.load(std::memory_order_acquire); }
 
 const NvrtcLibrary& NvrtcLibrary::get() {
   static std::mutex mu;
-  static std::unique_ptr<NvrtcLibrary> instance;
+  // Never destroyed (nor NVRTC closed): a background thread (the compiler preload, compiles ahead) may be
+  // inside NVRTC while the process's static objects are destroyed at exit.
+  static NvrtcLibrary* instance = nullptr;
   if (g_loaded.load(std::memory_order_acquire)) return *instance;
   std::lock_guard<std::mutex> lock(mu);
   if (instance) return *instance;
@@ -56,7 +58,7 @@ const NvrtcLibrary& NvrtcLibrary::get() {
   lib->check(lib->nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
   lib->archs_.resize(static_cast<std::size_t>(n));
   if (n > 0) lib->check(lib->nvrtcGetSupportedArchs(lib->archs_.data()), "nvrtcGetSupportedArchs");
-  instance = std::move(lib);
+  instance = lib.release();
   g_loaded.store(true, std::memory_order_release);
   return *instance;
 }

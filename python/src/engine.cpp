@@ -111,8 +111,8 @@ void bind_engine(py::module_& m) {
   m.def("_preload_compiler", &preload_compiler, py::arg("sm") = 0,
         "Starts the compiler preload (kjit/compiler_preload.hpp): NVRTC loaded and one tiny compile run on a "
         "background thread, so that the process's first kernel compile does not pay NVRTC's start-up. The "
-        "package calls it when torch starts CUDA. False when KJIT_PRELOAD_COMPILER=0, in strict mode (then "
-        "without NVRTC), with one usable CPU or bad settings.");
+        "package calls it when torch starts CUDA. False (nothing started) when KJIT_PRELOAD_COMPILER=0, with one "
+        "usable CPU or bad settings; in strict mode it runs without loading NVRTC.");
   m.def("_wait_for_compiler_preload", &wait_for_compiler_preload, py::call_guard<py::gil_scoped_release>(),
         "Waits until the compiler preload (if any) has ended (registered with atexit).");
   m.def(

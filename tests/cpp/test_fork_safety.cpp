@@ -172,10 +172,11 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
 
 // The compiler preload (compiler_preload.hpp) runs on a thread of its own from the moment CUDA starts; a
 // fork() that any other thread takes meanwhile (a DataLoader starting its workers, os.fork()) must not catch
-// that thread inside the dynamic loader or NVRTC: a fork handler makes fork() wait for the preload's end.
-// The stand-in's own fork handler counts forks made while a thread is inside NVRTC; it is registered first
-// (NVRTC loaded here before the preload starts), so it runs after the preload's (handlers run last-in first).
-TEST(ForkSafety, AForkTakenDuringTheCompilerPreloadWaitsForItsEnd) {
+// that thread inside the dynamic loader or NVRTC: fork handlers make fork() wait while it works. Here forks
+// follow one another from the preload's start to its end. The stand-in's own fork handler counts forks made
+// while a thread is inside NVRTC; it is registered first (NVRTC loaded here before the preload starts), so it
+// runs after the preload's (handlers run last-in first).
+TEST(ForkSafety, ForksTakenDuringTheCompilerPreloadNeverCatchItInsideNvrtc) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
   if (usable_cpus() < 2) GTEST_SKIP() << "the preload runs only with two usable CPUs or more";
   if (!NvrtcLibrary::loaded()) {
@@ -185,20 +186,26 @@ TEST(ForkSafety, AForkTakenDuringTheCompilerPreloadWaitsForItsEnd) {
   ASSERT_EQ(NvrtcLibrary::get().path(), KJIT_NVRTC_FORK_WATCH);
   ASSERT_FALSE(compiler_preload_report().has_value());
   ASSERT_TRUE(preload_compiler(90));
-  const pid_t pid = ::fork();  // at once: the preload has 20 ms or more to go
-  if (pid == 0) _exit(0);
-  ASSERT_GT(pid, 0);
-  EXPECT_TRUE(compiler_preload_report().has_value()) << "fork() returned while the preload was running";
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  int forks = 0;
+  while (!compiler_preload_report() && forks < 10000) {
+    const pid_t pid = ::fork();
+    if (pid == 0) _exit(0);
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ++forks;
+  }
+  EXPECT_GT(forks, 0);
+  ASSERT_TRUE(compiler_preload_report().has_value());
+  EXPECT_TRUE(compiler_preload_report()->compiled) << "the preload compiled in spite of the forks";
   std::string last;
-  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "a fork caught the preload inside " << last;
+  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "one of " << forks << " forks caught the preload inside " << last;
   EXPECT_TRUE(preload_compiler(90)) << "a second call reports the one preload";
 }
 
-// kjit's own compile children are forked under the fork gate, which the preload takes around its steps: such a
-// fork waits for a step in progress, never for the whole preload (which may itself wait for the gate).
+// kjit's own compile children are forked under the fork gate, which the preload holds while it works (and
+// takes only without waiting): such a fork waits for the preload, and the preload never waits for it.
 TEST(ForkSafety, ACompileChildForkedDuringTheCompilerPreloadIsNotHeldBackByIt) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "compiles run in-process under a sanitizer";
   if (usable_cpus() < 2) GTEST_SKIP() << "the preload runs only with two usable CPUs or more";

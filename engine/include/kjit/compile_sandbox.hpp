@@ -84,9 +84,12 @@ bool compile_children_are_safe() noexcept;
 
 // Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
 std::shared_lock<std::shared_mutex> hold_off_forks();
-// True on a thread while it forks a compile child (holding the fork gate exclusively): fork handlers of
-// kjit's own (compiler_preload.cpp) must not wait for work that needs the gate.
-bool this_thread_forks_a_compile_child() noexcept;
+// The gate held shared by this thread across several steps, taken only if that needs no wait (false: a
+// compile child is being forked): the compiler preload's. Meanwhile this thread's hold_off_forks() returns
+// at once, holding nothing more; other threads' take it as readers (glibc's rwlock lets a reader in while
+// readers hold it, a waiting fork notwithstanding).
+bool try_hold_off_forks_on_this_thread() noexcept;
+void stop_holding_off_forks_on_this_thread() noexcept;
 
 // Loads what NVRTC would open on its first compile (its builtins library), once per process, under the
 // fork gate (loads NVRTC itself first). Every compile that may open no file calls it first.

@@ -1,21 +1,22 @@
 // The compiler preload: what only a process's first compile pays (loading libnvrtc and its builtins,
-// NVRTC's and ptxas's first-use set-up: 20-35 ms), paid on a background thread before that compile is
+// NVRTC's and ptxas's first-use set-up: 15-35 ms), paid on a background thread before that compile is
 // asked for, so that the first kernel a process compiles costs what any later one does. The Python
 // package starts it when the process starts CUDA through torch (a process that will launch kernels);
-// a C++ program calls preload_compiler() itself.
+// a C++ program calls preload_compiler() itself (after any register_toolkit_root()).
 //
-// The thread also locates the CUDA toolkit, starts OpenSSL's SHA-256 and loads kjit's built-in templates
-// (their headers, the 1.6 MB of CUDA's 16-bit float headers among them, read and hashed into the header
-// index), so that a warm start gains too and no op's first call reads them. Its time counts in
-// kjit.stats()["phase_ms"] like any other thread's. It loads NVRTC only where the process may compile (never in strict mode),
-// and runs nowhere when KJIT_PRELOAD_COMPILER=0, when the settings are bad (the first real use reports
-// them) or when the process may use one CPU only (the thread would slow the one that waits). Failures
-// (no NVRTC here) are dropped: the first compile meets them again and raises them.
+// The thread also locates the CUDA toolkit, which template loads need (and the call starts OpenSSL's SHA-256,
+// about a millisecond where the process has not started OpenSSL yet), so a warm start gains too. It writes
+// nothing to disk and counts in no kjit.stats() figure. It loads NVRTC only where the process may compile
+// (never in strict mode), and compiles nothing under KJIT_COMPILE_ISOLATION=always (where every compile
+// runs in a child process). It runs nowhere when KJIT_PRELOAD_COMPILER=0, when the settings are bad (the
+// first real use reports them) or when the process may use one CPU only (the thread would slow the one
+// that waits). Failures (no NVRTC here) are dropped: the first compile meets them again and raises them.
 //
-// Forks: a fork() taken while the thread is inside the dynamic loader or NVRTC would leave their locks
-// held in the child, so a fork handler makes fork() wait for the preload to end (at most its 20-35 ms).
-// kjit's own compile children are forked under the fork gate, which the preload holds around each of
-// those steps, and do not wait.
+// Forks: the thread holds the fork gate (compile_sandbox.hpp) across its work, so no compile child is forked
+// meanwhile, and fork handlers make any other fork() wait until it is done (at most its 15-35 ms), so that
+// no child inherits it inside the loader or NVRTC. It takes the gate only without waiting for it,
+// so a fork never waits for a thread that waits for the fork. A forked child has no preload (it may start
+// its own).
 #pragma once
 
 #include <optional>
@@ -23,19 +24,20 @@
 namespace kjit {
 
 // Starts the preload once per process (later calls return at once). `sm`: the architecture the process
-// will compile for (90 for sm_90), when known; 0 or one this NVRTC cannot make a cubin for: sm_90, else
-// its newest. True when a thread was started by this call or an earlier one.
+// will compile for (90 for sm_90; 0: unknown, then sm_90), planned as kjit's compiles plan it (a cubin, or
+// PTX for a GPU newer than this NVRTC). True when a thread was started by this call or an earlier one.
 bool preload_compiler(int sm = 0) noexcept;
 
-// Waits until the preload (if one was started) has ended. Python's exit hook calls it, so that no NVRTC
-// call runs while the interpreter and the process's static objects are torn down; a C++ program that
-// starts the preload calls it before it returns from main() (or calls exit()).
+// Waits until the preload (if one was started) has ended. Python's exit hook calls it (before the
+// interpreter finalizes), and so does an exit handler that preload_compiler() registers (before the static
+// objects made until then are destroyed).
 void wait_for_compiler_preload() noexcept;
 
 // What the preload did, once it has ended; nullopt before, or when none ran.
 struct CompilerPreloadReport {
   double ms = 0;          // how long it took
-  bool compiled = false;  // NVRTC was loaded and its compile ran (false in strict mode, or with no NVRTC here)
+  bool compiled = false;  // NVRTC was loaded and its compile ran (false in strict mode, under
+                          // KJIT_COMPILE_ISOLATION=always, or with no NVRTC here)
 };
 std::optional<CompilerPreloadReport> compiler_preload_report() noexcept;
 
