@@ -27,8 +27,9 @@ namespace kjit_ew {
 using kjit_detail::to;
 using kjit_detail::Vec;
 
-constexpr int kBlock = 256;
-constexpr int kUnroll = 1;
+// Enumerators, not constexpr variables: those have internal linkage here, and NVRTC emits them into the cubin
+// under a name with a per-compile hash, so that two compiles of one kernel would differ byte for byte.
+enum : int { kBlock = 256, kUnroll = 1 };
 
 // The inputs of one call, as a recursive list: each level holds one input's pointer and, while a
 // thread works, its kUnroll loaded vectors.
