@@ -89,6 +89,19 @@ for name in OPS:
     timed(name + " backward", lambda: y.backward(g))
 """
 
+# The add kernel: kjit's first compile of a process, then a new specialization (empty cache); its first call in
+# a new process (warm cache).
+_KJIT_ADD = r"""
+y = timed("add, first kjit compile of the process", lambda: ops.add_constant(x, 1.0))
+assert float(y[0]) == 2.0
+y = timed("add, new specialization", lambda: ops.add_constant(xd, 1.0))
+assert float(y[0]) == 2.0
+"""
+_KJIT_ADD_WARM = r"""
+y = timed("add", lambda: ops.add_constant(x, 1.0))
+assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
+"""
+
 # Each probe prints one JSON line: {"name": {"ms": ..., ...}, ...}.
 PROBES = {
     "kjit": {
@@ -97,17 +110,12 @@ PROBES = {
 # how long it took, if it ended before the clock (-1: still running at the first call, which then waited for it).
 preload = kjit._core._compiler_preload()
 out["compiler preload (background, since CUDA started)"] = {"ms": -1.0 if preload is None else preload["ms"]}
-y = timed("add, first kjit compile of the process", lambda: ops.add_constant(x, 1.0))
-assert float(y[0]) == 2.0
-y = timed("add, new specialization", lambda: ops.add_constant(xd, 1.0))
-assert float(y[0]) == 2.0
+""" + _KJIT_ADD + r"""
 OPS = %r
 """ % (OPS,) + _KJIT_OPS + r"""
 print(json.dumps(out))
 """,
-        "warm": _KJIT_PRELUDE + r"""
-y = timed("add", lambda: ops.add_constant(x, 1.0))
-assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
+        "warm": _KJIT_PRELUDE + _KJIT_ADD_WARM + r"""
 h = torch.randn(64, 4096, device="cuda"); torch.cuda.synchronize()
 timed("softmax", lambda: ops.softmax(h, -1))
 assert out["softmax"]["compiles"] == 0, out
@@ -117,18 +125,8 @@ print(json.dumps(out))
     # The same first compiles with the preload turned off (KJIT_PRELOAD_COMPILER=0, PROBE_ENV): what the first
     # compile of a process costs when NVRTC's start-up is paid by that compile.
     "kjit, no preload": {
-        "empty": _KJIT_PRELUDE + r"""
-y = timed("add, first kjit compile of the process", lambda: ops.add_constant(x, 1.0))
-assert float(y[0]) == 2.0
-y = timed("add, new specialization", lambda: ops.add_constant(xd, 1.0))
-assert float(y[0]) == 2.0
-print(json.dumps(out))
-""",
-        "warm": _KJIT_PRELUDE + r"""
-y = timed("add", lambda: ops.add_constant(x, 1.0))
-assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
-print(json.dumps(out))
-""",
+        "empty": _KJIT_PRELUDE + _KJIT_ADD + "print(json.dumps(out))\n",
+        "warm": _KJIT_PRELUDE + _KJIT_ADD_WARM + "print(json.dumps(out))\n",
     },
     "cupy": r"""
 import json, time, torch, cupy
