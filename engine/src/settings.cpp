@@ -48,7 +48,7 @@ const std::vector<SettingInfo>& setting_registry() {
        "memory one isolated compile may add (default 8G)"},
       {"KJIT_PRELOAD_COMPILER", "1 | 0",
        "1 (default): once a process starts CUDA (through torch), load NVRTC and run one tiny compile on a "
-       "background thread, so that its first kernel compile does not pay NVRTC's start-up (20-35 ms); "
+       "background thread, so that its first kernel compile does not pay NVRTC's start-up (15-35 ms); "
        "never in strict mode or with one usable CPU. 0: NVRTC is loaded by the first compile"},
       {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
        "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "

@@ -104,7 +104,7 @@ _setup()
 def _preload_compiler_when_cuda_starts():
     """Once torch starts CUDA (a process that will launch kernels), NVRTC is loaded and runs one tiny compile on
     a background thread (kjit/compiler_preload.hpp): the process's first kjit compile then costs what a later one
-    does, without NVRTC's start-up (20-35 ms). KJIT_PRELOAD_COMPILER=0 turns it off; strict mode, whose process
+    does, without NVRTC's start-up (15-35 ms). KJIT_PRELOAD_COMPILER=0 turns it off; strict mode, whose process
     never compiles, never loads NVRTC."""
     import atexit
 
