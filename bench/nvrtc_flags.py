@@ -2,8 +2,10 @@
 --repeats compiles in one process, the variants taking turns (one compile of each per round, so that a
 drift of the machine reaches every variant alike), sm_90, --no-cache, the kjit templates and CUDA headers by
 include path (not in memory as kjit hands them). A measurement for choosing flags: a flag that saves
-compile time and changes the binary must also be measured for the kernels' speed (bench/bandwidth.py)
-before kjit uses it (--minimal does not change it: tests/cpp/test_builtin_templates.cpp). Needs no GPU.
+compile time and changes the binary must also be measured for the kernels' speed (bench/bandwidth.py,
+bench/fast_compile_ab.py) before kjit uses it (--minimal does not change it:
+tests/cpp/test_builtin_templates.cpp; --Ofast-compile makes the library kernels 1.1-14x slower:
+bench/results/2026-11-26-H200-fast_compile_ab.md). Needs no GPU.
 
     python bench/nvrtc_flags.py [--variants base,minimal] [--repeats 9]
 """
@@ -47,7 +49,9 @@ def main() -> None:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
         return st, dt
     comp("add_constant.cuh", "add_constant<float, 1>", [])
-    variants = {"base": [], "Ofc=min": [b"--Ofast-compile=min"], "Ofc=mid": [b"--Ofast-compile=mid"], "Ofc=max": [b"--Ofast-compile=max"], "minimal": [b"--minimal"], "min+Ofc=max": [b"--minimal", b"--Ofast-compile=max"]}
+    variants = {"base": [], "Ofc=min": [b"--Ofast-compile=min"], "Ofc=mid": [b"--Ofast-compile=mid"], "Ofc=max": [b"--Ofast-compile=max"], "minimal": [b"--minimal"], "min+Ofc=max": [b"--minimal", b"--Ofast-compile=max"],
+                "min+Ofc=min": [b"--minimal", b"--Ofast-compile=min"], "min+Ofc=mid": [b"--minimal", b"--Ofast-compile=mid"], "min+ptxO1": [b"--minimal", b"-Xptxas", b"-O1"],
+                "min+ptxO2": [b"--minimal", b"-Xptxas", b"-O2"], "min+Ofc=mid+ptxO1": [b"--minimal", b"--Ofast-compile=mid", b"-Xptxas", b"-O1"]}
     chosen = args.variants.split(",")
     for name in chosen:
         if name not in variants:

@@ -27,6 +27,7 @@ struct CompileRequest {
   std::string std;  // empty: CompileOptions' default
   bool fast_math = false;
   bool minimal = false;
+  std::string fast_compile = "off";
   bool json = false;
 };
 
@@ -48,6 +49,7 @@ CompileOptions options_of(const CompileRequest& r) {
   if (!r.std.empty()) o.std = r.std;
   o.fast_math = r.fast_math;
   o.minimal = r.minimal;
+  o.fast_compile = r.fast_compile;
   o.defines = parse_defines(r.defines);
   return o;
 }
@@ -160,6 +162,11 @@ Command add_compile_command(CLI::App& app, Context& ctx) {
   sub->add_flag("--minimal", r->minimal,
                 "NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or "
                 "launches, no runtime API types; 3-14 ms less per compile (kjit.ops and kjit.elementwise use it)");
+  sub->add_option("--fast-compile", r->fast_compile,
+                  "NVRTC's --Ofast-compile level: off (default), min, mid or max; a faster compile of a slower "
+                  "binary (kjit.ops and kjit.elementwise compile at KJIT_LIBRARY_FAST_COMPILE, default off)")
+      ->type_name("LEVEL")
+      ->check(CLI::IsMember(CompileOptions::fast_compile_levels()));
   sub->add_flag("--json", r->json, "Print JSON");
   return {sub, [&ctx, r]() { return run_compile(ctx, *r); }};
 }

@@ -2,19 +2,31 @@
 
 #include <cctype>
 
+#include <algorithm>
+
 #include "kjit/error.hpp"
+#include "kjit/settings.hpp"
 
 namespace kjit {
 
 CompileOptions CompileOptions::library() {
   CompileOptions o;
   o.minimal = true;
+  o.fast_compile = settings().library_fast_compile;
   return o;
+}
+
+const std::vector<std::string>& CompileOptions::fast_compile_levels() {
+  static const std::vector<std::string> levels{"off", "min", "mid", "max"};
+  return levels;
 }
 
 void CompileOptions::validate() const {
   if (std != "c++17" && std != "c++20")
     throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");
+  const auto& levels = fast_compile_levels();
+  if (std::find(levels.begin(), levels.end(), fast_compile) == levels.end())
+    throw ValueError("compile option fast_compile='" + fast_compile + "' is not valid: allowed off, min, mid, max");
   if (max_registers && (*max_registers < 16 || *max_registers > 255))
     throw ValueError("compile option max_registers=" + std::to_string(*max_registers) +
                      " is not valid: allowed 16..255, or unset");
@@ -35,6 +47,7 @@ std::vector<std::string> CompileOptions::canonical() const {
   if (line_info) out.push_back("--generate-line-info");
   if (device_debug) out.push_back("--device-debug");
   if (minimal) out.push_back("--minimal");
+  if (fast_compile != "off") out.push_back("--Ofast-compile=" + fast_compile);
   if (max_registers) out.push_back("--maxrregcount=" + std::to_string(*max_registers));
   for (const auto& [name, value] : defines) out.push_back("-D" + name + "=" + value);
   return out;
@@ -56,7 +69,8 @@ std::pair<std::string, std::string> parse_define(const std::string& text) {
 
 bool CompileOptions::operator==(const CompileOptions& o) const {
   return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
-         device_debug == o.device_debug && minimal == o.minimal && max_registers == o.max_registers && defines == o.defines;
+         device_debug == o.device_debug && minimal == o.minimal &&
+         fast_compile == o.fast_compile && max_registers == o.max_registers && defines == o.defines;
 }
 
 }  // namespace kjit

@@ -166,8 +166,8 @@ CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& 
   out.flags.push_back("--no-source-include");
   for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
   // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
-  // itself, and a compile it counts and times must be a real one with a full log.
-  if (NvrtcLibrary::get().caches_compiles()) out.flags.push_back("--no-cache");
+  // itself, and a compile it counts and times must be a real one with a full log (--no-cache).
+  out.flags = NvrtcLibrary::get().flags_for_this_version(std::move(out.flags));
   NvrtcJob job;
   job.source = t.source();
   job.program_name = program_name(t);

@@ -71,7 +71,7 @@ bool run_compile(int sm) {
   job.name_expression = "kjit_preload";
   job.flags = CompileOptions::library().nvrtc_flags(plan.actual);
   job.flags.push_back("--no-source-include");
-  if (NvrtcLibrary::get().caches_compiles()) job.flags.push_back("--no-cache");
+  job.flags = NvrtcLibrary::get().flags_for_this_version(std::move(job.flags));
   job.want_cubin = plan.output == cache::OutputKind::Cubin;
   return run_nvrtc_without_files(job, /*untrusted=*/false, "the compiler preload").ok();
 }

@@ -1,5 +1,6 @@
 #include "kjit/nvrtc_library.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,16 @@ const NvrtcLibrary& NvrtcLibrary::get() {
   instance = lib.release();
   g_loaded.store(true, std::memory_order_release);
   return *instance;
+}
+
+std::vector<std::string> nvrtc_flags_for_version(int major, int minor, std::vector<std::string> flags) {
+  const auto at_least = [&](int ma, int mi) { return major > ma || (major == ma && minor >= mi); };
+  if (!at_least(12, 8))
+    flags.erase(std::remove_if(flags.begin(), flags.end(),
+                               [](const std::string& f) { return f.rfind("--Ofast-compile=", 0) == 0; }),
+                flags.end());
+  if (at_least(12, 9)) flags.push_back("--no-cache");
+  return flags;
 }
 
 void NvrtcLibrary::check(nvrtcResult r, const char* call) const {

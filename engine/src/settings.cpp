@@ -1,5 +1,6 @@
 #include "kjit/settings.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "kjit/compile_options.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 
@@ -50,6 +52,11 @@ const std::vector<SettingInfo>& setting_registry() {
        "1 (default): once a process starts CUDA (through torch), load NVRTC and run one tiny compile on a "
        "background thread, so that its first kernel compile does not pay NVRTC's start-up (15-35 ms); "
        "never in strict mode or with one usable CPU. 0: NVRTC is loaded by the first compile"},
+      {"KJIT_LIBRARY_FAST_COMPILE", "off | min | mid | max",
+       "NVRTC's --Ofast-compile level for kjit's own kernels (kjit.ops, kjit.elementwise). off (default): "
+       "the fully optimized binary. The others trade kernel speed for compile time: on an H200, mid compiled "
+       "the row kernels 20-30% faster and ran them 1.5-14x slower, min up to 2.7x slower "
+       "(bench/fast_compile_ab.py). Part of their cache keys: record, warm and run a deployment with one value"},
       {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
        "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "
        "and one compile per key across every process that uses it"},
@@ -286,6 +293,12 @@ Settings Settings::from_lookup(const Lookup& get) {
     if (*v == "1") s.preload_compiler = true;
     else if (*v == "0") s.preload_compiler = false;
     else bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
+  }
+  if (auto v = nonempty("KJIT_LIBRARY_FAST_COMPILE")) {
+    const auto& levels = CompileOptions::fast_compile_levels();
+    if (std::find(levels.begin(), levels.end(), *v) == levels.end())
+      bad_value("KJIT_LIBRARY_FAST_COMPILE", *v, allowed_of("KJIT_LIBRARY_FAST_COMPILE"), "Unset it for the default (off).");
+    s.library_fast_compile = *v;
   }
   if (auto v = nonempty("KJIT_VERBOSE"))
     s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));

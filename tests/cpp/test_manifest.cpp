@@ -155,6 +155,38 @@ TEST(Manifest, TheLeanFrontEndIsRecordedOnlyWhenOn) {
   }
 }
 
+// fast_compile (NVRTC's --Ofast-compile) likewise: recorded only when not off, read back into the same options.
+TEST(Manifest, TheFastCompileLevelIsRecordedOnlyWhenOn) {
+  kjit::CompileOptions mid;
+  mid.fast_compile = "mid";
+  const ManifestRecord on = kjit::to_record(add_constant("float32", 4, mid));
+  const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
+  EXPECT_NE(on.id(), off.id());
+  Manifest m;
+  EXPECT_TRUE(m.add(on));
+  EXPECT_TRUE(m.add(off));
+  const std::string text = kjit::cache::manifest_to_json(m);
+  const std::vector<nlohmann::json> lines = json_lines(text);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["record"]["options"]["fast_compile"], "mid");
+  EXPECT_FALSE(lines[2]["record"]["options"].contains("fast_compile")) << lines[2].dump();
+  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
+  ASSERT_EQ(back.records().size(), 2u);
+  EXPECT_EQ(back.records()[0].id(), on.id());
+  EXPECT_EQ(back.records()[1].options.fast_compile, "off");
+  const kjit::Specialization again = kjit::specialization_of(back.records()[0], kjit::template_of(back.records()[0]));
+  EXPECT_TRUE(again.options() == mid);
+  // A value that is not a string is a clear error naming the field.
+  std::string bad = text;
+  bad.replace(bad.find("\"fast_compile\":\"mid\""), 20, "\"fast_compile\":1234");
+  try {
+    kjit::cache::parse_manifest(bad, "m.json");
+    FAIL() << "a non-string fast_compile was read";
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("fast_compile"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {
   std::shared_ptr<const kjit::Template> original;
   ManifestRecord r;

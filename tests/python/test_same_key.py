@@ -84,3 +84,28 @@ def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit)
     assert lean != full
     assert cli_key("--minimal") == lean
     assert cli_key() == full
+
+
+def test_the_fast_compile_level_gives_the_same_key_from_the_cli_and_python(run_kjit):
+    def cli_key(*extra):
+        r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+                     "--arch", "sm_90", "--json", *extra)
+        return json.loads(r.stdout)["results"][0]["key"]
+
+    def py_key(**options):
+        fam = kjit.Template.builtin("add_constant").kernel("add_constant", **options)
+        return fam.specialize(T=torch.float32, VEC=4, arch="sm_90").key
+
+    keys = {level: py_key(fast_compile=level) for level in ("off", "min", "mid", "max")}
+    assert len(set(keys.values())) == 4
+    assert keys["off"] == py_key()
+    assert cli_key("--fast-compile", "mid") == keys["mid"]
+    assert cli_key() == keys["off"]
+
+
+@pytest.mark.parametrize("level", ["off", "mid"])
+def test_the_librarys_options_follow_kjit_library_fast_compile(run_py, level):
+    # kjit.ops and kjit.elementwise compile with _core.library_compile_options(): off unless the setting says otherwise.
+    env = {"KJIT_LIBRARY_FAST_COMPILE": level if level != "off" else None}
+    r = run_py("import kjit; print(kjit._core.library_compile_options()['fast_compile'])", env=env)
+    assert r.stdout.strip() == level

@@ -11,6 +11,9 @@
 
 namespace kjit {
 
+// What NvrtcLibrary::flags_for_this_version() does, for NVRTC major.minor.
+std::vector<std::string> nvrtc_flags_for_version(int major, int minor, std::vector<std::string> flags);
+
 class NvrtcLibrary {
  public:
   // Loads the library on first call; throws kjit::Error saying where it looked and what to set.
@@ -43,9 +46,14 @@ class NvrtcLibrary {
   int major() const { return major_; }
   int minor() const { return minor_; }
   const std::vector<int>& supported_archs() const { return archs_; }  // e.g. {75, 80, 86, 89, 90, 100, 120}
-  // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries itself
-  // and passes --no-cache, so that a compile it counts and times is a real one.
-  bool caches_compiles() const { return major_ > 12 || (major_ == 12 && minor_ >= 9); }
+  // The flags of a compile as this NVRTC takes them: --no-cache added from 12.9 (NVRTC 12.9+ keeps a compile
+  // cache of its own, in the driver's JIT cache; kjit caches binaries itself, and a compile it counts and
+  // times must be a real one), and
+  // --Ofast-compile (a compile-speed hint, NVRTC 12.8+) left out before 12.8. The key hashes the options
+  // and NVRTC's version, so the same options give one binary per version either way.
+  std::vector<std::string> flags_for_this_version(std::vector<std::string> flags) const {
+    return nvrtc_flags_for_version(major_, minor_, std::move(flags));
+  }
   std::string path() const { return lib_.path().string(); }
 
   // Throws kjit::Error "<call> failed: <nvrtc error string>" when r != NVRTC_SUCCESS.

@@ -53,6 +53,7 @@ struct Settings {
   double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)
   std::uint64_t compile_memory_bytes = 8ull << 30;    // KJIT_COMPILE_MEMORY
   bool preload_compiler = true;                       // KJIT_PRELOAD_COMPILER (compiler_preload.hpp)
+  std::string library_fast_compile = "off";           // KJIT_LIBRARY_FAST_COMPILE (CompileOptions::library())
   // The remote tier: KJIT_REMOTE_CACHE (its URL), KJIT_REMOTE_CACHE_SECRET or _SECRET_FILE (required with
   // it), KJIT_REMOTE_CACHE_MODE, KJIT_REMOTE_CACHE_TIMEOUT, KJIT_REMOTE_CACHE_LEASE; nullopt: none.
   std::optional<cache::RemoteConfig> remote_cache;
