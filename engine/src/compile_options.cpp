@@ -1,8 +1,7 @@
 #include "kjit/compile_options.hpp"
 
-#include <cctype>
-
 #include <algorithm>
+#include <cctype>
 
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
@@ -25,8 +24,11 @@ void CompileOptions::validate() const {
   if (std != "c++17" && std != "c++20")
     throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");
   const auto& levels = fast_compile_levels();
-  if (std::find(levels.begin(), levels.end(), fast_compile) == levels.end())
-    throw ValueError("compile option fast_compile='" + fast_compile + "' is not valid: allowed off, min, mid, max");
+  if (std::find(levels.begin(), levels.end(), fast_compile) == levels.end()) {
+    std::string allowed;
+    for (const auto& l : levels) allowed += (allowed.empty() ? "" : ", ") + l;
+    throw ValueError("compile option fast_compile='" + fast_compile + "' is not valid: allowed " + allowed);
+  }
   if (max_registers && (*max_registers < 16 || *max_registers > 255))
     throw ValueError("compile option max_registers=" + std::to_string(*max_registers) +
                      " is not valid: allowed 16..255, or unset");

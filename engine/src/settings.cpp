@@ -55,7 +55,7 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_LIBRARY_FAST_COMPILE", "off | min | mid | max",
        "NVRTC's --Ofast-compile level for kjit's own kernels (kjit.ops, kjit.elementwise). off (default): "
        "the fully optimized binary. The others trade kernel speed for compile time: on an H200, mid compiled "
-       "the row kernels 20-30% faster and ran them 1.5-14x slower, min up to 2.7x slower "
+       "the row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x), min up to 2.7x slower "
        "(bench/fast_compile_ab.py). Part of their cache keys: record, warm and run a deployment with one value"},
       {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
        "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "

@@ -534,7 +534,7 @@ void bind_template(py::module_& m) {
            "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less "
            "per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's "
            "--Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: "
-           "mid compiled kjit's row kernels 20-30% faster and ran them 1.5-14x slower on an H200).")
+           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200).")
       .def("__repr__", [](const PyTemplate& t) {
         std::string ks;
         for (const auto& k : t.tmpl->kernels()) ks += (ks.empty() ? "" : ", ") + k.name;

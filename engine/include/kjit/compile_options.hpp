@@ -25,7 +25,7 @@ struct CompileOptions {
   bool minimal = false;
   // --Ofast-compile=LEVEL (NVRTC 12.8+, left out before): "off" (NVVM and ptxas optimize fully), "min",
   // "mid" or "max": less optimization for a faster compile, and a slower binary (on an H200, mid compiled
-  // kjit's row kernels 20-30% faster and ran them 1.5-14x slower). kjit's own kernels: KJIT_LIBRARY_FAST_COMPILE.
+  // kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x)). kjit's own kernels: KJIT_LIBRARY_FAST_COMPILE.
   std::string fast_compile = "off";
   std::optional<int> max_registers;          // --maxrregcount=N
   std::map<std::string, std::string> defines;  // -DNAME=VALUE (sorted by name)
