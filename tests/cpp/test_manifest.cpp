@@ -120,13 +120,13 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
 }
 
-// minimal (NVRTC's lean front end, what kjit.ops compile with) is kept by a record and read back into the
-// same options, hence the same key; a record without it has no "minimal" field at all, so every record
-// written before the option existed keeps its id.
-TEST(Manifest, TheLeanFrontEndIsRecordedOnlyWhenOn) {
-  kjit::CompileOptions lean;
-  lean.minimal = true;
-  const ManifestRecord on = kjit::to_record(add_constant("float32", 4, lean));
+// An option added after manifests existed (minimal, fast_compile) is kept by a record and read back into the
+// same options, hence the same key; a record without it has no such field at all, so every record written
+// before the option existed keeps its id. `written` is how the record spells the option's value; a value of
+// the wrong JSON type is a clear error naming the field.
+void expect_recorded_only_when_on(const kjit::CompileOptions& with, const std::string& field,
+                                  const std::string& written) {
+  const ManifestRecord on = kjit::to_record(add_constant("float32", 4, with));
   const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
   EXPECT_NE(on.id(), off.id());
   Manifest m;
@@ -135,56 +135,38 @@ TEST(Manifest, TheLeanFrontEndIsRecordedOnlyWhenOn) {
   const std::string text = kjit::cache::manifest_to_json(m);
   const std::vector<nlohmann::json> lines = json_lines(text);
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[1]["record"]["options"]["minimal"], true);
-  EXPECT_FALSE(lines[2]["record"]["options"].contains("minimal")) << lines[2].dump();
+  EXPECT_EQ(lines[1]["record"]["options"][field].dump(), written);
+  EXPECT_FALSE(lines[2]["record"]["options"].contains(field)) << lines[2].dump();
   const Manifest back = kjit::cache::parse_manifest(text, "m.json");
   ASSERT_EQ(back.records().size(), 2u);
-  EXPECT_TRUE(back.records()[0].options.minimal);
-  EXPECT_FALSE(back.records()[1].options.minimal);
   EXPECT_EQ(back.records()[0].id(), on.id());
+  EXPECT_EQ(back.records()[1].id(), off.id());
   const kjit::Specialization again = kjit::specialization_of(back.records()[0], kjit::template_of(back.records()[0]));
-  EXPECT_TRUE(again.options() == lean);
-  // A value that is not a bool is a clear error naming the field.
+  EXPECT_TRUE(again.options() == with);
+  const kjit::Specialization plain = kjit::specialization_of(back.records()[1], kjit::template_of(back.records()[1]));
+  EXPECT_TRUE(plain.options() == kjit::CompileOptions());
   std::string bad = text;
-  bad.replace(bad.find("\"minimal\":true"), 14, "\"minimal\":1234");
+  const std::string spelled = "\"" + field + "\":" + written;
+  ASSERT_NE(bad.find(spelled), std::string::npos) << text;
+  bad.replace(bad.find(spelled), spelled.size(), "\"" + field + "\":[1234]");
   try {
     kjit::cache::parse_manifest(bad, "m.json");
-    FAIL() << "a non-bool minimal was read";
+    FAIL() << "a " << field << " of the wrong type was read";
   } catch (const kjit::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("minimal"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
   }
 }
 
-// fast_compile (NVRTC's --Ofast-compile) likewise: recorded only when not off, read back into the same options.
+TEST(Manifest, TheLeanFrontEndIsRecordedOnlyWhenOn) {
+  kjit::CompileOptions lean;
+  lean.minimal = true;
+  expect_recorded_only_when_on(lean, "minimal", "true");
+}
+
 TEST(Manifest, TheFastCompileLevelIsRecordedOnlyWhenOn) {
   kjit::CompileOptions mid;
   mid.fast_compile = "mid";
-  const ManifestRecord on = kjit::to_record(add_constant("float32", 4, mid));
-  const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
-  EXPECT_NE(on.id(), off.id());
-  Manifest m;
-  EXPECT_TRUE(m.add(on));
-  EXPECT_TRUE(m.add(off));
-  const std::string text = kjit::cache::manifest_to_json(m);
-  const std::vector<nlohmann::json> lines = json_lines(text);
-  ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[1]["record"]["options"]["fast_compile"], "mid");
-  EXPECT_FALSE(lines[2]["record"]["options"].contains("fast_compile")) << lines[2].dump();
-  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
-  ASSERT_EQ(back.records().size(), 2u);
-  EXPECT_EQ(back.records()[0].id(), on.id());
-  EXPECT_EQ(back.records()[1].options.fast_compile, "off");
-  const kjit::Specialization again = kjit::specialization_of(back.records()[0], kjit::template_of(back.records()[0]));
-  EXPECT_TRUE(again.options() == mid);
-  // A value that is not a string is a clear error naming the field.
-  std::string bad = text;
-  bad.replace(bad.find("\"fast_compile\":\"mid\""), 20, "\"fast_compile\":1234");
-  try {
-    kjit::cache::parse_manifest(bad, "m.json");
-    FAIL() << "a non-string fast_compile was read";
-  } catch (const kjit::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("fast_compile"), std::string::npos) << e.what();
-  }
+  expect_recorded_only_when_on(mid, "fast_compile", "\"mid\"");
 }
 
 TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {
