@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from . import stats
+
 ROW = 4096
 ROWS = (256, 4096, 32768)  # rows of 4096: 4, 64 and 512 MiB of float32
 DTYPES = ("float32", "bfloat16")
@@ -62,7 +64,6 @@ def _child() -> None:
     """One level's process: prints one JSON line per case."""
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
     for dt_name in DTYPES:
         dt = getattr(torch, dt_name)
         for rows in ROWS:
@@ -77,16 +78,9 @@ def _child() -> None:
                         for _ in range(CALLS_PER_GRAPH):
                             fn()
                 torch.cuda.synchronize()
-                times = []
-                for _ in range(REPLAYS):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    graph.replay()
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end) * 1e3 / CALLS_PER_GRAPH)
-                print(json.dumps({"case": name, "dtype": dt_name, "rows": rows, "us": statistics.median(times)}),
-                      flush=True)
+                per_replay_ms = stats.gpu_ms(graph.replay, warmup=0, reps=REPLAYS, inner=1)["median"]
+                print(json.dumps({"case": name, "dtype": dt_name, "rows": rows,
+                                  "us": per_replay_ms * 1e3 / CALLS_PER_GRAPH}), flush=True)
                 del graph
 
 

@@ -20,13 +20,17 @@ const std::vector<std::string>& CompileOptions::fast_compile_levels() {
   return levels;
 }
 
+bool CompileOptions::is_fast_compile_level(const std::string& level) {
+  const auto& levels = fast_compile_levels();
+  return std::find(levels.begin(), levels.end(), level) != levels.end();
+}
+
 void CompileOptions::validate() const {
   if (std != "c++17" && std != "c++20")
     throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");
-  const auto& levels = fast_compile_levels();
-  if (std::find(levels.begin(), levels.end(), fast_compile) == levels.end()) {
+  if (!is_fast_compile_level(fast_compile)) {
     std::string allowed;
-    for (const auto& l : levels) allowed += (allowed.empty() ? "" : ", ") + l;
+    for (const auto& l : fast_compile_levels()) allowed += (allowed.empty() ? "" : ", ") + l;
     throw ValueError("compile option fast_compile='" + fast_compile + "' is not valid: allowed " + allowed);
   }
   if (max_registers && (*max_registers < 16 || *max_registers > 255))

@@ -1,6 +1,5 @@
 #include "kjit/settings.hpp"
 
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -295,8 +294,7 @@ Settings Settings::from_lookup(const Lookup& get) {
     else bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
   }
   if (auto v = nonempty("KJIT_LIBRARY_FAST_COMPILE")) {
-    const auto& levels = CompileOptions::fast_compile_levels();
-    if (std::find(levels.begin(), levels.end(), *v) == levels.end())
+    if (!CompileOptions::is_fast_compile_level(*v))
       bad_value("KJIT_LIBRARY_FAST_COMPILE", *v, allowed_of("KJIT_LIBRARY_FAST_COMPILE"), "Unset it for the default (off).");
     s.library_fast_compile = *v;
   }

@@ -34,8 +34,9 @@ struct CompileOptions {
   // the lean front end, which none of them needs more than, and the fast-compile level of the setting
   // KJIT_LIBRARY_FAST_COMPILE (read once per process, by the first call).
   static CompileOptions library();
-  // The levels fast_compile takes, for error messages and front ends.
+  // The levels fast_compile takes, for error messages and front ends, and whether `level` is one of them.
   static const std::vector<std::string>& fast_compile_levels();
+  static bool is_fast_compile_level(const std::string& level);
 
   // Throws ValueError on a bad value (unknown standard, bad macro name, registers out of range).
   void validate() const;
