@@ -61,8 +61,8 @@ FileRead read_regular_file(const std::filesystem::path& path, std::uint64_t max_
   }
   const auto size = static_cast<std::uint64_t>(r.st.st_size);
   if (size > max_size) {
-    r.error = "file is " + std::to_string(size) + " bytes, more than any kjit entry can be (" +
-              std::to_string(max_size) + ")";
+    r.error = "file is " + std::to_string(size) + " bytes, larger than the " + std::to_string(max_size) +
+              " bytes that such a file can be";
     return r;
   }
   r.bytes.resize(size);

@@ -1,13 +1,12 @@
 #include "kjit/settings.hpp"
 
 #include <cctype>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 
+#include "kjit/cache/file_read.hpp"
 #include "kjit/compile_options.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
@@ -61,13 +60,14 @@ const std::vector<SettingInfo>& setting_registry() {
        "and one compile per key across every process that uses it"},
       {"KJIT_REMOTE_CACHE_SECRET", "at least 16 bytes",
        "the deployment secret that signs remote entries (HMAC-SHA256); required with KJIT_REMOTE_CACHE "
-       "(or KJIT_REMOTE_CACHE_SECRET_FILE)"},
+       "(or KJIT_REMOTE_CACHE_SECRET_FILE); one trailing newline is ignored"},
       {"KJIT_REMOTE_CACHE_SECRET_FILE", "a file path",
-       "a file holding the deployment secret (one trailing newline is ignored)"},
+       "a regular file of at most 64 KiB holding the deployment secret (one trailing newline is ignored)"},
       {"KJIT_REMOTE_CACHE_MODE", "readwrite | read",
        "read: fetch from the remote tier, never write to it (production, with CI as the writer)"},
       {"KJIT_REMOTE_CACHE_TIMEOUT", "seconds, a number > 0",
-       "limit of connecting to the remote tier and of each reply (default 1)"},
+       "limit of each whole request to the remote tier: connecting (with AUTH / SELECT), or a command sent "
+       "and its whole reply read, however slowly it comes (default 1)"},
       {"KJIT_REMOTE_CACHE_LEASE", "seconds, a number >= 1",
        "how long one process's claim to compile a key lasts before another may take it over (default 60)"},
   };
@@ -75,6 +75,9 @@ const std::vector<SettingInfo>& setting_registry() {
 }
 
 namespace {
+
+// A deployment secret is a few dozen bytes; a larger file is not one.
+constexpr std::uint64_t kMaxSecretFileBytes = 64 * 1024;
 
 [[noreturn]] void bad_value(const char* var, const std::string& value, const char* allowed,
                             const char* hint) {
@@ -184,15 +187,14 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
     c.secret = *secret;
   } else if (secret_file) {
     const fs::path path = absolute_path("KJIT_REMOTE_CACHE_SECRET_FILE", *secret_file);
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw ValueError("KJIT_REMOTE_CACHE_SECRET_FILE='" + path.string() + "' cannot be read (" +
-                       std::strerror(errno) + "); give a file this user can read that holds the deployment secret");
-    std::ostringstream text;
-    text << in.rdbuf();
-    c.secret = text.str();
-    if (!c.secret.empty() && c.secret.back() == '\n') c.secret.pop_back();
-    if (!c.secret.empty() && c.secret.back() == '\r') c.secret.pop_back();
+    // Read as the cache reads its files: a FIFO (which would block the open) or a device such as /dev/zero
+    // (endless) is refused, and so is a file too large to be a secret.
+    cache::FileRead r = cache::read_regular_file(path, kMaxSecretFileBytes);
+    if (!r.ok())
+      throw ValueError("KJIT_REMOTE_CACHE_SECRET_FILE='" + path.string() + "' cannot be read (" + r.error +
+                       "): allowed a regular file of at most " + std::to_string(kMaxSecretFileBytes / 1024) +
+                       " KiB that this user can read; give the file that holds the deployment secret");
+    c.secret = std::move(r.bytes);
   } else {
     throw ValueError("KJIT_REMOTE_CACHE is set (" + c.endpoint.display() +
                      ") but no deployment secret is: set KJIT_REMOTE_CACHE_SECRET (or KJIT_REMOTE_CACHE_SECRET_FILE, "
@@ -202,6 +204,10 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
                      "Entries in Redis are signed with it, so a shared Redis cannot hand a process code that "
                      "nobody in the deployment compiled");
   }
+  // One trailing newline is not part of the secret, from the file or from the environment (a secret made
+  // with `openssl rand -hex 32 > f` and passed as a variable, e.g. a Kubernetes secret made --from-file).
+  if (!c.secret.empty() && c.secret.back() == '\n') c.secret.pop_back();
+  if (!c.secret.empty() && c.secret.back() == '\r') c.secret.pop_back();
   if (c.secret.size() < cache::kMinRemoteSecretBytes)
     throw ValueError(std::string(secret ? "KJIT_REMOTE_CACHE_SECRET" : "KJIT_REMOTE_CACHE_SECRET_FILE") + " holds " +
                      std::to_string(c.secret.size()) + " bytes: allowed at least " +

@@ -2,8 +2,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <map>
+#include <memory>
+#include <thread>
 
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/disk_cache.hpp"
@@ -174,4 +180,36 @@ TEST(Settings, RemoteCacheSecretFromAFile) {
   EXPECT_EQ(s.remote_cache->secret, "0123456789abcdef0123") << "one trailing newline is not part of it";
   expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", (dir.path() / "none").string()}},
                  {"KJIT_REMOTE_CACHE_SECRET_FILE", "cannot be read"});
+}
+
+// The secret file is read as the cache reads its files (hostile review 3, item 9): a FIFO nobody writes
+// (which blocked every `import kjit` in open()), an endless device (read until memory ran out) and a
+// file too large to be a secret are refused at once, naming the variable. Each is parsed on a thread of
+// its own, so that a parse that blocks fails the test instead of hanging it.
+TEST(Settings, RemoteCacheSecretFileThatIsNotASmallRegularFileIsRefusedAtOnce) {
+  kjit::testing::TempDir dir;
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path big = dir.path() / "big";
+  { std::ofstream(big) << std::string(100 * 1024, 'x'); }
+  for (const auto& [file, why] : std::vector<std::pair<std::string, std::string>>{
+           {fifo.string(), "not a regular file"}, {"/dev/zero", "not a regular file"}, {big.string(), "larger"}}) {
+    auto outcome = std::make_shared<std::promise<std::string>>();
+    std::future<std::string> parsed = outcome->get_future();
+    std::thread([outcome, file = file] {
+      try {
+        Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", file}});
+        outcome->set_value("accepted");
+      } catch (const ValueError& e) {
+        outcome->set_value(e.what());
+      } catch (const std::exception& e) {
+        outcome->set_value(std::string("not a ValueError: ") + e.what());
+      }
+    }).detach();
+    ASSERT_EQ(parsed.wait_for(std::chrono::seconds(20)), std::future_status::ready) << file << ": still reading it";
+    const std::string message = parsed.get();
+    EXPECT_NE(message.find("KJIT_REMOTE_CACHE_SECRET_FILE"), std::string::npos) << file << ": " << message;
+    EXPECT_NE(message.find(why), std::string::npos) << file << ": " << message;
+    EXPECT_NE(message.find("regular file of at most 64 KiB"), std::string::npos) << file << ": " << message;
+  }
 }
