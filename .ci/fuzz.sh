@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the cache's readers of untrusted bytes with libFuzzer + ASan + UBSan (tests/fuzz): entry files
-# (fuzz_entry), entry metadata JSON (fuzz_metadata), KJIT_RECORD manifests (fuzz_manifest) and the
-# kjit.lock of exported caches (fuzz_lock), each for
+# (fuzz_entry), entry metadata JSON (fuzz_metadata), KJIT_RECORD manifests (fuzz_manifest), the
+# kjit.lock of exported caches (fuzz_lock) and Redis replies as the remote tier bounds them (fuzz_resp),
+# each for
 # FUZZ_SECONDS (default 60), one after the other, on a copy of the seed corpus in tests/fuzz/corpus/
 # (the source tree is never written). Any crash, sanitizer report, timeout (> 10 s on one input) or
 # allocation past the limits fails the script; the input that did it is kept in
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(entry metadata manifest lock)
+[ ${#targets[@]} -gt 0 ] || targets=(entry metadata manifest lock resp)
 
 # clang with libFuzzer's runtime: a one-line fuzzer must link.
 have_libfuzzer() {
@@ -53,7 +54,7 @@ max_len() {
 failed=()
 for t in "${targets[@]}"; do
   bin=build-fuzz/tests/fuzz/fuzz_$t
-  [ -x "$bin" ] || { echo "unknown fuzz target '$t' (entry, metadata, manifest, lock)" >&2; exit 2; }
+  [ -x "$bin" ] || { echo "unknown fuzz target '$t' (entry, metadata, manifest, lock, resp)" >&2; exit 2; }
   corpus=build-fuzz/corpus/$t
   artifacts=build-fuzz/artifacts/$t
   rm -rf "$corpus" "$artifacts"

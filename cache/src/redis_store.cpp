@@ -193,23 +193,44 @@ void RedisStore::answered(std::uint64_t began) {
   if (pending) release_pending();
 }
 
+namespace {
+
+// What to change, for an error reply's code (its first word).
+std::string error_hint(const std::string& code) {
+  if (code == "NOAUTH" || code == "WRONGPASS")
+    return "give the user and password in the URL: redis://user:password@host:port";
+  if (code == "NOPERM")
+    return "kjit's ACL user needs +get +set +mget +exists +eval +del +pexpire +pttl +ping (and +select for a "
+           "database other than 0) on ~kjit:*";
+  if (code == "READONLY")
+    return "this is a replica: point KJIT_REMOTE_CACHE at the primary, or use KJIT_REMOTE_CACHE_MODE=read";
+  if (code == "MOVED" || code == "ASK" || code == "CLUSTERDOWN" || code == "CROSSSLOT")
+    return "Redis Cluster is not supported: use a standalone Redis (or one behind a proxy)";
+  if (code == "OOM") return "Redis is full: give it maxmemory-policy allkeys-lru so that old entries make room";
+  if (code == "LOADING") return "Redis is loading its data set after a restart; it answers soon";
+  return "";
+}
+
+std::string error_code(const RedisReply& r) { return r.str.substr(0, r.str.find(' ')); }
+
+const char* type_name(RedisReply::Type t) {
+  switch (t) {
+    case RedisReply::Type::Nil: return "a nil";
+    case RedisReply::Type::String: return "a string";
+    case RedisReply::Type::Status: return "a status";
+    case RedisReply::Type::Integer: return "an integer";
+    case RedisReply::Type::Error: return "an error";
+    case RedisReply::Type::Array: return "an array";
+  }
+  return "a reply";
+}
+
+}  // namespace
+
 bool RedisStore::reply_ok(const RedisReply& r, const char* command) const {
   if (r.type != RedisReply::Type::Error) return true;
-  const std::string code = r.str.substr(0, r.str.find(' '));
-  std::string hint;
-  if (code == "NOAUTH" || code == "WRONGPASS")
-    hint = "give the user and password in the URL: redis://user:password@host:port";
-  else if (code == "NOPERM")
-    hint = "kjit's ACL user needs +get +set +mget +exists +eval +del +pexpire +pttl +ping (and +select for a "
-           "database other than 0) on ~kjit:*";
-  else if (code == "READONLY")
-    hint = "this is a replica: point KJIT_REMOTE_CACHE at the primary, or use KJIT_REMOTE_CACHE_MODE=read";
-  else if (code == "MOVED" || code == "ASK" || code == "CLUSTERDOWN" || code == "CROSSSLOT")
-    hint = "Redis Cluster is not supported: use a standalone Redis (or one behind a proxy)";
-  else if (code == "OOM")
-    hint = "Redis is full: give it maxmemory-policy allkeys-lru so that old entries make room";
-  else if (code == "LOADING")
-    hint = "Redis is loading its data set after a restart; it answers soon";
+  const std::string code = error_code(r);
+  const std::string hint = error_hint(code);
   log::warn_once("remote-reply:" + config_.endpoint.display() + ":" + command + ":" + code,
                  "kjit " + describe() + " answered " + command + " with an error: " + r.str.substr(0, 200) +
                      (hint.empty() ? "" : "; " + hint) + " (a miss; said once per command and error)");
@@ -314,26 +335,50 @@ bool RedisStore::put(const Entry& entry) {
   return true;
 }
 
-std::optional<std::vector<RedisStore::Fetched>> RedisStore::get_many(
-    const std::vector<std::pair<CacheKey, std::string>>& requests) {
-  if (requests.empty()) return std::vector<Fetched>{};
+RedisStore::FetchedMany RedisStore::get_many(const std::vector<std::pair<CacheKey, std::string>>& requests) {
+  FetchedMany out;
+  if (requests.empty()) return out;
   std::vector<std::string> names;
   names.reserve(requests.size());
   for (const auto& [key, target] : requests) names.push_back(entry_name(key, target));
-  auto replies = with_connection([&](RedisConnection& c) {
+  auto reply = with_connection([&](RedisConnection& c) {
     RedisConnection::Command mget{"MGET"};
     for (const auto& n : names) mget.push_back(n);
     return c.command(mget);
   });
-  if (!replies) return std::nullopt;
-  std::vector<Fetched> out(requests.size());
-  if (!reply_ok(*replies, "MGET")) return out;
-  if (replies->type != RedisReply::Type::Array || replies->elements.size() != requests.size()) return out;
+  if (!reply) {
+    out.answered = false;
+    return out;
+  }
+  const std::string asked = std::to_string(requests.size()) + (requests.size() == 1 ? " key" : " keys");
+  if (reply->type == RedisReply::Type::Error) {
+    const std::string hint = error_hint(error_code(*reply));
+    out.error = "it answered MGET with an error: " + reply->str.substr(0, 200) + (hint.empty() ? "" : "; " + hint);
+    return out;
+  }
+  if (reply->type != RedisReply::Type::Array || reply->elements.size() != requests.size()) {
+    out.error = std::string("it answered MGET of ") + asked + " with " +
+                (reply->type == RedisReply::Type::Array
+                     ? "an array of " + std::to_string(reply->elements.size()) + " values"
+                     : std::string(type_name(reply->type)) + " instead of an array of values") +
+                ": not Redis, or a proxy that does not pass MGET through";
+    return out;
+  }
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    const RedisReply& r = replies->elements[i];
+    const RedisReply::Type t = reply->elements[i].type;
+    if (t != RedisReply::Type::String && t != RedisReply::Type::Nil) {
+      out.error = std::string("it answered MGET of ") + asked + " with " + type_name(t) + " as value " +
+                  std::to_string(i + 1) + " (a string or nil expected): not Redis, or a proxy that does not "
+                  "pass MGET through";
+      return out;
+    }
+  }
+  out.results.resize(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const RedisReply& r = reply->elements[i];
     if (r.type != RedisReply::Type::String) continue;
-    out[i].entry = accept(requests[i].first, requests[i].second, r.str);
-    out[i].refused = !out[i].entry;
+    out.results[i].entry = accept(requests[i].first, requests[i].second, r.str);
+    out.results[i].refused = !out.results[i].entry;
   }
   return out;
 }

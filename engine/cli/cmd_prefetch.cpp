@@ -1,8 +1,10 @@
 // `kjit prefetch MANIFEST --arch sm_90[,...]`: at start-up, fetches every entry of a manifest that the
 // disk lacks from the remote tier (KJIT_REMOTE_CACHE) in one round trip, onto the disk cache; the first
 // calls of the process then load from the disk. Nothing is compiled. Exit status 1 when the remote tier
-// does not answer or a record cannot be rebuilt; entries the tier lacks are counted, not an error (the
-// process compiles them on first use, or takes them from a peer).
+// does not answer, answers the lookup with an error (NOPERM, LOADING, OOM) or a reply of another shape,
+// refuses every value it holds while none was fetched (another secret), or a record cannot be rebuilt;
+// entries the tier lacks are counted, not an error (the process compiles them on first use, or takes
+// them from a peer).
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
@@ -33,10 +35,14 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
     if (spec)
       for (const auto& t : targets) jobs.emplace_back(*spec, t);
   const PrefetchReport r = engine.prefetch(jobs);
-  ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from "
-          << engine.remote()->describe() << ": " << r.on_disk << " already on disk, " << r.missing
-          << " not in the remote cache, " << r.refused << " refused"
-          << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";
+  const std::string remote = engine.remote()->describe();
+  ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from " << remote
+          << ": " << r.on_disk << " already on disk, ";
+  if (r.looked_up())
+    ctx.out << r.missing << " not in the remote cache, " << r.refused << " refused"
+            << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";
+  else
+    ctx.out << r.missing << " not looked up\n";
   for (const auto& s : stale) ctx.out << "  " << printable(s) << '\n';
   int status = kExitOk;
   for (std::size_t i = 0; i < errors.size(); ++i)
@@ -46,7 +52,18 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
     }
   if (r.not_kept) status = kExitFailure;
   if (!r.answered) {
-    ctx.err << "kjit: error: the " << engine.remote()->describe() << " did not answer; nothing was fetched\n";
+    ctx.err << "kjit: error: the " << remote << " did not answer; nothing was fetched\n";
+    status = kExitFailure;
+  } else if (!r.lookup_error.empty()) {
+    ctx.err << "kjit: error: the " << remote << " refused the lookup: " << printable(r.lookup_error)
+            << "; nothing was fetched\n";
+    status = kExitFailure;
+  } else if (r.fetched == 0 && r.refused > 0) {
+    ctx.err << "kjit: error: the " << remote << " holds " << count_of(r.refused, "entry", "entries")
+            << " of the manifest, and every one was refused (the warnings above say why); nothing was fetched. "
+               "When none is accepted, the usual cause is another deployment secret: this process and the "
+               "writer (kjit warm --remote) must use the same KJIT_REMOTE_CACHE_SECRET or "
+               "KJIT_REMOTE_CACHE_SECRET_FILE\n";
     status = kExitFailure;
   }
   return status;

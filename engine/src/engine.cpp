@@ -398,9 +398,10 @@ PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Targ
     ask_range.emplace_back(first, asks.size());
   }
   if (asks.empty()) return r;
-  const auto got = remote_->get_many(asks);
-  if (!got) {
-    r.answered = false;
+  const cache::RedisStore::FetchedMany got = remote_->get_many(asks);
+  if (!got.ok()) {
+    r.answered = got.answered;
+    r.lookup_error = got.error;
     r.missing = ask_range.size();
     return r;
   }
@@ -408,8 +409,8 @@ PrefetchReport Engine::prefetch(const std::vector<std::pair<Specialization, Targ
     const cache::Entry* found = nullptr;
     bool refused = false;
     for (std::size_t i = first; i < last && !found; ++i) {
-      if ((*got)[i].entry) found = &*(*got)[i].entry;
-      refused = refused || (*got)[i].refused;
+      if (got.results[i].entry) found = &*got.results[i].entry;
+      refused = refused || got.results[i].refused;
     }
     if (found && disk().put(*found)) {
       ++r.fetched;

@@ -1,12 +1,16 @@
 // The remote tier: sealed entries (entry_seal), Redis URLs (remote_config), RedisStore against a real
 // redis-server started by the test (support/redis_server.hpp), cluster-wide single flight
-// (cluster_flight) and the chain's backfill of a remote hit onto the disk.
+// (cluster_flight), the chain's backfill of a remote hit onto the disk, and the connection against a
+// scripted hostile server (support/scripted_redis.hpp): replies that trickle, or announce too much.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "kjit/cache/store_chain.hpp"
 #include "kjit/error.hpp"
 #include "redis_server.hpp"
+#include "scripted_redis.hpp"
 #include "test_support.hpp"
 
 namespace kjit {
@@ -528,12 +533,38 @@ TEST_F(RedisStoreTest, GetManyFetchesEveryRequestInOneRoundTrip) {
     asks.emplace_back(e.key, "sm_90");
   }
   asks.emplace_back(testing::key_for("remote-many-absent"), "sm_90");
-  const auto got = machine()->get_many(asks);
-  ASSERT_TRUE(got);
-  ASSERT_EQ(got->size(), 4u);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE((*got)[i].entry && (*got)[i].entry->key == asks[i].first);
-  EXPECT_FALSE((*got)[3].entry);
-  EXPECT_FALSE((*got)[3].refused);
+  const RedisStore::FetchedMany got = machine()->get_many(asks);
+  ASSERT_TRUE(got.ok()) << got.error;
+  ASSERT_EQ(got.results.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(got.results[i].entry && got.results[i].entry->key == asks[i].first);
+  EXPECT_FALSE(got.results[3].entry);
+  EXPECT_FALSE(got.results[3].refused);
+}
+
+TEST_F(RedisStoreTest, AnMgetRefusedByRedisIsAnErrorNotMisses) {
+  // An ACL user with every permission kjit needs but +mget (a likely slip): the values are there, and
+  // the lookup must say it was refused, not that they are missing.
+  std::vector<std::pair<cache::CacheKey, std::string>> asks;
+  for (int i = 0; i < 3; ++i) {
+    const cache::Entry e = make_entry("remote-noperm-" + std::to_string(i));
+    ASSERT_TRUE(machine()->put(e));
+    asks.emplace_back(e.key, "sm_90");
+  }
+  redis({"ACL", "SETUSER", "kjit", "on", ">kjit-password", "~kjit:*", "+get", "+set", "+exists", "+eval", "+del",
+         "+pexpire", "+pttl", "+ping"});
+  cache::RemoteConfig c = config();
+  c.endpoint.user = "kjit";
+  c.endpoint.password = "kjit-password";
+  RedisStore store(c);
+  ASSERT_TRUE(store.get(asks[0].first, "sm_90")) << "the user can GET";
+  WarningCapture warnings;
+  const RedisStore::FetchedMany got = store.get_many(asks);
+  EXPECT_FALSE(got.ok());
+  EXPECT_TRUE(got.answered);
+  EXPECT_TRUE(got.results.empty());
+  EXPECT_NE(got.error.find("NOPERM"), std::string::npos) << got.error;
+  EXPECT_NE(got.error.find("+mget"), std::string::npos) << "the hint: " << got.error;
+  EXPECT_EQ(warnings.count(), 0u) << "the caller reports it: " << warnings.all();
 }
 
 TEST_F(RedisStoreTest, AChainCopiesARemoteHitOntoTheDisk) {
@@ -549,6 +580,219 @@ TEST_F(RedisStoreTest, AChainCopiesARemoteHitOntoTheDisk) {
   auto again = chain.get(e.key, "sm_90");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->level, 0u);
+}
+
+// ---- a hostile server (scripted) -----------------------------------------------------------------
+
+using testing::ScriptedRedis;
+
+// Resident memory of this process now, in bytes.
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+cache::RemoteConfig scripted_config(const ScriptedRedis& server, double timeout_s, double lease_s = 60) {
+  cache::RemoteConfig c;
+  c.endpoint = server.endpoint();
+  c.secret = kSecret;
+  c.timeout_s = timeout_s;
+  c.lease_s = lease_s;
+  return c;
+}
+
+// A reply of 100000 bytes that comes one byte every 50 ms (5000 s in all): each read() gets a byte well
+// within any per-read timeout.
+ScriptedRedis::Answer trickled_reply() {
+  ScriptedRedis::Answer a;
+  a.now = ScriptedRedis::bulk_header(100000);
+  a.trickle = std::string(100000, 'x') + "\r\n";
+  a.every = std::chrono::milliseconds(50);
+  return a;
+}
+
+TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
+  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  cache::RedisConnection c(server.endpoint(), 1.0);
+  const auto t0 = Clock::now();
+  try {
+    c.command({"GET", "kjit:v1:sm_90:x"});
+    ADD_FAILURE() << "a reply that would take 5000 s was read";
+  } catch (const cache::RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KJIT_REMOTE_CACHE_TIMEOUT"), std::string::npos) << e.what();
+  }
+  const double took = seconds_since(t0);
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 4.0) << "the 1 s limit bounds the whole reply, not each read()";
+  EXPECT_THROW(c.command({"PING"}), cache::RemoteError) << "a connection that failed is not used again";
+}
+
+TEST(HostileRedis, ATricklingAuthOrSelectCostsOneTimeoutForTheWholeSetUp) {
+  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  cache::RedisEndpoint e = server.endpoint();
+  e.user = "kjit";
+  e.password = "a password that must not be shown";
+  e.db = 3;
+  const auto t0 = Clock::now();
+  try {
+    cache::RedisConnection c(e, 1.0);
+    ADD_FAILURE() << "set up through a reply that would take 5000 s";
+  } catch (const cache::RemoteError& err) {
+    EXPECT_NE(std::string(err.what()).find("AUTH and 1 more command timed out"), std::string::npos) << err.what();
+    EXPECT_EQ(std::string(err.what()).find(e.password), std::string::npos) << err.what();
+  }
+  EXPECT_LT(seconds_since(t0), 4.0);
+}
+
+TEST(HostileRedis, ATricklingServerMakesLookupsMissesAndTheCompileLocal) {
+  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  RedisStore store(scripted_config(server, 1.0));
+  const cache::Entry e = make_entry("hostile-trickle");
+  WarningCapture warnings;
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(store.get(e.key, "sm_90"));
+  EXPECT_LT(seconds_since(t0), 4.0);
+  int produced = 0;
+  const cache::FlightResult r = produce_counting(store, e, &produced);  // backing off: at once
+  EXPECT_EQ(produced, 1) << "compiled locally";
+  EXPECT_FALSE(r.fetched);
+  EXPECT_FALSE(store.get_many({{e.key, "sm_90"}}).answered);
+  EXPECT_LT(seconds_since(t0), 4.0);
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_NE(warnings.all().find("does not answer (GET timed out"), std::string::npos) << warnings.all();
+}
+
+TEST(HostileRedis, ATricklingLeaseRenewalDoesNotHoldUpTheCompile) {
+  // The lease is taken and the lookups answer; only the renewal (EVAL, on the LeaseKeeper's thread,
+  // which the compile's end joins) trickles.
+  ScriptedRedis server([](const std::vector<std::string>& args) {
+    ScriptedRedis::Answer a;
+    if (args[0] == "SET") {
+      a.now = "+OK\r\n";
+    } else if (args[0] == "EVAL") {
+      a = trickled_reply();
+    } else {
+      a.now = "$-1\r\n";
+    }
+    return a;
+  });
+  RedisStore store(scripted_config(server, 0.5, /*lease_s=*/0.6));  // renewed every 0.2 s
+  const cache::Entry e = make_entry("hostile-renewal");
+  WarningCapture warnings;
+  const auto t0 = Clock::now();
+  const cache::FlightResult r = cache::produce_once(store, e.key, "sm_90", [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // a compile longer than the lease
+    return e;
+  });
+  EXPECT_TRUE(testing::same_entry(r.entry, e));
+  EXPECT_LT(seconds_since(t0), 3.0) << "the compile waited for a renewal that never ends";
+  const auto commands = server.received();
+  EXPECT_NE(std::find(commands.begin(), commands.end(), "EVAL"), commands.end()) << "no renewal was tried";
+  EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+}
+
+TEST(HostileRedis, AValueAnnouncedLargerThanAnyEntryIsRefusedAtItsHeader) {
+  // 8 GiB announced, 4 KB sent, then silence with the connection open: refused on the header, at once,
+  // not at the 5 s deadline, and nothing of the body is kept.
+  ScriptedRedis server([](const std::vector<std::string>&) {
+    ScriptedRedis::Answer a;
+    a.now = ScriptedRedis::bulk_header(8ull << 30, 4096);
+    a.hold = true;
+    return a;
+  });
+  const std::size_t rss0 = resident_bytes();
+  cache::RedisConnection c(server.endpoint(), 5.0);
+  const auto t0 = Clock::now();
+  try {
+    c.command({"GET", "kjit:v1:sm_90:x"});
+    ADD_FAILURE() << "an 8 GiB value was read";
+  } catch (const cache::RemoteError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("8589934592 bytes announced"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(cache::kMaxRemoteValueBytes) + " bytes allowed"), std::string::npos) << what;
+    EXPECT_EQ(what.find("timed out"), std::string::npos) << what;
+  }
+  EXPECT_LT(seconds_since(t0), 1.0) << "refused at the deadline, not at the header";
+  EXPECT_LT(resident_bytes(), rss0 + (64u << 20));
+
+  // Through the store: a miss, one warning, the compile local.
+  RedisStore store(scripted_config(server, 5.0));
+  const cache::Entry e = make_entry("hostile-huge");
+  WarningCapture warnings;
+  const auto t1 = Clock::now();
+  int produced = 0;
+  produce_counting(store, e, &produced);
+  EXPECT_EQ(produced, 1);
+  EXPECT_LT(seconds_since(t1), 1.0);
+  ASSERT_EQ(warnings.count(), 1u) << warnings.all();
+  EXPECT_NE(warnings.all().find("8589934592 bytes announced"), std::string::npos) << warnings.all();
+}
+
+TEST(HostileRedis, AnArrayAnnouncedLargerThanTheRequestCanNeedIsRefusedAtItsHeader) {
+  ScriptedRedis server([](const std::vector<std::string>& args) {
+    ScriptedRedis::Answer a;
+    a.now = args[0] == "GET" ? "*100000000\r\n$-1\r\n" : "*1000000\r\n";
+    a.hold = true;
+    return a;
+  });
+  const auto t0 = Clock::now();
+  for (const cache::RedisConnection::Command& cmd :
+       {cache::RedisConnection::Command{"GET", "k"}, cache::RedisConnection::Command{"MGET", "a", "b", "c"}}) {
+    cache::RedisConnection c(server.endpoint(), 5.0);
+    try {
+      c.command(cmd);
+      ADD_FAILURE() << "accepted for " << cmd[0];
+    } catch (const cache::RemoteError& e) {
+      EXPECT_NE(std::string(e.what()).find("elements announced"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(cmd.size() + cache::kRespElementSlack) + " elements allowed"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_LT(seconds_since(t0), 1.5);
+}
+
+TEST(HostileRedis, ALargeValueWithinTheLimitStillComesThrough) {
+  // 24 MiB, sent in one go by a scripted server: many reads, the scanner skipping the body across them.
+  const std::string value(24u << 20, 'v');
+  ScriptedRedis server([&](const std::vector<std::string>&) {
+    ScriptedRedis::Answer a;
+    a.now = "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+    return a;
+  });
+  cache::RedisConnection c(server.endpoint(), 10.0);
+  const std::vector<cache::RedisReply> r = c.pipeline({{"GET", "a"}, {"GET", "b"}});
+  ASSERT_EQ(r.size(), 2u);
+  for (const auto& reply : r) {
+    EXPECT_EQ(reply.type, cache::RedisReply::Type::String);
+    EXPECT_TRUE(reply.str == value);
+  }
+}
+
+TEST(HostileRedis, AnMgetAnswerThatIsNotOneValuePerKeyIsAnError) {
+  std::vector<std::pair<cache::CacheKey, std::string>> asks;
+  for (const char* name : {"mget-a", "mget-b", "mget-c"}) asks.emplace_back(testing::key_for(name), "sm_90");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"*2\r\n$-1\r\n$-1\r\n", "an array of 2 values"},
+      {":3\r\n", "an integer instead of an array"},
+      {"*3\r\n$-1\r\n:1\r\n$-1\r\n", "an integer as value 2"},
+      {"-LOADING Redis is loading the dataset in memory\r\n", "it answers soon"}};
+  for (const auto& [reply, expected] : cases) {
+    ScriptedRedis server([reply = reply](const std::vector<std::string>&) {
+      ScriptedRedis::Answer a;
+      a.now = reply;
+      return a;
+    });
+    RedisStore store(scripted_config(server, 2.0));
+    const RedisStore::FetchedMany got = store.get_many(asks);
+    EXPECT_TRUE(got.answered) << reply;
+    EXPECT_FALSE(got.ok()) << reply;
+    EXPECT_TRUE(got.results.empty()) << reply;
+    EXPECT_NE(got.error.find(expected), std::string::npos) << got.error;
+  }
 }
 
 }  // namespace

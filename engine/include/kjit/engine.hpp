@@ -94,9 +94,13 @@ struct PrefetchReport {
   std::size_t on_disk = 0;   // already in the disk cache or a read-only layer: not asked for
   std::size_t fetched = 0;   // taken from the remote tier and written to the disk
   std::size_t not_kept = 0;  // taken from the remote tier, but the disk failed to keep them (warned)
-  std::size_t missing = 0;   // not in the remote tier
+  std::size_t missing = 0;   // not in the remote tier (or not looked up: the lookup failed)
   std::size_t refused = 0;   // in the remote tier but refused (said by a warning)
   bool answered = true;      // false: the remote tier did not answer (warned); nothing was fetched
+  // The tier answered the lookup with an error reply (NOPERM, LOADING, OOM) or a reply that is not one
+  // value per key: what it said and what to do (not warned); nothing was fetched.
+  std::string lookup_error;
+  bool looked_up() const noexcept { return answered && lookup_error.empty(); }
 };
 
 struct EngineStats {

@@ -5,10 +5,12 @@
 // damaged value is refused (a miss, warned once per key). Compile leases for cluster-wide single flight
 // (cluster_flight.hpp) live under kjit:v1:lease:<target>:<key hex>, with an expiry.
 //
-// Failure policy: the remote tier only saves work. A server that does not answer (refused, timed out,
-// closed) makes every operation a miss / a put not kept, with one warning per outage; the store then
-// backs off (no network for 1 s, doubling up to 30 s) so that a dead server costs one timeout, not one
-// per lookup, and says when it answers again. Nothing here throws for a remote failure.
+// Failure policy: the remote tier only saves work. A server that does not answer (refused, timed out:
+// KJIT_REMOTE_CACHE_TIMEOUT bounds each whole request, closed) or answers what kjit refuses (a value
+// longer than any entry, a malformed reply: redis_connection.hpp) makes every operation a miss / a put
+// not kept, with one warning per outage; the store then backs off (no network for 1 s, doubling up to
+// 30 s) so that a dead server costs one timeout, not one per lookup, and says when it answers again.
+// Nothing here throws for a remote failure.
 // Mode read (production with CI as the only writer): nothing is ever written, leases included.
 #pragma once
 
@@ -56,8 +58,16 @@ class RedisStore final : public Store {
     std::optional<Entry> entry;
     bool refused = false;  // a value was there but refused (said by a warning)
   };
-  // nullopt when the server did not answer (warned).
-  std::optional<std::vector<Fetched>> get_many(const std::vector<std::pair<CacheKey, std::string>>& requests);
+  struct FetchedMany {
+    std::vector<Fetched> results;  // one per request, in order; empty unless ok()
+    bool answered = true;          // false: the server did not answer (warned, as every outage)
+    // It answered, but not with one value per key: an error reply (NOPERM for an ACL user without +mget,
+    // LOADING, OOM) or a reply of another shape. What it said and what to do; not warned (the caller
+    // reports it: nothing was looked up).
+    std::string error;
+    bool ok() const noexcept { return answered && error.empty(); }
+  };
+  FetchedMany get_many(const std::vector<std::pair<CacheKey, std::string>>& requests);
 
   // Whether the server holds a value under the entry's name (a cheap EXISTS; nullopt: no answer).
   std::optional<bool> contains(const CacheKey& key, const std::string& target);

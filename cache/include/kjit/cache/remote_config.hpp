@@ -32,7 +32,8 @@ struct RemoteConfig {
   RedisEndpoint endpoint;
   RemoteMode mode = RemoteMode::ReadWrite;
   std::string secret;      // HMAC-SHA256 key of every entry (entry_seal.hpp); never printed
-  double timeout_s = 1.0;  // connect, and each reply (name resolution is the system resolver's own)
+  double timeout_s = 1.0;  // each whole request: connecting (with AUTH / SELECT), or a command and its whole
+                           // reply (name resolution is the system resolver's own)
   double lease_s = 60.0;   // lifetime of a compile lease, renewed while the compile runs (cluster_flight.hpp)
   // The longest a process waits for another's compile before compiling on its own (a lease that is
   // renewed forever, a paused server that keeps a lease alive): never a hang.
