@@ -208,7 +208,8 @@ Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
   const fs::path lock_file = layout::lock_path(config_.root, key, target);
   std::string why = make_private_dirs(lock_file.parent_path());
   FileLock lock;
-  if (why.empty()) lock = FileLock::acquire(lock_file, config_.lock_timeout_s, &why);  // may throw
+  if (why.empty())  // may throw
+    lock = FileLock::acquire(lock_file, config_.lock_timeout_s + config_.holder_remote_wait_s, &why);
   if (!lock.locked()) {
     degrade(why);
     return run();

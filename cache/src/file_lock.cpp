@@ -68,7 +68,7 @@ FileLock FileLock::acquire(const fs::path& path, double timeout_s, std::string* 
                     path.string() +
                     ": another process or thread is compiling the same kernel and has not "
                     "finished. A holder that died releases the lock by itself; if one is stuck, "
-                    "stop it. To wait longer, raise KJIT_LOCK_TIMEOUT (now " +
+                    "stop it. To wait longer, raise KJIT_LOCK_TIMEOUT (this wait allowed " +
                     seconds_text(timeout_s) + ").");
       }
       std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));

@@ -117,8 +117,9 @@ void Engine::open_stores() {
     if (settings_.remote_cache && settings_.cache_mode != CacheMode::Off) {
       cache::RemoteConfig remote = *settings_.remote_cache;
       if (settings_.cache_mode != CacheMode::ReadWrite) remote.mode = cache::RemoteMode::Read;
-      // A waiter gives up on another process's compile after what one compile may take, plus a lease.
-      remote.wait_limit_s = settings_.compile_timeout_s + remote.lease_s;
+      // A waiter gives up on another process's compile after what one compile may take, plus a lease
+      // (the disk's lock waiters allow for this wait: disk_cache_config).
+      remote.wait_limit_s = remote_wait_limit_s(settings_);
       remote_ = std::make_shared<cache::RedisStore>(std::move(remote));
       levels.push_back({remote_, true});
     }

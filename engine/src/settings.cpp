@@ -34,7 +34,9 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_NVRTC_LIBRARY", "a file path", "exact libnvrtc shared library to load"},
       {"KJIT_TEMPLATES_DIR", "a directory path", "where built-in templates are read from"},
       {"KJIT_LOCK_TIMEOUT", "seconds, a number > 0",
-       "how long a process waits for another one compiling the same key (default 300)"},
+       "how long a process waits for another one compiling the same key (default 300); with a writable "
+       "remote cache, plus the longest that one may wait for another machine's compile "
+       "(KJIT_COMPILE_TIMEOUT + KJIT_REMOTE_CACHE_LEASE)"},
       {"KJIT_VERBOSE", "0 | 1 | 2", "1: log compiles and cache events to stderr; 2: also every lookup"},
       {"KJIT_MAX_SPECIALIZATIONS", "an integer >= 1",
        "distinct values of a shape parameter before a kernel falls back to its generic variant "

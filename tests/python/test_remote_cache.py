@@ -593,6 +593,31 @@ def test_stale_lease_is_taken_over(how, sub_manifest, redis_server, redis_client
     check_redis_entries(redis_client, 1)
 
 
+def test_a_local_waiter_allows_for_its_peers_remote_wait(sub_manifest, redis_server, redis_client, tmp_path):
+    # Hostile review 3, item 6: the process holding a key's local lock waited for another machine's lease up to
+    # KJIT_COMPILE_TIMEOUT + KJIT_REMOTE_CACHE_LEASE, while its peers on the machine gave up on that lock after
+    # KJIT_LOCK_TIMEOUT and failed; a lease planted in a shared Redis triggered it. The proportions of the
+    # defaults (300 / 300 / 60 s), scaled down: the peer now waits for the lock as long as the holder may wait.
+    one = sub_manifest([7])
+    scratch = run(warm_argv(one), kjit_env(cache=tmp_path / "scratch"), label="local only")
+    (key,) = local_entries(tmp_path / "scratch")
+    lease = LEASE_PREFIX + key[len("kjit:v1:"):]
+    redis_client.set(lease, b"planted", px=600_000)  # outlives both processes
+    env = kjit_env(cache=tmp_path / "machine", redis=redis_server, KJIT_LOCK_TIMEOUT=2, KJIT_COMPILE_TIMEOUT=2,
+                   KJIT_REMOTE_CACHE_LEASE=1)
+    holder = subprocess.Popen(warm_argv(one, jobs=1), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    time.sleep(0.5)  # the holder has the local lock and waits for the planted lease
+    peer = run(warm_argv(one, jobs=1), env, timeout=60, label="peer", check=False)
+    out, err = holder.communicate(timeout=60)
+    first = Run(holder.args, holder.returncode, out, err, 0, "holder")
+    assert first.returncode == 0 and first.summary["compiled"] == 1, first
+    assert first.warnings("compiling it here"), f"the holder waited for the lease, then compiled:\n{first!r}"
+    assert peer.returncode == 0, f"the peer gave up on the lock while the holder waited remotely:\n{peer!r}"
+    assert peer.summary["failed"] == 0 and peer.summary["compiled"] == 0, peer
+    assert peer.seconds < 2 + 3 + scratch.seconds + 10, peer
+
+
 # --- 4. read mode writes nothing ------------------------------------------------------------------------
 
 def test_read_mode_fetches_but_never_writes(sub_manifest, redis_server, redis_client, tmp_path):

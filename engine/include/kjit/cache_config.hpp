@@ -7,7 +7,13 @@
 
 namespace kjit {
 
-// KJIT_CACHE_DIR, KJIT_CACHE_PATH, KJIT_CACHE_MODE, KJIT_CACHE_MAX_BYTES, KJIT_LOCK_TIMEOUT.
+// KJIT_CACHE_DIR, KJIT_CACHE_PATH, KJIT_CACHE_MODE, KJIT_CACHE_MAX_BYTES, KJIT_LOCK_TIMEOUT (plus, with a
+// writable remote tier, the remote wait below: a key's local waiters allow for its holder's remote wait).
 cache::DiskCacheConfig disk_cache_config(const Settings& s);
+
+// The longest a process waits for another machine's compile of a key before it compiles the key itself:
+// what one compile may take (KJIT_COMPILE_TIMEOUT) plus a lease (KJIT_REMOTE_CACHE_LEASE). 0 when no
+// writable remote tier is configured (no lease is ever waited for).
+double remote_wait_limit_s(const Settings& s);
 
 }  // namespace kjit

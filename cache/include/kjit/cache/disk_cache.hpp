@@ -50,6 +50,10 @@ struct DiskCacheConfig {
   CacheMode mode = CacheMode::ReadWrite;
   std::optional<std::uint64_t> max_bytes;        // cap of the writable layer
   double lock_timeout_s = 300.0;
+  // The longest the holder of a key's lock may wait for another machine's compile of that key (the
+  // remote tier's lease, cluster_flight.hpp) before it compiles: the lock's waiters allow for it on top
+  // of lock_timeout_s, so that no remote wait outlasts what the local waiters accept.
+  double holder_remote_wait_s = 0;
 };
 
 // Where a listed entry lives and what it holds.
@@ -109,7 +113,7 @@ class DiskCache final : public Store {
   // In a non-writable cache, `produce` runs without a lock and nothing is stored.
   // Exceptions from `produce` propagate (the lock is released). `produce` must return an entry with
   // `key` and filed_target(meta) == target (else kjit::Error). Waiting longer than
-  // config().lock_timeout_s for another process's compile throws kjit::Error.
+  // config().lock_timeout_s + holder_remote_wait_s for another process's compile throws kjit::Error.
   Entry load_or_produce(const CacheKey& key, const std::string& target,
                         const std::function<Entry()>& produce, bool* produced);
 
