@@ -39,11 +39,6 @@ namespace kjit {
 namespace fs = std::filesystem;
 namespace {
 
-std::shared_mutex& fork_gate() {
-  static auto* m = new std::shared_mutex;  // never destroyed: background threads hold it until they end
-  return *m;
-}
-
 constexpr int kOutOfMemoryExit = 86;  // the child's operator new failed
 constexpr int kCrashExit = 87;        // the child threw something unexpected
 constexpr std::size_t kMaxLogBytes = 4u << 20;        // a longer compile log is cut (in the child)
@@ -280,26 +275,6 @@ std::string seconds(double s) {
 
 }  // namespace
 
-namespace {
-thread_local bool holds_the_gate = false;  // try_hold_off_forks_on_this_thread() took it
-}  // namespace
-
-std::shared_lock<std::shared_mutex> hold_off_forks() {
-  if (holds_the_gate) return {};  // held for this thread already (a shared lock is not taken twice)
-  return std::shared_lock<std::shared_mutex>(fork_gate());
-}
-
-bool try_hold_off_forks_on_this_thread() noexcept {
-  if (!holds_the_gate) holds_the_gate = fork_gate().try_lock_shared();
-  return holds_the_gate;
-}
-
-void stop_holding_off_forks_on_this_thread() noexcept {
-  if (!holds_the_gate) return;
-  fork_gate().unlock_shared();
-  holds_the_gate = false;
-}
-
 // NVRTC dlopens its builtins library on its first compile: load it (by the same name, so NVRTC's own
 // dlopen finds it loaded) before any compile that may open no file. Failing that, one compile here.
 void load_what_nvrtc_reads_once() {
@@ -341,7 +316,7 @@ class Child {
     {
       // The socket is made, forked and its child end closed here under the gate, so that no other
       // compile's child is forked holding this child's end.
-      std::unique_lock<std::shared_mutex> gate(fork_gate());
+      ForkGateExclusive gate;
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
         throw Error("cannot start the compiler process for " + what + ": socketpair: " + std::strerror(errno));
       pid = fork();

@@ -45,7 +45,8 @@ const std::vector<SettingInfo>& setting_registry() {
        "untrusted: templates rebuilt from a manifest compile in a child process that may read no file, "
        "under the time and memory limits; always: every compile runs in a bounded child process"},
       {"KJIT_COMPILE_TIMEOUT", "seconds, a number > 0",
-       "wall-clock limit of one isolated compile (default 300)"},
+       "wall-clock limit of one isolated compile (default 300); also the longest a fork() waits for the "
+       "in-process compiles in flight"},
       {"KJIT_COMPILE_MEMORY", "a positive integer, optional suffix K, M, G",
        "memory one isolated compile may add (default 8G)"},
       {"KJIT_PRELOAD_COMPILER", "1 | 0",

@@ -10,13 +10,16 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
+#include <random>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -29,6 +32,8 @@
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/compiler_preload.hpp"
+#include "kjit/error.hpp"
+#include "kjit/fork_gate.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/kernel_family.hpp"
 #include "kjit/nvrtc_library.hpp"
@@ -233,4 +238,137 @@ TEST(ForkSafety, ACompileChildForkedDuringTheCompilerPreloadIsNotHeldBackByIt) {
   wait_for_compiler_preload();
   ASSERT_TRUE(compiler_preload_report().has_value());
   EXPECT_TRUE(compiler_preload_report()->compiled);
+}
+
+namespace {
+
+NvrtcJob job_of(const std::string& source) {
+  NvrtcJob job;
+  job.source = source;
+  job.program_name = "k.cu";
+  job.name_expression = "k";
+  job.flags = {"--gpu-architecture=sm_90", "--no-source-include"};
+  return job;
+}
+
+// A kernel whose compile takes a while (eight functions of a few sinf each: about 0.5 s on a CPU of the
+// CI machine's kind): long enough for a fork to land inside it.
+std::string slow_kernel(int salt) {
+  std::string src, calls;
+  for (int i = 0; i < 8; ++i) {
+    const std::string g = "g" + std::to_string(i);
+    src += "__device__ __noinline__ float " + g + "(float x) { for (int j = 0; j < 4; ++j) x = x * 1.0001f + sinf(x + " +
+           std::to_string(i + 8 * salt) + ".0f); return x; }\n";
+    calls += " s += " + g + "(y[" + std::to_string(i) + "]);";
+  }
+  return src + "extern \"C\" __global__ void k(float* y) { float s = 0;" + calls + " y[0] = s; }\n";
+}
+
+// Compiles one kernel in a forked child, under a watchdog: 0 compiled; 2 refused with kjit's message about
+// the fork; 1 any other error; SIGALRM: it hung.
+pid_t fork_a_compiling_child(unsigned watchdog_s) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::alarm(watchdog_s);
+  try {
+    const NvrtcOutcome out = run_nvrtc_without_files(
+        job_of("extern \"C\" __global__ void k(int* y) { y[0] = " + std::to_string(::getpid()) + "; }\n"), false,
+        "the child's kernel");
+    _exit(out.ok() && !out.payload.empty() ? 0 : 1);
+  } catch (const Error& e) {
+    const bool refused = std::string(e.what()).find("forked while another thread of its parent was inside NVRTC") !=
+                         std::string::npos;
+    if (!refused) std::fprintf(stderr, "child: %s\n", e.what());
+    _exit(refused ? 2 : 1);
+  } catch (...) {
+    _exit(1);
+  }
+}
+
+std::string how_it_ended(int status) {
+  if (WIFSIGNALED(status))
+    return WTERMSIG(status) == SIGALRM ? "hung (killed by its watchdog)" : "killed by signal " + std::to_string(WTERMSIG(status));
+  return "exited with " + std::to_string(WEXITSTATUS(status));
+}
+
+}  // namespace
+
+// Hostile review 3, item 3: a fork() that any thread makes (os.fork, a DataLoader starting its workers, a
+// multiprocessing pool with the fork start method) while another thread compiles in-process handed the
+// child NVRTC's lock, held; the child's first compile then waited forever (7 of 12 children hung). Forks now
+// wait for the compiles in flight (fork_gate.hpp): every child compiles.
+TEST(ForkSafety, AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  const NvrtcOutcome first = run_nvrtc_without_files(job_of(slow_kernel(0)), false, "the first kernel");
+  ASSERT_TRUE(first.ok()) << first.status_text << "\n" << first.log;  // NVRTC started
+  std::atomic<bool> done{false};
+  std::atomic<int> compiled{0};
+  std::string error;
+  std::thread compiler([&] {
+    try {
+      for (int salt = 1; !done.load(); ++salt) {
+        if (!run_nvrtc_without_files(job_of(slow_kernel(salt)), false, "a kernel").ok()) error = "a compile failed";
+        compiled.fetch_add(1);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 12; ++i) {
+    // Right after one compile ended, so that the next one is under way, plus a little jitter.
+    const int seen = compiled.load();
+    while (compiled.load() == seen && error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
+    const pid_t pid = fork_a_compiling_child(30);
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << i << " " << how_it_ended(status);
+  }
+  done.store(true);
+  compiler.join();
+  EXPECT_TRUE(error.empty()) << error;
+}
+
+// A fork that cannot wait for the compile in flight (here KJIT_COMPILE_TIMEOUT, the longest a fork waits, is
+// 0.05 s and a compile takes longer) makes a child whose NVRTC may be held: it refuses to compile, saying
+// why and what to do, instead of hanging; the parent goes on compiling.
+TEST(ForkSafety, AChildForkedPastTheWaitRefusesToCompileInsteadOfHanging) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  if (NvrtcLibrary::loaded()) GTEST_SKIP() << "needs a process of its own (as ctest runs it): the wait is read once";
+  kjit::testing::ScopedEnv timeout("KJIT_COMPILE_TIMEOUT", "0.05");
+  const NvrtcOutcome first = run_nvrtc_without_files(job_of(slow_kernel(0)), false, "the first kernel");
+  ASSERT_TRUE(first.ok()) << first.status_text << "\n" << first.log;
+  std::atomic<bool> done{false};
+  std::atomic<int> started{0};
+  std::string error;
+  std::thread compiler([&] {
+    try {
+      for (int salt = 1; !done.load(); ++salt) {
+        started.fetch_add(1);
+        if (!run_nvrtc_without_files(job_of(slow_kernel(salt)), false, "a kernel").ok()) error = "a compile failed";
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  int refused = 0;
+  for (int i = 0; i < 6 && refused < 2; ++i) {
+    const int seen = started.load();
+    while (started.load() == seen && error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const pid_t pid = fork_a_compiling_child(30);
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 2))
+        << "child " << i << " " << how_it_ended(status);
+    refused += WEXITSTATUS(status) == 2;
+  }
+  done.store(true);
+  compiler.join();
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_GT(refused, 0) << "no fork landed inside a compile";
+  EXPECT_FALSE(forked_during_a_compile()) << "the parent is not affected";
 }

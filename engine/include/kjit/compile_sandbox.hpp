@@ -9,8 +9,8 @@
 // (open, stat, access, readlink, exec...) with ENOENT, after which NVRTC can open or probe no file:
 // it sees only the headers handed to it in memory. The result comes back on a pipe.
 //
-// The child is forked (no helper binary to find). In-process compiles hold the fork gate shared, and a
-// fork holds it exclusively, so no thread is inside NVRTC when a child is made. The job goes to the child
+// The child is forked (no helper binary to find), under the fork gate (fork_gate.hpp), so no thread is
+// inside NVRTC when a child is made. The job goes to the child
 // on a socket and the result comes back on it; a child serves jobs until its socket closes, so a thread
 // that compiles many kernels (`kjit warm -j N`) can keep one child (CompileChildren) instead of forking
 // one per compile, and pays NVRTC's per-process start-up once.
@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 
+#include "kjit/fork_gate.hpp"
 #include "kjit/nvrtc_job.hpp"
 
 namespace kjit {
@@ -81,15 +81,6 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
 // compiles meant for a child run in-process on the filtered thread: no file access, but no time or
 // memory bound.
 bool compile_children_are_safe() noexcept;
-
-// Held (shared) around every in-process NVRTC call, so that no fork happens while one runs.
-std::shared_lock<std::shared_mutex> hold_off_forks();
-// The gate held shared by this thread across several steps, taken only if that needs no wait (false: a
-// compile child is being forked): the compiler preload's. Meanwhile this thread's hold_off_forks() returns
-// at once, holding nothing more; other threads' take it as readers (glibc's rwlock lets a reader in while
-// readers hold it, a waiting fork notwithstanding).
-bool try_hold_off_forks_on_this_thread() noexcept;
-void stop_holding_off_forks_on_this_thread() noexcept;
 
 // Loads what NVRTC would open on its first compile (its builtins library), once per process, under the
 // fork gate (loads NVRTC itself first). Every compile that may open no file calls it first.

@@ -12,7 +12,7 @@
 // first real use reports them) or when the process may use one CPU only (the thread would slow the one
 // that waits). Failures (no NVRTC here) are dropped: the first compile meets them again and raises them.
 //
-// Forks: the thread holds the fork gate (compile_sandbox.hpp) across its work, so no compile child is forked
+// Forks: the thread holds the fork gate (fork_gate.hpp) across its work, so no compile child is forked
 // meanwhile, and fork handlers make any other fork() wait until it is done (at most its 15-35 ms), so that
 // no child inherits it inside the loader or NVRTC. It takes the gate only without waiting for it,
 // so a fork never waits for a thread that waits for the fork. A forked child has no preload (it may start

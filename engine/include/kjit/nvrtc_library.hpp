@@ -40,7 +40,7 @@ class NvrtcLibrary {
 #undef KJIT_NVRTC_FN
 
   // Read from NVRTC once, when get() loads it: after that, kjit calls into NVRTC only to compile, and
-  // only where no compile child can be forked meanwhile (compile_sandbox.cpp's fork gate). A fork while
+  // only where no compile child can be forked meanwhile (the fork gate, fork_gate.hpp). A fork while
   // another thread is inside NVRTC would hand the child NVRTC mid-call (test_fork_safety).
   std::string version() const { return std::to_string(major_) + "." + std::to_string(minor_); }  // "13.0"
   int major() const { return major_; }
