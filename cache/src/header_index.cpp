@@ -167,6 +167,15 @@ void HeaderIndex::remember(const std::string& path, const FileIdentity& id, Head
   rec.id = id;
   rec.facts = std::move(facts);
   rec.used = true;
+  forgotten_.erase(path);
+  dirty_ = true;
+}
+
+void HeaderIndex::forget(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  load_locked();
+  records_.erase(path);
+  forgotten_.insert(path);
   dirty_ = true;
 }
 
@@ -203,7 +212,8 @@ void HeaderIndex::save_locked() {
   // What other processes saved since this one read the file, for the files this one did not learn.
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
   if (r.ok() && owned_path_problem(root_, f, r.st, ::geteuid()).empty())
-    for (auto& [path, rec] : parse(r.bytes)) records_.emplace(path, std::move(rec));  // keeps ours
+    for (auto& [path, rec] : parse(r.bytes))
+      if (!forgotten_.count(path)) records_.emplace(path, std::move(rec));  // keeps ours
   if (records_.size() > kMaxRecords)
     for (auto it = records_.begin(); it != records_.end() && records_.size() > kMaxRecords;)
       it = it->second.used ? std::next(it) : records_.erase(it);

@@ -197,7 +197,7 @@ class IncludeResolver {
       }
       // The user's folders before kjit's own, so that kjit never shadows a header of the user's.
       for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
-      candidates.emplace_back(builtin_templates_dir(), false);
+      candidates.emplace_back(builtin_dir_, false);
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
       // An absolute name is that file, wherever it is: a CUDA header only when it lies in the CUDA dirs
       // (else KJIT_RECORD would leave it out of a manifest as part of the toolkit).
@@ -205,11 +205,10 @@ class IncludeResolver {
       // kjit's templates folder never serves a name that climbs out of it, nor does any folder for a
       // confined template; the CUDA headers' own "../x" includes resolve as the toolkit wrote them.
       const bool leaves = leaves_its_folder(inc.name) && !in_cuda_dirs(including_dir);
-      const fs::path builtin_dir = builtin_templates_dir();
       bool found = false;
       for (const auto& [dir, is_cuda] : candidates) {
         if (dir.empty()) continue;
-        if (leaves && (confined_ || dir == builtin_dir || including_dir == builtin_dir)) continue;
+        if (leaves && (confined_ || dir == builtin_dir_ || including_dir == builtin_dir_)) continue;
         fs::path p = dir / inc.name;
         struct stat st {};
         if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -260,8 +259,10 @@ class IncludeResolver {
   void visit_file(const std::string& include_name, const fs::path& p, const std::string& canonical, bool cuda,
                   const struct stat& st) {
     const fs::path dir = p.parent_path();
-    // A confined template's own files are scanned for the directives it may not use: always read.
-    const bool indexable = !checks_directives(dir) && !canonical.empty();
+    // The index vouches only for files nobody edits in place: the CUDA toolkit's and kjit's own templates
+    // (header_index.hpp: a write through a shared mapping can keep a file's identity). The user's headers,
+    // and a confined template's own files (scanned for the directives it may not use), are always read.
+    const bool indexable = !checks_directives(dir) && !canonical.empty() && (cuda || in_kjit_templates(dir));
     Header h{include_name, p, {}, cuda, {}, true};
     if (indexable)
       if (auto facts = index_.find(canonical, cache::FileIdentity::of(st))) {
@@ -309,7 +310,12 @@ class IncludeResolver {
       if (d.rfind(c.string(), 0) == 0) return true;
     return false;
   }
+  bool in_kjit_templates(const fs::path& dir) const {
+    const std::string d = dir.lexically_normal().string(), t = builtin_dir_.lexically_normal().string();
+    return !t.empty() && d.rfind(t, 0) == 0 && (d.size() == t.size() || d[t.size()] == '/' || t.back() == '/');
+  }
   cache::HeaderIndex& index_;
+  const fs::path builtin_dir_ = builtin_templates_dir();
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
@@ -448,11 +454,21 @@ std::shared_ptr<const Template> Template::with_bytes() const {
         throw Error("cannot read header " + h.path.string() + " (included as '" + h.include_name + "' by template '" +
                     name_ + "') to compile it: " + r.error + ". It was readable when the template was loaded; "
                     "restore it, or load the template again.");
-      if (cache::to_hex(cache::Sha256::of(r.bytes)) != h.sha256)
+      if (cache::to_hex(cache::Sha256::of(r.bytes)) != h.sha256) {
+        // The header index vouched for bytes that are gone (a file of the toolkit's or kjit's changed in
+        // place): its record goes, so that loading the template again reads the file as it is now.
+        std::error_code ec;
+        const fs::path canonical = fs::weakly_canonical(h.path, ec);
+        if (!ec) {
+          const std::shared_ptr<cache::HeaderIndex> index = header_index();
+          index->forget(canonical.string());
+          index->save();
+        }
         throw Error("header " + h.path.string() + " (included as '" + h.include_name + "' by template '" + name_ +
                     "') changed after the template was loaded: kjit compiles only the bytes its cache key covers, "
                     "and those are no longer on disk. Load the template again (kjit.Template.from_file, or a new "
                     "process for a built-in op) to compile the header as it is now.");
+      }
       h.bytes = std::move(r.bytes);
       h.loaded = true;
     }

@@ -2,8 +2,13 @@
 // read again while its identity holds; a changed file is read; a stale or hostile index never makes
 // kjit compile bytes other than those its key covers.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <iostream>
 
 #include <chrono>
 #include <thread>
@@ -75,6 +80,46 @@ std::shared_ptr<const Template> load_from_index(const TempDir& dir) {
 }
 
 Settings settings_in(const TempDir& dir) { return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}); }
+
+// kjit's templates folder is `dir` for the scope of the object. The index vouches only for the CUDA
+// toolkit's headers and kjit's own: the tests of its use by template loads put their library there.
+class KjitTemplatesIn {
+ public:
+  explicit KjitTemplatesIn(const fs::path& dir) : old_(builtin_templates_dir()) { set_builtin_templates_dir(dir); }
+  ~KjitTemplatesIn() { set_builtin_templates_dir(old_); }
+
+ private:
+  fs::path old_;
+};
+
+// A file written through a shared mapping (MAP_SHARED), kept for the object's life: rewrite() changes its
+// bytes in place, and once its page is dirty a later write changes neither its mtime nor its ctime.
+class SharedMapping {
+ public:
+  explicit SharedMapping(const fs::path& file) {
+    fd_ = ::open(file.c_str(), O_RDWR);
+    EXPECT_GE(fd_, 0) << file;
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd_, &st), 0);
+    size_ = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    data_ = static_cast<char*>(p);
+  }
+  ~SharedMapping() {
+    ::munmap(data_, size_);
+    ::close(fd_);
+  }
+  void rewrite(const std::string& bytes) {
+    ASSERT_EQ(bytes.size(), size_) << "a mapping keeps the file's size";
+    std::memcpy(data_, bytes.data(), size_);
+  }
+
+ private:
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  char* data_ = nullptr;
+};
 
 }  // namespace
 
@@ -192,6 +237,7 @@ TEST(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
   UseIndex use(index_in(dir));
   reset_header_load_counts();
   auto first = Template::from_file(dir / "src" / "k.cu");
@@ -220,6 +266,7 @@ TEST(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
   UseIndex use(index_in(dir));
   const std::string before = Template::from_file(dir / "src" / "k.cu")->digest();
   // Same size, new inode (an editor's save-by-rename), and a changed size in place.
@@ -239,6 +286,7 @@ TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndThePro
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
   UseIndex use(index_in(dir));
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
@@ -261,6 +309,7 @@ TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
   auto index = index_in(dir);
   UseIndex use(index);
   const std::string honest = Template::from_file(dir / "src" / "k.cu")->digest();
@@ -276,6 +325,7 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
   write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
   UseIndex use(index_in(dir));
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
@@ -287,6 +337,83 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
                                      {"b.cuh", kjit::testing::read_file(dir / "src" / "lib" / "b.cuh")}});
   EXPECT_EQ(read->digest(), lazy->digest());
   EXPECT_NE(engine.prepare(Specialization(read, "k", {}), Target::parse("sm_90")).origin, Origin::Compiled);
+}
+
+// Hostile review 3, item 2: a header rewritten through a shared mapping keeps its size, mtime, ctime and
+// inode while its bytes change. The user's own headers are read and hashed at every load, so the key
+// follows the bytes (before: the index vouched for the old bytes, and the old kernel loaded from disk).
+TEST(HeaderIndexTemplates, AUserHeaderChangedThroughASharedMappingChangesTheKey) {
+  TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
+  write_library(dir, "1.0f");
+  UseIndex use(index_in(dir));
+  SharedMapping b(dir / "src" / "lib" / "b.cuh");
+  b.rewrite("#pragma once\n#define B_VALUE 2.0f\n");  // the first write through the mapping: a new mtime
+  const FileIdentity before = identity_of(dir / "src" / "lib" / "b.cuh");
+  reset_header_load_counts();
+  const std::string first = Template::from_file(dir / "src" / "k.cu")->digest();
+  EXPECT_EQ(header_load_counts().read, 2u);
+  b.rewrite("#pragma once\n#define B_VALUE 3.0f\n");
+  if (!(identity_of(dir / "src" / "lib" / "b.cuh") == before))
+    std::cerr << "note: this filesystem gave the rewritten file a new identity; the test still checks the key\n";
+  reset_header_load_counts();
+  auto again = Template::from_file(dir / "src" / "k.cu");
+  EXPECT_EQ(header_load_counts().read, 2u) << "the user's headers are read at every load";
+  EXPECT_EQ(header_load_counts().from_index, 0u);
+  EXPECT_NE(again->digest(), first);
+  EXPECT_NE(again->headers()[1].bytes.find("3.0f"), std::string::npos);
+  // A fresh template of the bytes as they are now has that digest: the key follows the bytes.
+  auto read = Template::from_memory(kSource, "k.cu",
+                                    {{"lib/a.cuh", kjit::testing::read_file(dir / "src" / "lib" / "a.cuh")},
+                                     {"b.cuh", "#pragma once\n#define B_VALUE 3.0f\n"}});
+  EXPECT_EQ(read->digest(), again->digest());
+}
+
+// The same change to a header the index does vouch for (kjit's own templates, the CUDA toolkit's): the compile
+// refuses bytes its key does not cover, and drops the record, so that loading again reads the file anew
+// (before: every load gave the stale key again, and every compile failed, until `kjit clear`).
+TEST(HeaderIndexTemplates, AVouchedHeaderChangedInPlaceIsDroppedFromTheIndexAtTheCompileThatFindsIt) {
+  TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
+  write_library(dir, "1.0f");
+  KjitTemplatesIn kjit_dir(dir / "src");
+  UseIndex use(index_in(dir));
+  SharedMapping b(dir / "src" / "lib" / "b.cuh");
+  b.rewrite("#pragma once\n#define B_VALUE 2.0f\n");
+  auto lazy = load_from_index(dir);
+  ASSERT_FALSE(lazy->holds_bytes()) << "b.cuh is vouched for by the index";
+  b.rewrite("#pragma once\n#define B_VALUE 3.0f\n");
+  try {
+    (void)lazy->with_bytes();
+    FAIL() << "compiled bytes its key does not cover";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("changed after the template was loaded"), std::string::npos) << e.what();
+  }
+  reset_header_load_counts();
+  auto fresh = Template::from_file(dir / "src" / "k.cu");
+  EXPECT_EQ(header_load_counts().read, 1u) << "b.cuh is read again";
+  EXPECT_NE(fresh->digest(), lazy->digest());
+  EXPECT_NO_THROW((void)fresh->with_bytes());
+  // The record is gone from the file as well: a new process reads it too (and records it anew).
+  UseIndex again(index_in(dir));
+  reset_header_load_counts();
+  EXPECT_EQ(Template::from_file(dir / "src" / "k.cu")->digest(), fresh->digest());
+}
+
+// A user header (outside the CUDA toolkit and kjit's templates) is never recorded in the index.
+TEST(HeaderIndexTemplates, OnlyTheToolkitsAndKjitsHeadersAreRecorded) {
+  TempDir dir;
+  SKIP_UNLESS_LOCAL(dir);
+  write_library(dir, "1.0f");
+  auto index = index_in(dir);
+  UseIndex use(index);
+  write_file(dir / "src" / "f.cu", "#include <cuda_fp16.h>\n#include \"lib/a.cuh\"\n__global__ void k(__half* y) {}\n");
+  Template::from_file(dir / "src" / "f.cu");
+  ASSERT_GT(index->size(), 0u) << "cuda_fp16.h and what it includes";
+  EXPECT_FALSE(index->find(fs::weakly_canonical(dir / "src" / "lib" / "a.cuh").string(),
+                           identity_of(dir / "src" / "lib" / "a.cuh")));
+  EXPECT_FALSE(index->find(fs::weakly_canonical(dir / "src" / "lib" / "b.cuh").string(),
+                           identity_of(dir / "src" / "lib" / "b.cuh")));
 }
 
 TEST(HeaderIndex, ClearingTheCacheRemovesIt) {

@@ -4,6 +4,11 @@
 // hashing the CUDA headers again (1.6 MB for cuda_fp16.h + cuda_bf16.h and what they include).
 //
 // Trust and staleness:
+//  - its caller records only files that nobody edits in place (the CUDA toolkit's headers and kjit's own
+//    templates, which are the 1.6 MB and the 10 ms it saves): a file's identity shows a write() but not
+//    always a write through a shared mapping (mmap MAP_SHARED: a page still dirty takes later writes
+//    without a new mtime or ctime, on tmpfs indefinitely), so the user's own headers are read and hashed
+//    at every load;
 //  - a record is used only while the file's identity is the recorded one; a file whose ctime is within
 //    `racy_window` of the time it was looked at is never recorded, so a later write to it (which sets
 //    its ctime to the time of that write) always changes its identity, even on a filesystem with coarse
@@ -27,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +65,9 @@ class HeaderIndex {
   // Records facts learned from the bytes of `path` read while its identity was `id`; ignored when the
   // file changed too recently to be told apart from a later write (see above).
   void remember(const std::string& path, const FileIdentity& id, HeaderFacts facts);
+  // Drops the record of `path` (a reader found bytes other than the recorded ones), here and, at the next
+  // save, in the file: the next load reads the file again.
+  void forget(const std::string& path);
   // Writes what this process learned (merged with the file as it is now), when anything was learned
   // and the index is writable. Never throws; a failure leaves the file as it was.
   void save();
@@ -88,6 +97,7 @@ class HeaderIndex {
   bool loaded_ = false;
   bool dirty_ = false;
   std::map<std::string, Record> records_;
+  std::set<std::string> forgotten_;  // dropped by forget(): not taken back from the file at save()
 };
 
 }  // namespace kjit::cache
