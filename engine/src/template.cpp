@@ -495,6 +495,11 @@ std::shared_ptr<const Template> Template::from_string(std::string source, std::s
   return load(std::move(source), std::move(name), false, fs::path{}, std::move(include_dirs));
 }
 
+std::shared_ptr<const Template> Template::generated(std::string source, std::string name) {
+  PhaseTimer timer(Phase::Template);
+  return load(std::move(source), std::move(name), false, builtin_templates_dir(), {});
+}
+
 std::shared_ptr<const Template> Template::from_memory(std::string source, std::string name,
                                                       std::map<std::string, std::string> headers) {
   PhaseTimer timer(Phase::Template);

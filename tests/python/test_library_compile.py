@@ -155,6 +155,27 @@ def test_elementwise_integer_bool_and_mixed_dtypes_compile():
     assert "<float, float, 4, false, int, __half, float>" in k.name_expression
 
 
+def test_elementwise_gets_kjits_headers_whatever_the_users_include_path_holds(tmp_path, run_py):
+    # Hostile review 3, item 8: a user folder in KJIT_INCLUDE_PATH holding a header named like kjit's own
+    # (elementwise.cuh, math.cuh, detail/numeric.cuh) replaced kjit's in every kjit.elementwise function,
+    # which then failed to compile (or, with compatible names, compiled the user's code). Same key either way.
+    user = tmp_path / "user-include"
+    for name in ("elementwise.cuh", "math.cuh", "detail/numeric.cuh"):
+        (user / name).parent.mkdir(parents=True, exist_ok=True)
+        (user / name).write_text('#error "the user\'s header, not kjit\'s"\n')
+    code = """
+        import torch, kjit
+        f = kjit.elementwise("x + 1", "x", name="shadowed")
+        k = f.compile(arch="sm_90", dtypes=torch.float32)
+        print("KEY", k.key)
+    """
+    keys = []
+    for include_path in (None, user):
+        r = run_py(code, env={"KJIT_INCLUDE_PATH": include_path, "KJIT_CACHE_MODE": "off"})
+        keys.append([line for line in r.stdout.splitlines() if line.startswith("KEY ")])
+    assert keys[0] and keys[0] == keys[1], keys
+
+
 @pytest.mark.parametrize("value", [0.1, -2.5, 1e300, float("inf"), float("-inf"), float("nan")])
 def test_elementwise_specialized_scalar_values_compile(value):
     f = kjit.elementwise("x * s", "x", "s", specialize=["s"], name="test_special_values")

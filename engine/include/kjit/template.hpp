@@ -67,6 +67,11 @@ class Template : public std::enable_shared_from_this<Template> {
   // Whatever the template, kjit's templates folder never serves an include name that leaves it.
   static std::shared_ptr<const Template> from_memory(std::string source, std::string name,
                                                      std::map<std::string, std::string> headers);
+  // Source text that kjit generates on top of its own templates (kjit.elementwise): its quoted includes
+  // resolve in kjit's templates folder first, as a built-in template's do, so that a header of the same
+  // name in the user's include paths (KJIT_INCLUDE_PATH, include_dirs) never replaces kjit's. The digest
+  // is the one from_string gives for the same source and headers.
+  static std::shared_ptr<const Template> generated(std::string source, std::string name);
   // A built-in template of kernel_templates/ by name ("add_constant"). Names are [A-Za-z0-9_]+.
   static std::shared_ptr<const Template> builtin(const std::string& name);
   // Names of the built-in templates.

@@ -190,7 +190,7 @@ ElementwiseFn::ElementwiseFn(ElementwiseSpec spec)
   repr_ = "kjit.elementwise('" + spec_.name + "': '" + spec_.expr + "')";
   if (std::none_of(spec_.specialized.begin(), spec_.specialized.end(), [](bool b) { return b; })) {
     plain_ = std::make_unique<Compiled>();
-    plain_->tmpl = Template::from_string(source({}), "kjit_elementwise_" + spec_.name);
+    plain_->tmpl = Template::generated(source({}), "kjit_elementwise_" + spec_.name);
   }
 }
 
@@ -269,7 +269,7 @@ const ElementwiseFn::Compiled& ElementwiseFn::compiled(const std::vector<double>
   auto& c = by_values_[bits];
   if (!c) {
     auto made = std::make_unique<Compiled>();
-    made->tmpl = Template::from_string(source(values), "kjit_elementwise_" + spec_.name);
+    made->tmpl = Template::generated(source(values), "kjit_elementwise_" + spec_.name);
     c = std::move(made);
   }
   return *c;
