@@ -24,8 +24,8 @@ std::optional<Entry> EntryReader::read(const CacheKey& key, const std::string& t
   const fs::path path = layout::entry_path(root_, key, target);
   FileRead file = read_regular_file(path, kMaxEntryFileBytes);
   if (file.absent) return std::nullopt;
-  if (file.denied) {
-    warn_unreadable(policy, path, file.error);
+  if (!file.fd) {  // not opened (denied, a name too long, an I/O error): nothing was read, nothing is damaged
+    warn_unreadable(policy, path, file.error, file.denied);
     return std::nullopt;
   }
   if (file.ok()) {
@@ -74,10 +74,18 @@ std::optional<Entry> EntryReader::read(const CacheKey& key, const std::string& t
   return std::nullopt;
 }
 
-void EntryReader::warn_unreadable(const Policy& policy, const fs::path& path, const std::string& error) const {
+void EntryReader::warn_unreadable(const Policy& policy, const fs::path& path, const std::string& error,
+                                  bool denied) const {
   // A root found unusable at construction was warned about then (degrade); that it cannot be read
   // either adds nothing, and saying so on every lookup would bury the one warning that matters.
   if (policy.quiet_unreadable) return;
+  if (!denied) {
+    log::warn_once("cache-unopenable:" + root_.string(),
+                   "kjit cache: cannot open " + path.string() + ": " + error + "; " + miss_consequence(policy.mode) +
+                       ". Nothing in " + root_.string() + " can be loaded while this lasts; if the path is too "
+                       "long, pick a shorter KJIT_CACHE_DIR or KJIT_CACHE_PATH entry (said once for this folder).");
+    return;
+  }
   // The user's own cache was written into by someone else; any other folder (a layer, or the root in
   // readonly / strict mode: a deployed cache) was made by someone else and is to be opened to readers.
   const bool own_cache = policy.writable_layer && policy.mode == CacheMode::ReadWrite;

@@ -251,6 +251,41 @@ TEST(SpecialFiles, AnUnusableRootIsWarnedAboutOnceNotPerLookup) {
   });
 }
 
+// A root (or a layer) whose name cannot be opened at all, here a 300-character component (ENAMETOOLONG):
+// the root is warned about once ("memory only"), the layer once, and no lookup calls an entry it could
+// not even open "damaged" (hostile review 3, item 11: 4 such warnings for 2 targets before).
+TEST(SpecialFiles, ARootOrLayerWhoseNameIsTooLongIsWarnedAboutOnceNeverAsDamagedEntries) {
+  TempDir dir;
+  const std::string long_name(300, 'n');
+  const Entry cubin = make_entry("special-long-root-cubin"), ptx = make_entry("special-long-root-ptx");
+  {
+    WarningCapture warnings;
+    DiskCache cache(cache_config(dir / long_name));
+    EXPECT_FALSE(cache.writable());
+    for (int kernel = 0; kernel < 3; ++kernel)
+      for (const char* target : {"sm_90", "sm_80"}) {
+        EXPECT_FALSE(cache.load(cubin.key, target).has_value());
+        EXPECT_FALSE(cache.load(ptx.key, target).has_value());
+        bool produced = false;
+        cache.load_or_produce(cubin.key, "sm_90", [&] { return cubin; }, &produced);
+        EXPECT_TRUE(produced) << "compiled, in memory";
+      }
+    const std::string all = warnings.all();
+    EXPECT_EQ(warnings.count(), 1u) << all;
+    EXPECT_TRUE(contains(all, "memory only")) << all;
+    EXPECT_FALSE(contains(all, "damaged")) << all;
+  }
+  {
+    WarningCapture warnings;
+    DiskCache cache(with_layer(dir / "root", dir / long_name / "layer"));
+    for (int kernel = 0; kernel < 3; ++kernel)
+      for (const char* target : {"sm_90", "sm_80"}) EXPECT_FALSE(cache.load(ptx.key, target).has_value());
+    const std::string all = warnings.all();
+    EXPECT_LE(warnings.count(), 1u) << "at most one, about the layer: " << all;
+    EXPECT_FALSE(contains(all, "damaged")) << all;
+  }
+}
+
 TEST(SpecialFiles, AStrictDeployedCacheOthersCannotReadSaysHowToOpenIt) {
   // The root itself, in strict mode, is a deployed cache (baked by root): the advice is to open it to
   // readers, not to take it over; and strict mode says the miss is a miss.

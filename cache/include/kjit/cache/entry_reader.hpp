@@ -33,7 +33,7 @@ class EntryReader {
     bool writable_layer = false;    // the root is KJIT_CACHE_DIR (whether or not the mode lets it be written)
     bool may_modify = false;        // this process writes the root: remove damaged entries, touch hits (LRU);
                                     // otherwise the root is read like a read-only layer (its kjit.lock vouches)
-    bool quiet_unreadable = false;  // the root was reported unusable already: an unreadable entry adds nothing
+    bool quiet_unreadable = false;  // the root was reported unusable already: an entry it cannot open adds nothing
   };
 
   // `uid`: the effective user, the owner entries must have to be trusted.
@@ -56,8 +56,11 @@ class EntryReader {
                     std::string_view bytes) const;
   // The root's kjit.lock, read again when the file changed since it was last read.
   std::shared_ptr<const LayerLock> layer_lock() const;
-  // Warns (once per root) that an entry exists but this user may not read it, and what to do.
-  void warn_unreadable(const Policy& policy, const std::filesystem::path& path, const std::string& error) const;
+  // Warns (once per root) that an entry's file could not be opened, for a reason other than its absence:
+  // this user may not read it (`denied`: what to do), or its path cannot be opened at all (a root whose
+  // name is too long, an I/O error). Such a file was never read, so it is not called damaged.
+  void warn_unreadable(const Policy& policy, const std::filesystem::path& path, const std::string& error,
+                       bool denied) const;
 
   std::filesystem::path root_;
   uid_t uid_;
