@@ -12,17 +12,43 @@ operators of C++ with C++ precedence, `?:` (right-associative) and parentheses. 
 (assignment, `++`, the comma operator, member access, `[]`, string literals) is a ValueError that
 names the column.
 
-Rules (u an argument, du its derivative; a sub-expression without the input has derivative 0):
-- `+ - * /` and unary `-`: the usual sum, product and quotient rules.
-- comparisons, `!`, `&&`, `||`: 0 (piecewise constant); `c ? a : b` -> `c ? da : db`.
-- casts to C, float or double pass du through; other casts, `% << >> & | ^ ~` are not differentiable.
-- chain rule for exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh, erf
-  (each in its float `expf`, overloaded `exp` and kjit_math `exp_` spelling: the derivative uses the
-  same family), pow (both arguments), fabs/abs (sign rule of PyTorch: 0 at 0), max/fmax and min/fmin
-  (ties go to the first argument), and the kjit_math activations relu, sigmoid, silu, gelu, gelu_tanh
-  (through their *_backward helpers). Any other function of an input is NotDifferentiable.
-Literals the rules introduce are written `static_cast<C>(...)` so that kjit_math's templates deduce C.
-Results are lightly simplified (no `* 1`, `+ 0`, `0 - u`) and deterministic.
+Rules. kjit differentiates in reverse, as autograd does: the gradient g flowing into each operation (1 at the
+top; the backward kernel multiplies the result by kjit_grad) becomes its operands' gradients by PyTorch's own
+backward formula (tools/autograd/derivatives.yaml, FunctionsManual.cpp), with PyTorch's masks where PyTorch
+has them, so that kjit agrees with torch.autograd at 0, -0, +-1, +-inf and NaN, also where g is inf or NaN
+(tests/python/test_derivative.py compares every rule with torch.autograd, alone and composed):
+- `a + b`, `a - b`, unary `-`: g, -g; `a * b`: g * b and g * a; `a / b`: g / b and -g * (a / b / b).
+- comparisons, `!`, `&&`, `||`: 0 (piecewise constant). Sub-expressions without the input: 0.
+- `c ? a : b`: `c ? da : db`, the branch taken only, as autograd gives for a per-element `a if c else b`.
+  torch.where(c, a, b) also passes a 0 into the other branch, and 0 times that branch's derivative is NaN
+  where the derivative is inf or NaN (sqrt's at 0, log's below 0): there kjit gives the taken branch's.
+- casts to C, float or double pass g through; other casts, `% << >> & | ^ ~` are not differentiable.
+- exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh, erf, in each spelling
+  (float `expf`, overloaded `exp`, kjit_math `exp_`; the derivative uses the same family): PyTorch's
+  formulas, e.g. expm1: g * (expm1(u) + 1), log2: g / (u * ln 2), sqrt: g / (2 * sqrt(u)).
+- fabs/abs: g * sgn(u), sgn 0 at 0 and at NaN. relu, sigmoid, silu, gelu, gelu_tanh: kjit_math's
+  *_backward(g, ...), PyTorch's kernels (relu: threshold_backward, 0 where relu(u) <= 0 even for an
+  inf or NaN g, and g at a NaN u).
+- pow(a, b): d/da = (b == 0 ? 0 : g * (b * pow(a, b - 1))), a mask of the gradient (0 where the exponent
+  is 0, at a = 0 and a = NaN too); d/db = g * (a == 0 && b >= 0 ? 0 : pow(a, b) * log(a)), a mask that
+  g multiplies (so an inf g gives NaN there, as in PyTorch). A literal exponent or base other than 0
+  needs no mask; pow(x, 0) has derivative 0.
+- fmax/fmin, and max/min, which CUDA defines as fmax/fmin for floating-point values (a NaN operand is
+  ignored): as torch.fmax/torch.fmin, g goes to a where `a >= b || b != b` (`<=` for the minimum),
+  else to b: to the argument returned, to a on a tie, never to a NaN operand. torch.maximum/minimum
+  differ from max/min: they split a tie half and half (kjit: all to the first argument) and propagate
+  NaN (their forward differs there too).
+Any other function of an input is NotDifferentiable, with the reason. Literals the rules introduce are
+written `static_cast<C>(...)` so that kjit_math's templates deduce C; a NaN test is written `b != b` (no
+header needed under NVRTC). Results are lightly simplified (no `* 1`, `+ 0`, `0 - u`) and deterministic.
+The backward kernel of a derivative kjit derived runs `derivatives(..., grad="kjit_grad")`: the incoming
+gradient flows in at the top, so an inf or NaN kjit_grad is masked where PyTorch masks it; a derivative the
+user gave (grads=) is multiplied: kjit_grad * (derivative). Where kjit still differs from PyTorch: a term that
+uses the input n times gets its n contributions added in kjit's order, not PyTorch's (rounding only).
+
+No pass recurses in Python per operator or per nesting level (the parser, the differentiator and the
+renderer keep their recursion on an explicit stack), so expressions of any length and nesting depth are
+parsed, differentiated and rendered (a 10 000-term sum, 20 000 nested parentheses).
 """
 
 import math
@@ -176,11 +202,33 @@ def _tokenize(src: str) -> list:
     return tokens
 
 
+# ---- running recursive passes without Python recursion ----------------------------------------------------
+
+
+def _run(gen):
+    """Runs a recursive pass written as generators, on an explicit stack instead of Python's: a generator
+    yields the generator of a sub-call (`value = yield self.f(...)`) and is resumed with that call's
+    result. Any depth of nesting then costs memory, not Python frames (no RecursionError)."""
+    stack, value = [gen], None
+    while True:
+        try:
+            call = stack[-1].send(value)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            value = done.value
+        else:
+            stack.append(call)
+            value = None
+
+
 # ---- parser -------------------------------------------------------------------------------------------
 
 
 class _Parser:
-    """Recursive descent with precedence climbing over the tokens of one expression."""
+    """Recursive descent with precedence climbing over the tokens of one expression. The methods that
+    parse a sub-expression are generators run by _run (a sub-call is `yield self.method(...)`)."""
 
     def __init__(self, src: str):
         self.src, self.tokens, self.i = src, _tokenize(src), 0
@@ -204,36 +252,42 @@ class _Parser:
         return self.take()
 
     def parse(self) -> Node:
-        node = self.ternary()
+        return _run(self.whole())
+
+    def whole(self):
+        node = yield self.ternary()
         if self.peek()[0] != "end":
             what = "the comma operator is not supported" if self.peek()[1] == "," else "expected an operator"
             raise self.error(what)
         return node
 
-    def ternary(self) -> Node:
-        cond = self.binary(_TERNARY + 1)
+    def ternary(self):
+        cond = yield self.binary(_TERNARY + 1)
         if self.peek()[:2] != ("op", "?"):
             return cond
         pos = self.take()[2]
-        then = self.ternary()
+        then = yield self.ternary()
         self.expect(":")
-        return Ternary(cond, then, self.ternary(), pos=pos)
+        other = yield self.ternary()
+        return Ternary(cond, then, other, pos=pos)
 
-    def binary(self, min_prec: int) -> Node:
-        left = self.unary()
+    def binary(self, min_prec: int):
+        left = yield self.unary()
         while True:
             kind, op, pos = self.peek()
             prec = _BINARY_PREC.get(op, 0) if kind == "op" else 0
             if prec < min_prec:
                 return left
             self.take()
-            left = Binary(op, left, self.binary(prec + 1), pos=pos)
+            right = yield self.binary(prec + 1)
+            left = Binary(op, left, right, pos=pos)
 
-    def unary(self) -> Node:
+    def unary(self):
         kind, text, pos = self.peek()
         if kind == "op" and text in "+-!~":
             self.take()
-            return Unary(text, self.unary(), pos=pos)
+            operand = yield self.unary()
+            return Unary(text, operand, pos=pos)
         if kind == "op" and text == "(" and self.peek(1)[1] in _TYPE_WORDS:
             n = 1
             while self.peek(n)[1] in _TYPE_WORDS:
@@ -241,30 +295,30 @@ class _Parser:
             if self.peek(n)[1] == ")":  # a C cast: (float)x
                 words = [self.tokens[self.i + k][1] for k in range(1, n)]
                 self.i += n + 1
-                return Cast(" ".join(words), self.unary(), "c", pos=pos)
-        return self.primary()
+                operand = yield self.unary()
+                return Cast(" ".join(words), operand, "c", pos=pos)
+        return (yield self.primary())
 
-    def primary(self) -> Node:
+    def primary(self):
         kind, text, pos = self.take()
-        node: Node
         if kind == "num":
             node = Num(text, pos=pos)
         elif text == "(":
-            node = self.ternary()
+            node = yield self.ternary()
             self.expect(")")
         elif text == "static_cast":
-            node = self.static_cast(pos)
+            node = yield self.static_cast(pos)
         elif text in ("reinterpret_cast", "const_cast", "dynamic_cast"):
             raise _syntax_error(self.src, pos, f"{text} is not supported; use static_cast<C>(...)")
         elif kind == "id" or text == "::":
-            node = self.name_or_call(text, pos)
+            node = yield self.name_or_call(text, pos)
         else:
             raise self.error("expected a number, a name, '(' or a unary operator", (kind, text, pos))
         if self.peek()[1] == "(":
             raise self.error("only a named function can be called")
         return node
 
-    def static_cast(self, pos: int) -> Node:
+    def static_cast(self, pos: int):
         self.expect("<")
         words = []
         while self.peek()[0] == "id":
@@ -273,17 +327,17 @@ class _Parser:
             raise self.error("expected a type name after 'static_cast<'")
         self.expect(">")
         self.expect("(")
-        operand = self.ternary()
+        operand = yield self.ternary()
         self.expect(")")
         return Cast(" ".join(words), operand, "static", pos=pos)
 
-    def name_or_call(self, first: str, pos: int) -> Node:
+    def name_or_call(self, first: str, pos: int):
         name = first + self.identifier() if first == "::" else first
         while self.peek()[1] == "::":
             name += self.take()[1] + self.identifier()
         if self.peek()[1] != "(":
             return Name(name, pos=pos)
-        args = self.arguments()
+        args = yield self.arguments()
         if name in _DIFFERENTIABLE_CASTS and len(args) == 1:  # C(x), float(x): a functional cast
             return Cast(name, args[0], "func", pos=pos)
         return Call(name, tuple(args), pos=pos)
@@ -293,12 +347,14 @@ class _Parser:
             raise self.error("expected a name after '::'")
         return self.take()[1]
 
-    def arguments(self) -> list:
+    def arguments(self):
         self.expect("(")
-        args = [] if self.peek()[1] == ")" else [self.ternary()]
+        args = []
+        if self.peek()[1] != ")":
+            args.append((yield self.ternary()))
         while args and self.peek()[1] == ",":
             self.take()
-            args.append(self.ternary())
+            args.append((yield self.ternary()))
         self.expect(")")
         return args
 
@@ -311,42 +367,86 @@ def parse(expr: str) -> Node:
 # ---- rendering ----------------------------------------------------------------------------------------
 
 
-def _render(node: Node) -> tuple:
-    """(C++ text, precedence of its outermost operator)."""
-    if isinstance(node, Num):
-        return node.text, _PRIMARY
-    if isinstance(node, Name):
-        return node.name, _PRIMARY
-    if isinstance(node, Call):
-        return f"{node.func}({', '.join(to_cpp(a) for a in node.args)})", _PRIMARY
+def _precedence(node: Node) -> int:
+    """The precedence of the node's outermost operator as rendered."""
+    if isinstance(node, (Num, Name, Call)):
+        return _PRIMARY
     if isinstance(node, Cast):
-        if node.style == "c":
-            return f"({node.type}){_wrap(node.operand, _UNARY)}", _UNARY
-        if node.style == "func":
-            return f"{node.type}({to_cpp(node.operand)})", _PRIMARY
-        return f"static_cast<{node.type}>({to_cpp(node.operand)})", _PRIMARY
+        return _UNARY if node.style == "c" else _PRIMARY
     if isinstance(node, Unary):
-        inner = _wrap(node.operand, _UNARY)
-        if inner[:1] in "+-" and node.op in "+-":  # '- -x' must not become '--x'
-            inner = f"({inner})"
-        return node.op + inner, _UNARY
+        return _UNARY
     if isinstance(node, Binary):
-        prec = _BINARY_PREC[node.op]
-        return f"{_wrap(node.left, prec)} {node.op} {_wrap(node.right, prec + 1)}", prec
+        return _BINARY_PREC[node.op]
     if isinstance(node, Ternary):
-        return (f"{_wrap(node.cond, _TERNARY + 1)} ? {_wrap(node.then, _TERNARY + 1)} : "
-                f"{_wrap(node.other, _TERNARY)}", _TERNARY)
+        return _TERNARY
     raise TypeError(f"to_cpp: expected an expression node, got {type(node).__name__}")
 
 
-def _wrap(node: Node, min_prec: int) -> str:
-    text, prec = _render(node)
-    return text if prec >= min_prec else f"({text})"
+def _first_char(node: Node, min_prec: int) -> str:
+    """The first character of the node's text where its context needs precedence min_prec."""
+    while True:
+        if _precedence(node) < min_prec:
+            return "("
+        if isinstance(node, Num):
+            return node.text[:1]
+        if isinstance(node, Name):
+            return node.name[:1]
+        if isinstance(node, Call):
+            return node.func[:1]
+        if isinstance(node, Cast):
+            return {"c": "(", "func": node.type[:1]}.get(node.style, "s")
+        if isinstance(node, Unary):
+            return node.op
+        if isinstance(node, Binary):
+            min_prec = _BINARY_PREC[node.op]
+            node = node.left
+        else:
+            assert isinstance(node, Ternary), node
+            min_prec = _TERNARY + 1
+            node = node.cond
+
+
+def _pieces(node: Node) -> list:
+    """The node's text as strings and (operand, the precedence its place needs) pairs."""
+    if isinstance(node, Num):
+        return [node.text]
+    if isinstance(node, Name):
+        return [node.name]
+    if isinstance(node, Call):
+        pieces: list = [node.func + "("]
+        for k, arg in enumerate(node.args):
+            pieces += [", ", (arg, 0)] if k else [(arg, 0)]
+        return pieces + [")"]
+    if isinstance(node, Cast):
+        if node.style == "c":
+            return [f"({node.type})", (node.operand, _UNARY)]
+        if node.style == "func":
+            return [f"{node.type}(", (node.operand, 0), ")"]
+        return [f"static_cast<{node.type}>(", (node.operand, 0), ")"]
+    if isinstance(node, Unary):
+        if node.op in "+-" and _first_char(node.operand, _UNARY) in "+-":  # '- -x' must not become '--x'
+            return [f"{node.op}(", (node.operand, _UNARY), ")"]
+        return [node.op, (node.operand, _UNARY)]
+    if isinstance(node, Binary):
+        prec = _BINARY_PREC[node.op]
+        return [(node.left, prec), f" {node.op} ", (node.right, prec + 1)]
+    assert isinstance(node, Ternary), node
+    return [(node.cond, _TERNARY + 1), " ? ", (node.then, _TERNARY + 1), " : ", (node.other, _TERNARY)]
 
 
 def to_cpp(node: Node) -> str:
-    """C++ text of a node, parenthesized where precedence requires."""
-    return _render(node)[0]
+    """C++ text of a node, parenthesized where precedence requires (written from an explicit stack)."""
+    out: list = []
+    todo: list = [(node, 0)]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        node, min_prec = item
+        pieces = _pieces(node) if _precedence(node) >= min_prec else ["(", *_pieces(node), ")"]
+        todo.extend(reversed(pieces))
+    return "".join(out)
 
 
 # ---- building simplified nodes (None is an exact zero) ---------------------------------------------------
@@ -390,68 +490,119 @@ def _sub(a, b):
 def _mul(a, b):
     if a is None or b is None:
         return None
-    for x, y in ((a, b), (b, a)):
-        if isinstance(x, Unary) and x.op == "-":
-            return _neg(_mul(x.operand, y))
-    if _is_one(a) or _is_one(b):
-        return b if _is_one(a) else a
-    return Binary("*", a, b)
+    negations = 0  # a leading '-' of either factor moves out of the product (a loop: any depth of them)
+    while True:
+        if isinstance(a, Unary) and a.op == "-":
+            a = a.operand
+        elif isinstance(b, Unary) and b.op == "-":
+            a, b = b.operand, a
+        else:
+            break
+        negations += 1
+    product = b if _is_one(a) else a if _is_one(b) else Binary("*", a, b)
+    return _neg(product) if negations % 2 else product
 
 
 def _div(a, b):
     if a is None:
         return None
-    if isinstance(a, Unary) and a.op == "-":
-        return _neg(_div(a.operand, b))
-    return a if _is_one(b) else Binary("/", a, b)
+    negations = 0
+    while isinstance(a, Unary) and a.op == "-":
+        a, negations = a.operand, negations + 1
+    quotient = a if _is_one(b) else Binary("/", a, b)
+    return _neg(quotient) if negations % 2 else quotient
 
 
 # ---- differentiation ----------------------------------------------------------------------------------
 
 _INTEGER_OPS = {"%", "<<", ">>", "&", "|", "^"}
 _PIECEWISE_CONSTANT = {"<", ">", "<=", ">=", "==", "!=", "&&", "||"}
+_UNARY_OPERATORS = {"+", "-", "!"}  # '~' is integer-only
 _QUALIFIERS = {"", "::", "std::", "kjit_math::"}
-_UNARY_RULES = {  # base -> f'(u) as a function of (differentiator, the call, u, name in the call's family)
-    "exp": lambda D, c, u, F: c,
-    "exp2": lambda D, c, u, F: _mul(_lit(repr(math.log(2))), c),
-    "expm1": lambda D, c, u, F: Call(F("exp"), (u,)),
-    "log": lambda D, c, u, F: _div(ONE, u),
-    "log2": lambda D, c, u, F: _div(_lit(repr(1 / math.log(2))), u),
-    "log10": lambda D, c, u, F: _div(_lit(repr(1 / math.log(10))), u),
-    "log1p": lambda D, c, u, F: _div(ONE, Binary("+", ONE, u)),
-    "sqrt": lambda D, c, u, F: _div(_lit("0.5"), c),
-    "rsqrt": lambda D, c, u, F: Binary("*", _lit("-0.5"), Binary("*", Binary("*", c, c), c)),
-    "sin": lambda D, c, u, F: Call(F("cos"), (u,)),
-    "cos": lambda D, c, u, F: _neg(Call(F("sin"), (u,))),
-    "tan": lambda D, c, u, F: Binary("+", ONE, Binary("*", c, c)),
-    "tanh": lambda D, c, u, F: Binary("-", ONE, Binary("*", c, c)),
-    "erf": lambda D, c, u, F: _mul(_lit(repr(2 / math.sqrt(math.pi))), Call(F("exp"), (_neg(Binary("*", u, u)),))),
-    "fabs": lambda D, c, u, F: Ternary(Binary(">", u, ZERO), ONE,  # PyTorch's sign rule: 0 at 0
-                                       Ternary(Binary("<", u, ZERO), _lit("-1"), ZERO)),
-    "relu": lambda D, c, u, F: Call("relu_backward", (ONE, D.as_c(c, u))),
-    "sigmoid": lambda D, c, u, F: Call("sigmoid_backward", (ONE, D.as_c(c, u))),
-    "silu": lambda D, c, u, F: Call("silu_backward", (ONE, D.as_c(u, u))),
-    "gelu": lambda D, c, u, F: Call("gelu_backward", (ONE, D.as_c(u, u))),
-    "gelu_tanh": lambda D, c, u, F: Call("gelu_tanh_backward", (ONE, D.as_c(u, u))),
+_LN2, _LN10 = repr(math.log(2)), repr(math.log(10))
+# PyTorch's backward formulas, as what the gradient g flowing into a function becomes for its argument(s) (see
+# the module documentation): a mask PyTorch applies to g (where, masked_fill) zeroes an inf or NaN g too.
+_UNARY_RULES = {  # base -> the gradient of u from (differentiator, the call, u, g, name in the call's family)
+    "exp": lambda D, c, u, g, F: _mul(g, c),
+    "exp2": lambda D, c, u, g, F: _mul(_mul(g, c), _lit(_LN2)),
+    "expm1": lambda D, c, u, g, F: _mul(g, Binary("+", c, ONE)),
+    "log": lambda D, c, u, g, F: _div(g, u),
+    "log2": lambda D, c, u, g, F: _div(g, Binary("*", u, _lit(_LN2))),
+    "log10": lambda D, c, u, g, F: _div(g, Binary("*", u, _lit(_LN10))),
+    "log1p": lambda D, c, u, g, F: _div(g, Binary("+", u, ONE)),
+    "sqrt": lambda D, c, u, g, F: _div(g, Binary("*", _lit("2"), c)),
+    "rsqrt": lambda D, c, u, g, F: _mul(_mul(_lit("-0.5"), g), Binary("*", Binary("*", c, c), c)),
+    "sin": lambda D, c, u, g, F: _mul(g, Call(F("cos"), (u,))),
+    "cos": lambda D, c, u, g, F: _mul(g, _neg(Call(F("sin"), (u,)))),
+    "tan": lambda D, c, u, g, F: _mul(g, Binary("+", ONE, Binary("*", c, c))),
+    "tanh": lambda D, c, u, g, F: _mul(g, Binary("-", ONE, Binary("*", c, c))),
+    "erf": lambda D, c, u, g, F: _mul(_mul(_lit(repr(2 / math.sqrt(math.pi))),
+                                           Call(F("exp"), (_neg(Binary("*", u, u)),))), g),
+    "fabs": lambda D, c, u, g, F: _mul(g, Ternary(Binary(">", u, ZERO), ONE,  # sgn: 0 at 0 and at NaN
+                                                  Ternary(Binary("<", u, ZERO), _lit("-1"), ZERO))),
+    # kjit_math's *_backward(g, ...) are PyTorch's (relu: threshold_backward, 0 where relu(u) <= 0, else g)
+    "relu": lambda D, c, u, g, F: Call("relu_backward", (D.as_c(g, g), D.as_c(c, u))),
+    "sigmoid": lambda D, c, u, g, F: Call("sigmoid_backward", (D.as_c(g, g), D.as_c(c, u))),
+    "silu": lambda D, c, u, g, F: Call("silu_backward", (D.as_c(g, g), D.as_c(u, u))),
+    "gelu": lambda D, c, u, g, F: Call("gelu_backward", (D.as_c(g, g), D.as_c(u, u))),
+    "gelu_tanh": lambda D, c, u, g, F: Call("gelu_tanh_backward", (D.as_c(g, g), D.as_c(u, u))),
 }
-_BINARY_RULES = {"pow", "fmax", "fmin", "max", "min"}
+
+
+def _is_literal(node: Node, value: Optional[float] = None) -> bool:
+    """True for a numeric literal (of that value); a literal is never NaN."""
+    return isinstance(node, Num) and (value is None or node.value == value)
+
+
+def _pow_rule(D, c: Call, a: Node, b: Node, g: Node, F) -> tuple:
+    """PyTorch's pow_backward_self: where(b == 0, 0, g * (b * pow(a, b - 1))), a mask of the gradient (pow_backward
+    of a constant exponent: 0 for b == 0, else the product); pow_backward_exponent: g * where(a == 0 && b >= 0,
+    0, pow(a, b) * log(a)), a mask multiplied by the gradient. b * pow(a, b - 1) and pow(a, b) * log(a) are
+    NaN where those masks are 0. A literal other than 0 needs no mask."""
+    g_a: Optional[Node] = None
+    if not _is_literal(b, 0):
+        g_a = _mul(g, Binary("*", b, Call(F("pow"), (a, Binary("-", b, ONE)))))
+        if not _is_literal(b):
+            g_a = Ternary(Binary("==", b, ZERO), ZERO, g_a)
+    g_b: Node = _mul(c, Call(F("log"), (a,)))
+    if _is_literal(a, 0):
+        g_b = Ternary(Binary(">=", b, ZERO), ZERO, g_b)
+    elif not _is_literal(a):
+        g_b = Ternary(Binary("&&", Binary("==", a, ZERO), Binary(">=", b, ZERO)), ZERO, g_b)
+    return g_a, _mul(g, g_b)
+
+
+def _select_rule(keeps_a: str):
+    """fmax (keeps_a '>=') and fmin ('<='), and CUDA's max/min of floating-point values, which are fmax/fmin:
+    the gradient goes to the argument returned, as torch.fmax/torch.fmin send it (masked_fill): to a where
+    `a keeps_a b` or where b is NaN (fmax(a, NaN) is a), else to b. A tie goes to a."""
+
+    def rule(D, c, a, b, g, F):
+        takes_a = Binary(keeps_a, a, b)
+        if not _is_literal(b):
+            takes_a = Binary("||", takes_a, Binary("!=", b, b))  # b != b: b is NaN (no isnan needed)
+        return Ternary(takes_a, g, ZERO), Ternary(takes_a, ZERO, g)
+
+    return rule
+
+
+_BINARY_RULES = {"pow": _pow_rule, "fmax": _select_rule(">="), "fmin": _select_rule("<="),
+                 "max": _select_rule(">="), "min": _select_rule("<=")}
 _FLOAT_FAMILY = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                  "tan", "tanh", "erf", "fabs", "pow", "fmax", "fmin"}
 _KJIT_FAMILY = {"exp", "log", "erf", "tanh"}  # kjit_math::exp_ and friends
 _TEMPLATES = {"relu", "sigmoid", "silu", "gelu", "gelu_tanh"}
+_FUNCTIONS = {  # every function name kjit differentiates -> (its rule, its family: 'std', 'float', 'kjit')
+    **{base: (base, "std") for base in (*_UNARY_RULES, *_BINARY_RULES)},
+    "abs": ("fabs", "std"),
+    **{base + "f": (base, "float") for base in sorted(_FLOAT_FAMILY)},
+    **{base + "_": (base, "kjit") for base in sorted(_KJIT_FAMILY)},
+}
 
 
 def _function(name: str) -> Optional[tuple]:
     """(base, family) of a known differentiable function name, family in 'std', 'float', 'kjit'."""
-    if name in _UNARY_RULES or name in _BINARY_RULES:
-        return name, "std"
-    if name == "abs":
-        return "fabs", "std"
-    if name.endswith("f") and name[:-1] in _FLOAT_FAMILY:
-        return name[:-1], "float"
-    if name.endswith("_") and name[:-1] in _KJIT_FAMILY:
-        return name[:-1], "kjit"
-    return None
+    return _FUNCTIONS.get(name)
 
 
 def _family_name(base: str, family: str) -> str:
@@ -467,32 +618,66 @@ def _children(node: Node) -> tuple:
     return tuple(getattr(node, f) for f in fields if hasattr(node, f))
 
 
+_OPERATOR_RULES = {  # op -> the gradients of a and b from (a, b, g), PyTorch's formulas
+    "+": lambda a, b, g: (g, g),
+    "-": lambda a, b, g: (g, _neg(g)),
+    "*": lambda a, b, g: (_mul(g, b), _mul(g, a)),
+    "/": lambda a, b, g: (_div(g, b), _mul(_neg(g), Binary("/", Binary("/", a, b), b))),  # -g * (a / b / b)
+}
+
+
 class _Differentiator:
-    """d(node)/d(var) for one input `var` of the expression `src`."""
+    """d(node)/d(var) for one input `var` of the expression `src`. The recursive methods are generators
+    run by _run (a sub-call is `yield self.method(...)`)."""
 
     def __init__(self, src: str, var: str, typed_c: set):
         self.src, self.var, self.typed_c = src, var, typed_c
+        self._depends: dict = {}  # id(node) -> (node, depends): each node of the tree is visited once
 
     def depends(self, node: Node) -> bool:
-        return (isinstance(node, Name) and node.name == self.var) or any(map(self.depends, _children(node)))
+        memo = self._depends
+        if id(node) in memo:
+            return memo[id(node)][1]
+        todo = [(node, False)]
+        while todo:
+            n, children_done = todo.pop()
+            if id(n) in memo:
+                continue
+            kids = _children(n)
+            if children_done or not kids:
+                memo[id(n)] = (n, (isinstance(n, Name) and n.name == self.var) or any(memo[id(k)][1] for k in kids))
+            else:
+                todo.append((n, True))
+                todo.extend((k, False) for k in kids)
+        return memo[id(node)][1]
 
     def is_c(self, node: Node) -> bool:
         """True when the node's C++ type is certainly C (so kjit_math templates deduce C from it)."""
-        if isinstance(node, Name):
-            return node.name in self.typed_c
-        if isinstance(node, Cast):
-            return node.type == "C"
-        if isinstance(node, Unary):
-            return node.op in "+-" and self.is_c(node.operand)
-        if isinstance(node, Binary):
-            return node.op in "+-*/" and self.is_c(node.left) and self.is_c(node.right)
-        if isinstance(node, Ternary):
-            return self.is_c(node.then) and self.is_c(node.other)
-        if isinstance(node, Call):
-            known = _function(node.base)
-            overloaded = node.base in _TEMPLATES or (known is not None and known[1] != "float")
-            return overloaded and all(self.is_c(a) for a in node.args)
-        return False
+        todo = [node]  # every node reached must keep the type C
+        while todo:
+            n = todo.pop()
+            if isinstance(n, Name):
+                ok = n.name in self.typed_c
+            elif isinstance(n, Cast):
+                ok = n.type == "C"
+            elif isinstance(n, Unary):
+                ok = n.op in ("+", "-")
+                todo.append(n.operand)
+            elif isinstance(n, Binary):
+                ok = n.op in ("+", "-", "*", "/")
+                todo += [n.left, n.right]
+            elif isinstance(n, Ternary):
+                ok = True
+                todo += [n.then, n.other]
+            elif isinstance(n, Call):
+                known = _function(n.base)
+                ok = n.base in _TEMPLATES or (known is not None and known[1] != "float")
+                todo += n.args
+            else:
+                ok = False
+            if not ok:
+                return False
+        return True
 
     def as_c(self, node: Node, typed_by: Node) -> Node:
         return node if self.is_c(typed_by) else Cast("C", node)
@@ -502,47 +687,49 @@ class _Differentiator:
             f"kjit.elementwise: cannot differentiate {what} at column {node.pos + 1} of {self.src!r} with "
             f"respect to '{self.var}': {why}; give the gradient yourself with grads={{'{self.var}': '...'}}")
 
-    def d(self, node: Node):
-        if not self.depends(node):
+    def d(self, node: Node, seed: Node = ONE):
+        """d(node)/d(var) times `seed` (the gradient flowing in at the top), None for an exact 0."""
+        return _run(self.derive(node, seed))
+
+    def derive(self, node: Node, g: Optional[Node]):
+        """The part of d(expression)/d(var) that goes through `node`, when d(expression)/d(node) is g (the
+        gradient flowing into node, as in PyTorch's backward; None: exactly 0)."""
+        if g is None or not self.depends(node):
             return None
         if isinstance(node, Name):
-            return ONE
+            return g
         if isinstance(node, Unary):
-            if node.op == "~":
-                raise self.fail(node, "'~'", "'~' is an integer-only operator")
-            du = None if node.op == "!" else self.d(node.operand)
-            return _neg(du) if node.op == "-" else du
+            if node.op not in _UNARY_OPERATORS:
+                raise self.fail(node, f"'{node.op}'", f"'{node.op}' is an integer-only operator")
+            if node.op == "!":
+                return None
+            return (yield self.derive(node.operand, _neg(g) if node.op == "-" else g))
         if isinstance(node, Cast):
             if node.type not in _DIFFERENTIABLE_CASTS:
                 raise self.fail(node, f"the cast to {node.type}",
                                 "only casts to C, float and double are differentiable")
-            return self.d(node.operand)
-        if isinstance(node, Ternary):
-            dt, do = self.d(node.then), self.d(node.other)
+            return (yield self.derive(node.operand, g))
+        if isinstance(node, Ternary):  # only the branch taken (torch.where would also pass 0 to the other)
+            dt = yield self.derive(node.then, g)
+            do = yield self.derive(node.other, g)
             return None if dt is None and do is None else Ternary(node.cond, dt or ZERO, do or ZERO)
         if isinstance(node, Binary):
-            return self.d_binary(node)
+            return (yield self.derive_binary(node, g))
         assert isinstance(node, Call), node  # a Num depends on nothing: returned above
-        return self.d_call(node)
+        return (yield self.derive_call(node, g))
 
-    def d_binary(self, node: Binary):
+    def derive_binary(self, node: Binary, g: Node):
         a, b, op = node.left, node.right, node.op
         if op in _PIECEWISE_CONSTANT:
             return None
         if op in _INTEGER_OPS:
             raise self.fail(node, f"'{op}'", f"'{op}' is an integer-only operator")
-        da, db = self.d(a), self.d(b)
-        if op == "+":
-            return _add(da, db)
-        if op == "-":
-            return _sub(da, db)
-        if op == "*":
-            return _add(_mul(da, b), _mul(a, db))
-        if db is None:  # '/'
-            return _div(da, b)
-        return _div(_sub(_mul(da, b), _mul(a, db)), Binary("*", b, b))
+        g_a, g_b = _OPERATOR_RULES[op](a, b, g)
+        da = yield self.derive(a, g_a)
+        db = yield self.derive(b, g_b)
+        return _add(da, db)
 
-    def d_call(self, node: Call):
+    def derive_call(self, node: Call, g: Node):
         qualifier = node.func[: len(node.func) - len(node.base)]
         known = _function(node.base) if qualifier in _QUALIFIERS else None
         if known is None:
@@ -557,26 +744,26 @@ class _Differentiator:
         F = lambda b: _family_name(b, family)  # noqa: E731
         if arity == 1:
             u = node.args[0]
-            return _mul(_UNARY_RULES[base](self, node, u, F), self.d(u))
+            return (yield self.derive(u, _UNARY_RULES[base](self, node, u, g, F)))
         a, b = node.args
-        da, db = self.d(a), self.d(b)
-        if base == "pow":
-            if db is None:
-                return _mul(_mul(b, Call(F("pow"), (a, Binary("-", b, ONE)))), da)
-            return _mul(node, _add(_mul(db, Call(F("log"), (a,))), _div(_mul(b, da), a)))
-        if da is None and db is None:
-            return None
-        return Ternary(Binary(">=" if base.endswith("max") else "<=", a, b), da or ZERO, db or ZERO)
+        g_a, g_b = _BINARY_RULES[base](self, node, a, b, g, F)
+        da = yield self.derive(a, g_a)
+        db = yield self.derive(b, g_b)
+        return _add(da, db)
 
 
-def derivatives(expr: str, inputs: Sequence[str], scalars: Sequence[str] = ()) -> dict:
+def derivatives(expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None) -> dict:
     """For every name in `inputs`, a C++ expression of d(expr)/d(name), valid in the functor's scope
     (the inputs, the scalars and C are in scope). Scalars are constants. Raises NotDifferentiable when
-    an input's derivative cannot be derived, ValueError when `expr` does not parse."""
+    an input's derivative cannot be derived, ValueError when `expr` does not parse.
+    With `grad` (the name of a C-typed value in scope, the incoming gradient): the gradient of each input
+    itself, `grad` flowing in at the top instead of 1, as PyTorch's backward computes it (its masks then
+    give 0 where `grad` is inf or NaN, where `grad * d(expr)/d(name)` would give NaN)."""
     tree = parse(expr)
-    typed_c = set(inputs) | set(scalars)
+    typed_c = set(inputs) | set(scalars) | ({grad} if grad else set())
+    seed = Name(grad) if grad else ONE
     result = {}
     for name in inputs:
-        d = _Differentiator(expr, name, typed_c).d(tree)
+        d = _Differentiator(expr, name, typed_c).d(tree, seed)
         result[name] = to_cpp(d if d is not None else ZERO)
     return result

@@ -148,18 +148,21 @@ class Elementwise:
                                f"{', '.join(str(d) for d in _SUPPORTED)}")
         self.dtype = dtype
         self.name = name or "elementwise"
-        self.grads, self.no_grad = self._derivatives(grads)
+        self.grads, self.no_grad, backward = self._derivatives(grads)
         spec = {
             "name": self.name, "expr": self.expr, "inputs": list(self.inputs), "scalars": list(self.scalars),
             "specialize": list(self.specialized), "dtype": str(dtype).split(".")[-1] if dtype is not None else None,
-            "grads": self.grads, "no_grad": self.no_grad, "defaults": {k: _json_float(v) for k, v in self.defaults.items()},
+            "grads": self.grads, "backward": backward, "no_grad": self.no_grad,
+            "defaults": {k: _json_float(v) for k, v in self.defaults.items()},
         }
         self._fn = _C.ElementwiseFunction(json.dumps(spec, sort_keys=True))
         self.spec = self._fn.spec  # the key of torch.ops.kjit.elementwise for this function
         self._templates: dict[tuple, _core.Template] = {}
 
-    def _derivatives(self, given) -> tuple[dict, dict]:
-        """Each input's derivative expression (given, else derived) and, where there is none, why."""
+    def _derivatives(self, given) -> tuple[dict, dict, dict]:
+        """Each input's derivative expression (given, else derived); where there is none, why; and, for the
+        derived ones, the input's gradient given the incoming gradient kjit_grad, which the backward kernel
+        runs (PyTorch's masks then hold for an inf or NaN kjit_grad too; a given derivative is multiplied)."""
         if given is None:
             given = {}
         if not isinstance(given, dict):
@@ -169,11 +172,11 @@ class Elementwise:
         if unknown:
             raise _core.ValueError(f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are "
                                 f"{list(self.inputs)}")
-        grads, why = {}, {}
+        grads, why, backward = {}, {}, {}
         if len(self.inputs) >= _MAX_INPUTS:  # the derivative kernel takes the gradient and every input
             why = {name: f"a function of {len(self.inputs)} inputs has no derivative kernel: it would take the "
                          f"gradient and every input, at most {_MAX_INPUTS} tensors" for name in self.inputs}
-            return {}, why
+            return {}, why, {}
         for name in self.inputs:
             if name in given:
                 if not isinstance(given[name], str) or not given[name].strip():
@@ -184,9 +187,10 @@ class Elementwise:
                 continue
             try:
                 grads[name] = _derivative.derivatives(self.expr, [name], self.scalars)[name]
+                backward[name] = _derivative.derivatives(self.expr, [name], self.scalars, grad="kjit_grad")[name]
             except ValueError as e:  # NotDifferentiable, or an expression the differentiator does not parse
                 why[name] = str(e)
-        return grads, why
+        return grads, why, backward
 
     # -- source ------------------------------------------------------------------------------------
     def source(self, specialized_values: tuple = ()) -> str:

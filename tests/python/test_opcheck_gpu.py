@@ -177,6 +177,94 @@ def test_elementwise_without_a_derivative_refuses_inputs_that_require_grad():
         f(t(4, grad=True))
 
 
+def test_elementwise_derivative_rules_agree_with_torch_autograd_at_edge_values():
+    """Every derivative rule of kjit/_derivative.py, compiled: the cases of test_derivative.py (which reads the rules
+    from the module's tables, each with PyTorch's counterpart) and its compositions run through one kjit.elementwise
+    function's backward kernels on the GPU, compared with torch.autograd on CUDA at 0, -0, +-1, +-inf, NaN, 1e-30,
+    -2.5 (ties and NaN pairs for the two-argument rules), alone and times an outer factor w of inf or NaN. One
+    function holds them all, `s == i ? (case_i) * w : ...`: the derivative of c ? a : b is the taken branch's, so
+    each element gets exactly its case's derivative (3 compiles, not 300)."""
+    from test_derivative import COMPOSITIONS, EDGES, OUTER, agrees, by_constants, rule_cases, torch_gradients
+
+    exprs, refs, points = [], [], []  # points: (case index, x, y, k, w)
+    for cases in rule_cases().values():
+        for expr, fn, pts in cases:
+            points += [(len(exprs), x, y, k, w) for x, y, k in pts for w in (1.0, *OUTER)]
+            exprs.append(expr)
+            refs.append(fn)
+    for expr, fn in COMPOSITIONS:
+        points += [(len(exprs), x, y, 0.0, 1.0) for x in EDGES for y in EDGES]
+        exprs.append(expr)
+        refs.append(lambda a, b, k, fn=fn: fn(a, b))
+    chain = "".join(f"s == {i} ? ({e}) * w : " for i, e in enumerate(exprs)) + "static_cast<C>(0)"
+    f = kjit.elementwise(chain, "x, y, k, w, s", name="derivative_rules_at_edges")
+    assert not f.no_grad, f.no_grad
+    ts, tx, ty, tk, tw = (torch.tensor(column, dtype=torch.float32, device="cuda") for column in zip(*points))
+    tx.requires_grad_()
+    ty.requires_grad_()
+    gx, gy = torch.autograd.grad(f(tx, ty, tk, tw, ts), (tx, ty), torch.ones(len(points), device="cuda"))
+    assert gx.dtype == torch.float32 and gy.dtype == torch.float32
+    got = {"x": gx.tolist(), "y": gy.tolist()}
+    by_case: dict = {}
+    for n, (i, px, py, pk, pw) in enumerate(points):
+        by_case.setdefault(i, []).append((px, py, pk, pw, n))
+    wrong = []
+    for i, mine in by_case.items():  # PyTorch's gradients of each case, a batch per value of k and w
+        for k, w, pts in by_constants(mine):
+            want = torch_gradients(refs[i], [p[0] for p in pts], [p[1] for p in pts], k, w, device="cuda")
+            for name, expected_all in zip("xy", want):
+                for (x, y, n), expected in zip(pts, expected_all):
+                    if not agrees(got[name][n], expected):
+                        wrong.append(f"d(({exprs[i]}) * w)/d{name} at x={x}, y={y}, k={k}, w={w}: kjit "
+                                     f"{got[name][n]}, torch {expected}")
+    assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+def test_elementwise_backward_masks_an_inf_or_nan_incoming_gradient_as_torch_does():
+    """The backward kernel of a derived derivative runs the gradient with kjit_grad flowing in at the top: where
+    PyTorch masks the incoming gradient (relu's threshold_backward, fmax's masked_fill, pow's exponent-0 mask), an
+    inf or NaN gradient gives 0, not inf * 0 = NaN. Every rule case of test_derivative.py (at w = 1), through the
+    same function as the test above (its kernels are cached), each point under kjit_grad = inf, -inf, NaN."""
+    from test_derivative import agrees, rule_cases, torch_gradient_for
+
+    exprs, refs, points = [], [], []  # points: (case index, x, y, k, g)
+    for cases in rule_cases().values():
+        for expr, fn, pts in cases:
+            points += [(len(exprs), x, y, k, g) for x, y, k in pts for g in (INF, -INF, NAN)]
+            exprs.append(expr)
+            refs.append(fn)
+    from test_derivative import COMPOSITIONS
+    exprs += [e for e, _ in COMPOSITIONS]  # the same chain as the test above
+    chain = "".join(f"s == {i} ? ({e}) * w : " for i, e in enumerate(exprs)) + "static_cast<C>(0)"
+    f = kjit.elementwise(chain, "x, y, k, w, s", name="derivative_rules_at_edges")
+    ts, tx, ty, tk, tg = (torch.tensor(column, dtype=torch.float32, device="cuda") for column in zip(*points))
+    tx.requires_grad_()
+    ty.requires_grad_()
+    gx, gy = torch.autograd.grad(f(tx, ty, tk, torch.ones_like(tk), ts), (tx, ty), tg)
+    got = {"x": gx.tolist(), "y": gy.tolist()}
+    wrong = []
+    for n, (i, x, y, k, g) in enumerate(points):
+        for name, expected in zip("xy", torch_gradient_for(refs[i], x, y, k, g, device="cuda")):
+            if not agrees(got[name][n], expected):
+                wrong.append(f"gradient of {name} in {exprs[i]} at x={x}, y={y}, k={k}, kjit_grad={g}: kjit "
+                             f"{got[name][n]}, torch {expected}")
+    assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
+
+
+def test_elementwise_of_a_1000_term_expression_is_defined_and_differentiated():
+    # 13 KB: the derivation raised RecursionError, so the function could not be defined (issue 27, item 10)
+    f = kjit.elementwise(" + ".join(f"x * {i}.0f" for i in range(1000)), "x", name="long_sum")
+    assert not f.no_grad and f.grads["x"] == " + ".join(f"{i}.0f" for i in range(1000))
+    x = torch.tensor([1.0, 2.0, -1.0, 0.0], device="cuda", requires_grad=True)
+    y = f(x)
+    assert torch.equal(y, x.detach() * 499500.0)  # small integers: every sum is exact in float
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 499500.0))
+
+
 def test_elementwise_user_gradient():
     f = kjit.elementwise("x * x", "x", grads={"x": "static_cast<C>(3) * x"}, name="user_grad")
     x = t(5, grad=True)

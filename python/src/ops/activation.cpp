@@ -39,6 +39,7 @@ ElementwiseFn make_fn(const std::string& name, const std::string& expr, std::vec
   s.name = name;
   s.expr = expr;
   s.grads.assign(inputs.size(), std::nullopt);
+  s.backward.assign(inputs.size(), std::nullopt);
   s.no_grad_reasons.assign(inputs.size(), "");
   s.inputs = std::move(inputs);
   return ElementwiseFn(std::move(s));

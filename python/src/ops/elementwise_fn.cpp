@@ -137,17 +137,23 @@ ElementwiseSpec ElementwiseSpec::from_json(std::string_view text) {
       s.specialized.push_back(std::find(spec.begin(), spec.end(), sc) != spec.end());
     if (j.contains("dtype") && !j["dtype"].is_null()) s.dtype = dtype_named(j["dtype"].get<std::string>());
     const auto grads = j.value("grads", nlohmann::json::object());
+    const auto backward = j.value("backward", nlohmann::json::object());
     const auto no_grad = j.value("no_grad", nlohmann::json::object());
     for (const std::string& in : s.inputs) {
       s.grads.push_back(grads.contains(in) ? std::optional<std::string>(grads[in].get<std::string>()) : std::nullopt);
+      s.backward.push_back(backward.contains(in) && grads.contains(in)
+                               ? std::optional<std::string>(backward[in].get<std::string>())
+                               : std::nullopt);
       s.no_grad_reasons.push_back(no_grad.contains(in) ? no_grad[in].get<std::string>() : std::string());
     }
     const auto defaults = j.value("defaults", nlohmann::json::object());
     for (const auto& [k, v] : defaults.items())
       s.defaults.emplace_back(k, v.is_string() ? std::strtod(v.get<std::string>().c_str(), nullptr) : v.get<double>());
     check_expression(s.expr, "the expression");
-    for (std::size_t i = 0; i < s.grads.size(); ++i)
+    for (std::size_t i = 0; i < s.grads.size(); ++i) {
       if (s.grads[i]) check_expression(*s.grads[i], "the derivative of '" + s.inputs[i] + "'");
+      if (s.backward[i]) check_expression(*s.backward[i], "the gradient of '" + s.inputs[i] + "'");
+    }
     for (const std::string& n : s.inputs) check_name(n);
     for (const std::string& n : s.scalars) check_name(n);
     if (s.inputs.empty() || s.inputs.size() > static_cast<std::size_t>(ElementwiseFn::kMaxInputs))
@@ -175,6 +181,10 @@ std::string ElementwiseSpec::to_json() const {
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (grads[i]) g[inputs[i]] = *grads[i];
   j["grads"] = g;
+  nlohmann::json b = nlohmann::json::object();
+  for (std::size_t i = 0; i < inputs.size() && i < backward.size(); ++i)
+    if (backward[i]) b[inputs[i]] = *backward[i];
+  j["backward"] = b;
   nlohmann::json why = nlohmann::json::object();
   for (std::size_t i = 0; i < inputs.size() && i < no_grad_reasons.size(); ++i)
     if (!no_grad_reasons[i].empty()) why[inputs[i]] = no_grad_reasons[i];
@@ -539,12 +549,14 @@ const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
   if (!derivatives_[i]) {
     ElementwiseSpec d;
     d.name = spec_.name + "_d" + spec_.inputs[i];
-    d.expr = "kjit_grad * (" + *spec_.grads[i] + ")";
+    const bool derived = i < spec_.backward.size() && spec_.backward[i];
+    d.expr = derived ? *spec_.backward[i] : "kjit_grad * (" + *spec_.grads[i] + ")";
     d.inputs.push_back("kjit_grad");
     d.inputs.insert(d.inputs.end(), spec_.inputs.begin(), spec_.inputs.end());
     d.scalars = spec_.scalars;
     d.specialized = spec_.specialized;
     d.grads.assign(d.inputs.size(), std::nullopt);
+    d.backward.assign(d.inputs.size(), std::nullopt);
     d.no_grad_reasons.assign(d.inputs.size(), "kjit differentiates an elementwise function once (its derivative "
                                               "has no derivative of its own)");
     derivatives_[i] = &elementwise_fn(d.to_json());  // the one the registered op finds by this spec

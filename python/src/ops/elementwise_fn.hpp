@@ -7,6 +7,7 @@
 // A function is described by its spec, a JSON object (made by kjit/elementwise.py at definition time):
 //   {"name": str, "expr": str, "inputs": [str], "scalars": [str], "specialize": [str],
 //    "dtype": "float32" | ... | null, "grads": {input: derivative expression},
+//    "backward": {input: the input's gradient given the incoming gradient kjit_grad (where kjit derived it)},
 //    "no_grad": {input: why it has no derivative}, "defaults": {scalar: value}}
 // The spec string is also the key of the registered op kjit::elementwise(str spec, Tensor[] inputs,
 // float[] scalars), whose autograd runs the derivative of each input as an ElementwiseFn of its own
@@ -41,6 +42,9 @@ struct ElementwiseSpec {
   std::vector<bool> specialized;                   // per scalar
   std::optional<at::ScalarType> dtype;             // the result dtype (else the promotion of the inputs')
   std::vector<std::optional<std::string>> grads;   // per input: d expr / d input, where known
+  // per input: its gradient in terms of kjit_grad, the incoming gradient (where kjit derived it: PyTorch's
+  // masks hold for an inf or NaN kjit_grad too); else the backward computes kjit_grad * (grads[i])
+  std::vector<std::optional<std::string>> backward;
   std::vector<std::string> no_grad_reasons;        // per input: why there is no derivative ("" where there is)
   std::vector<std::pair<std::string, double>> defaults;  // default values of scalars (runtime or specialized)
 
