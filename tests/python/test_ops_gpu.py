@@ -210,6 +210,20 @@ def test_tensors_on_different_devices():
 # ---- caching -----------------------------------------------------------------------------------------------
 
 
+def test_negative_views_are_resolved_not_read_raw():
+    # A view with the negative bit (torch._neg_view) keeps its data pointer: the sign is only a dispatch key.
+    # The direct entry takes plain CUDA tensors only, so such a view goes through the dispatcher, whose
+    # fallback resolves the bit before kjit's kernel reads the data (hostile review 3's open question; the
+    # conjugate bit is on complex tensors only, which kjit's ops refuse).
+    x = torch.randn(1000, device=DEV)
+    neg = torch._neg_view(x)
+    assert neg.is_neg()
+    torch.testing.assert_close(ops.add_constant(neg, 1.5), -x + 1.5)
+    torch.testing.assert_close(kjit.ops.softmax(neg, -1), torch.softmax(-x, -1))
+    y = torch.randn(64, 32, device=DEV)
+    torch.testing.assert_close(ops.outer(torch._neg_view(y[0]), y[1]), torch.outer(-y[0], y[1]))
+
+
 def test_changing_the_constant_never_recompiles():
     x = randn(4096)
     ops.add_constant(x, 0.0)
