@@ -119,6 +119,19 @@ void install_fork_handlers() {
   (void)installed;
 }
 
+// One shared hold of this thread ends; the last one lets a waiting fork go.
+void end_a_hold() noexcept {
+  Gate& g = gate();
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    --g.readers;
+    --t_holds;
+    last = g.readers == 0;
+  }
+  if (last) g.changed.notify_all();
+}
+
 void refuse_if_forked_during_a_compile() {
   if (g_inherited == ForkCase::Clean) return;
   const std::string why =
@@ -148,15 +161,7 @@ ForkHold& ForkHold::operator=(ForkHold&& o) noexcept {
 void ForkHold::release() noexcept {
   if (!held_) return;
   held_ = false;
-  Gate& g = gate();
-  bool last;
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    --g.readers;
-    --t_holds;
-    last = g.readers == 0;
-  }
-  if (last) g.changed.notify_all();
+  end_a_hold();
 }
 
 ForkHold hold_off_forks() {
@@ -190,15 +195,7 @@ bool try_hold_off_forks_on_this_thread() noexcept {
 void stop_holding_off_forks_on_this_thread() noexcept {
   if (!t_preload_hold) return;
   t_preload_hold = false;
-  Gate& g = gate();
-  bool last;
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    --g.readers;
-    --t_holds;
-    last = g.readers == 0;
-  }
-  if (last) g.changed.notify_all();
+  end_a_hold();
 }
 
 ForkGateExclusive::ForkGateExclusive() {

@@ -603,18 +603,9 @@ cache::RemoteConfig scripted_config(const ScriptedRedis& server, double timeout_
   return c;
 }
 
-// A reply of 100000 bytes that comes one byte every 50 ms (5000 s in all): each read() gets a byte well
-// within any per-read timeout.
-ScriptedRedis::Answer trickled_reply() {
-  ScriptedRedis::Answer a;
-  a.now = ScriptedRedis::bulk_header(100000);
-  a.trickle = std::string(100000, 'x') + "\r\n";
-  a.every = std::chrono::milliseconds(50);
-  return a;
-}
 
 TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
-  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });
   cache::RedisConnection c(server.endpoint(), 1.0);
   const auto t0 = Clock::now();
   try {
@@ -631,7 +622,7 @@ TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
 }
 
 TEST(HostileRedis, ATricklingAuthOrSelectCostsOneTimeoutForTheWholeSetUp) {
-  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });
   cache::RedisEndpoint e = server.endpoint();
   e.user = "kjit";
   e.password = "a password that must not be shown";
@@ -648,7 +639,7 @@ TEST(HostileRedis, ATricklingAuthOrSelectCostsOneTimeoutForTheWholeSetUp) {
 }
 
 TEST(HostileRedis, ATricklingServerMakesLookupsMissesAndTheCompileLocal) {
-  ScriptedRedis server([](const std::vector<std::string>&) { return trickled_reply(); });
+  ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });
   RedisStore store(scripted_config(server, 1.0));
   const cache::Entry e = make_entry("hostile-trickle");
   WarningCapture warnings;
@@ -673,7 +664,7 @@ TEST(HostileRedis, ATricklingLeaseRenewalDoesNotHoldUpTheCompile) {
     if (args[0] == "SET") {
       a.now = "+OK\r\n";
     } else if (args[0] == "EVAL") {
-      a = trickled_reply();
+      a = ScriptedRedis::trickled_bulk();
     } else {
       a.now = "$-1\r\n";
     }

@@ -34,6 +34,7 @@ using kjit::TemplateArg;
 using kjit::testing::ScopedEnv;
 using kjit::testing::ScriptedRedis;
 using kjit::testing::TempDir;
+using kjit::testing::entries_in;
 
 const std::string kSecret = "the deployment secret of the CLI tests";
 
@@ -44,14 +45,6 @@ struct Result {
 };
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::size_t entries_in(const fs::path& root) {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator(); ++it)
-    n += it->path().extension() == ".kjit";
-  return n;
-}
 
 Result kjit_cli(const fs::path& cache_dir, std::vector<std::string> args) {
   args.insert(args.begin(), {"--cache-dir", cache_dir.string()});
@@ -73,14 +66,6 @@ ScriptedRedis::Answer answer_with(const std::string& bytes, bool hold = false) {
   return a;
 }
 
-// A reply of 100000 bytes, one byte every 50 ms: each read() gets a byte, the reply takes 5000 s.
-ScriptedRedis::Answer trickled() {
-  ScriptedRedis::Answer a;
-  a.now = ScriptedRedis::bulk_header(100000);
-  a.trickle = std::string(100000, 'x') + "\r\n";
-  a.every = std::chrono::milliseconds(50);
-  return a;
-}
 
 class RemoteCliTest : public ::testing::Test {
  protected:
@@ -139,7 +124,7 @@ class RemoteCliTest : public ::testing::Test {
 TEST_F(RemoteCliTest, ATricklingServerHoldsUpNeitherCompileNorInfo) {
   // Every connection is closed by the server after 30 s: a client that waits for the whole reply takes
   // that long; one bounded by KJIT_REMOTE_CACHE_TIMEOUT=1 takes about 1 s plus the compile.
-  ScriptedRedis server([](const std::vector<std::string>&) { return trickled(); }, 30);
+  ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); }, 30);
   use_remote(server.url());
   const Result c = kjit_cli(dir_ / "c", {"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32",
                                          "--param", "VEC=8", "--arch", "sm_90", "--json"});
@@ -156,7 +141,7 @@ TEST_F(RemoteCliTest, ATricklingServerHoldsUpNeitherCompileNorInfo) {
 }
 
 TEST_F(RemoteCliTest, PrefetchFromATricklingServerFailsWithinTheTimeout) {
-  ScriptedRedis server([](const std::vector<std::string>&) { return trickled(); }, 30);
+  ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); }, 30);
   use_remote(server.url());
   const Result p = prefetch();
   EXPECT_EQ(p.code, 1) << p.out << p.err;

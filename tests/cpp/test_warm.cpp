@@ -28,6 +28,7 @@ using kjit::cache::ManifestRecord;
 using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
 using kjit::testing::read_file;
+using kjit::testing::entries_in;
 using kjit::testing::write_file;
 
 struct Result {
@@ -36,14 +37,6 @@ struct Result {
 };
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::size_t entries_in(const fs::path& root) {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator(); ++it)
-    n += it->path().extension() == ".kjit";
-  return n;
-}
 
 ManifestRecord add_constant_record(const std::string& dtype, int vec) {
   return kjit::to_record(kjit::Specialization(

@@ -94,6 +94,14 @@ std::string ScriptedRedis::bulk_header(unsigned long long n, std::size_t sent) {
   return "$" + std::to_string(n) + "\r\n" + std::string(sent, '\0');
 }
 
+ScriptedRedis::Answer ScriptedRedis::trickled_bulk() {
+  Answer a;
+  a.now = bulk_header(100000);
+  a.trickle = std::string(100000, 'x') + "\r\n";
+  a.every = std::chrono::milliseconds(50);
+  return a;
+}
+
 bool ScriptedRedis::wait_stop(Clock::duration d) {
   const auto until = Clock::now() + d;
   while (!stop_.load()) {

@@ -43,6 +43,9 @@ class ScriptedRedis {
 
   // A reply that announces a bulk string of `n` bytes and sends its first `sent` bytes.
   static std::string bulk_header(unsigned long long n, std::size_t sent = 0);
+  // A bulk string of 100000 bytes that comes one byte every 50 ms (5000 s in all): each read() gets a
+  // byte, well within any per-read timeout.
+  static Answer trickled_bulk();
 
  private:
   void accept_loop();

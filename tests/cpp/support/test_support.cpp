@@ -49,6 +49,14 @@ void write_file(const fs::path& p, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::size_t entries_in(const fs::path& root) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); it != fs::recursive_directory_iterator(); ++it)
+    n += it->path().extension() == ".kjit";
+  return n;
+}
+
 ScopedEnv::ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
   if (const char* v = std::getenv(name_.c_str())) old_ = v;
   if (value) ::setenv(name_.c_str(), value->c_str(), 1);

@@ -24,6 +24,8 @@ class TempDir {
 
 std::string read_file(const std::filesystem::path& p);
 void write_file(const std::filesystem::path& p, const std::string& bytes);
+// How many cache entry files (*.kjit) lie below `root` (0 when it does not exist).
+std::size_t entries_in(const std::filesystem::path& root);
 
 // Sets (or with nullopt unsets) an environment variable for the scope of the object.
 class ScopedEnv {
