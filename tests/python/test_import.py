@@ -194,3 +194,44 @@ def test_a_fork_during_the_preload_leaves_a_child_that_can_compile(run_py):
     """, timeout=120)
     assert "child exit: 0" in r.stdout, r
     assert "parent compiled: True" in r.stdout, r
+
+
+def test_children_forked_while_another_thread_compiles_can_compile(run_py):
+    # Hostile review 3, item 3: os.fork() (a DataLoader, multiprocessing's fork start method) while another
+    # thread was inside NVRTC gave a child whose first compile waited forever. Forks now wait for the compiles
+    # in flight: each child compiles (a child that hangs is killed by its alarm, and says so in the list).
+    r = run_py("""
+        import os, signal, threading, kjit
+        src = 'template <int K> __global__ void k(float* y) { y[threadIdx.x] = K; }'
+        family = kjit.Template(src, name='busy.cu').kernel('k')
+        compiled, done = [0], threading.Event()
+
+        def busy():
+            k = 1
+            while not done.is_set():
+                family.specialize(arch='sm_90', K=k)
+                compiled[0] += 1
+                k += 1
+
+        t = threading.Thread(target=busy)
+        t.start()
+        ends = []
+        for i in range(8):
+            seen = compiled[0]
+            while compiled[0] == seen:  # right after a compile ended, so that the next one is under way
+                pass
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(30)
+                try:
+                    k = kjit.Template('__global__ void c(float* y) { y[0] = %d; }' % i, name='child.cu').kernel('c')
+                    os._exit(0 if k.specialize(arch='sm_90').origin == 'compiled' else 3)
+                except BaseException:
+                    os._exit(4)
+            _, status = os.waitpid(pid, 0)
+            ends.append(os.waitstatus_to_exitcode(status))
+        done.set()
+        t.join()
+        print('children:', ends)
+    """, env={"KJIT_CACHE_MODE": "off"}, timeout=300)
+    assert "children: [0, 0, 0, 0, 0, 0, 0, 0]" in r.stdout, r
