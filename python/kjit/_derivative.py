@@ -34,10 +34,11 @@ has them, so that kjit agrees with torch.autograd at 0, -0, +-1, +-inf and NaN, 
   g multiplies (so an inf g gives NaN there, as in PyTorch). A literal exponent or base other than 0
   needs no mask; pow(x, 0) has derivative 0.
 - fmax/fmin, and max/min, which CUDA defines as fmax/fmin for floating-point values (a NaN operand is
-  ignored): as torch.fmax/torch.fmin, g goes to a where `a >= b || b != b` (`<=` for the minimum),
-  else to b: to the argument returned, to a on a tie, never to a NaN operand. torch.maximum/minimum
-  differ from max/min: they split a tie half and half (kjit: all to the first argument) and propagate
-  NaN (their forward differs there too).
+  ignored): as torch.fmax/torch.fmin, g goes to a where `a > b || b != b` (`<` for the minimum), else
+  to b: to the argument returned, never to a NaN operand; a tie (a == b) as the torch in use does, which
+  changed: torch 2.11 gives it all to a (`ties="first"`: `a >= b || b != b`), torch 2.15 half to each
+  (`ties="split"`); kjit.elementwise asks the installed torch. torch.maximum/minimum differ from max/min
+  at a NaN operand: they propagate NaN (their forward differs there too), and with torch 2.11 at a tie.
 Any other function of an input is NotDifferentiable, with the reason. Literals the rules introduce are
 written `static_cast<C>(...)` so that kjit_math's templates deduce C; a NaN test is written `b != b` (no
 header needed under NVRTC). Results are lightly simplified (no `* 1`, `+ 0`, `0 - u`) and deterministic.
@@ -572,22 +573,28 @@ def _pow_rule(D, c: Call, a: Node, b: Node, g: Node, F) -> tuple:
     return g_a, _mul(g, g_b)
 
 
-def _select_rule(keeps_a: str):
-    """fmax (keeps_a '>=') and fmin ('<='), and CUDA's max/min of floating-point values, which are fmax/fmin:
-    the gradient goes to the argument returned, as torch.fmax/torch.fmin send it (masked_fill): to a where
-    `a keeps_a b` or where b is NaN (fmax(a, NaN) is a), else to b. A tie goes to a."""
+def _select_rule(beats: str):
+    """fmax (a `beats` b: '>') and fmin ('<'), and CUDA's max/min of floating-point values, which are fmax/fmin:
+    the gradient goes to the argument returned, as torch.fmax/torch.fmin send it: to a where a beats b or b is
+    NaN (fmax(a, NaN) is a), else to b. A tie (a == b, 0 and -0 too) as the torch kjit runs with does it (the
+    differentiator's `ties`): "first" gives it all to a (torch 2.11), "split" half to each (torch 2.15)."""
 
     def rule(D, c, a, b, g, F):
-        takes_a = Binary(keeps_a, a, b)
+        takes_a = Binary(beats + "=" if D.ties == "first" else beats, a, b)  # a tie to a, or to neither here
         if not _is_literal(b):
             takes_a = Binary("||", takes_a, Binary("!=", b, b))  # b != b: b is NaN (no isnan needed)
-        return Ternary(takes_a, g, ZERO), Ternary(takes_a, ZERO, g)
+        g_a, g_b = Ternary(takes_a, g, ZERO), Ternary(takes_a, ZERO, g)
+        if D.ties == "first":
+            return g_a, g_b
+        tie, half = Binary("==", a, b), _mul(g, _lit("0.5"))
+        return Ternary(tie, half, g_a), Ternary(tie, half, g_b)
 
     return rule
 
 
-_BINARY_RULES = {"pow": _pow_rule, "fmax": _select_rule(">="), "fmin": _select_rule("<="),
-                 "max": _select_rule(">="), "min": _select_rule("<=")}
+_BINARY_RULES = {"pow": _pow_rule, "fmax": _select_rule(">"), "fmin": _select_rule("<"),
+                 "max": _select_rule(">"), "min": _select_rule("<")}
+TIES = ("first", "split")  # what a tie of fmax/fmin/max/min gives: all to the first argument, or half each
 _FLOAT_FAMILY = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                  "tan", "tanh", "erf", "fabs", "pow", "fmax", "fmin"}
 _KJIT_FAMILY = {"exp", "log", "erf", "tanh"}  # kjit_math::exp_ and friends
@@ -630,8 +637,8 @@ class _Differentiator:
     """d(node)/d(var) for one input `var` of the expression `src`. The recursive methods are generators
     run by _run (a sub-call is `yield self.method(...)`)."""
 
-    def __init__(self, src: str, var: str, typed_c: set):
-        self.src, self.var, self.typed_c = src, var, typed_c
+    def __init__(self, src: str, var: str, typed_c: set, ties: str = "first"):
+        self.src, self.var, self.typed_c, self.ties = src, var, typed_c, ties
         self._depends: dict = {}  # id(node) -> (node, depends): each node of the tree is visited once
 
     def depends(self, node: Node) -> bool:
@@ -752,18 +759,23 @@ class _Differentiator:
         return _add(da, db)
 
 
-def derivatives(expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None) -> dict:
+def derivatives(expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None,
+                ties: str = "first") -> dict:
     """For every name in `inputs`, a C++ expression of d(expr)/d(name), valid in the functor's scope
     (the inputs, the scalars and C are in scope). Scalars are constants. Raises NotDifferentiable when
     an input's derivative cannot be derived, ValueError when `expr` does not parse.
     With `grad` (the name of a C-typed value in scope, the incoming gradient): the gradient of each input
     itself, `grad` flowing in at the top instead of 1, as PyTorch's backward computes it (its masks then
-    give 0 where `grad` is inf or NaN, where `grad * d(expr)/d(name)` would give NaN)."""
+    give 0 where `grad` is inf or NaN, where `grad * d(expr)/d(name)` would give NaN).
+    `ties`: what a tie of fmax/fmin/max/min gives, "first" (all to the first argument) or "split" (half to each),
+    as the torch in use does (kjit.elementwise asks it: PyTorch changed between 2.11 and 2.15)."""
+    if ties not in TIES:
+        raise ValueError(f"ties={ties!r} is not valid: allowed {', '.join(TIES)}")
     tree = parse(expr)
     typed_c = set(inputs) | set(scalars) | ({grad} if grad else set())
     seed = Name(grad) if grad else ONE
     result = {}
     for name in inputs:
-        d = _Differentiator(expr, name, typed_c).d(tree, seed)
+        d = _Differentiator(expr, name, typed_c, ties).d(tree, seed)
         result[name] = to_cpp(d if d is not None else ZERO)
     return result

@@ -33,6 +33,7 @@ Semantics:
 
 from __future__ import annotations
 
+import functools
 import json
 import keyword
 import re
@@ -92,6 +93,19 @@ def _names(value, what: str) -> tuple[str, ...]:
                                 "not C++ keywords, not C, TO, I, VEC, TAIL or out, and not starting with 'kjit_', 'T_' or "
                                 "'__'")
     return names
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_ties() -> str:
+    """How the installed torch's autograd splits a tie of fmax (and fmin): "split" (half to each argument, torch
+    2.15) or "first" (all to the first, torch 2.11). kjit's derivatives of fmax/fmin/max/min follow it, so that
+    they agree with torch.autograd whichever torch runs. Asked once, on the CPU."""
+    from torch.utils._python_dispatch import _disable_current_modes  # a function defined under a FakeTensorMode
+
+    with _disable_current_modes(), torch.inference_mode(False), torch.enable_grad():
+        a, b = torch.ones(1, requires_grad=True), torch.ones(1, requires_grad=True)
+        _, gb = torch.autograd.grad(torch.fmax(a, b), (a, b))
+        return "split" if gb.item() != 0 else "first"
 
 
 def _compute_dtype(out: torch.dtype) -> torch.dtype:
@@ -186,8 +200,10 @@ class Elementwise:
                 grads[name] = given[name].strip()
                 continue
             try:
-                grads[name] = _derivative.derivatives(self.expr, [name], self.scalars)[name]
-                backward[name] = _derivative.derivatives(self.expr, [name], self.scalars, grad="kjit_grad")[name]
+                ties = _torch_ties()
+                grads[name] = _derivative.derivatives(self.expr, [name], self.scalars, ties=ties)[name]
+                backward[name] = _derivative.derivatives(self.expr, [name], self.scalars, grad="kjit_grad",
+                                                         ties=ties)[name]
             except ValueError as e:  # NotDifferentiable, or an expression the differentiator does not parse
                 why[name] = str(e)
         return grads, why, backward

@@ -594,6 +594,16 @@ if torch is not None:
     TORCH_CASTS = {"C": lambda t: t.to(torch.float32), "float": lambda t: t.float(), "double": lambda t: t.double()}
 
 
+def _torch_ties() -> str:
+    """How this torch's autograd splits a tie of fmax: "split" (half each, torch 2.15) or "first" (torch 2.11)."""
+    a, b = torch.ones(1, requires_grad=True), torch.ones(1, requires_grad=True)
+    _, gb = torch.autograd.grad(torch.fmax(a, b), (a, b))
+    return "split" if gb.item() != 0 else "first"
+
+
+TIES = _torch_ties() if torch is not None else "first"  # kjit.elementwise derives with the same answer
+
+
 def _grid():
     return [(a, b, 0.0) for a in EDGES for b in EDGES]
 
@@ -717,7 +727,7 @@ def test_rule_agrees_with_torch_autograd_at_edge_values(rule):
         # alone, and times an outer factor w of inf or NaN: where PyTorch masks the gradient flowing in (where,
         # masked_fill, threshold_backward) the result stays 0; where it multiplies by a mask it is NaN
         for text, outer in ((expr, [None]), (f"({expr}) * w", OUTER)):
-            grads = D.derivatives(text, ["x", "y"], ["k", "w"])
+            grads = D.derivatives(text, ["x", "y"], ["k", "w"], ties=TIES)
             for (x, y, k), w in itertools.product(points, outer):
                 for name, expected in zip("xy", torch_gradient(fn, x, y, k, w)):
                     got = kernel_gradient(grads[name], x, y, k, 1.0 if w is None else w)
@@ -753,7 +763,7 @@ def test_rule_agrees_with_torch_autograd_when_an_inf_or_nan_gradient_flows_in(ru
     masked_fill) an inf or NaN kjit_grad gives 0 there too, and NaN where PyTorch multiplies by a mask."""
     wrong = []
     for expr, fn, points in rule_cases()[rule]:
-        grads = D.derivatives(expr, ["x", "y"], ["k"], grad="kjit_grad")
+        grads = D.derivatives(expr, ["x", "y"], ["k"], grad="kjit_grad", ties=TIES)
         for (x, y, k), g in itertools.product(points, (INF, -INF, NAN, -2.5)):
             for name, expected in zip("xy", torch_gradient_for(fn, x, y, k, g)):
                 got = seeded_gradient(grads[name], x, y, k, g)
@@ -792,7 +802,7 @@ COMPOSITIONS = [  # expressions of several rules, and PyTorch's same function
 @pytest.mark.parametrize("expr, fn", COMPOSITIONS, ids=[c[0] for c in COMPOSITIONS])
 def test_compositions_agree_with_torch_autograd_at_edge_values(expr, fn):
     """kjit differentiates in reverse, as autograd does: masks apply to the gradient flowing in."""
-    grads = D.derivatives(expr, ["x", "y"])
+    grads = D.derivatives(expr, ["x", "y"], ties=TIES)
     wrong = []
     for x, y, _ in _grid():
         for name, expected in zip("xy", torch_gradient(lambda a, b, k: fn(a, b), x, y, 0.0)):
@@ -807,20 +817,42 @@ def test_compositions_agree_with_torch_autograd_at_edge_values(expr, fn):
 
 @needs_torch
 def test_max_and_min_are_fmax_and_fmin_not_torch_maximum_and_minimum():
-    """CUDA's max(float, float) is fmaxf: the derivative follows torch.fmax (a tie: all to the first argument;
-    a NaN operand: none to it). torch.maximum differs exactly there: it splits a tie, and propagates NaN."""
+    """CUDA's max(float, float) is fmaxf: the derivative follows torch.fmax (a NaN operand: none to it; a tie as
+    this torch's fmax: half each with torch 2.15, all to the first argument with torch 2.11). torch.maximum differs
+    at a NaN operand (it propagates NaN) and, with torch 2.11, at a tie (it splits it)."""
     for name, fmax_like, maximum_like in (("max", torch.fmax, torch.maximum), ("min", torch.fmin, torch.minimum)):
-        grads = D.derivatives(f"{name}(x, y)", ["x", "y"])
+        grads = D.derivatives(f"{name}(x, y)", ["x", "y"], ties=TIES)
         for x, y, k in _grid():
             got = tuple(kernel_gradient(grads[n], x, y, k) for n in "xy")
             assert got == torch_gradient(lambda a, b, k: fmax_like(a, b), x, y, k), (name, x, y)
             theirs = torch_gradient(lambda a, b, k: maximum_like(a, b), x, y, k)
             if x == y:  # a tie (also 0 and -0)
-                assert (got, theirs) == ((1.0, 0.0), (0.5, 0.5)), (name, x, y)
+                assert (got, theirs) == ({"first": (1.0, 0.0), "split": (0.5, 0.5)}[TIES], (0.5, 0.5)), (name, x, y)
             elif math.isnan(x) or math.isnan(y):  # torch.maximum returns NaN and sends the gradient to both
                 assert theirs == (1.0, 1.0) and got in ((1.0, 0.0), (0.0, 1.0)), (name, x, y)
             else:
                 assert got == theirs, (name, x, y)
+
+
+@needs_torch
+@pytest.mark.parametrize("ties", ["first", "split"])
+def test_both_tie_rules_of_fmax_and_fmin(ties):
+    """PyTorch changed how fmax/fmin split a tie (2.11: all to the first argument; 2.15: half each);
+    kjit.elementwise asks the installed torch which, and both rules are right whatever torch runs here."""
+    want = {"first": (1.0, 0.0), "split": (0.5, 0.5)}[ties]
+    for name in ("fmax", "fminf", "max", "min"):
+        grads = D.derivatives(f"{name}(x, y)", ["x", "y"], ties=ties)
+        seeded = D.derivatives(f"{name}(x, y)", ["x", "y"], grad="kjit_grad", ties=ties)
+        for x in (0.0, -0.0, 1.0, INF, -INF, 1e-30):
+            for y in (x, -x):
+                if x == y:  # a tie; 0 and -0 are one
+                    assert tuple(kernel_gradient(grads[n], x, y, 0.0) for n in "xy") == want, (name, ties, x, y)
+                    assert tuple(seeded_gradient(seeded[n], x, y, 0.0, INF) for n in "xy") == tuple(
+                        INF * w if w else 0.0 for w in want), (name, ties, x, y)
+        nan_side = tuple(kernel_gradient(grads[n], 1.0, NAN, 0.0) for n in "xy")
+        assert nan_side == (1.0, 0.0), (name, ties, "the gradient never goes to a NaN operand")
+    with pytest.raises(ValueError, match="ties='half' is not valid: allowed first, split"):
+        D.derivatives("fmax(x, y)", ["x"], ties="half")
 
 
 @needs_torch
