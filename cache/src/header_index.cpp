@@ -3,6 +3,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -98,16 +99,37 @@ std::size_t HeaderIndex::size() const {
   return records_.size();
 }
 
-std::map<std::string, HeaderIndex::Record> HeaderIndex::parse(const std::string& bytes) const {
-  std::map<std::string, Record> out;
+// A learned directive as HeaderFacts::includes encodes one: '<' or '"', then a name.
+static bool is_directive(const std::string& d) {
+  return d.size() > 1 && d.size() <= 4096 && (d.front() == '<' || d.front() == '"') && is_utf8(d) &&
+         d.find('\0') == std::string::npos && d.find('\n') == std::string::npos;
+}
+
+HeaderIndex::Contents HeaderIndex::parse(const std::string& bytes) const {
+  Contents none, out;
   const json j = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return out;
-  const auto format = j.find("format"), tag = j.find("tag"), files = j.find("files");
-  if (format == j.end() || !format->is_number_integer() || format->get<std::int64_t>() != kFormat) return out;
-  if (tag == j.end() || !tag->is_string() || tag->get<std::string>() != tag_) return out;
-  if (files == j.end() || !files->is_object()) return out;
+  if (!j.is_object()) return none;
+  const auto format = j.find("format"), tag = j.find("tag"), files = j.find("files"), learned = j.find("learned");
+  if (format == j.end() || !format->is_number_integer() || format->get<std::int64_t>() != kFormat) return none;
+  if (tag == j.end() || !tag->is_string() || tag->get<std::string>() != tag_) return none;
+  if (files == j.end() || !files->is_object()) return none;
+  if (learned != j.end()) {
+    if (!learned->is_object()) return none;
+    for (const auto& [sha, list] : learned->items()) {
+      Learned l;
+      try {
+        l.directives = list.get<std::vector<std::string>>();
+      } catch (const json::exception&) {
+        return none;
+      }
+      if (!is_hex_sha256(sha)) return none;
+      for (const auto& d : l.directives)
+        if (!is_directive(d)) return none;
+      out.learned.emplace(sha, std::move(l));
+    }
+  }
   for (const auto& [path, r] : files->items()) {
-    if (!r.is_object()) return {};
+    if (!r.is_object()) return none;
     Record rec;
     try {
       rec.id.size = r.at("size").get<std::uint64_t>();
@@ -118,10 +140,10 @@ std::map<std::string, HeaderIndex::Record> HeaderIndex::parse(const std::string&
       rec.facts.sha256 = r.at("sha256").get<std::string>();
       rec.facts.includes = r.at("includes").get<std::vector<std::string>>();
     } catch (const json::exception&) {
-      return {};  // one malformed record: the file is not to be trusted at all
+      return none;  // one malformed record: the file is not to be trusted at all
     }
-    if (!is_hex_sha256(rec.facts.sha256) || path.empty() || path.front() != '/') return {};
-    out.emplace(path, std::move(rec));
+    if (!is_hex_sha256(rec.facts.sha256) || path.empty() || path.front() != '/') return none;
+    out.records.emplace(path, std::move(rec));
   }
   return out;
 }
@@ -135,10 +157,33 @@ void HeaderIndex::load_locked() {
   if (!r.ok()) return;
   if (!owned_path_problem(root_, f, r.st, ::geteuid()).empty()) return;
   try {
-    for (auto& [path, rec] : parse(r.bytes)) records_.emplace(path, std::move(rec));
+    Contents c = parse(r.bytes);
+    records_ = std::move(c.records);
+    learned_ = std::move(c.learned);
   } catch (const std::exception&) {
     records_.clear();  // find() never throws: a file this cannot read is an empty index
+    learned_.clear();
   }
+}
+
+std::vector<std::string> HeaderIndex::learned(const std::string& sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  load_locked();
+  auto it = learned_.find(sha256);
+  if (it == learned_.end()) return {};
+  it->second.used = true;
+  return it->second.directives;
+}
+
+void HeaderIndex::learn(const std::string& sha256, const std::string& directive) {
+  if (!is_hex_sha256(sha256) || !is_directive(directive)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  load_locked();
+  Learned& l = learned_[sha256];
+  l.used = true;
+  if (std::find(l.directives.begin(), l.directives.end(), directive) != l.directives.end()) return;
+  l.directives.push_back(directive);
+  dirty_ = true;
 }
 
 std::optional<HeaderFacts> HeaderIndex::find(const std::string& path, const FileIdentity& id) {
@@ -185,7 +230,10 @@ std::string HeaderIndex::serialize_locked() const {
     files[path] = {{"size", rec.id.size},         {"mtime_ns", rec.id.mtime_ns}, {"ctime_ns", rec.id.ctime_ns},
                    {"inode", rec.id.inode},       {"device", rec.id.device},     {"sha256", rec.facts.sha256},
                    {"includes", rec.facts.includes}};
-  return json{{"format", kFormat}, {"tag", tag_}, {"files", std::move(files)}}.dump() + "\n";
+  json learned = json::object();
+  for (const auto& [sha, l] : learned_) learned[sha] = l.directives;
+  return json{{"format", kFormat}, {"tag", tag_}, {"files", std::move(files)}, {"learned", std::move(learned)}}.dump() +
+         "\n";
 }
 
 void HeaderIndex::save() {
@@ -211,13 +259,23 @@ void HeaderIndex::save_locked() {
   if (!make_private_dirs(f.parent_path()).empty() || !root_is_ours()) return;
   // What other processes saved since this one read the file, for the files this one did not learn.
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
-  if (r.ok() && owned_path_problem(root_, f, r.st, ::geteuid()).empty())
-    for (auto& [path, rec] : parse(r.bytes))
+  if (r.ok() && owned_path_problem(root_, f, r.st, ::geteuid()).empty()) {
+    Contents c = parse(r.bytes);
+    for (auto& [path, rec] : c.records)
       if (!forgotten_.count(path)) records_.emplace(path, std::move(rec));  // keeps ours
+    for (auto& [sha, theirs] : c.learned) {  // the union: each directive was needed by some compile
+      Learned& l = learned_[sha];
+      for (auto& d : theirs.directives)
+        if (std::find(l.directives.begin(), l.directives.end(), d) == l.directives.end()) l.directives.push_back(d);
+    }
+  }
   if (records_.size() > kMaxRecords)
     for (auto it = records_.begin(); it != records_.end() && records_.size() > kMaxRecords;)
       it = it->second.used ? std::next(it) : records_.erase(it);
-  if (records_.size() > kMaxRecords) return;  // this process alone used more: keep the file as it is
+  if (learned_.size() > kMaxLearned)
+    for (auto it = learned_.begin(); it != learned_.end() && learned_.size() > kMaxLearned;)
+      it = it->second.used ? std::next(it) : learned_.erase(it);
+  if (records_.size() > kMaxRecords || learned_.size() > kMaxLearned) return;  // this process alone used more
   publish_atomically(f, serialize_locked());
 }
 

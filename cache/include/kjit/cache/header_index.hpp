@@ -72,11 +72,19 @@ class HeaderIndex {
   // and the index is writable. Never throws; a failure leaves the file as it was.
   void save();
 
+  // Include directives learned for a file whose bytes have this hex SHA-256 (see above): encoded as
+  // HeaderFacts::includes are ('<' or '"' and the name), in the order learned.
+  std::vector<std::string> learned(const std::string& sha256);
+  // Records one (kept at the next save, merged with what other processes learned).
+  void learn(const std::string& sha256, const std::string& directive);
+
   std::filesystem::path file() const;  // empty for an in-memory index
   std::size_t size() const;            // records held
 
   // At most this many records are kept; beyond it, records this process did not use are dropped.
   static constexpr std::size_t kMaxRecords = 4096;
+  // At most this many files' learned directives are kept (beyond it, those this process did not use).
+  static constexpr std::size_t kMaxLearned = 4096;
 
  private:
   struct Record {
@@ -84,9 +92,17 @@ class HeaderIndex {
     HeaderFacts facts;
     bool used = false;  // found or learned by this process
   };
+  struct Learned {
+    std::vector<std::string> directives;
+    bool used = false;
+  };
+  struct Contents {
+    std::map<std::string, Record> records;
+    std::map<std::string, Learned> learned;
+  };
   void load_locked();
   void save_locked();
-  std::map<std::string, Record> parse(const std::string& bytes) const;
+  Contents parse(const std::string& bytes) const;
   std::string serialize_locked() const;
 
   std::filesystem::path root_;
@@ -97,6 +113,7 @@ class HeaderIndex {
   bool loaded_ = false;
   bool dirty_ = false;
   std::map<std::string, Record> records_;
+  std::map<std::string, Learned> learned_;  // SHA-256 of a file's bytes -> directives learned
   std::set<std::string> forgotten_;  // dropped by forget(): not taken back from the file at save()
 };
 
