@@ -149,49 +149,103 @@ std::string unresolved_hint(const std::string& log, const Template& t) {
          "relative to the including file.";
 }
 
+
+// The includes NVRTC could not open, with the file that asked: "F(12): catastrophic error: cannot open
+// source file "X"" (or "could not open"). Every such X is one kjit's reading of the text did not find
+// (a macro-computed include), or one that is nowhere.
+std::vector<Template::MissingInclude> missing_includes(const std::string& log) {
+  std::vector<Template::MissingInclude> out;
+  std::istringstream is(log);
+  std::string line;
+  while (std::getline(is, line)) {
+    std::size_t at = std::string::npos, len = 0;
+    for (const char* marker : {"): catastrophic error: cannot open source file \"",
+                               "): catastrophic error: could not open source file \""})
+      if ((at = line.find(marker)) != std::string::npos) {
+        len = std::strlen(marker);
+        break;
+      }
+    if (at == std::string::npos) continue;
+    const std::size_t open = line.rfind('(', at);
+    const std::size_t from = at + len, to = line.find('"', from);
+    if (open == std::string::npos || open == 0 || to == std::string::npos || to == from) continue;
+    out.push_back({line.substr(0, open), line.substr(from, to - from)});
+  }
+  return out;
+}
+
 }  // namespace
 
-CompiledBinary Compiler::compile(const Specialization& spec, const CompilePlan& plan, const Settings& settings) {
-  // Headers known from the header index are read now, and checked against the digests of the key.
-  const std::shared_ptr<const Template> with_bytes = spec.tmpl().with_bytes();
-  const Template& t = *with_bytes;
-  check_types_are_declared(spec);
+CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan& plan, const Settings& settings) {
   CompiledBinary out;
   out.plan = plan;
-  // NVRTC reads only what kjit resolved and hashed: every header, the CUDA ones included, is handed to
-  // it in memory, with no include path and no search of the program's folder or the current directory
-  // (--no-source-include); and it runs where a seccomp filter answers every file syscall ENOENT, so
-  // an include kjit's scanner did not see (a macro, an odd spelling) cannot reach a file either.
-  out.flags = spec.options().nvrtc_flags(plan.actual);
-  out.flags.push_back("--no-source-include");
-  for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
-  // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
-  // itself, and a compile it counts and times must be a real one with a full log (--no-cache).
-  out.flags = NvrtcLibrary::get().flags_for_this_version(std::move(out.flags));
-  NvrtcJob job;
-  job.source = t.source();
-  job.program_name = program_name(t);
-  for (const auto* list : {&t.headers(), &t.compile_only_headers()})
-    for (const auto& h : *list) job.headers.emplace_back(h.include_name, h.bytes);
-  job.flags = out.flags;
-  job.name_expression = spec.name_expression();
-  job.want_cubin = plan.output == cache::OutputKind::Cubin;
-
+  Specialization spec = given.on_current_template();
   auto start = std::chrono::steady_clock::now();
+  // Each pass hands NVRTC what kjit resolved; a pass that fails only because NVRTC could not open a
+  // header that kjit can resolve (a macro-computed include) learns it and runs again with it. Each pass
+  // hands at least one more header, so the passes end; the bound is a guard.
+  constexpr int kMaxPasses = 64;
+  NvrtcJob job;
   NvrtcOutcome r;
-  PhaseTimer timer(Phase::Compile);
-  if ((t.confined() || settings.compile_isolation == CompileIsolation::Always) && compile_children_are_safe()) {
-    // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
-    // memory, never run without the filter.
-    CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
-    // A kept child (CompileChildren) serves one lineage: the template and its options, which carry the
-    // record's own macro text (defines); only typed template arguments vary within one.
-    std::string lineage = t.digest();
-    for (const auto& option : spec.options().canonical()) lineage += '\n' + option;
-    r = run_nvrtc_in_child(job, bounds, spec.describe(), lineage);
-  } else {
-    r = run_nvrtc_without_files(job, t.confined(), spec.describe());
+  std::shared_ptr<const Template> with_bytes;
+  for (int pass = 1;; ++pass) {
+    // Headers known from the header index are read now, and checked against the digests of the key.
+    with_bytes = spec.tmpl().with_bytes();
+    const Template& t = *with_bytes;
+    check_types_are_declared(spec);
+    // NVRTC reads only what kjit resolved and hashed: every header, the CUDA ones included, is handed to
+    // it in memory, with no include path and no search of the program's folder or the current directory
+    // (--no-source-include); and it runs where a seccomp filter answers every file syscall ENOENT, so
+    // an include kjit's scanner did not see (a macro, an odd spelling) cannot reach a file either.
+    out.flags = spec.options().nvrtc_flags(plan.actual);
+    out.flags.push_back("--no-source-include");
+    for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
+    // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
+    // itself, and a compile it counts and times must be a real one with a full log (--no-cache).
+    out.flags = NvrtcLibrary::get().flags_for_this_version(std::move(out.flags));
+    job = NvrtcJob{};
+    job.source = t.source();
+    job.program_name = program_name(t);
+    for (const auto* list : {&t.headers(), &t.compile_only_headers()})
+      for (const auto& h : *list) job.headers.emplace_back(h.include_name, h.bytes);
+    job.flags = out.flags;
+    job.name_expression = spec.name_expression();
+    job.want_cubin = plan.output == cache::OutputKind::Cubin;
+
+    PhaseTimer timer(Phase::Compile);
+    if ((t.confined() || settings.compile_isolation == CompileIsolation::Always) && compile_children_are_safe()) {
+      // A template rebuilt from a manifest may come from anyone: a child process, bounded in time and
+      // memory, never run without the filter.
+      CompileBounds bounds{settings.compile_timeout_s, settings.compile_memory_bytes, t.confined()};
+      // A kept child (CompileChildren) serves one lineage: the template and its options, which carry the
+      // record's own macro text (defines); only typed template arguments vary within one.
+      std::string lineage = t.digest();
+      for (const auto& option : spec.options().canonical()) lineage += '\n' + option;
+      r = run_nvrtc_in_child(job, bounds, spec.describe(), lineage);
+    } else {
+      r = run_nvrtc_without_files(job, t.confined(), spec.describe());
+    }
+    if (r.ok() || !r.failed_call.empty() || pass >= kMaxPasses) break;
+    const std::vector<Template::MissingInclude> missing = missing_includes(r.log);
+    if (missing.empty()) break;
+    std::shared_ptr<const Template> grown = spec.tmpl().grown_by(missing);
+    if (!grown) break;
+    std::string names;
+    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m.name + " (from " + m.file + ")";
+    log::Event e;
+    e.level = log::Level::Debug;
+    e.kind = "info";
+    e.message = "compiling " + spec.describe() + ": NVRTC asked for " + names +
+                ", which no #include of the text names (a macro-computed include): learned, compiling again";
+    e.template_name = t.name();
+    e.kernel = spec.name_expression();
+    e.target = plan.actual.str();
+    log::emit(std::move(e));
+    spec = spec.with_template(std::move(grown));
+    ++out.learning_passes;
   }
+  out.compiled_template = spec.template_ptr();
+  const Template& t = *with_bytes;
   if (!r.sandbox_note.empty()) {
     // A degradation: a WARNING record for logging (still a KJIT_VERBOSE line, not a warnings.warn).
     log::Event e;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "kjit/cache/cluster_flight.hpp"
@@ -145,7 +146,8 @@ cache::RedisStore* Engine::remote() {
 cache::KeyInputs Engine::key_inputs(const Specialization& spec) {
   cache::KeyInputs in;
   in.kjit_version = KJIT_VERSION;
-  in.content_digest = spec.tmpl().digest();  // covers the source and every header's bytes
+  // Covers the source and every header's bytes, those a compile learned included (Template::current).
+  in.content_digest = spec.tmpl().current()->digest();
   in.name_expression = spec.name_expression();
   in.options = spec.options().canonical();
   for (auto& flag : Compiler::type_macros(spec)) in.options.push_back(std::move(flag));
@@ -218,29 +220,41 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     PhaseTimer timer(Phase::Compile);  // loads NVRTC, the first time
     return Compiler::plan(target);
   }();
-  const cache::CacheKey key = [&] {
-    PhaseTimer timer(Phase::Key);
-    return key_for(spec, plan);
-  }();
+  // A compile that learned a header (a macro-computed include: Compiler::compile) compiled a template that
+  // keys otherwise: its binary goes under the key of that template, looked up first (another process
+  // may have it), and the template is the current one from then on, so the next specialization keys and
+  // compiles it at once.
+  struct Grown {
+    CompiledBinary bin;
+  };
+  std::optional<CompiledBinary> carried;
+  Specialization s = spec.on_current_template();
+  cache::CacheKey key;
   bool produced = false;
   auto produce = [&]() {
     if (forbidden && *forbidden)
-      throw LaunchError(spec.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
+      throw LaunchError(s.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
     CompiledBinary bin = [&] {
-      trace::Range range("compile", spec.name_expression());
-      return Compiler::compile(spec, plan, settings_);
+      if (carried) {
+        CompiledBinary b = std::move(*carried);
+        carried.reset();
+        return b;
+      }
+      trace::Range range("compile", s.name_expression());
+      return Compiler::compile(s, plan, settings_);
     }();
+    if (bin.compiled_template && bin.compiled_template->digest() != s.tmpl().digest()) throw Grown{std::move(bin)};
     if (log) *log = bin.log;
     cache::Entry e;
     e.key = key;
     e.payload = std::move(bin.payload);
     cache::EntryMetadata& m = e.meta;
-    m.template_name = spec.tmpl().name();
-    m.template_digest = spec.tmpl().digest();
-    m.kernel = spec.kernel().name;
-    m.name_expression = spec.name_expression();
+    m.template_name = s.tmpl().name();
+    m.template_digest = s.tmpl().digest();
+    m.kernel = s.kernel().name;
+    m.name_expression = s.name_expression();
     m.lowered_name = bin.lowered_name;
-    m.options = spec.options().canonical();
+    m.options = s.options().canonical();
     m.target = plan.actual.str();
     m.requested_target = plan.requested.str();
     m.nvrtc_version = cuda_toolkit().nvrtc_identity();
@@ -250,7 +264,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     m.created = utc_now();
     m.kjit_version = KJIT_VERSION;
     // Reported here, under the cache's per-key lock: DiskCache defers the event until it lets go.
-    count_compile(spec, e.key, m, bin.compile_ms);
+    count_compile(s, e.key, m, bin.compile_ms);
     return e;
   };
   // With a writable remote tier, the compile is shared by the deployment: one process compiles the key,
@@ -264,9 +278,29 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
     fetched = r.fetched;
     return std::move(r.entry);
   };
-  cache::Entry e = disk().load_or_produce(key, dir, produce_shared, &produced);
-  *origin = fetched ? Origin::Remote : produced ? Origin::Compiled : Origin::Disk;
-  return e;
+  for (int round = 0;; ++round) {
+    {
+      PhaseTimer timer(Phase::Key);
+      key = key_for(s, plan);
+    }
+    if (round > 0) {  // the grown template's key: kept already (by another process, or a layer)?
+      trace::Range range("load", s.name_expression());
+      PhaseTimer timer(Phase::Store);
+      if (auto hit = stores().get(key, dir)) {
+        *origin = stores_.levels()[hit->level].store == remote_ ? Origin::Remote : Origin::Disk;
+        return std::move(hit->entry);
+      }
+    }
+    try {
+      cache::Entry e = disk().load_or_produce(key, dir, produce_shared, &produced);
+      *origin = fetched ? Origin::Remote : produced ? Origin::Compiled : Origin::Disk;
+      return e;
+    } catch (Grown& g) {
+      if (round >= 8) throw Error("internal: the headers of " + s.describe() + " kept growing while it compiled");
+      s = s.with_template(g.bin.compiled_template);
+      carried = std::move(g.bin);
+    }
+  }
 }
 
 // One resolution in progress. The leader fills `entry` (key and metadata at least; the payload too when

@@ -72,4 +72,14 @@ std::string Specialization::describe() const {
   return out + ") from template " + template_->name();
 }
 
+Specialization Specialization::with_template(std::shared_ptr<const Template> tmpl) const {
+  Specialization s = *this;
+  if (tmpl == template_) return s;
+  if (tmpl->source() != template_->source())
+    throw Error("internal: a specialization of template '" + template_->name() + "' moved to a template of another source");
+  s.kernel_ = &tmpl->kernel(kernel_->qualified_name());
+  s.template_ = std::move(tmpl);
+  return s;
+}
+
 }  // namespace kjit

@@ -65,7 +65,34 @@ std::shared_ptr<cache::HeaderIndex>& index_slot() {
 struct IncludeDirective {
   std::string name;
   bool angled;
+  // Named by a compile, not by the file's text (a macro-computed include: HeaderIndex::learned). Its
+  // name never climbs out of the folder it is resolved in, even from a CUDA header (whose written
+  // "../x" includes do): the macro may be the template's.
+  bool computed = false;
 };
+
+// The literal names a line probes with __has_include / __has_include_next, or with a macro of CCCL's
+// kind that wraps it (_CCCL_HAS_INCLUDE(<x>): any identifier ending in HAS_INCLUDE). NVRTC answers a
+// probe from the headers handed to it: each probed header that exists is handed too, so that it
+// answers as it would with the file system (CCCL enables its __half support on
+// _CCCL_HAS_INCLUDE(<cuda_fp16.h>)). A probe of a macro is not seen (NVRTC answers it "absent").
+void probed_names(std::string_view line, std::vector<IncludeDirective>& out) {
+  for (std::size_t from = 0;;) {
+    const std::size_t lower = line.find("__has_include", from), upper = line.find("HAS_INCLUDE", from);
+    const std::size_t at = std::min(lower, upper);
+    if (at == std::string_view::npos) return;
+    from = at + 1;
+    std::string_view s = line.substr(at + (at == lower ? 13 : 11));
+    if (at == lower && text::starts_with(s, "_next")) s.remove_prefix(5);
+    s = text::skip_blanks(s);
+    if (s.empty() || s.front() != '(') continue;
+    s = text::skip_blanks(s.substr(1));
+    if (s.empty() || (s.front() != '<' && s.front() != '"')) continue;
+    const std::size_t end = s.find(s.front() == '<' ? '>' : '"', 1);
+    if (end == std::string_view::npos || end == 1) continue;
+    out.push_back({std::string(s.substr(1, end - 1)), s.front() == '<'});
+  }
+}
 
 // An include name that is absolute or has a ".." part reaches outside whatever folder it is resolved in.
 bool leaves_its_folder(const std::string& include_name) { return !cache::layout::stays_inside(include_name); }
@@ -122,6 +149,8 @@ std::vector<IncludeDirective> scan_includes(const std::string& source, std::vect
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (unparsed && line.find("__has_include") != std::string_view::npos && probes_outside(line))
       unparsed->push_back(std::string(line));
+    if (line.find("HAS_INCLUDE") != std::string_view::npos || line.find("__has_include") != std::string_view::npos)
+      probed_names(line, out);
     if (text::starts_with(s, "#")) s.remove_prefix(1);
     else if (text::starts_with(s, "%:")) s.remove_prefix(2);  // the digraph of '#'
     else continue;
@@ -151,28 +180,39 @@ class IncludeResolver {
  public:
   // `confined`: the template's headers are all in `memory_headers` (a template rebuilt from a manifest,
   // which may come from anywhere): a name that leaves its folder resolves only among them.
+  // `learned`: include directives compiles learned (sha256 of a file's bytes -> directives), used besides
+  // the header index's (which may have dropped them).
   IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
                   const std::map<std::string, std::string>& memory_headers, bool confined,
-                  cache::HeaderIndex& index)
+                  cache::HeaderIndex& index, const std::map<std::string, std::vector<std::string>>& learned)
       : index_(index),
+        learned_(learned),
         base_dir_(std::move(base_dir)),
         user_dirs_(std::move(user_dirs)),
         cuda_dirs_(std::move(cuda_dirs)),
         memory_(memory_headers),
         confined_(confined) {}
 
-  void run(const std::string& root_text) { visit(root_text, base_dir_); }
+  void run(const std::string& root_text) { visit(root_text, base_dir_, cache::to_hex(cache::Sha256::of(root_text))); }
   std::vector<Header> headers;
   std::vector<std::string> unresolved;
   std::vector<std::pair<std::string, std::size_t>> aliases;  // (include name, index in headers of that file)
 
  private:
-  // The includes of a file that lives in `including_dir`, whose text is `text`.
-  void visit(const std::string& text, const fs::path& including_dir) {
+  // The includes of a file that lives in `including_dir`, whose text is `text` (of SHA-256 `sha256`).
+  void visit(const std::string& text, const fs::path& including_dir, std::string sha256) {
     std::vector<std::string> unparsed;
-    const auto includes = scan_includes(text, checks_directives(including_dir) ? &unparsed : nullptr);
+    auto includes = scan_includes(text, checks_directives(including_dir) ? &unparsed : nullptr);
     refuse_unparsed(unparsed);
+    add_learned(sha256, includes);
     visit_includes(includes, including_dir);
+  }
+  // The directives compiles learned for a file of these bytes (HeaderIndex::learned).
+  void add_learned(const std::string& sha256, std::vector<IncludeDirective>& includes) {
+    std::vector<std::string> all = index_.learned(sha256);
+    if (auto it = learned_.find(sha256); it != learned_.end()) all.insert(all.end(), it->second.begin(), it->second.end());
+    for (const auto& d : all)
+      if (d.size() > 1) includes.push_back({d.substr(1), d.front() == '<', true});
   }
   // A confined template may include only plainly named headers (its own files, not the CUDA headers').
   bool checks_directives(const fs::path& including_dir) const { return confined_ && !in_cuda_dirs(including_dir); }
@@ -188,7 +228,9 @@ class IncludeResolver {
       if (visit_memory(inc.name)) continue;
       // The same directive from the same folder resolves as it did (a header included from many files
       // behind its include guard): nothing new to probe.
-      if (!directives_done_.insert((inc.angled ? "<" : "\"") + inc.name + '\n' + including_dir.string()).second)
+      if (!directives_done_.insert((inc.computed ? "=" : "") + std::string(inc.angled ? "<" : "\"") + inc.name + '\n' +
+                                   including_dir.string())
+               .second)
         continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
       if (!inc.angled) {
@@ -202,9 +244,12 @@ class IncludeResolver {
       // An absolute name is that file, wherever it is: a CUDA header only when it lies in the CUDA dirs
       // (else KJIT_RECORD would leave it out of a manifest as part of the toolkit).
       if (fs::path(inc.name).is_absolute()) candidates = {{fs::path("/"), in_cuda_dirs(fs::path(inc.name).parent_path())}};
+      // A computed name that leaves its folder is one a confined template never reaches.
+      if (inc.computed && confined_ && leaves_its_folder(inc.name)) candidates.clear();
       // kjit's templates folder never serves a name that climbs out of it, nor does any folder for a
-      // confined template; the CUDA headers' own "../x" includes resolve as the toolkit wrote them.
-      const bool leaves = leaves_its_folder(inc.name) && !in_cuda_dirs(including_dir);
+      // confined template; the CUDA headers' own "../x" includes resolve as the toolkit wrote them (not
+      // a name a macro computed: the macro may be the template's).
+      const bool leaves = leaves_its_folder(inc.name) && (inc.computed || !in_cuda_dirs(including_dir));
       bool found = false;
       for (const auto& [dir, is_cuda] : candidates) {
         if (dir.empty()) continue;
@@ -272,6 +317,7 @@ class IncludeResolver {
         h.sha256 = std::move(facts->sha256);
         h.loaded = false;
         ++g_from_index;
+        add_learned(h.sha256, includes);
         headers.push_back(std::move(h));
         visit_includes(includes, dir);
         return;
@@ -283,13 +329,14 @@ class IncludeResolver {
     h.bytes = std::move(r.bytes);
     h.sha256 = cache::to_hex(cache::Sha256::of(h.bytes));
     std::vector<std::string> unparsed;
-    const auto includes = scan_includes(h.bytes, indexable ? nullptr : checks_directives(dir) ? &unparsed : nullptr);
+    auto includes = scan_includes(h.bytes, indexable ? nullptr : checks_directives(dir) ? &unparsed : nullptr);
     refuse_unparsed(unparsed);
     if (indexable) {
       cache::HeaderFacts facts{h.sha256, {}};
       for (const auto& inc : includes) facts.includes.push_back((inc.angled ? "<" : "\"") + inc.name);
       index_.remember(canonical, cache::FileIdentity::of(r.st), std::move(facts));
     }
+    add_learned(h.sha256, includes);
     headers.push_back(std::move(h));
     visit_includes(includes, dir);
   }
@@ -301,7 +348,7 @@ class IncludeResolver {
     seen_names_[include_name] = "memory:" + include_name;
     headers.push_back({include_name, fs::path("<memory>") / include_name, it->second, false,
                        cache::to_hex(cache::Sha256::of(it->second)), true});
-    visit(it->second, fs::path{});
+    visit(it->second, fs::path{}, headers.back().sha256);
     return true;
   }
   bool in_cuda_dirs(const fs::path& dir) const {
@@ -315,6 +362,7 @@ class IncludeResolver {
     return !t.empty() && d.rfind(t, 0) == 0 && (d.size() == t.size() || d[t.size()] == '/' || t.back() == '/');
   }
   cache::HeaderIndex& index_;
+  const std::map<std::string, std::vector<std::string>>& learned_;
   const fs::path builtin_dir_ = builtin_templates_dir();
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
@@ -352,7 +400,8 @@ void reset_header_load_counts() noexcept {
 
 std::shared_ptr<cache::HeaderIndex> header_index_for(const Settings& s) {
   // The records hold what this kjit's include scanner found: another version's are not used.
-  const std::string tag = std::string("kjit ") + KJIT_VERSION;
+  // Scanner 2: __has_include probes are includes too.
+  const std::string tag = std::string("kjit ") + KJIT_VERSION + " scanner 2";
   if (s.cache_mode == CacheMode::Off) return std::make_shared<cache::HeaderIndex>(fs::path{}, false, tag);
   return std::make_shared<cache::HeaderIndex>(s.cache_dir, s.cache_mode == CacheMode::ReadWrite, tag);
 }
@@ -371,18 +420,31 @@ void use_header_index(std::shared_ptr<cache::HeaderIndex> index) {
 std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
                                                fs::path base_dir, std::vector<fs::path> include_dirs,
                                                std::map<std::string, std::string> memory_headers, bool confined) {
-  auto t = std::shared_ptr<Template>(new Template());
-  t->name_ = std::move(name);
-  t->builtin_ = builtin;
-  t->source_ = std::move(source);
+  Origin o;
+  o.builtin = builtin;
+  o.base_dir = std::move(base_dir);
   // A template rebuilt from a manifest may come from anyone: it reads none of the user's folders (the
   // name "notes.txt" would otherwise be looked up in KJIT_INCLUDE_PATH and its lines printed in the
   // compile log); only its recorded headers, kjit's templates and the CUDA headers.
   if (!confined)
     for (const auto& d : settings().include_dirs) include_dirs.push_back(d);
+  o.include_dirs = std::move(include_dirs);
+  o.memory_headers = std::move(memory_headers);
+  o.confined = confined;
+  return load_from(std::move(source), std::move(name), std::move(o));
+}
+
+std::shared_ptr<const Template> Template::load_from(std::string source, std::string name, Origin origin) {
+  auto t = std::shared_ptr<Template>(new Template());
+  auto o = std::make_shared<const Origin>(std::move(origin));
+  t->origin_ = o;
+  t->name_ = std::move(name);
+  t->builtin_ = o->builtin;
+  t->source_ = std::move(source);
+  const bool confined = o->confined;
   const CudaToolkit& tk = cuda_toolkit();
   const std::shared_ptr<cache::HeaderIndex> index = header_index();
-  IncludeResolver resolver(base_dir, include_dirs, tk.include_dirs, memory_headers, confined, *index);
+  IncludeResolver resolver(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index, o->learned);
   resolver.run(t->source_);
   index->save();
   t->headers_ = std::move(resolver.headers);
@@ -446,6 +508,7 @@ std::shared_ptr<const Template> Template::with_bytes() const {
   t->kernels_ = kernels_;
   t->digest_ = digest_;
   t->uid_ = uid_;
+  t->origin_ = origin_;
   for (auto* list : {&t->headers_, &t->compile_only_headers_})
     for (Header& h : *list) {
       if (h.loaded) continue;
@@ -475,6 +538,62 @@ std::shared_ptr<const Template> Template::with_bytes() const {
   t->holds_bytes_ = true;
   with_bytes_ = t;
   return t;
+}
+
+std::shared_ptr<const Template> Template::grown_by(const std::vector<MissingInclude>& missing) const {
+  PhaseTimer timer(Phase::Template);
+  // The file that asked, by the name NVRTC gave it: the program (Compiler::program_name) or a header.
+  auto sha_of = [&](const std::string& file) -> std::string {
+    for (const auto* list : {&headers_, &compile_only_headers_})
+      for (const auto& h : *list)
+        if (h.include_name == file && !h.sha256.empty()) return h.sha256;
+    const std::string base = fs::path(name_).filename().string();
+    if (file == name_ || file == base || file == name_ + ".cuh") return cache::to_hex(cache::Sha256::of(source_));
+    return {};
+  };
+  Origin o = *origin_;
+  std::vector<std::pair<std::string, std::string>> learned;
+  for (const auto& m : missing) {
+    const std::string sha = sha_of(m.file);
+    if (sha.empty() || m.name.empty()) continue;
+    const std::string directive = "\"" + m.name;
+    auto& list = o.learned[sha];
+    if (std::find(list.begin(), list.end(), directive) != list.end()) continue;
+    list.push_back(directive);
+    learned.emplace_back(sha, directive);
+  }
+  if (learned.empty()) return nullptr;
+  // The headers NVRTC gets, by name; not a confined template's #error stand-ins for names it may not reach.
+  auto handed = [](const Template& t) {
+    std::set<std::string> names;
+    for (const auto* list : {&t.headers_, &t.compile_only_headers_})
+      for (const auto& h : *list)
+        if (!h.sha256.empty()) names.insert(h.include_name);  // a stand-in has no digest
+    return names;
+  };
+  std::shared_ptr<const Template> grown = load_from(source_, name_, std::move(o));
+  const std::set<std::string> before = handed(*this), after = handed(*grown);
+  if (std::includes(before.begin(), before.end(), after.begin(), after.end())) return nullptr;  // nothing new
+  // Kept where later loads look: a header that resolved is recorded for every load to come.
+  const std::shared_ptr<cache::HeaderIndex> index = header_index();
+  for (const auto& [sha, directive] : learned) index->learn(sha, directive);
+  index->save();
+  std::lock_guard<std::mutex> lock(grown_mu_);
+  grown_ = grown;
+  return grown;
+}
+
+std::shared_ptr<const Template> Template::current() const {
+  std::shared_ptr<const Template> t = shared_from_this();
+  for (;;) {
+    std::shared_ptr<const Template> next;
+    {
+      std::lock_guard<std::mutex> lock(t->grown_mu_);
+      next = t->grown_;
+    }
+    if (!next) return t;
+    t = std::move(next);
+  }
 }
 
 std::shared_ptr<const Template> Template::from_file(const fs::path& file, std::vector<fs::path> include_dirs) {

@@ -480,19 +480,25 @@ TEST(Compile, NvrtcsOwnCacheIsOffSoCompilesAreReal) {
 }
 
 // Your own template: an include kjit's scanner cannot see (built by a macro, or an odd spelling) names
-// a file NVRTC could open by its absolute path, outside the key. NVRTC runs with no file access, so it
-// is a compile error naming it, never a header kjit did not hash.
-TEST(Compile, AnIncludeTheScannerCannotSeeReadsNoFileEvenFromYourOwnTemplate) {
+// a file NVRTC could open by its absolute path, outside the key. NVRTC runs with no file access: it asks
+// for it, and kjit resolves it, hands it over in memory and hashes it (test_computed_includes), so that
+// the key follows the file's bytes; NVRTC itself never opens it.
+TEST(Compile, AnIncludeTheScannerCannotSeeIsHandedToNvrtcByKjitAndKeyed) {
   TempDir dir;
   const std::string cfg = (dir / "cfg.h").string();
-  kjit::testing::write_file(dir / "cfg.h", "#define CFG_VALUE 1\n");
   Engine engine(settings_for(dir));
+  int value = 0;
   for (const std::string& include : {"#define CFG \"" + cfg + "\"\n#include CFG\n", "/**/#include \"" + cfg + "\"\n"}) {
     SCOPED_TRACE(include);
+    kjit::testing::write_file(dir / "cfg.h", "#define CFG_VALUE " + std::to_string(++value) + "\n");
     auto t = Template::from_string(include + kKernel, "own.cu");
-    const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
-    EXPECT_NE(msg.find("cannot open source file \"" + cfg + "\""), std::string::npos) << (msg.empty() ? "compiled" : msg);
-    EXPECT_NE(msg.find("kjit did not find '" + cfg + "'"), std::string::npos) << msg;
+    const Specialization spec(t, "k", {{"T", TemplateArg::type(DType::Float32)}});
+    EXPECT_EQ(message_of_compile(engine, spec), "");
+    const auto compiled = t->current();
+    ASSERT_EQ(compiled->headers().size(), 1u);
+    EXPECT_EQ(compiled->headers()[0].include_name, cfg);
+    kjit::testing::write_file(dir / "cfg.h", "#define CFG_VALUE 100\n");
+    EXPECT_NE(Template::from_string(include + kKernel, "own.cu")->digest(), compiled->digest());
   }
 }
 

@@ -2,6 +2,7 @@
 // target is newer than this NVRTC supports, to PTX for the highest supported compute_XY.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct CompiledBinary {
   double compile_ms = 0;
   CompilePlan plan;
   std::vector<std::string> flags;  // every flag given to NVRTC
+  // The template whose headers NVRTC was handed: the specialization's current one, or one grown from it
+  // by includes this compile learned (Template::grown_by). Its digest is the one the binary's key takes.
+  std::shared_ptr<const Template> compiled_template;
+  int learning_passes = 0;  // NVRTC passes that failed on a header kjit then learned
 };
 
 class Compiler {
@@ -34,7 +39,9 @@ class Compiler {
   // Decides cubin vs PTX for `requested` (loads NVRTC). Throws ValueError for targets this NVRTC
   // cannot produce, listing what it supports.
   static CompilePlan plan(const Target& requested);
-  // Compiles (loads NVRTC). Throws CompileError with the log, the name expression, the options and the
+  // Compiles (loads NVRTC), with the specialization's current template (Template::current()). A pass
+  // that NVRTC fails only on headers it could not open and kjit can resolve (a macro-computed include)
+  // is run again with them: compiled_template says which template was compiled. Throws CompileError with the log, the name expression, the options and the
   // source lines around each error (or the limit a bounded compile exceeded). A template rebuilt from a
   // manifest, or any template under KJIT_COMPILE_ISOLATION=always, compiles in a bounded child process
   // (compile_sandbox.hpp) with the limits of `settings`. ValueError when the name expression uses

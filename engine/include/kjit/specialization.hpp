@@ -31,6 +31,11 @@ class Specialization {
   const std::string& name_expression() const noexcept { return name_expression_; }
   // "add_constant(T=float32, VEC=4) from template add_constant" for messages.
   std::string describe() const;
+  // The same specialization of `tmpl`, a template of the same source (Template::current(): grown by
+  // what a compile learned). Itself when `tmpl` is its template already.
+  Specialization with_template(std::shared_ptr<const Template> tmpl) const;
+  // with_template(tmpl().current()).
+  Specialization on_current_template() const { return with_template(template_->current()); }
 
  private:
   std::shared_ptr<const Template> template_;

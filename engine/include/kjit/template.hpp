@@ -89,6 +89,24 @@ class Template : public std::enable_shared_from_this<Template> {
   // when a header cannot be read or changed since the template was loaded (load the template again).
   std::shared_ptr<const Template> with_bytes() const;
   const std::vector<std::string>& unresolved_includes() const noexcept { return unresolved_; }
+
+  // An include NVRTC could not open in a compile of this template: `file` as NVRTC names it in its
+  // log (the program name, or a header's include name), `name` the header it asked for. A macro-computed
+  // include (`#include __THRUST_DEVICE_SYSTEM_TAG_HEADER`), which no reading of the text can name.
+  struct MissingInclude {
+    std::string file;
+    std::string name;
+  };
+  // This template loaded again with what a compile learned: each missing name, resolved from the file
+  // that asked for it as a quoted include is (that file's folder, then the search path), is handed to
+  // NVRTC and hashed from now on. The directives are recorded in the header index (by the SHA-256 of the
+  // including file's bytes), so that a later load, in this process or another, keys the same headers
+  // without compiling. Null when none of them resolves to a header this template does not already
+  // hand to NVRTC (then the compile error stands). The result becomes current() for this template.
+  std::shared_ptr<const Template> grown_by(const std::vector<MissingInclude>& missing) const;
+  // The newest template grown from this one (grown_by), else this one: what a key and a compile of
+  // this template use, so that a compile that learned an include is not repeated.
+  std::shared_ptr<const Template> current() const;
   // Headers handed to NVRTC in memory besides headers(), not in the digest: a header reached under a
   // second spelling (NVRTC looks in-memory headers up by spelling), and, for a confined template, an
   // #error header for each include name that leaves its folder and is not a recorded header.
@@ -108,11 +126,21 @@ class Template : public std::enable_shared_from_this<Template> {
 
  private:
   Template() = default;
+  // Where a load resolves includes: kept, so that grown_by can load the template again the same way.
+  struct Origin {
+    bool builtin = false;
+    std::filesystem::path base_dir;
+    std::vector<std::filesystem::path> include_dirs;  // the user's, KJIT_INCLUDE_PATH's included
+    std::map<std::string, std::string> memory_headers;
+    bool confined = false;
+    std::map<std::string, std::vector<std::string>> learned;  // what grown_by learned, besides the index's
+  };
   static std::shared_ptr<const Template> load(std::string source, std::string name, bool builtin,
                                               std::filesystem::path base_dir,
                                               std::vector<std::filesystem::path> include_dirs,
                                               std::map<std::string, std::string> memory_headers = {},
                                               bool confined = false);
+  static std::shared_ptr<const Template> load_from(std::string source, std::string name, Origin origin);
   std::string name_;
   bool builtin_ = false;
   std::string source_;
@@ -124,8 +152,11 @@ class Template : public std::enable_shared_from_this<Template> {
   std::string digest_;
   std::uint64_t uid_ = 0;
   bool holds_bytes_ = true;
+  std::shared_ptr<const Origin> origin_;
   mutable std::mutex with_bytes_mu_;
   mutable std::shared_ptr<const Template> with_bytes_;
+  mutable std::mutex grown_mu_;
+  mutable std::shared_ptr<const Template> grown_;
 };
 
 // Folder of the built-in templates: KJIT_TEMPLATES_DIR, else the one set by the Python package,

@@ -1,0 +1,172 @@
+// Headers that no reading of a template's text names (a macro-computed `#include MACRO`, as thrust, CUB
+// and CuTe write them): NVRTC asks for them, kjit resolves what it asks, hands it over, hashes it into the
+// key and keeps the directive in the header index (by the SHA-256 of the including file's bytes), so that
+// a later load keys the same headers without compiling. A template rebuilt from a manifest still reaches
+// no file through one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "kjit/cache/header_index.hpp"
+#include "kjit/cache/sha256.hpp"
+#include "kjit/compiler.hpp"
+#include "kjit/engine.hpp"
+#include "kjit/error.hpp"
+#include "kjit/template.hpp"
+#include "test_support.hpp"
+
+using namespace kjit;
+using kjit::cache::HeaderIndex;
+using kjit::testing::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTag = "kjit test";
+
+class UseIndex {
+ public:
+  explicit UseIndex(std::shared_ptr<HeaderIndex> index) { use_header_index(std::move(index)); }
+  ~UseIndex() { use_header_index(nullptr); }
+};
+
+std::shared_ptr<HeaderIndex> index_in(const fs::path& root) {
+  return std::make_shared<HeaderIndex>(root, true, kTag, std::chrono::nanoseconds(0));
+}
+
+Settings settings_for(const TempDir& dir) {
+  return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_CACHE_MODE", "readwrite"}});
+}
+
+// The header is named only by a macro (stringized, so that no quoted name is in the text either).
+constexpr const char* kTemplate =
+    "#define HEADER_OF(name) #name\n"
+    "#define PICKED HEADER_OF(picked_by_macro.h)\n"
+    "#include PICKED\n"
+    "template <int N> __global__ void k(int* out) { out[0] = PICKED_VALUE + N; }\n";
+
+Specialization spec_of(std::shared_ptr<const Template> t) { return Specialization(std::move(t), "k", {{"N", TemplateArg::integer(1)}}); }
+
+bool hands(const Template& t, const std::string& include_name) {
+  for (const auto& h : t.headers())
+    if (h.include_name == include_name) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(LearnedIncludes, AreKeptByTheContentOfTheIncludingFileAcrossIndexes) {
+  TempDir dir;
+  const std::string sha(64, 'a'), other(64, 'b');
+  {
+    auto index = index_in(dir / "cache");
+    index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");
+    index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");  // once
+    index->learn(sha, "bad: no '<' or '\"' first");                          // not a directive: ignored
+    index->save();
+  }
+  {
+    auto index = index_in(dir / "cache");  // a new process
+    EXPECT_EQ(index->learned(sha), std::vector<std::string>{"\"thrust/system/cuda/detail/execution_policy.h"});
+    EXPECT_TRUE(index->learned(other).empty());
+    index->learn(other, "<cuda/std/type_traits");
+    // Another process learned more for `sha` meanwhile: a save keeps the union.
+    auto concurrent = index_in(dir / "cache");
+    concurrent->learn(sha, "\"thrust/system/cpp/detail/execution_policy.h");
+    concurrent->save();
+    index->save();
+  }
+  auto index = index_in(dir / "cache");
+  EXPECT_EQ(index->learned(sha).size(), 2u);
+  EXPECT_EQ(index->learned(other), std::vector<std::string>{"<cuda/std/type_traits"});
+  // A damaged learned section makes the whole file an empty index (it only ever saves work).
+  kjit::testing::write_file(index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha +
+                                               "\":[\"no-quote\"]}}");
+  EXPECT_TRUE(index_in(dir / "cache")->learned(sha).empty());
+}
+
+TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByEveryLaterLoad) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
+  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
+  Engine engine(settings_for(dir));
+  auto t = Template::from_file(dir / "src" / "k.cu");
+  EXPECT_FALSE(hands(*t, "picked_by_macro.h")) << "the scanner cannot name it: NVRTC has to ask";
+  const Prepared first = engine.prepare(spec_of(t), Target::parse("sm_90"));
+  EXPECT_EQ(first.origin, Origin::Compiled);
+  // The template the binary was compiled from hands the header, and is the current one from now on.
+  const auto grown = t->current();
+  ASSERT_NE(grown.get(), t.get());
+  EXPECT_TRUE(hands(*grown, "picked_by_macro.h"));
+  EXPECT_EQ(first.meta.template_digest, grown->digest());
+  EXPECT_EQ(engine.key_for(spec_of(t), Compiler::plan(Target::parse("sm_90"))), first.key);
+  // A fresh load (as in a new process) hands it at once and keys the same: a disk hit, no compile.
+  auto again = Template::from_file(dir / "src" / "k.cu");
+  EXPECT_TRUE(hands(*again, "picked_by_macro.h"));
+  EXPECT_EQ(again->digest(), grown->digest());
+  Engine second(settings_for(dir));
+  const Prepared hit = second.prepare(spec_of(again), Target::parse("sm_90"));
+  EXPECT_EQ(hit.origin, Origin::Disk);
+  EXPECT_EQ(hit.key, first.key);
+  // Another specialization of the first template object keys and compiles with the learned header at once.
+  const Prepared n2 = engine.prepare(Specialization(t, "k", {{"N", TemplateArg::integer(2)}}), Target::parse("sm_90"));
+  EXPECT_EQ(n2.origin, Origin::Compiled);
+  EXPECT_EQ(n2.meta.template_digest, grown->digest());
+}
+
+TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
+  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
+  Engine engine(settings_for(dir));
+  const Prepared before = engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"));
+  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 2\n");
+  Engine later(settings_for(dir));
+  const Prepared after = later.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"));
+  EXPECT_NE(after.key, before.key);
+  EXPECT_EQ(after.origin, Origin::Compiled) << "the kernel of the old header was served";
+}
+
+TEST(LearnedIncludes, AnIncludeAMacroComputesThatIsNowhereIsACompileErrorSayingWhereKjitLooked) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  Engine engine(settings_for(dir));
+  auto t = Template::from_string("#define H \"not_anywhere.h\"\n#include H\n"
+                                 "template <int N> __global__ void k(int* out) { out[0] = N; }\n",
+                                 "missing.cu");
+  try {
+    engine.prepare(spec_of(t), Target::parse("sm_90"));
+    FAIL() << "compiled";
+  } catch (const CompileError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("kjit did not find 'not_anywhere.h'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("KJIT_INCLUDE_PATH"), std::string::npos) << msg;
+  }
+}
+
+TEST(LearnedIncludes, ANameAMacroComputesNeverTakesAManifestTemplateOutOfItsFolders) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  kjit::testing::write_file(dir / "secret.h", "TOP_SECRET_LINE_42 leaked;\n");
+  const std::string absolute = (dir / "secret.h").string();
+  std::string climbing;
+  for (int i = 0; i < 24; ++i) climbing += "../";
+  climbing += absolute.substr(1);
+  // NVRTC asking, from a CUDA header of a template rebuilt from a manifest, for a name a macro computed.
+  const std::string source = "#include <cuda_fp16.h>\ntemplate <int N> __global__ void k(int* out) { out[0] = N; }\n";
+  auto confined = Template::from_memory(source, "k.cu", {});
+  for (const std::string& name : {absolute, climbing, std::string("../../secret.h")}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(confined->grown_by({{"cuda_fp16.h", name}}), nullptr);
+    EXPECT_EQ(confined->grown_by({{"k.cu", name}}), nullptr);
+  }
+  // The user's own template may compute an absolute name: it is theirs.
+  auto own = Template::from_string(source, "k.cu");
+  auto grown = own->grown_by({{"k.cu", absolute}});
+  ASSERT_NE(grown, nullptr);
+  EXPECT_TRUE(hands(*grown, absolute));
+}
