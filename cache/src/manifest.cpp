@@ -120,6 +120,7 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
                {"defines", o.defines}};
   // Only when set: the id of every record written before the option existed stays what it was.
   if (o.minimal) opts["minimal"] = true;
+  if (o.default_device) opts["default_device"] = true;
   if (o.fast_compile != "off") opts["fast_compile"] = o.fast_compile;
   return {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
 }
@@ -226,6 +227,7 @@ class Reader {
     r.options.line_info = boolean(o, "line_info", ow);
     r.options.device_debug = boolean(o, "device_debug", ow);
     if (o.contains("minimal")) r.options.minimal = boolean(o, "minimal", ow);
+    if (o.contains("default_device")) r.options.default_device = boolean(o, "default_device", ow);
     if (o.contains("fast_compile")) r.options.fast_compile = str(o, "fast_compile", ow);
     auto mr = o.find("max_registers");
     if (mr != o.end() && !mr->is_null()) {

@@ -27,6 +27,7 @@ struct CompileRequest {
   std::string std;  // empty: CompileOptions' default
   bool fast_math = false;
   bool minimal = false;
+  bool default_device = false;
   std::string fast_compile = "off";
   bool json = false;
 };
@@ -49,6 +50,7 @@ CompileOptions options_of(const CompileRequest& r) {
   if (!r.std.empty()) o.std = r.std;
   o.fast_math = r.fast_math;
   o.minimal = r.minimal;
+  o.default_device = r.default_device;
   o.fast_compile = r.fast_compile;
   o.defines = parse_defines(r.defines);
   return o;
@@ -162,6 +164,9 @@ Command add_compile_command(CLI::App& app, Context& ctx) {
   sub->add_flag("--minimal", r->minimal,
                 "NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or "
                 "launches, no runtime API types; 3-14 ms less per compile (kjit.ops and kjit.elementwise use it)");
+  sub->add_flag("--default-device", r->default_device,
+                "NVRTC's -default-device: a function with no __host__/__device__ is a __device__ one (CuTe and "
+                "CUTLASS headers need it)");
   sub->add_option("--fast-compile", r->fast_compile,
                   "NVRTC's --Ofast-compile level: off (default), min, mid or max; a faster compile of a slower "
                   "binary (kjit.ops and kjit.elementwise compile at KJIT_LIBRARY_FAST_COMPILE, default off)")

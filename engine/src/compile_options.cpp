@@ -53,6 +53,7 @@ std::vector<std::string> CompileOptions::canonical() const {
   if (line_info) out.push_back("--generate-line-info");
   if (device_debug) out.push_back("--device-debug");
   if (minimal) out.push_back("--minimal");
+  if (default_device) out.push_back("-default-device");
   if (fast_compile != "off") out.push_back("--Ofast-compile=" + fast_compile);
   if (max_registers) out.push_back("--maxrregcount=" + std::to_string(*max_registers));
   for (const auto& [name, value] : defines) out.push_back("-D" + name + "=" + value);
@@ -75,7 +76,7 @@ std::pair<std::string, std::string> parse_define(const std::string& text) {
 
 bool CompileOptions::operator==(const CompileOptions& o) const {
   return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
-         device_debug == o.device_debug && minimal == o.minimal &&
+         device_debug == o.device_debug && minimal == o.minimal && default_device == o.default_device &&
          fast_compile == o.fast_compile && max_registers == o.max_registers && defines == o.defines;
 }
 

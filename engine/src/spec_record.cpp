@@ -55,6 +55,7 @@ cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<cons
   r.options.line_info = o.line_info;
   r.options.device_debug = o.device_debug;
   r.options.minimal = o.minimal;
+  r.options.default_device = o.default_device;
   r.options.fast_compile = o.fast_compile;
   r.options.max_registers = o.max_registers;
   r.options.defines = o.defines;
@@ -107,6 +108,7 @@ Specialization specialization_of(const ManifestRecord& record, std::shared_ptr<c
   o.line_info = record.options.line_info;
   o.device_debug = record.options.device_debug;
   o.minimal = record.options.minimal;
+  o.default_device = record.options.default_device;
   o.fast_compile = record.options.fast_compile;
   o.max_registers = record.options.max_registers;
   o.defines = record.options.defines;

@@ -115,9 +115,9 @@ class Template:
         """
     def __repr__(self) -> str:
         ...
-    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False, minimal: bool = False, fast_compile: str = 'off') -> KernelFamily:
+    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False, minimal: bool = False, fast_compile: str = 'off', default_device: bool = False) -> KernelFamily:
         """
-        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's --Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200).
+        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's --Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200); default_device: NVRTC's -default-device (a function with no __host__/__device__ is a __device__ one: CuTe and CUTLASS headers need it).
         """
     @property
     def digest(self) -> str:

@@ -420,13 +420,14 @@ std::map<std::string, std::string> read_defines(const py::object& defines) {
 
 PyFamily make_family(const PyTemplate& t, const std::string& name, const std::optional<std::string>& std_,
                      bool fast_math, const py::object& defines, std::optional<int> max_registers, bool line_info,
-                     bool device_debug, bool minimal, const std::string& fast_compile) {
+                     bool device_debug, bool minimal, const std::string& fast_compile, bool default_device) {
   CompileOptions o;
   if (std_) o.std = *std_;
   o.fast_math = fast_math;
   o.line_info = line_info;
   o.device_debug = device_debug;
   o.minimal = minimal;
+  o.default_device = default_device;
   o.fast_compile = fast_compile;
   o.max_registers = max_registers;
   o.defines = read_defines(defines);
@@ -461,6 +462,7 @@ py::dict options_dict(const CompileOptions& o) {
   d["line_info"] = o.line_info;
   d["device_debug"] = o.device_debug;
   d["minimal"] = o.minimal;
+  d["default_device"] = o.default_device;
   d["fast_compile"] = o.fast_compile;
   d["max_registers"] = o.max_registers ? py::object(py::int_(*o.max_registers)) : py::object(py::none());
   d["defines"] = o.defines;
@@ -528,13 +530,15 @@ void bind_template(py::module_& m) {
       .def("kernel", &make_family, py::arg("name"), py::kw_only(), py::arg("std") = py::none(),
            py::arg("fast_math") = false, py::arg("defines") = py::none(), py::arg("max_registers") = py::none(),
            py::arg("line_info") = false, py::arg("device_debug") = false, py::arg("minimal") = false,
-           py::arg("fast_compile") = "off",
+           py::arg("fast_compile") = "off", py::arg("default_device") = false,
            "The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); "
            "defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no "
            "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less "
            "per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's "
            "--Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: "
-           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200).")
+           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200); "
+           "default_device: NVRTC's -default-device (a function with no __host__/__device__ is a __device__ one: "
+           "CuTe and CUTLASS headers need it).")
       .def("__repr__", [](const PyTemplate& t) {
         std::string ks;
         for (const auto& k : t.tmpl->kernels()) ks += (ks.empty() ? "" : ", ") + k.name;

@@ -23,6 +23,10 @@ struct CompileOptions {
   // NVRTC's built-in header). The binary of a kernel that uses none of them is the same byte for byte.
   // kjit's own kernels (library()) compile with it; a template of yours opts in.
   bool minimal = false;
+  // -default-device (--device-as-default-execution-space): a function with no __host__/__device__ is a
+  // __device__ one, as NVRTC's JIT mode cannot compile host functions. CuTe and CUTLASS need it (their
+  // unannotated constexpr helpers); a template of yours that has none does not.
+  bool default_device = false;
   // --Ofast-compile=LEVEL (NVRTC 12.8+, left out before): "off" (NVVM and ptxas optimize fully), "min",
   // "mid" or "max": less optimization for a faster compile, and a slower binary (on an H200, mid compiled
   // kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x)). kjit's own kernels: KJIT_LIBRARY_FAST_COMPILE.

@@ -57,6 +57,7 @@ struct ManifestOptions {
   bool line_info = false;
   bool device_debug = false;
   bool minimal = false;  // written only when true (records before it have no such field)
+  bool default_device = false;  // likewise
   std::string fast_compile = "off";  // written only when not "off" (likewise)
   std::optional<int> max_registers;
   std::map<std::string, std::string> defines;
