@@ -1,0 +1,16 @@
+// libcu++ (<cuda/std/...>): complex numbers, limits, algorithms and arrays in device code.
+#include <cuda/std/algorithm>
+#include <cuda/std/array>
+#include <cuda/std/complex>
+#include <cuda/std/cstdint>
+#include <cuda/std/limits>
+
+template <typename T>
+__global__ void complex_norm_clamped(const T* re, const T* im, T* out, T hi, int n) {
+  const cuda::std::int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const cuda::std::complex<T> z(re[i], im[i]);
+  const cuda::std::complex<T> w = z * cuda::std::conj(z);
+  const cuda::std::array<T, 2> range{T(0), hi < cuda::std::numeric_limits<T>::max() ? hi : T(1)};
+  out[i] = cuda::std::clamp(w.real(), range[0], range[1]);
+}
