@@ -14,4 +14,5 @@ else
 fi
 PY=$KJIT_VENV/bin/python
 KJIT_TORCH_SPEC=${KJIT_TORCH:-torch==2.11.*}
-KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib redis)
+# nvidia-cutlass: CUTLASS / CuTe headers (cutlass_library/source/include) for the kernels and tests that use them.
+KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib redis nvidia-cutlass)

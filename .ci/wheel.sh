@@ -98,8 +98,12 @@ whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 start=$SECONDS
 rm -rf "$out/venv-test"
 "$base" -m venv "$out/venv-test"
-pip_install "$tpy" "$torch_spec" pytest numpy tqdm redis
-# With its dependencies (torch as pinned, tqdm): what `pip install kjit-*.whl` does for a user.
+pip_install "$tpy" "$torch_spec" pytest numpy tqdm redis nvidia-cutlass
+# The wheel's own dependencies into the kept wheels (the CCCL of torch's CUDA, python/metadata/
+# torch_requirement.py), without keeping a copy of the wheel there.
+"$tpy" -m pip download -q --disable-pip-version-check -d "$wheels" "$whl"
+rm -f "$wheels/$(basename "$whl")"
+# With its dependencies (torch as pinned, CCCL, tqdm): what `pip install kjit-*.whl` does for a user.
 "$tpy" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" "$whl"
 echo "== wheel: test venv ready in $((SECONDS - start)) s"
 # And one without torch: the wheel installed with --no-deps, numpy, and the CUDA packages torch brought

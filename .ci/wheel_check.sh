@@ -4,7 +4,7 @@
 #   unshare -m bash .ci/wheel_check.sh VENV_PYTHON NOTORCH_VENV_PYTHON DIR_TO_HIDE...
 # Each DIR is covered by an empty read-only tmpfs (only in this namespace). Then: import (from the
 # venv, not the source tree), `python -m kjit info`, a compile-only compile for sm_90, the libcrypto
-# loaded being the wheel's grafted copy, the `kjit` command, and the CPU pytest suite (tests/python).
+# loaded being the wheel's grafted copy, CCCL and CUTLASS found in the pip packages, the `kjit` command, and the CPU pytest suite (tests/python).
 # Then the same wheel in a venv without torch (NOTORCH_VENV_PYTHON): import, info, compile-only with a
 # numpy dtype, the CLI, kjit.ops's ImportError and tests/python/test_torch_free.py.
 set -euo pipefail
@@ -40,6 +40,11 @@ print("== compile-only sm_90:", k.origin, k.target, k.key[:16])
 crypto = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcrypto" in line})
 print("== libcrypto loaded:", crypto, "(_hashlib loaded)" if "_hashlib" in sys.modules else "")
 assert any("/kjit.libs/libcrypto-" in p for p in crypto), f"the wheel's grafted libcrypto is not loaded: {crypto}"
+# The toolkit is hidden: CCCL from the pip package the wheel depends on, CUTLASS from nvidia-cutlass.
+tk = kjit._core.toolkit()
+assert tk["cccl"] and tk["cccl"]["include_dir"].startswith(venv), f"CCCL not from the pip nvidia packages: {tk}"
+assert tk["cutlass"] and tk["cutlass"]["from"] == "pip nvidia-cutlass", f"nvidia-cutlass not found: {tk}"
+print("== CCCL", tk["cccl"]["version"], "from", tk["cccl"]["include_dir"], "; CUTLASS", tk["cutlass"]["version"])
 PY
 kjit --version
 kjit compile rgb_to_gray --kernel rgb_to_gray --param H=64 --param W=64 --arch sm_80,sm_90
@@ -65,6 +70,8 @@ assert kjit.__file__.startswith(venv), f"kjit imported from {kjit.__file__}, not
 assert "torch" not in sys.modules and "kjit._C" not in sys.modules, sorted(sys.modules)
 k = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=np.float16, VEC=8, arch="sm_90")
 print("== compile-only sm_90 without torch:", k.origin, k.target, k.args)
+tk = kjit._core.toolkit()
+assert tk["cccl"] and tk["cccl"]["include_dir"].startswith(venv), f"CCCL not from the pip nvidia packages: {tk}"
 try:
     kjit.ops
 except ImportError as e:

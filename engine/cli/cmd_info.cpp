@@ -1,4 +1,4 @@
-// `kjit info [--json]`: version, NVRTC, CUDA headers, driver, GPUs, cache and every KJIT_* variable.
+// `kjit info [--json]`: version, NVRTC, CUDA headers, CCCL, CUTLASS, driver, GPUs, cache and every KJIT_* variable.
 // The facts are gathered once into JSON; the human-readable form is printed from it.
 #include <CLI/CLI.hpp>
 
@@ -65,6 +65,45 @@ Json header_facts() {
   j["from"] = or_null(tk.headers_from);
   j["include_dirs"] = Json::array();
   for (const auto& d : tk.include_dirs) j["include_dirs"].push_back(d.string());
+  return j;
+}
+
+Json library_json(const HeaderLibrary& lib) {
+  return {{"found", true}, {"include_dir", lib.include_dir.string()}, {"version", lib.version}, {"from", lib.from}};
+}
+
+Json not_found_json(const std::string& hint) {
+  return {{"found", false}, {"include_dir", nullptr}, {"version", nullptr}, {"from", nullptr}, {"hint", hint}};
+}
+
+// CUB / thrust / libcu++: from the CUDA toolkit's include dirs (docs/header-libraries.md).
+Json cccl_facts() {
+  const CudaToolkit& tk = cuda_toolkit();
+  if (!tk.cccl.found())
+    return not_found_json("install a CUDA toolkit with CCCL (CUDA 13: <root>/include/cccl), or pip install "
+                          "nvidia-cuda-cccl (CUDA 13) / nvidia-cuda-cccl-cu12 (CUDA 12) and use kjit from Python");
+  Json j = library_json(tk.cccl);
+  j["hint"] = nullptr;
+  return j;
+}
+
+// CUTLASS / CuTe: a KJIT_INCLUDE_PATH folder holding it is searched first (the header resolver searches the
+// user's folders before the toolkit's); then the registered folder (pip's nvidia-cutlass, from Python).
+Json cutlass_facts(const Settings& s) {
+  const CudaToolkit& tk = cuda_toolkit();
+  std::vector<HeaderLibrary> found;
+  for (const auto& dir : s.include_dirs)
+    if (auto lib = cutlass_in(dir)) {
+      lib->from = "KJIT_INCLUDE_PATH";
+      found.push_back(*lib);
+    }
+  if (tk.cutlass.found()) found.push_back(tk.cutlass);
+  if (found.empty())
+    return not_found_json("pip install nvidia-cutlass, or add CUTLASS's include/ to KJIT_INCLUDE_PATH");
+  Json j = library_json(found.front());
+  j["hint"] = nullptr;
+  j["shadowed"] = Json::array();  // found too, but searched after the one above
+  for (std::size_t i = 1; i < found.size(); ++i) j["shadowed"].push_back(library_json(found[i]));
   return j;
 }
 
@@ -174,6 +213,8 @@ Json gather(Context& ctx) {
   j["kjit_version"] = KJIT_VERSION;
   j["nvrtc"] = nvrtc_facts(ctx.settings().cache_mode);
   j["cuda_headers"] = header_facts();
+  j["cccl"] = cccl_facts();
+  j["cutlass"] = cutlass_facts(ctx.settings());
   j["driver"] = driver_facts();
   j["gpus"] = gpu_facts();
   j["cache"] = cache_facts(ctx);
@@ -186,6 +227,18 @@ std::string join(const Json& list, const char* sep = ", ") {
   std::string out;
   for (const auto& x : list) out += (out.empty() ? "" : sep) + x.get<std::string>();
   return out;
+}
+
+// "<folder>, version 3.0.1 (from <root>)", or "not found: <what to install>".
+std::string library_line(const Json& lib) {
+  if (!lib["found"].get<bool>()) return "not found: " + lib["hint"].get<std::string>();
+  std::string line = lib["include_dir"].get<std::string>() + ", version " + lib["version"].get<std::string>() +
+                     " (from " + lib["from"].get<std::string>() + ")";
+  if (lib.contains("shadowed"))
+    for (const auto& other : lib["shadowed"])
+      line += "; also " + other["include_dir"].get<std::string>() + ", version " + other["version"].get<std::string>() +
+              " (from " + other["from"].get<std::string>() + "), searched after it";
+  return line;
 }
 
 void print_human(std::ostream& out, const Json& j) {
@@ -208,6 +261,8 @@ void print_human(std::ostream& out, const Json& j) {
   const Json& h = j["cuda_headers"];
   f.add("CUDA headers", h["found"].get<bool>() ? join(h["include_dirs"]) + " (from " + text_or(h["from"], "?") + ")"
                                                 : std::string("not found"));
+  f.add("CCCL", library_line(j["cccl"]));
+  f.add("CUTLASS", library_line(j["cutlass"]));
   f.print(out);
 
   out << "\nDriver and GPUs\n";

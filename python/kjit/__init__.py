@@ -68,8 +68,9 @@ def _cuda_major():
 
 
 def _cuda_roots():
-    """CUDA roots of the pip `nvidia` packages (headers and libnvrtc), torch's CUDA major first (without
-    torch, the one this build recorded)."""
+    """CUDA roots of the pip `nvidia` packages (headers, libnvrtc, CCCL), torch's CUDA major first (without
+    torch, the one this build recorded). CUDA 13's packages share nvidia/cu13 (CCCL in include/cccl); CUDA
+    12's have a folder each (CCCL: nvidia/cuda_cccl/include/{cub,thrust,cuda})."""
     import importlib.util
 
     try:
@@ -80,7 +81,7 @@ def _cuda_roots():
         return []
     major = _cuda_major()
     names = [f"cu{major}"] if major else []
-    names += ["cu13", "cu12", "cuda_nvrtc", "cuda_runtime"]
+    names += ["cu13", "cu12", "cuda_nvrtc", "cuda_runtime", "cuda_cccl"]
     roots = []
     for base in spec.submodule_search_locations:
         for name in dict.fromkeys(names):
@@ -90,9 +91,30 @@ def _cuda_roots():
     return roots
 
 
+def _cutlass_include_dir():
+    """CUTLASS's include/ (cute/ and cutlass/) in pip's nvidia-cutlass: cutlass_library/source/include, found
+    without importing cutlass_library; None without the package."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("cutlass_library")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        path = _os.path.join(base, "source", "include")
+        if _os.path.isfile(_os.path.join(path, "cutlass", "version.h")) and _os.path.isdir(_os.path.join(path, "cute")):
+            return path
+    return None
+
+
 def _setup():
     for root in _cuda_roots():
         _core.register_toolkit_root(root)
+    cutlass = _cutlass_include_dir()
+    if cutlass is not None:
+        _core.register_cutlass_dir(cutlass, "pip nvidia-cutlass")
     templates = _os.path.join(_os.path.dirname(__file__), "kernel_templates")
     if _os.path.isdir(templates):
         _core.set_builtin_templates_dir(templates)

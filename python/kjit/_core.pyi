@@ -9,7 +9,7 @@ import os
 import pathlib
 import torch
 import typing
-__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'array_info', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'library_compile_options', 'pin_generic_shape', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
+__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'array_info', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'library_compile_options', 'pin_generic_shape', 'register_cutlass_dir', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
 class Error(Exception):
     """
     Base class of every kjit error.
@@ -273,6 +273,10 @@ def pin_generic_shape(kernel: str, param: str, value: typing.SupportsInt | typin
     """
     Routes `value` of shape parameter `param` of `kernel` to its generic variant (pinned=False lifts it): for benchmarks and tests of the generic variant.
     """
+def register_cutlass_dir(include_dir: os.PathLike | str | bytes, source: str = 'registered') -> bool:
+    """
+    Adds CUTLASS's include/ folder (cutlass/version.h and cute/), appended last to the CUDA include dirs; `source` says who found it (kjit info shows it). False once the toolkit was discovered; ValueError when the folder does not hold CUTLASS.
+    """
 def register_toolkit_root(root: os.PathLike | str | bytes) -> bool:
     """
     Adds a CUDA root (include/ and lib/) searched before /usr/local/cuda; False once the toolkit was discovered.
@@ -295,6 +299,6 @@ def stats() -> dict:
     """
 def toolkit() -> dict:
     """
-    Where the CUDA headers and libnvrtc were found (nothing is loaded).
+    Where the CUDA headers, libnvrtc, CCCL and CUTLASS were found (nothing is loaded); cccl / cutlass are None or {include_dir, version, from}.
     """
 __version__: str = '0.1.0'

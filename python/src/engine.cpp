@@ -168,6 +168,10 @@ void bind_engine(py::module_& m) {
   m.def("register_toolkit_root", &register_toolkit_root, py::arg("root"),
         "Adds a CUDA root (include/ and lib/) searched before /usr/local/cuda; False once the toolkit was "
         "discovered.");
+  m.def("register_cutlass_dir", &register_cutlass_dir, py::arg("include_dir"), py::arg("source") = "registered",
+        "Adds CUTLASS's include/ folder (cutlass/version.h and cute/), appended last to the CUDA include dirs; "
+        "`source` says who found it (kjit info shows it). False once the toolkit was discovered; ValueError when "
+        "the folder does not hold CUTLASS.");
   m.def(
       "toolkit",
       [] {
@@ -182,9 +186,20 @@ void bind_engine(py::module_& m) {
         d["nvrtc_version"] = t.nvrtc_version;
         d["nvrtc_identity"] = t.nvrtc_identity();
         d["searched"] = t.searched;
+        auto library = [](const HeaderLibrary& lib) -> py::object {
+          if (!lib.found()) return py::none();
+          py::dict l;
+          l["include_dir"] = lib.include_dir.string();
+          l["version"] = lib.version;
+          l["from"] = lib.from;
+          return std::move(l);
+        };
+        d["cccl"] = library(t.cccl);
+        d["cutlass"] = library(t.cutlass);
         return d;
       },
-      "Where the CUDA headers and libnvrtc were found (nothing is loaded).");
+      "Where the CUDA headers, libnvrtc, CCCL and CUTLASS were found (nothing is loaded); cccl / cutlass are None "
+      "or {include_dir, version, from}.");
 }
 
 }  // namespace kjit::python

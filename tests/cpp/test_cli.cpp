@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "format.hpp"
+#include "kjit/cuda_toolkit.hpp"
 #include "kjit/dtype.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/settings.hpp"
@@ -138,6 +139,69 @@ TEST_F(CliTest, InfoInStrictModeDoesNotLoadNvrtc) {
   json j = json::parse(kjit({"info", "--json"}).out);
   EXPECT_FALSE(j["nvrtc"]["loaded"].get<bool>());
   EXPECT_EQ(j["nvrtc"]["not_loaded_reason"], "strict mode");
+}
+
+// The value of the `  <label>:   <value>` line of `kjit info` ("" when there is none).
+std::string info_field(const std::string& out, const std::string& label) {
+  for (const auto& line : lines_of(out)) {
+    if (line.rfind("  " + label + ":", 0) != 0) continue;
+    std::size_t v = line.find_first_not_of(' ', label.size() + 3);
+    return v == std::string::npos ? std::string() : line.substr(v);
+  }
+  return {};
+}
+
+TEST_F(CliTest, InfoShowsTheCcclOfTheToolkit) {
+  const kjit::CudaToolkit& tk = kjit::cuda_toolkit();
+  Result r = kjit({"info"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(kjit({"info", "--json"}).out);
+  if (tk.cccl.found()) {
+    EXPECT_EQ(info_field(r.out, "CCCL"), tk.cccl.include_dir.string() + ", version " + tk.cccl.version + " (from " +
+                                             tk.cccl.from + ")")
+        << r.out;
+    EXPECT_TRUE(j["cccl"]["found"].get<bool>());
+    EXPECT_EQ(j["cccl"]["include_dir"], tk.cccl.include_dir.string());
+    EXPECT_EQ(j["cccl"]["version"], tk.cccl.version);
+    EXPECT_EQ(j["cccl"]["from"], tk.cccl.from);
+    EXPECT_TRUE(j["cccl"]["hint"].is_null());
+  } else {
+    EXPECT_EQ(info_field(r.out, "CCCL").rfind("not found: install a CUDA toolkit with CCCL", 0), 0u) << r.out;
+    EXPECT_FALSE(j["cccl"]["found"].get<bool>());
+    EXPECT_NE(j["cccl"]["hint"].get<std::string>().find("nvidia-cuda-cccl"), std::string::npos);
+  }
+}
+
+TEST_F(CliTest, InfoWithoutCutlassSaysWhatToInstall) {
+  ScopedEnv include("KJIT_INCLUDE_PATH", std::nullopt);
+  if (kjit::cuda_toolkit().cutlass.found()) GTEST_SKIP() << "a CUTLASS folder was registered";
+  Result r = kjit({"info"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(info_field(r.out, "CUTLASS"),
+            "not found: pip install nvidia-cutlass, or add CUTLASS's include/ to KJIT_INCLUDE_PATH")
+      << r.out;
+  json j = json::parse(kjit({"info", "--json"}).out);
+  EXPECT_FALSE(j["cutlass"]["found"].get<bool>());
+  EXPECT_TRUE(j["cutlass"]["include_dir"].is_null());
+  EXPECT_EQ(j["cutlass"]["hint"], "pip install nvidia-cutlass, or add CUTLASS's include/ to KJIT_INCLUDE_PATH");
+}
+
+TEST_F(CliTest, InfoShowsACutlassOnKjitIncludePath) {
+  if (kjit::cuda_toolkit().cutlass.found()) GTEST_SKIP() << "a CUTLASS folder was registered";
+  const fs::path mine = dir_ / "cutlass" / "include";
+  kjit::testing::write_file(mine / "cutlass" / "version.h",
+                            "#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 9\n#define CUTLASS_PATCH 2\n");
+  kjit::testing::write_file(mine / "cute" / "tensor.hpp", "#pragma once\n");
+  ScopedEnv include("KJIT_INCLUDE_PATH", (dir_ / "elsewhere").string() + ":" + mine.string());
+  Result r = kjit({"info"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(info_field(r.out, "CUTLASS"), mine.string() + ", version 3.9.2 (from KJIT_INCLUDE_PATH)") << r.out;
+  json j = json::parse(kjit({"info", "--json"}).out);
+  EXPECT_TRUE(j["cutlass"]["found"].get<bool>());
+  EXPECT_EQ(j["cutlass"]["include_dir"], mine.string());
+  EXPECT_EQ(j["cutlass"]["version"], "3.9.2");
+  EXPECT_EQ(j["cutlass"]["from"], "KJIT_INCLUDE_PATH");
+  EXPECT_TRUE(j["cutlass"]["shadowed"].empty());
 }
 
 TEST_F(CliTest, BadSettingIsAnErrorNamingTheVariable) {

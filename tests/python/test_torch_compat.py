@@ -111,8 +111,26 @@ def _provider():
 
 
 def test_metadata_provider_pins_the_build_environments_torch():
-    deps = _provider().dynamic_metadata("dependencies", {"oldest": "2.11", "others": ["tqdm"]})
-    assert deps == [f"torch=={_minor(torch.__version__)}.*", "tqdm"]
+    provider = _provider()
+    deps = provider.dynamic_metadata("dependencies", {"oldest": "2.11", "others": ["tqdm"]})
+    cccl = provider.cccl_requirement(torch.version.cuda)  # the CCCL of the torch's CUDA (none for a CPU torch)
+    assert deps == [f"torch=={_minor(torch.__version__)}.*", *([cccl] if cccl else []), "tqdm"]
+
+
+@pytest.mark.parametrize(
+    "cuda, expected",
+    [
+        ("13.0", 'nvidia-cuda-cccl==13.0.*; platform_system == "Linux"'),
+        ("13.2", 'nvidia-cuda-cccl==13.2.*; platform_system == "Linux"'),
+        ("12.8", 'nvidia-cuda-cccl-cu12==12.8.*; platform_system == "Linux"'),
+        ("12.6.3", 'nvidia-cuda-cccl-cu12==12.6.*; platform_system == "Linux"'),
+        (None, None),  # a CPU torch
+        ("11.8", None),  # no pip CCCL package kjit knows for this major: the system toolkit's CCCL
+        ("13", None),
+    ],
+)
+def test_metadata_provider_adds_the_cccl_of_torchs_cuda(cuda, expected):
+    assert _provider().cccl_requirement(cuda) == expected
 
 
 @pytest.mark.parametrize(
