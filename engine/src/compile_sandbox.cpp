@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -25,6 +28,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <new>
 #include <vector>
@@ -53,9 +57,45 @@ constexpr std::uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
 constexpr std::uint32_t kAuditArch = 0;  // no filter: the compile runs bounded, with a note
 #endif
 
+// The path-taking syscalls whose path is argument `path_arg` (and, for the *at ones, a folder descriptor
+// argument 0): with `ask` (NVRTC's precompiled header), the supervisor sees them (pch_supervise) and lets
+// through only those inside the PCH folder; every other one answers ENOENT.
+struct PathSyscall {
+  long nr;
+  int path_arg;
+};
+const std::vector<PathSyscall>& checked_path_syscalls() {
+  static const std::vector<PathSyscall> list = {
+#ifdef __NR_open
+      {__NR_open, 0},
+#endif
+#ifdef __NR_stat
+      {__NR_stat, 0},
+#endif
+#ifdef __NR_lstat
+      {__NR_lstat, 0},
+#endif
+#ifdef __NR_access
+      {__NR_access, 0},
+#endif
+#ifdef __NR_newfstatat
+      {__NR_newfstatat, 1},
+#endif
+#ifdef __NR_openat2
+      {__NR_openat2, 1},
+#endif
+#ifdef __NR_faccessat2
+      {__NR_faccessat2, 1},
+#endif
+      {__NR_openat, 1}, {__NR_statx, 1}, {__NR_faccessat, 1},
+  };
+  return list;
+}
+
 // Every syscall that takes a path (or a handle standing for one) answers ENOENT, exec answers EPERM.
-// What NVRTC does with files afterwards: nothing; its headers are in memory.
-std::vector<sock_filter> no_files_filter() {
+// What NVRTC does with files afterwards: nothing; its headers are in memory. With `ask_for_paths`, the
+// syscalls of checked_path_syscalls() go to a supervisor instead (SECCOMP_RET_USER_NOTIF).
+std::vector<sock_filter> no_files_filter(bool ask_for_paths = false) {
   std::vector<sock_filter> f;
   auto ret = [&](std::uint32_t v) { f.push_back(BPF_STMT(BPF_RET | BPF_K, v)); };
   f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)));
@@ -101,6 +141,11 @@ std::vector<sock_filter> no_files_filter() {
       __NR_chdir, __NR_fchdir, __NR_getxattr, __NR_lgetxattr, __NR_listxattr, __NR_llistxattr,
   };
   const long refused[] = {__NR_execve, __NR_execveat, __NR_socket, __NR_connect};
+  if (ask_for_paths)
+    for (const PathSyscall& c : checked_path_syscalls()) {
+      f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(c.nr), 0, 1));
+      ret(SECCOMP_RET_USER_NOTIF);
+    }
   for (long nr : no_entry) {
     f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1));
     ret(SECCOMP_RET_ERRNO | ENOENT);
@@ -113,14 +158,118 @@ std::vector<sock_filter> no_files_filter() {
   return f;
 }
 
-// Installs the filter on the calling (single-threaded child) process; "" or why it could not.
-std::string forbid_files(std::vector<sock_filter>& filter) {
+// Installs the filter on the calling (single-threaded child) process; "" or why it could not. With
+// `listener`, the filter asks a supervisor (SECCOMP_FILTER_FLAG_NEW_LISTENER): *listener is its descriptor.
+std::string forbid_files(std::vector<sock_filter>& filter, int* listener = nullptr) {
   if (kAuditArch == 0) return "no seccomp filter for this CPU architecture";
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return std::string("prctl(NO_NEW_PRIVS): ") + std::strerror(errno);
   sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
-  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
-    return std::string("seccomp: ") + std::strerror(errno);
+  const long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, listener ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+  if (r < 0) return std::string("seccomp: ") + std::strerror(errno);
+  if (listener) *listener = static_cast<int>(r);
   return "";
+}
+
+// Whether `path` lies in `dir` (an absolute folder with no trailing '/'): absolute, no "." or ".."
+// part, no empty part.
+bool inside_folder(const std::string& path, const std::string& dir) {
+  if (path != dir && path.rfind(dir + "/", 0) != 0) return false;
+  for (std::size_t at = 0; at < path.size();) {
+    const std::size_t next = path.find('/', at + 1);
+    const std::string part = path.substr(at + 1, (next == std::string::npos ? path.size() : next) - at - 1);
+    if (part.empty() || part == "." || part == "..") return false;
+    at = next == std::string::npos ? path.size() : next;
+  }
+  return true;
+}
+
+// Whether a request is NVRTC's front end creating its scratch file: open/openat with O_CREAT of a name
+// "edg<digits>_<digits>" (in $TMPDIR).
+bool creates_scratch_file(const seccomp_notif& req, const std::string& path) {
+  long flags = -1;
+#ifdef __NR_open
+  if (req.data.nr == __NR_open) flags = static_cast<long>(req.data.args[1]);
+#endif
+  if (req.data.nr == __NR_openat) flags = static_cast<long>(req.data.args[2]);
+  if (flags < 0 || !(flags & O_CREAT)) return false;
+  const std::string name = fs::path(path).filename().string();
+  const std::size_t bar = name.find('_');
+  if (name.rfind("edg", 0) != 0 || bar == std::string::npos || bar == 3 || bar + 1 == name.size()) return false;
+  for (std::size_t i = 3; i < name.size(); ++i)
+    if (i != bar && (name[i] < '0' || name[i] > '9')) return false;
+  return true;
+}
+
+// fstat() as glibc makes it: fstatat(fd, "", AT_EMPTY_PATH) (or statx): a descriptor the thread holds,
+// no path (one inside the PCH folder: no other open succeeds).
+bool names_its_descriptor(const seccomp_notif& req, const std::string& path) {
+  if (!path.empty()) return false;
+  int flags_arg = -1;
+#ifdef __NR_newfstatat
+  if (req.data.nr == __NR_newfstatat) flags_arg = 3;
+#endif
+  if (req.data.nr == __NR_statx) flags_arg = 2;
+  return flags_arg >= 0 && (req.data.args[flags_arg] & AT_EMPTY_PATH) != 0;
+}
+
+// Answers the path syscalls of a compile thread filtered with no_files_filter(true) until `stop` is
+// readable: those inside `dir` (NVRTC's precompiled header files) go on, every other one answers
+// ENOENT, as without a supervisor. The path is read from this process's memory (the thread that asked
+// waits in its syscall) with process_vm_readv, which fails instead of faulting on a bad pointer.
+void pch_supervise(int listener, int stop, const std::string& dir) {
+  seccomp_notif_sizes sizes{};
+  if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) sizes = {sizeof(seccomp_notif), sizeof(seccomp_notif_resp), 0};
+  std::vector<char> req_bytes(std::max<std::size_t>(sizes.seccomp_notif, sizeof(seccomp_notif)));
+  std::vector<char> resp_bytes(std::max<std::size_t>(sizes.seccomp_notif_resp, sizeof(seccomp_notif_resp)));
+  auto* req = reinterpret_cast<seccomp_notif*>(req_bytes.data());
+  auto* resp = reinterpret_cast<seccomp_notif_resp*>(resp_bytes.data());
+  for (;;) {
+    pollfd fds[2] = {{listener, POLLIN, 0}, {stop, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    std::memset(req_bytes.data(), 0, req_bytes.size());
+    if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, req) != 0) continue;  // the thread's syscall ended meanwhile
+    int path_arg = -1;
+    for (const PathSyscall& c : checked_path_syscalls())
+      if (c.nr == req->data.nr) path_arg = c.path_arg;
+    std::string path;
+    if (path_arg >= 0) {
+      char buf[4096];
+      iovec local{buf, sizeof buf - 1}, remote{reinterpret_cast<void*>(req->data.args[path_arg]), sizeof buf - 1};
+      const ssize_t n = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+      if (n > 0) path.assign(buf, strnlen(buf, static_cast<std::size_t>(n)));
+    }
+    std::memset(resp_bytes.data(), 0, resp_bytes.size());
+    resp->id = req->id;
+    if (creates_scratch_file(*req, path)) {
+      // NVRTC's front end makes a scratch file in $TMPDIR (created, then unlinked at once): it gets a
+      // memory file instead, through the descriptor the supervisor adds to it (Linux 5.9+).
+      const int mem = static_cast<int>(::syscall(SYS_memfd_create, "kjit-nvrtc-scratch", 0u));
+      if (mem >= 0) {
+        seccomp_notif_addfd add{};
+        add.id = req->id;
+        add.srcfd = static_cast<std::uint32_t>(mem);
+        const int fd = ::ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add);
+        ::close(mem);
+        if (fd >= 0) {
+          resp->val = fd;
+          if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, resp) == 0) continue;
+        }
+      }
+    }
+    if ((!path.empty() && inside_folder(path, dir)) || names_its_descriptor(*req, path)) {
+      resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+      if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, resp) == 0) continue;
+      resp->flags = 0;  // a kernel without CONTINUE (before 5.5): no PCH file, the compile goes on
+    }
+    resp->error = -ENOENT;
+    (void)::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, resp);
+  }
 }
 
 std::uint64_t address_space_bytes() {
@@ -564,25 +713,77 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
 
 NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const std::string& what) {
   load_what_nvrtc_reads_once();
-  std::vector<sock_filter> filter = no_files_filter();
+  // NVRTC's precompiled header is a file in job.pch_dir: only there may NVRTC open files, through a
+  // supervisor on this thread (pch_supervise). Never for a template from a manifest.
+  const bool pch = !job.pch_dir.empty() && !untrusted;
+  std::vector<sock_filter> filter = no_files_filter(pch);
+  std::vector<sock_filter> plain = pch ? no_files_filter(false) : std::vector<sock_filter>{};
   NvrtcOutcome out;
   std::exception_ptr error;
+  int stop[2] = {-1, -1};  // the worker's end of the compile wakes the supervisor
+  if (pch && ::pipe2(stop, O_CLOEXEC) != 0) stop[0] = stop[1] = -1;
+  std::mutex mu;
+  std::condition_variable cv;
+  int listener = -2;  // -2: not known yet; -1: no supervisor (the compile runs without the PCH)
   // A filter installed on a thread binds that thread only (and its children): a fresh one per compile.
   std::thread worker([&] {
     try {
-      const std::string note = forbid_files(filter);
+      int fd = -1;
+      std::string note;
+      NvrtcJob without_pch;
+      const NvrtcJob* run = &job;
+      const bool supervised = pch && stop[0] >= 0 && forbid_files(filter, &fd).empty();
+      if (!supervised) {
+        if (pch) {  // no supervisor: the plain filter, and NVRTC is not asked for a PCH it could not write
+          without_pch = job;
+          without_pch.pch_dir.clear();
+          auto is_pch_flag = [](const std::string& f) { return f == "--pch" || f.rfind("--pch-dir=", 0) == 0; };
+          without_pch.flags.erase(std::remove_if(without_pch.flags.begin(), without_pch.flags.end(), is_pch_flag),
+                                  without_pch.flags.end());
+          run = &without_pch;
+          fd = -1;
+        }
+        note = forbid_files(pch ? plain : filter);
+      }
+      if (pch) {
+        std::lock_guard<std::mutex> lock(mu);
+        listener = fd;
+        cv.notify_one();
+      }
       if (!note.empty() && untrusted) {  // fail closed: never compiled with file access
         out.sandbox_note = note;
         return;
       }
       auto no_fork_now = hold_off_forks();
-      out = run_nvrtc(job);
+      out = run_nvrtc(*run);
       out.sandbox_note = note;
     } catch (...) {
       error = std::current_exception();
     }
+    if (pch) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (listener == -2) listener = -1;
+        cv.notify_one();
+      }
+      if (stop[1] >= 0) (void)::write(stop[1], "x", 1);
+    }
   });
+  if (pch) {
+    int fd;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return listener != -2; });
+      fd = listener;
+    }
+    if (fd >= 0) {
+      pch_supervise(fd, stop[0], job.pch_dir);
+      ::close(fd);
+    }
+  }
   worker.join();
+  for (int fd : stop)
+    if (fd >= 0) ::close(fd);
   if (error) std::rethrow_exception(error);
   if (untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
   return out;

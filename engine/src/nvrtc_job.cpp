@@ -42,6 +42,13 @@ NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
     if (lib.nvrtcGetProgramLog(prog, out.log.data()) == NVRTC_SUCCESS) out.log.resize(n - 1);
     else out.log.clear();
   }
+  if (!job.pch_dir.empty() && lib.nvrtcGetPCHCreateStatus && lib.nvrtcGetPCHHeapSizeRequired && lib.nvrtcSetPCHHeapSize &&
+      lib.nvrtcGetPCHCreateStatus(prog) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
+    // The PCH did not fit NVRTC's heap (256 MiB by default; CuTe's needs ~470 MiB): the next compile of
+    // this header set makes it in a heap of the size it needs.
+    std::size_t need = 0;
+    if (lib.nvrtcGetPCHHeapSizeRequired(prog, &need) == NVRTC_SUCCESS && need > 0) lib.nvrtcSetPCHHeapSize(need);
+  }
   if (r != NVRTC_SUCCESS) {
     out.status = static_cast<int>(r);
     out.status_text = lib.nvrtcGetErrorString(r);

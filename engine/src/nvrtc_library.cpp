@@ -54,6 +54,11 @@ const NvrtcLibrary& NvrtcLibrary::get() {
   KJIT_LOAD(nvrtcAddNameExpression);
   KJIT_LOAD(nvrtcGetLoweredName);
 #undef KJIT_LOAD
+#define KJIT_LOAD_IF_THERE(name) lib->name = reinterpret_cast<decltype(lib->name)>(lib->lib_.find(#name))
+  KJIT_LOAD_IF_THERE(nvrtcSetPCHHeapSize);
+  KJIT_LOAD_IF_THERE(nvrtcGetPCHCreateStatus);
+  KJIT_LOAD_IF_THERE(nvrtcGetPCHHeapSizeRequired);
+#undef KJIT_LOAD_IF_THERE
   lib->check(lib->nvrtcVersion(&lib->major_, &lib->minor_), "nvrtcVersion");
   int n = 0;
   lib->check(lib->nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");

@@ -44,6 +44,10 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_COMPILE_ISOLATION", "untrusted | always",
        "untrusted: templates rebuilt from a manifest compile in a child process that may read no file, "
        "under the time and memory limits; always: every compile runs in a bounded child process"},
+      {"KJIT_PCH", "auto | on | off",
+       "NVRTC's precompiled header (in-process compiles of your templates, NVRTC 12.8+): the headers parsed "
+       "once per process and header set, in a private folder NVRTC may write to and nothing else. auto "
+       "(default): for templates whose headers pass 4 MB (CUB, thrust, CuTe); on: every template; off: never"},
       {"KJIT_COMPILE_TIMEOUT", "seconds, a number > 0",
        "wall-clock limit of one isolated compile (default 300); also the longest a fork() waits for the "
        "in-process compiles in flight"},
@@ -285,6 +289,12 @@ Settings Settings::from_lookup(const Lookup& get) {
     else if (*v == "always") s.compile_isolation = CompileIsolation::Always;
     else bad_value("KJIT_COMPILE_ISOLATION", *v, allowed_of("KJIT_COMPILE_ISOLATION"),
                    "Unset it for the default (untrusted).");
+  }
+  if (auto v = nonempty("KJIT_PCH")) {
+    if (*v == "auto") s.pch = PchMode::Auto;
+    else if (*v == "on") s.pch = PchMode::On;
+    else if (*v == "off") s.pch = PchMode::Off;
+    else bad_value("KJIT_PCH", *v, allowed_of("KJIT_PCH"), "Unset it for the default (auto).");
   }
   if (auto v = nonempty("KJIT_COMPILE_TIMEOUT"))
     s.compile_timeout_s = parse_seconds("KJIT_COMPILE_TIMEOUT", *v, "Example: KJIT_COMPILE_TIMEOUT=600.");

@@ -27,6 +27,7 @@
 #include "test_support.hpp"
 
 using namespace kjit;
+namespace fs = std::filesystem;
 using kjit::testing::TempDir;
 
 namespace {
@@ -572,4 +573,36 @@ TEST(Compile, AnIsolatedCompilesLogIsBoundedAndItsTextDecidesNothing) {
   EXPECT_FALSE(bin.payload.empty());
   EXPECT_LE(bin.log.size(), (4u << 20) + 200);
   EXPECT_NE(bin.log.find("[kjit: the log was cut here, at 4 MiB of "), std::string::npos) << bin.log.substr(bin.log.size() - 200);
+}
+
+// NVRTC's precompiled header (KJIT_PCH): a file in this process's own folder, the one place the compile
+// thread may open files; the binary is the one a compile without it makes, and a probe of any other
+// file still finds nothing.
+TEST(Compile, APrecompiledHeaderLivesInItsOwnFolderAndChangesNoBinary) {
+  if (!NvrtcLibrary::get().has_pch()) GTEST_SKIP() << "NVRTC " << NvrtcLibrary::get().version() << " has no PCH (12.8+)";
+  TempDir dir;
+  kjit::testing::write_file(dir / "exists.h", "TOP_SECRET_LINE_42 leaked;\n");
+  const std::string q = "\"" + (dir / "exists.h").string() + "\"";
+  auto t = Template::from_string("#include <cuda_fp16.h>\n#define CAT(a, b) a##b\n#define HAS CAT(__has_, include)\n#if HAS(" +
+                                     q + ")\n#error THE_FILE_EXISTS\n#endif\n" + kKernel,
+                                 "pch.cu");
+  const auto plan = Compiler::plan(Target::parse("sm_90"));
+  Settings on = settings_for(dir), off = settings_for(dir);
+  on.pch = PchMode::On;
+  off.pch = PchMode::Off;
+  auto spec = [&](DType d) { return Specialization(t, "k", {{"T", TemplateArg::type(d)}}); };
+  const CompiledBinary first = Compiler::compile(spec(DType::Float32), plan, on);
+  const auto dir_flag = std::find_if(first.flags.begin(), first.flags.end(),
+                                     [](const std::string& f) { return f.rfind("--pch-dir=", 0) == 0; });
+  ASSERT_NE(dir_flag, first.flags.end()) << "compiled without the PCH";
+  const fs::path pch_dir = dir_flag->substr(10);
+  std::size_t pch_files = 0;
+  for (const auto& e : fs::directory_iterator(pch_dir))
+    if (e.path().extension() == ".pch") ++pch_files;
+  EXPECT_GE(pch_files, 1u) << "NVRTC made no precompiled header in " << pch_dir;
+  EXPECT_EQ(fs::status(pch_dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  // The next specialization (which uses it) and the same one without it: the binaries a plain compile makes.
+  const CompiledBinary second = Compiler::compile(spec(DType::Float64), plan, on);
+  EXPECT_EQ(second.payload, Compiler::compile(spec(DType::Float64), plan, off).payload);
+  EXPECT_EQ(first.payload, Compiler::compile(spec(DType::Float32), plan, off).payload);
 }

@@ -16,6 +16,9 @@ struct NvrtcJob {
   std::vector<std::string> flags;
   std::string name_expression;
   bool want_cubin = true;  // else PTX
+  // NVRTC's automatic precompiled header (flags --pch --pch-dir=<this>): the one folder where NVRTC may
+  // write and read files, in this process only (run_nvrtc_without_files). Never sent to a compile child.
+  std::string pch_dir;
 };
 
 struct NvrtcOutcome {

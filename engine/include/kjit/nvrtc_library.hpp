@@ -37,6 +37,10 @@ class NvrtcLibrary {
   KJIT_NVRTC_FN(nvrtcGetProgramLog);
   KJIT_NVRTC_FN(nvrtcAddNameExpression);
   KJIT_NVRTC_FN(nvrtcGetLoweredName);
+  // NVRTC 12.8+ (null before): the precompiled header's heap and creation status.
+  KJIT_NVRTC_FN(nvrtcSetPCHHeapSize);
+  KJIT_NVRTC_FN(nvrtcGetPCHCreateStatus);
+  KJIT_NVRTC_FN(nvrtcGetPCHHeapSizeRequired);
 #undef KJIT_NVRTC_FN
 
   // Read from NVRTC once, when get() loads it: after that, kjit calls into NVRTC only to compile, and
@@ -55,6 +59,8 @@ class NvrtcLibrary {
     return nvrtc_flags_for_version(major_, minor_, std::move(flags));
   }
   std::string path() const { return lib_.path().string(); }
+  // Whether this NVRTC has the automatic precompiled header (--pch, --pch-dir: 12.8+).
+  bool has_pch() const { return nvrtcGetPCHCreateStatus != nullptr; }
 
   // Throws kjit::Error "<call> failed: <nvrtc error string>" when r != NVRTC_SUCCESS.
   void check(nvrtcResult r, const char* call) const;

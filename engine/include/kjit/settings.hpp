@@ -24,6 +24,8 @@ using cache::to_string;
 // Which compiles run in a bounded child process (compile_sandbox.hpp): templates rebuilt from a
 // manifest only (they may come from anyone), or every compile.
 enum class CompileIsolation { Untrusted, Always };
+// KJIT_PCH: NVRTC's automatic precompiled header for in-process compiles (Compiler::compile).
+enum class PchMode { Auto, On, Off };
 
 // One documented variable of the registry (for `kjit info` and the README).
 struct SettingInfo {
@@ -50,6 +52,7 @@ struct Settings {
   int verbose = 0;                                    // KJIT_VERBOSE (0, 1, 2)
   int max_specializations = 16;                       // KJIT_MAX_SPECIALIZATIONS
   CompileIsolation compile_isolation = CompileIsolation::Untrusted;  // KJIT_COMPILE_ISOLATION
+  PchMode pch = PchMode::Auto;                                       // KJIT_PCH
   double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)
   std::uint64_t compile_memory_bytes = 8ull << 30;    // KJIT_COMPILE_MEMORY
   bool preload_compiler = true;                       // KJIT_PRELOAD_COMPILER (compiler_preload.hpp)
