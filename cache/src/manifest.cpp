@@ -77,11 +77,17 @@ std::string arg_value_text(const ManifestArg& a) {
 }
 
 // The sources of a non-built-in template, as one object, and its id (what a record line references).
-Json sources_body(const std::string& source, const std::map<std::string, std::string>& headers) {
-  return {{"source", source}, {"headers", headers}};
+// "learned" only when there is any: the id of sources written before it existed stays what it was.
+using Learned = std::map<std::string, std::vector<std::string>>;
+Json sources_body(const std::string& source, const std::map<std::string, std::string>& headers,
+                  const Learned& learned) {
+  Json j = {{"source", source}, {"headers", headers}};
+  if (!learned.empty()) j["learned"] = learned;
+  return j;
 }
-std::string sources_id(const std::string& source, const std::map<std::string, std::string>& headers) {
-  return to_hex(Sha256::of(sources_body(source, headers).dump()));
+std::string sources_id(const std::string& source, const std::map<std::string, std::string>& headers,
+                       const Learned& learned) {
+  return to_hex(Sha256::of(sources_body(source, headers, learned).dump()));
 }
 
 // The record without its id: what the id hashes and a version 2 record line's body (the template's
@@ -148,6 +154,27 @@ class Reader {
   bool boolean(const Json& obj, const char* name, const std::string& where) const {
     return field(obj, name, Json::value_t::boolean, where).get<bool>();
   }
+  // The optional "learned" of a sources line: {hex SHA-256: [directive, ...]}.
+  Learned learned(const Json& obj, const std::string& where) const {
+    Learned out;
+    auto it = obj.find("learned");
+    if (it == obj.end()) return out;
+    const std::string w = where + ".learned";
+    if (!it->is_object()) fail(w, "is not an object");
+    for (const auto& [sha, list] : it->items()) {
+      if (sha.size() != 64 || sha.find_first_not_of("0123456789abcdef") != std::string::npos)
+        fail(w, "has a key that is not a hex SHA-256");
+      if (!list.is_array()) fail(w + "." + sha.substr(0, 16), "is not an array");
+      for (const auto& d : list) {
+        if (!d.is_string() || d.get<std::string>().size() < 2 ||
+            (d.get<std::string>().front() != '<' && d.get<std::string>().front() != '"'))
+          fail(w + "." + sha.substr(0, 16), "holds something other than an include directive ('<name' or '\"name')");
+        out[sha].push_back(d.get<std::string>());
+      }
+    }
+    return out;
+  }
+
   std::map<std::string, std::string> string_map(const Json& obj, const char* name, const std::string& where) const {
     const Json& m = field(obj, name, Json::value_t::object, where);
     std::map<std::string, std::string> out;
@@ -289,7 +316,8 @@ class Reader {
       const std::string w = where() + ".sources";
       if (!src.is_object()) fail(w, "is not an object");
       const std::string id = str(src, "id", w);
-      auto sources = std::make_shared<const ManifestSources>(str(src, "source", w), string_map(src, "headers", w));
+      auto sources = std::make_shared<const ManifestSources>(str(src, "source", w), string_map(src, "headers", w),
+                                                             learned(src, w));
       if (id != sources->id()) fail(w, "its \"id\" does not match its content (edited by hand?)");
       sources_.emplace(id, std::move(sources));
       return std::nullopt;
@@ -353,8 +381,11 @@ bool read_text(const fs::path& file, std::string& out) {
 
 }  // namespace
 
-ManifestSources::ManifestSources(std::string source, std::map<std::string, std::string> headers)
-    : source_(std::move(source)), headers_(std::move(headers)), id_(sources_id(source_, headers_)) {}
+ManifestSources::ManifestSources(std::string source, std::map<std::string, std::string> headers, Learned learned)
+    : source_(std::move(source)),
+      headers_(std::move(headers)),
+      learned_(std::move(learned)),
+      id_(sources_id(source_, headers_, learned_)) {}
 
 std::string ManifestRecord::id() const { return to_hex(Sha256::of(record_body(*this).dump())); }
 
@@ -381,7 +412,7 @@ std::string record_lines(const ManifestRecord& r, std::set<std::string>& written
   Json body = record_body(r);
   const std::string id = to_hex(Sha256::of(body.dump()));  // r.id()
   if (!r.builtin && written_sources.insert(r.sources->id()).second) {
-    Json src = sources_body(r.sources->source(), r.sources->headers());
+    Json src = sources_body(r.sources->source(), r.sources->headers(), r.sources->learned());
     src["id"] = r.sources->id();
     out += Json{{"sources", std::move(src)}}.dump() + "\n";
   }

@@ -13,14 +13,16 @@ Recorder::Recorder(std::filesystem::path manifest, double lock_timeout_s)
 
 void Recorder::record(const Specialization& spec) noexcept {
   try {
+    // The template as compiled: with the headers its compiles learned (Template::current()).
+    const Specialization current = spec.on_current_template();
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<const cache::ManifestSources> sources;
-    if (!spec.tmpl().is_builtin()) {  // each template's sources copied and hashed once, not per record
-      auto& known = sources_[spec.tmpl().digest()];
-      if (!known) known = sources_of(spec.tmpl());
+    if (!current.tmpl().is_builtin()) {  // each template's sources copied and hashed once, not per record
+      auto& known = sources_[current.tmpl().digest()];
+      if (!known) known = sources_of(current.tmpl());
       sources = known;
     }
-    cache::ManifestRecord r = to_record(spec, std::move(sources));
+    cache::ManifestRecord r = to_record(current, std::move(sources));
     const std::string id = r.id();
     if (recorded_.count(id)) return;
     writer_.append({std::move(r)});

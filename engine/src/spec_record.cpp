@@ -13,7 +13,7 @@ std::shared_ptr<const cache::ManifestSources> sources_of(const Template& t) {
   std::map<std::string, std::string> headers;
   for (const Header& h : t.with_bytes()->headers())
     if (!h.from_cuda) headers[h.include_name] = h.bytes;
-  return std::make_shared<const cache::ManifestSources>(t.source(), std::move(headers));
+  return std::make_shared<const cache::ManifestSources>(t.source(), std::move(headers), t.learned_includes());
 }
 
 cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<const cache::ManifestSources> sources) {
@@ -65,7 +65,7 @@ cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<cons
 std::shared_ptr<const Template> template_of(const ManifestRecord& record, std::string* stale) {
   std::shared_ptr<const Template> t = record.builtin ? Template::builtin(record.template_name)
                      : record.sources ? Template::from_memory(record.sources->source(), record.template_name,
-                                                              record.sources->headers())
+                                                              record.sources->headers(), record.sources->learned())
                                       : throw ValueError("the manifest record " + record.describe() +
                                                          " has no sources for its template, which is not built in");
   if (stale) {

@@ -197,6 +197,7 @@ class IncludeResolver {
   std::vector<Header> headers;
   std::vector<std::string> unresolved;
   std::vector<std::pair<std::string, std::size_t>> aliases;  // (include name, index in headers of that file)
+  std::map<std::string, std::vector<std::string>> applied;   // the learned directives used, by file SHA-256
 
  private:
   // The includes of a file that lives in `including_dir`, whose text is `text` (of SHA-256 `sha256`).
@@ -212,7 +213,11 @@ class IncludeResolver {
     std::vector<std::string> all = index_.learned(sha256);
     if (auto it = learned_.find(sha256); it != learned_.end()) all.insert(all.end(), it->second.begin(), it->second.end());
     for (const auto& d : all)
-      if (d.size() > 1) includes.push_back({d.substr(1), d.front() == '<', true});
+      if (d.size() > 1) {
+        includes.push_back({d.substr(1), d.front() == '<', true});
+        auto& list = applied[sha256];
+        if (std::find(list.begin(), list.end(), d) == list.end()) list.push_back(d);
+      }
   }
   // A confined template may include only plainly named headers (its own files, not the CUDA headers').
   bool checks_directives(const fs::path& including_dir) const { return confined_ && !in_cuda_dirs(including_dir); }
@@ -449,6 +454,7 @@ std::shared_ptr<const Template> Template::load_from(std::string source, std::str
   index->save();
   t->headers_ = std::move(resolver.headers);
   t->unresolved_ = std::move(resolver.unresolved);
+  t->learned_ = std::move(resolver.applied);
   t->confined_ = confined;
   t->kernels_ = parse_kernel_decls(t->source_);
 
@@ -509,6 +515,7 @@ std::shared_ptr<const Template> Template::with_bytes() const {
   t->digest_ = digest_;
   t->uid_ = uid_;
   t->origin_ = origin_;
+  t->learned_ = learned_;
   for (auto* list : {&t->headers_, &t->compile_only_headers_})
     for (Header& h : *list) {
       if (h.loaded) continue;
@@ -620,10 +627,15 @@ std::shared_ptr<const Template> Template::generated(std::string source, std::str
 }
 
 std::shared_ptr<const Template> Template::from_memory(std::string source, std::string name,
-                                                      std::map<std::string, std::string> headers) {
+                                                      std::map<std::string, std::string> headers,
+                                                      std::map<std::string, std::vector<std::string>> learned) {
   PhaseTimer timer(Phase::Template);
   if (name.empty()) name = "<string>";
-  return load(std::move(source), std::move(name), false, fs::path{}, {}, std::move(headers), true);
+  Origin o;
+  o.memory_headers = std::move(headers);
+  o.confined = true;
+  o.learned = std::move(learned);
+  return load_from(std::move(source), std::move(name), std::move(o));
 }
 
 std::shared_ptr<const Template> Template::builtin(const std::string& name) {

@@ -13,7 +13,9 @@
 #include "kjit/cache/sha256.hpp"
 #include "kjit/compiler.hpp"
 #include "kjit/engine.hpp"
+#include "kjit/cache/manifest.hpp"
 #include "kjit/error.hpp"
+#include "kjit/spec_record.hpp"
 #include "kjit/template.hpp"
 #include "test_support.hpp"
 
@@ -169,4 +171,40 @@ TEST(LearnedIncludes, ANameAMacroComputesNeverTakesAManifestTemplateOutOfItsFold
   auto grown = own->grown_by({{"k.cu", absolute}});
   ASSERT_NE(grown, nullptr);
   EXPECT_TRUE(hands(*grown, absolute));
+}
+
+// A manifest carries what compiles learned for the template's files (thrust's device system header here),
+// so that the template rebuilt on a machine that never compiled it hands the same headers: the same
+// digest, no "stale" note, and no pass that fails to learn them again.
+TEST(LearnedIncludes, AManifestCarriesThemSoATemplateRebuiltElsewhereKeysTheSame) {
+  TempDir dir;
+  const std::string source = "#include <thrust/iterator/detail/device_system_tag.h>\n"
+                             "template <int N> __global__ void k(int* out) { out[0] = N; }\n";
+  cache::ManifestRecord record;
+  {
+    UseIndex use(index_in(dir / "cache"));
+    Engine engine(settings_for(dir));
+    auto t = Template::from_string(source, "thrust_tag.cu");
+    try {
+      engine.prepare(spec_of(t), Target::parse("sm_90"));
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no CCCL here: " << e.what();
+    }
+    ASSERT_FALSE(t->current()->learned_includes().empty()) << "thrust's device system header is macro-computed";
+    record = to_record(spec_of(t).on_current_template());
+    EXPECT_EQ(record.template_digest, t->current()->digest());
+    ASSERT_FALSE(record.sources->learned().empty());
+  }
+  UseIndex elsewhere(index_in(dir / "another-machine"));  // knows nothing learned
+  std::string stale;
+  auto rebuilt = template_of(record, &stale);
+  EXPECT_EQ(stale, "");
+  EXPECT_EQ(rebuilt->digest(), record.template_digest);
+  // And through a manifest's text, written and read back.
+  cache::Manifest m;
+  m.add(record);
+  const cache::Manifest read = cache::parse_manifest(cache::manifest_to_json(m), "m.jsonl");
+  ASSERT_EQ(read.records().size(), 1u);
+  EXPECT_EQ(read.records()[0].sources->learned(), record.sources->learned());
+  EXPECT_EQ(template_of(read.records()[0])->digest(), record.template_digest);
 }

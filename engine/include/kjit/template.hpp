@@ -65,8 +65,11 @@ class Template : public std::enable_shared_from_this<Template> {
   // that is absolute or climbs with ".." resolves only among `headers` (a manifest may come from
   // anywhere: it must not make kjit read files outside its folders).
   // Whatever the template, kjit's templates folder never serves an include name that leaves it.
+  // `learned`: include directives compiles learned for its files (learned_includes() of the recorded
+  // template), resolved as any learned directive is: never outside its folders.
   static std::shared_ptr<const Template> from_memory(std::string source, std::string name,
-                                                     std::map<std::string, std::string> headers);
+                                                     std::map<std::string, std::string> headers,
+                                                     std::map<std::string, std::vector<std::string>> learned = {});
   // Source text that kjit generates on top of its own templates (kjit.elementwise): its quoted includes
   // resolve in kjit's templates folder first, as a built-in template's do, so that a header of the same
   // name in the user's include paths (KJIT_INCLUDE_PATH, include_dirs) never replaces kjit's. The digest
@@ -97,6 +100,10 @@ class Template : public std::enable_shared_from_this<Template> {
     std::string file;
     std::string name;
   };
+  // The learned include directives (HeaderIndex::learned) this load applied, by the SHA-256 of the file
+  // they belong to: what a manifest records with the template, so that it is rebuilt with the same headers.
+  const std::map<std::string, std::vector<std::string>>& learned_includes() const noexcept { return learned_; }
+
   // This template loaded again with what a compile learned: each missing name, resolved from the file
   // that asked for it as a quoted include is (that file's folder, then the search path), is handed to
   // NVRTC and hashed from now on. The directives are recorded in the header index (by the SHA-256 of the
@@ -153,6 +160,7 @@ class Template : public std::enable_shared_from_this<Template> {
   std::uint64_t uid_ = 0;
   bool holds_bytes_ = true;
   std::shared_ptr<const Origin> origin_;
+  std::map<std::string, std::vector<std::string>> learned_;
   mutable std::mutex with_bytes_mu_;
   mutable std::shared_ptr<const Template> with_bytes_;
   mutable std::mutex grown_mu_;

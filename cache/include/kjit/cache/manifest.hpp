@@ -68,14 +68,19 @@ struct ManifestOptions {
 // {"headers":{...},"source":"..."}. Immutable, and shared by every record of the template.
 class ManifestSources {
  public:
-  ManifestSources(std::string source, std::map<std::string, std::string> headers);
+  // `learned`: include directives compiles learned for the template's files (HeaderIndex::learned: the
+  // SHA-256 of a file's bytes -> directives), so that the template rebuilt elsewhere hands the same headers.
+  ManifestSources(std::string source, std::map<std::string, std::string> headers,
+                  std::map<std::string, std::vector<std::string>> learned = {});
   const std::string& source() const noexcept { return source_; }
   const std::map<std::string, std::string>& headers() const noexcept { return headers_; }
+  const std::map<std::string, std::vector<std::string>>& learned() const noexcept { return learned_; }
   const std::string& id() const noexcept { return id_; }
 
  private:
   std::string source_;
   std::map<std::string, std::string> headers_;
+  std::map<std::string, std::vector<std::string>> learned_;
   std::string id_;
 };
 
