@@ -1,6 +1,6 @@
-// libcu++ (<cuda/std/...>): complex numbers, limits, algorithms and arrays in device code.
-#include <cuda/std/algorithm>
+// libcu++ (<cuda/std/...>): complex numbers, math, limits and arrays in device code.
 #include <cuda/std/array>
+#include <cuda/std/cmath>
 #include <cuda/std/complex>
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
@@ -12,5 +12,5 @@ __global__ void complex_norm_clamped(const T* re, const T* im, T* out, T hi, int
   const cuda::std::complex<T> z(re[i], im[i]);
   const cuda::std::complex<T> w = z * cuda::std::conj(z);
   const cuda::std::array<T, 2> range{T(0), hi < cuda::std::numeric_limits<T>::max() ? hi : T(1)};
-  out[i] = cuda::std::clamp(w.real(), range[0], range[1]);
+  out[i] = cuda::std::fmin(cuda::std::fmax(w.real(), range[0]), range[1]);
 }

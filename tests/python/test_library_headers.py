@@ -11,7 +11,6 @@ what it learned in the header index. So:
 The kernels are bench/library_kernels/*.cu (the bench times their compiles).
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -22,29 +21,19 @@ HERE = pathlib.Path(__file__).resolve().parent
 KERNELS_DIR = HERE.parent.parent / "bench" / "library_kernels"  # shared with the bench (kjit.bench)
 
 
-def cutlass_include_dir():
-    """CUTLASS's include/ (cute/ and cutlass/) from the nvidia-cutlass package, else None."""
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for base in spec.submodule_search_locations:
-        d = pathlib.Path(base) / "source" / "include"
-        if (d / "cute" / "tensor.hpp").is_file():
-            return d
-    return None
-
-
 # name -> (file, kernel, template arguments, kernel() options, include dirs)
 def kernels():
-    cutlass = cutlass_include_dir()
+    import kjit
+
+    cutlass = kjit._cutlass_include_dir()
     return {
         "cub_block_reduce": ("cub_block_reduce.cu", "block_sum", {"BLOCK": 256, "T": "float32"}, {}, []),
         "cub_warp_scan": ("cub_warp_scan.cu", "scan_plus_warp_sum", {"BLOCK": 128}, {}, []),
         "thrust": ("thrust_functional.cu", "max_plus", {"T": "float32"}, {}, []),
         "libcudacxx": ("libcudacxx.cu", "complex_norm_clamped", {"T": "float32"}, {}, []),
         # CuTe's unannotated constexpr helpers need NVRTC's -default-device.
-        "cute": ("cute_mma.cu", "mma_16x8x16", {"SCALE": 1}, {"default_device": True},
-                 [str(cutlass)] if cutlass else None),
+        # From the nvidia-cutlass package, which kjit finds by itself (kjit info: CUTLASS).
+        "cute": ("cute_mma.cu", "mma_16x8x16", {"SCALE": 1}, {"default_device": True}, [] if cutlass else None),
     }
 
 
