@@ -298,13 +298,22 @@ def reason(error: str, limit: int = 400) -> str:
     return (lines[0][:limit // 2] + (" | " + why if why else ""))[:limit]
 
 
+def cause(error: str) -> str:
+    """What an error text says went wrong, without the specialization it names: the line that says why when
+    there is one, else its first line (the same cause in several steps groups into one note)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    why = next((ln for ln in lines[1:] if ln.startswith("kjit ") or " error" in ln), None)
+    return why or (lines[0] if lines else "?")
+
+
 def _line(name: str, setting: str, entry: dict) -> str:
-    parts = []
+    parts, errors = [], []
     for step in STEPS:
         e = entry["steps"].get(step) or {}
-        parts.append(f"{STEP_TITLES[step]} {e['ms']['median']:.0f} ms" if "ms" in e else
-                     f"{STEP_TITLES[step]} failed: {reason((e.get('errors') or ['?'])[-1], 200)}")
-    return f"  {name}, {ENV}={setting}: " + "; ".join(parts)
+        parts.append(f"{STEP_TITLES[step]} {e['ms']['median']:.0f} ms" if "ms" in e else f"{STEP_TITLES[step]} failed")
+        errors += (e.get("errors") or [])[-1:]
+    causes = list(dict.fromkeys(cause(err)[:200] for err in errors))
+    return f"  {name}, {ENV}={setting}: " + "; ".join(parts) + (f" ({'; '.join(causes)})" if causes else "")
 
 
 def run(quick: bool, peer_versions: dict | None = None, log=None, save=None, kernels: list[str] | None = None,

@@ -437,7 +437,7 @@ def _library_headers_md(sec: dict) -> list[str]:
            "header index knows the learned includes), from Template.from_file to specialization C. NVRTC's "
            "start-up is paid before the clock. The ratio after a PCH-on figure: on / off of the medians (below 1: "
            "PCH faster). headers: the template's headers, and the bytes of those found on the include path.", ""]
-    rows, notes = [], []
+    rows, failed = [], {}
     for name, v in (sec.get("kernels") or {}).items():
         if not _is(v):
             rows.append([name, str(v)] + ["-"] * 8)
@@ -449,8 +449,10 @@ def _library_headers_md(sec: dict) -> list[str]:
             on = ((pch.get("on") or {}).get("steps") or {}).get(step)
             cells += [_lib_cell(off), _lib_cell(on, off)]
             for setting, e in (("off", off), ("on", on)):
-                for err in dict.fromkeys((e or {}).get("errors") or []):
-                    notes.append(f"- {name}, {lh.STEP_TITLES[step]}, {env}={setting}: {lh.reason(err)}")
+                for err in (e or {}).get("errors") or []:
+                    # One note per kernel and cause: the same cause in several steps and settings is listed once.
+                    g = failed.setdefault((name, lh.cause(err)), {"reason": lh.reason(err), "steps": {}, "settings": {}})
+                    g["steps"][lh.STEP_TITLES[step]] = g["settings"][setting] = None
         h = v.get("headers") if _is(v.get("headers")) else {}
         cells += [str(h.get("count", "-")), f"{h['bytes'] / 1024:.0f} KiB" if h.get("bytes") is not None else "-"]
         rows.append(cells)
@@ -472,8 +474,9 @@ def _library_headers_md(sec: dict) -> list[str]:
         reported.append(line)
     if reported:
         out += ["", "The setting as kjit ran it:", ""] + reported
-    if notes:
-        out += ["", "Failed:", ""] + notes
+    if failed:
+        out += ["", "Failed:", ""] + [f"- {name} ({', '.join(g['steps'])}; {env}={', '.join(g['settings'])}): "
+                                       f"{g['reason']}" for (name, _), g in failed.items()]
     return out
 
 

@@ -559,7 +559,7 @@ def test_library_headers_markdown():
     assert "- KJIT_PCH=off: kjit reported no PCH setting" in md
     assert ('- KJIT_PCH=on: kjit reported {"stats.pch": {"mode": "on"}}; the processes printed: '
             "kjit: warning: something") in md
-    assert ("- cub_block_reduce, warm-index first, KJIT_PCH=on: CompileError: NVRTC could not compile block_sum | "
+    assert ("- cub_block_reduce (warm-index first; KJIT_PCH=on): CompileError: NVRTC could not compile block_sum | "
             "kjit did not find 'x.h' where it resolves includes") in md
     assert report.file_prefix(synthetic_library_headers()) == "2026-11-26-cpu-kjit-bench"
 
@@ -602,6 +602,8 @@ def test_library_headers_kernels_plans_and_environment(tmp_path, monkeypatch):
     assert lh.reason("CompileError: boom\n  options: -x\nkjit did not find 'a.h'\n--- log ---\nx(1): error: y") == \
         "CompileError: boom | kjit did not find 'a.h'"
     assert lh.reason("") == "?"
+    assert lh.cause("CompileError: could not compile f<1>\nkjit did not find 'a.h'") == "kjit did not find 'a.h'"
+    assert lh.cause("TypeError: kernel(): bad\n  1. (self, name)") == "TypeError: kernel(): bad"
 
 
 def test_library_headers_aggregates_repetitions_and_keeps_errors():
@@ -658,6 +660,8 @@ def test_library_headers_run_alternates_settings_keeps_going_and_saves_after_eve
     assert k["cute"] == lh.MISSING_CUTLASS
     assert k["cub_block_reduce"]["pch"]["on"]["steps"]["first"] == {
         "errors": ["RuntimeError: probe machinery broke"] * 2}
+    assert ("  cub_block_reduce, KJIT_PCH=on: first failed; second spec failed; warm-index first failed "
+            "(RuntimeError: probe machinery broke) (rep 2/2)") in logged
     thrust = k["thrust"]
     assert thrust["headers"] == {"count": 2, "bytes": 2048, "found": 2}
     assert thrust["pch"]["on"]["steps"]["second_spec"]["ms"]["median"] == 60.0
@@ -666,6 +670,7 @@ def test_library_headers_run_alternates_settings_keeps_going_and_saves_after_eve
     assert any("thrust, KJIT_PCH=on: first 60 ms" in line for line in logged)
     md = report.markdown({"machine": {"gpu": "NVIDIA H100 80GB HBM3"}, "library_headers": out})
     assert "| thrust | T=float32 / T=float64 / T=int32 | 100 ms (100-100) | 60.0 ms (60.0-60.0), 0.60x |" in md
+    assert "- cub_block_reduce (first, second spec, warm-index first; KJIT_PCH=off, on): RuntimeError: probe" in md
 
 
 def test_library_headers_runs_without_a_gpu_and_other_sections_still_refuse(tmp_path):
