@@ -95,6 +95,9 @@ for step, params in args["steps"]:
         s = kjit.stats()
         out["steps"][step] = {"ms": ms, "compile_ms": s["compile_ms"], "phase_ms": s["phase_ms"],
                               "compiles": s["compiles"], "origin": k.origin, "headers": s.get("headers")}
+        pch = {key: v for key, v in s.items() if "pch" in key.lower()}  # what kjit counts of PCH, if anything
+        if pch:
+            out["steps"][step]["pch"] = pch
     except Exception as e:
         out["steps"][step] = {"error": (type(e).__name__ + ": " + str(e))[:2000]}
 # Off the clock: the template's headers (count, and bytes of those found on the include path).
@@ -265,6 +268,8 @@ def aggregate(runs: list[dict]) -> dict:
                                        3) for ph in phases}
             e["compiles"] = ok[-1].get("compiles")
             e["origin"] = sorted({g.get("origin") for g in ok if g.get("origin")})
+            if ok[-1].get("pch") is not None:
+                e["pch"] = ok[-1]["pch"]  # kjit's PCH counters of the last repetition
         if errors:
             e["errors"] = errors
         out[step] = e
@@ -306,12 +311,13 @@ def cause(error: str) -> str:
     return why or (lines[0] if lines else "?")
 
 
-def _line(name: str, setting: str, entry: dict) -> str:
+def _line(name: str, setting: str, r: dict) -> str:
+    """The progress line of one repetition (its own figures, not the medians so far)."""
     parts, errors = [], []
     for step in STEPS:
-        e = entry["steps"].get(step) or {}
-        parts.append(f"{STEP_TITLES[step]} {e['ms']['median']:.0f} ms" if "ms" in e else f"{STEP_TITLES[step]} failed")
-        errors += (e.get("errors") or [])[-1:]
+        e = (r.get("steps") or {}).get(step) or {}
+        parts.append(f"{STEP_TITLES[step]} {e['ms']:.0f} ms" if "ms" in e else f"{STEP_TITLES[step]} failed")
+        errors += [e["error"]] if "error" in e else []
     causes = list(dict.fromkeys(cause(err)[:200] for err in errors))
     return f"  {name}, {ENV}={setting}: " + "; ".join(parts) + (f" ({'; '.join(causes)})" if causes else "")
 
@@ -357,7 +363,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None, ker
                 entry["pch"][setting] = _setting_entry(setting, raw[n][setting])
                 entry["headers"] = headers_of(raw[n]["off"] + raw[n]["on"])
                 if log:
-                    log(_line(n, setting, entry["pch"][setting]) + (f" (rep {rep + 1}/{reps})" if reps > 1 else ""))
+                    log(_line(n, setting, r) + (f" (rep {rep + 1}/{reps})" if reps > 1 else ""))
                 if save:
                     save(out)
     return out

@@ -451,7 +451,8 @@ def _library_headers_md(sec: dict) -> list[str]:
             for setting, e in (("off", off), ("on", on)):
                 for err in (e or {}).get("errors") or []:
                     # One note per kernel and cause: the same cause in several steps and settings is listed once.
-                    g = failed.setdefault((name, lh.cause(err)), {"reason": lh.reason(err), "steps": {}, "settings": {}})
+                    g = failed.setdefault((name, lh.cause(err)),
+                                          {"reason": lh.reason(err), "steps": {}, "settings": {}})
                     g["steps"][lh.STEP_TITLES[step]] = g["settings"][setting] = None
         h = v.get("headers") if _is(v.get("headers")) else {}
         cells += [str(h.get("count", "-")), f"{h['bytes'] / 1024:.0f} KiB" if h.get("bytes") is not None else "-"]

@@ -627,6 +627,9 @@ def test_library_headers_aggregates_repetitions_and_keeps_errors():
     assert agg["warm_index_first"]["ms"]["n"] == 1 and agg["warm_index_first"]["origin"] == ["disk"]
     assert agg["warm_index_first"]["errors"] == ["boom"]
     assert lh.aggregate([{"steps": {}}]) == {s: {} for s in lh.STEPS}
+    assert "pch" not in agg["first"]
+    runs[2]["steps"]["first"]["pch"] = {"pch_builds": 1}  # a kjit that counts its PCH work: kept with the step
+    assert lh.aggregate(runs)["first"]["pch"] == {"pch_builds": 1}
     assert lh.headers_of(runs) == {"count": 4, "bytes": 12, "found": 4}  # the warm-index process's view
     assert lh.headers_of([{"steps": {}}]) is None
 
