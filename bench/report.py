@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import machine, small
+from . import library_headers, machine, small
 
 MIB = 1 << 20
 
@@ -21,7 +21,8 @@ def file_prefix(result: dict) -> str:
     """<YYYY-MM-DD>-<gpu slug>-kjit-bench, from the result's machine record."""
     m = result.get("machine", {})
     date = (m.get("date") or machine.today())[:10]
-    return f"{date}-{machine.gpu_slug(m.get('gpu'))}-kjit-bench"
+    slug = "cpu" if "gpu" in m and m["gpu"] is None else machine.gpu_slug(m.get("gpu"))  # compile-only, no GPU
+    return f"{date}-{slug}-kjit-bench"
 
 
 def write_json(result: dict, path: str) -> str:
@@ -399,15 +400,96 @@ def _small_md(sec: dict) -> list[str]:
     return out
 
 
+def _spec_labels(specs: dict) -> str:
+    """"A / B / C" of the template arguments that differ between the specializations ("BLOCK=256 / 128 /
+    512"), or all of them when none differs."""
+    steps = [s for s in library_headers.STEPS if _is(specs.get(s))]
+    keys = list(dict.fromkeys(k for s in steps for k in specs[s]))
+    vary = [k for k in keys if len({str(specs[s].get(k)) for s in steps}) > 1] or keys
+    return " / ".join(", ".join(f"{k}={specs[s].get(k)}" for k in vary) for s in steps)
+
+
+def _lib_cell(e: dict | None, ref: dict | None = None) -> str:
+    """One step under one setting: "median ms (min-max)", with "on / off" of the medians after the on cell;
+    "failed" when no repetition gave a figure."""
+    if not _is(e) or not _is(e.get("ms")):
+        return "failed" if _is(e) and e.get("errors") else "-"
+    ms = e["ms"]
+    f = "{:.0f}" if ms["median"] >= 100 else "{:.1f}"  # compiles take seconds: whole ms are enough
+    cell = f.format(ms["median"]) + " ms"
+    if "min" in ms and "max" in ms:
+        cell += f" ({f.format(ms['min'])}-{f.format(ms['max'])})"
+    if _is(ref) and _is(ref.get("ms")) and ref["ms"]["median"]:
+        cell += f", {e['ms']['median'] / ref['ms']['median']:.2f}x"
+    if e.get("errors"):
+        cell += f" ({len(e['errors'])} failed)"
+    return cell
+
+
+def _library_headers_md(sec: dict) -> list[str]:
+    lh = library_headers
+    env = sec.get("env", lh.ENV)
+    out = [f"## Kernels on CUDA's C++ libraries: compiles with NVRTC's PCH off and on ({sec.get('arch')})", "",
+           f"Milliseconds, median (min-max) over {sec.get('reps')} fresh cache directories per kernel and setting "
+           f"of {env}, compile-only: **first**: a new process, empty cache, from Template.from_file to "
+           "specialization A (the passes that learn the macro-computed includes included); **second spec**: "
+           "specialization B in the same process; **warm-index first**: a new process on the same cache (the "
+           "header index knows the learned includes), from Template.from_file to specialization C. NVRTC's "
+           "start-up is paid before the clock. The ratio after a PCH-on figure: on / off of the medians (below 1: "
+           "PCH faster). headers: the template's headers, and the bytes of those found on the include path.", ""]
+    rows, failed = [], {}
+    for name, v in (sec.get("kernels") or {}).items():
+        if not _is(v):
+            rows.append([name, str(v)] + ["-"] * 8)
+            continue
+        pch = v.get("pch") or {}
+        cells = [name, _spec_labels(v.get("specs") or {})]
+        for step in lh.STEPS:
+            off = ((pch.get("off") or {}).get("steps") or {}).get(step)
+            on = ((pch.get("on") or {}).get("steps") or {}).get(step)
+            cells += [_lib_cell(off), _lib_cell(on, off)]
+            for setting, e in (("off", off), ("on", on)):
+                for err in (e or {}).get("errors") or []:
+                    # One note per kernel and cause: the same cause in several steps and settings is listed once.
+                    g = failed.setdefault((name, lh.cause(err)),
+                                          {"reason": lh.reason(err), "steps": {}, "settings": {}})
+                    g["steps"][lh.STEP_TITLES[step]] = g["settings"][setting] = None
+        h = v.get("headers") if _is(v.get("headers")) else {}
+        cells += [str(h.get("count", "-")), f"{h['bytes'] / 1024:.0f} KiB" if h.get("bytes") is not None else "-"]
+        rows.append(cells)
+    header = ["kernel", "A / B / C"]
+    for step in lh.STEPS:
+        header += [f"{lh.STEP_TITLES[step]}, PCH off", f"{lh.STEP_TITLES[step]}, PCH on"]
+    out += _table(header + ["headers", "header bytes"], rows)
+    reported = []
+    for setting in sec.get("settings") or lh.SETTINGS:
+        got = [(name, ((v.get("pch") or {}).get(setting) or {})) for name, v in (sec.get("kernels") or {}).items()
+               if _is(v)]
+        said = [json.dumps(e["kjit_reported"], sort_keys=True) for _, e in got if e.get("kjit_reported")]
+        warned = [w.splitlines()[-1][:200] for _, e in got for w in e.get("stderr") or []]
+        line = f"- {env}={setting}: " + ("kjit reported " + "; ".join(dict.fromkeys(said)) if said else
+                                         "kjit reported no PCH setting (the figures are under the variable's value "
+                                         "only; a kjit that does not know it ignores it)")
+        if warned:
+            line += "; the processes printed: " + "; ".join(dict.fromkeys(warned))
+        reported.append(line)
+    if reported:
+        out += ["", "The setting as kjit ran it:", ""] + reported
+    if failed:
+        out += ["", "Failed:", ""] + [f"- {name} ({', '.join(g['steps'])}; {env}={', '.join(g['settings'])}): "
+                                       f"{g['reason']}" for (name, _), g in failed.items()]
+    return out
+
+
 def markdown(result: dict) -> str:
     m = result.get("machine", {})
     peers = m.get("peers") or {}
-    lines = [f"# kjit bench: {m.get('gpu')} ({m.get('date')})", "",
+    lines = [f"# kjit bench: {m.get('gpu') or 'no GPU'} ({m.get('date')})", "",
              f"driver {m.get('driver')}, CUDA {m.get('cuda')}, torch {m.get('torch')}, kjit {m.get('kjit')}"
              + ("; quick run" if result.get("quick") else ""), "",
              "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()), ""]
     for key, fn in (("overhead", _overhead_md), ("first_call", _first_call_md), ("bandwidth", _bandwidth_md),
-                    ("recompile", _recompile_md), ("small", _small_md)):
+                    ("recompile", _recompile_md), ("small", _small_md), ("library_headers", _library_headers_md)):
         sec = result.get(key)
         if sec is None:
             continue

@@ -505,3 +505,189 @@ def test_first_call_shows_the_compiler_preload_and_the_run_without_it_which_is_n
     assert "| kjit, no preload | 40.0 ms (40.0-40.0) | 4.0 ms (4.0-4.0) | 0.82x | 0.87x |" in md
     # The run without the preload is kjit's own figure, never listed as a peer kjit is behind.
     assert not any(x["peer"] == "kjit, no preload" for x in report.behind(r))
+
+
+# -- library_headers: compiles of the library kernels, NVRTC's PCH off and on ----------------------------
+def _lib_step(median, lo=None, hi=None, errors=None):
+    e = {"ms": _ms(median, lo, hi), "compile_ms": _ms(median * 0.9), "compiles": 1, "origin": ["compiled"]}
+    if errors:
+        e["errors"] = errors
+    return e
+
+
+def synthetic_library_headers() -> dict:
+    from kjit.bench import library_headers as lh
+
+    specs = {"first": {"BLOCK": 256, "T": "float32"}, "second_spec": {"BLOCK": 128, "T": "float32"},
+             "warm_index_first": {"BLOCK": 512, "T": "float32"}}
+    return {
+        "schema": 1, "quick": False, "sections": ["library_headers"],
+        "machine": {"date": "2026-11-26T10:00:00+00:00", "gpu": None, "cuda": "13.0", "torch": "2.11.0",
+                    "kjit": "0.1.0", "peers": {}},
+        "library_headers": {"arch": "sm_90", "reps": 3, "env": "KJIT_PCH", "settings": ["off", "on"], "kernels": {
+            "cub_block_reduce": {"file": "cub_block_reduce.cu", "kernel": "block_sum", "specs": specs,
+                                 "headers": {"count": 622, "bytes": 6 << 20, "found": 622}, "pch": {
+                "off": {"env": "KJIT_PCH=off", "kjit_reported": None, "stderr": [], "steps": {
+                    "first": _lib_step(4200.0, 4100.0, 4400.0), "second_spec": _lib_step(2100.0, 2000.0, 2200.0),
+                    "warm_index_first": _lib_step(2300.0, 2250.0, 2350.0)}},
+                "on": {"env": "KJIT_PCH=on", "kjit_reported": {"stats.pch": {"mode": "on"}},
+                       "stderr": ["kjit: warning: something"], "steps": {
+                    "first": _lib_step(4620.0, 4500.0, 4700.0), "second_spec": _lib_step(420.0, 400.0, 450.0),
+                    "warm_index_first": {"errors": ["CompileError: NVRTC could not compile block_sum\n"
+                                                    "kjit did not find 'x.h' where it resolves includes"]}}}}},
+            "thrust": {"file": "thrust_functional.cu", "kernel": "max_plus",
+                       "specs": {"first": {"T": "float32"}, "second_spec": {"T": "float64"},
+                                 "warm_index_first": {"T": "int32"}},
+                       "headers": None, "pch": {"off": {"steps": {"first": _lib_step(95.5)}}}},
+            "cute": lh.MISSING_CUTLASS,
+        }},
+    }
+
+
+def test_library_headers_markdown():
+    md = report.markdown(synthetic_library_headers())
+    assert md.startswith("# kjit bench: no GPU (2026-11-26")
+    assert "## Kernels on CUDA's C++ libraries: compiles with NVRTC's PCH off and on (sm_90)" in md
+    assert ("| kernel | A / B / C | first, PCH off | first, PCH on | second spec, PCH off | second spec, PCH on | "
+            "warm-index first, PCH off | warm-index first, PCH on | headers | header bytes |") in md
+    # Only the template argument that differs names the specializations; "on / off" after each PCH-on figure.
+    assert ("| cub_block_reduce | BLOCK=256 / BLOCK=128 / BLOCK=512 | 4200 ms (4100-4400) | 4620 ms (4500-4700), "
+            "1.10x | 2100 ms (2000-2200) | 420 ms (400-450), 0.20x | 2300 ms (2250-2350) | failed | 622 | 6144 KiB |") \
+        in md
+    assert "| thrust | T=float32 / T=float64 / T=int32 | 95.5 ms (95.5-95.5) | - | - | - | - | - | - | - |" in md
+    assert "| cute | skipped: CuTe's headers are not installed (pip install nvidia-cutlass) | - |" in md
+    assert "- KJIT_PCH=off: kjit reported no PCH setting" in md
+    assert ('- KJIT_PCH=on: kjit reported {"stats.pch": {"mode": "on"}}; the processes printed: '
+            "kjit: warning: something") in md
+    assert ("- cub_block_reduce (warm-index first; KJIT_PCH=on): CompileError: NVRTC could not compile block_sum | "
+            "kjit did not find 'x.h' where it resolves includes") in md
+    assert report.file_prefix(synthetic_library_headers()) == "2026-11-26-cpu-kjit-bench"
+
+
+def test_library_headers_report_round_trip(tmp_path, capsys):
+    src = tmp_path / "libs.json"
+    report.write_json(synthetic_library_headers(), str(src))
+    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "library_headers"]) == 0
+    assert capsys.readouterr().out == report.markdown(synthetic_library_headers())
+
+
+def test_library_headers_kernels_plans_and_environment(tmp_path, monkeypatch):
+    from kjit.bench import SECTIONS, COMPILE_ONLY, library_headers as lh
+
+    assert "library_headers" in SECTIONS and COMPILE_ONLY == ("library_headers",)
+    assert lh.selected(None) == lh.selected("") == list(lh.KERNELS)
+    assert lh.selected("thrust, cute") == ["thrust", "cute"]
+    with pytest.raises(ValueError, match="unknown library kernel"):
+        lh.selected("thrust,nope")
+    for name, k in lh.KERNELS.items():  # A, B and C: three distinct specializations of one template
+        assert len(k["specs"]) == 3 and len({json.dumps(s, sort_keys=True) for s in k["specs"]}) == 3, name
+    monkeypatch.setattr(lh, "KERNELS_DIR", str(tmp_path))
+    assert lh.plan("thrust", None).startswith("skipped: ") and "thrust_functional.cu is missing" in lh.plan("thrust",
+                                                                                                          None)
+    for k in lh.KERNELS.values():
+        (tmp_path / k["file"]).write_text("// a kernel\n")
+    p = lh.plan("cub_warp_scan", None)
+    assert p == {"file": str(tmp_path / "cub_warp_scan.cu"), "kernel": "scan_plus_warp_sum", "options": {},
+                 "include": [], "specs": {"first": {"BLOCK": 128}, "second_spec": {"BLOCK": 256},
+                                          "warm_index_first": {"BLOCK": 64}}}
+    assert lh.plan("cute", None) == lh.MISSING_CUTLASS
+    cute = lh.plan("cute", "/opt/cutlass/include")
+    assert cute["include"] == ["/opt/cutlass/include"] and cute["options"] == {"default_device": True}
+    base = {"PATH": "/bin", "KJIT_CACHE_PATH": "/a:/b", "KJIT_REMOTE_CACHE": "redis://x", "KJIT_CACHE_MODE": "read",
+            "KJIT_RECORD": "m.json", "KJIT_PCH": "auto"}
+    env = lh.probe_env(base, "/tmp/c", "/tmp/cc", "on")
+    assert env == {"PATH": "/bin", "KJIT_CACHE_DIR": "/tmp/c", "CUDA_CACHE_PATH": "/tmp/cc", "KJIT_PCH": "on",
+                   "KJIT_PRELOAD_COMPILER": "0"}
+    assert base["KJIT_PCH"] == "auto"  # the caller's environment is left alone
+    assert lh.reason("CompileError: boom\n  options: -x\nkjit did not find 'a.h'\n--- log ---\nx(1): error: y") == \
+        "CompileError: boom | kjit did not find 'a.h'"
+    assert lh.reason("") == "?"
+    assert lh.cause("CompileError: could not compile f<1>\nkjit did not find 'a.h'") == "kjit did not find 'a.h'"
+    assert lh.cause("TypeError: kernel(): bad\n  1. (self, name)") == "TypeError: kernel(): bad"
+
+
+def test_library_headers_aggregates_repetitions_and_keeps_errors():
+    from kjit.bench import library_headers as lh
+
+    def step(ms, origin="compiled"):
+        return {"ms": ms, "compile_ms": ms - 10, "phase_ms": {"template": 5.0, "compile": ms - 10}, "compiles": 1,
+                "origin": origin}
+
+    runs = [{"steps": {"first": step(300.0), "second_spec": step(100.0), "warm_index_first": {"error": "boom"}},
+             "headers": {"first": {"count": 3, "bytes": 10, "found": 3}}},
+            {"steps": {"first": step(100.0), "second_spec": step(120.0), "warm_index_first": step(50.0, "disk")},
+             "headers": {"first": {"count": 3, "bytes": 10, "found": 3},
+                         "warm_index_first": {"count": 4, "bytes": 12, "found": 4}}},
+            {"steps": {"first": step(200.0), "second_spec": {"error": "bad"}}}]
+    agg = lh.aggregate(runs)
+    assert agg["first"]["ms"] == {"median": 200.0, "min": 100.0, "max": 300.0, "n": 3}
+    assert agg["first"]["compile_ms"]["median"] == 190.0
+    assert agg["first"]["phase_ms"] == {"template": 5.0, "compile": 190.0}
+    assert agg["second_spec"]["ms"]["n"] == 2 and agg["second_spec"]["errors"] == ["bad"]
+    assert agg["warm_index_first"]["ms"]["n"] == 1 and agg["warm_index_first"]["origin"] == ["disk"]
+    assert agg["warm_index_first"]["errors"] == ["boom"]
+    assert lh.aggregate([{"steps": {}}]) == {s: {} for s in lh.STEPS}
+    assert "pch" not in agg["first"]
+    runs[2]["steps"]["first"]["pch"] = {"pch_builds": 1}  # a kjit that counts its PCH work: kept with the step
+    assert lh.aggregate(runs)["first"]["pch"] == {"pch_builds": 1}
+    assert lh.headers_of(runs) == {"count": 4, "bytes": 12, "found": 4}  # the warm-index process's view
+    assert lh.headers_of([{"steps": {}}]) is None
+
+
+def test_library_headers_run_alternates_settings_keeps_going_and_saves_after_every_probe(monkeypatch):
+    from kjit.bench import library_headers as lh
+
+    calls = []
+
+    def fake_measure_once(p, arch, setting, timeout_s=lh.PROBE_TIMEOUT_S):
+        calls.append((os.path.basename(p["file"]), arch, setting))
+        if p["kernel"] == "block_sum":
+            raise RuntimeError("probe machinery broke")
+        ms = 100.0 if setting == "off" else 60.0
+        return {"steps": {s: {"ms": ms, "compile_ms": ms, "phase_ms": {}, "compiles": 1, "origin": "compiled"}
+                          for s in lh.STEPS},
+                "headers": {"first": {"count": 2, "bytes": 2048, "found": 2}}, "stderr": {"first": "kjit: hello"}}
+
+    monkeypatch.setattr(lh, "measure_once", fake_measure_once)
+    monkeypatch.setattr(lh, "cutlass_include_dir", lambda: None)
+    saved, logged = [], []
+    out = lh.run(False, log=logged.append, save=lambda part: saved.append(json.loads(json.dumps(part))),
+                 kernels=["cub_block_reduce", "thrust", "cute"], reps=2, arch="sm_80")
+    assert calls == [("cub_block_reduce.cu", "sm_80", "off"), ("cub_block_reduce.cu", "sm_80", "on"),
+                     ("thrust_functional.cu", "sm_80", "off"), ("thrust_functional.cu", "sm_80", "on"),
+                     ("cub_block_reduce.cu", "sm_80", "on"), ("cub_block_reduce.cu", "sm_80", "off"),
+                     ("thrust_functional.cu", "sm_80", "on"), ("thrust_functional.cu", "sm_80", "off")]
+    assert len(saved) == 1 + len(calls)
+    assert out["arch"] == "sm_80" and out["reps"] == 2 and out["settings"] == ["off", "on"]
+    k = out["kernels"]
+    assert k["cute"] == lh.MISSING_CUTLASS
+    assert k["cub_block_reduce"]["pch"]["on"]["steps"]["first"] == {
+        "errors": ["RuntimeError: probe machinery broke"] * 2}
+    assert ("  cub_block_reduce, KJIT_PCH=on: first failed; second spec failed; warm-index first failed "
+            "(RuntimeError: probe machinery broke) (rep 2/2)") in logged
+    thrust = k["thrust"]
+    assert thrust["headers"] == {"count": 2, "bytes": 2048, "found": 2}
+    assert thrust["pch"]["on"]["steps"]["second_spec"]["ms"]["median"] == 60.0
+    assert thrust["pch"]["on"]["env"] == "KJIT_PCH=on" and thrust["pch"]["on"]["stderr"] == ["kjit: hello"]
+    assert len(thrust["pch"]["off"]["runs"]) == 2
+    assert any("thrust, KJIT_PCH=on: first 60 ms" in line for line in logged)
+    md = report.markdown({"machine": {"gpu": "NVIDIA H100 80GB HBM3"}, "library_headers": out})
+    assert "| thrust | T=float32 / T=float64 / T=int32 | 100 ms (100-100) | 60.0 ms (60.0-60.0), 0.60x |" in md
+    assert "- cub_block_reduce (first, second spec, warm-index first; KJIT_PCH=off, on): RuntimeError: probe" in md
+
+
+def test_library_headers_runs_without_a_gpu_and_other_sections_still_refuse(tmp_path):
+    # An unknown kernel name: the section fails at once (nothing compiles), and the run still writes its result.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KJIT_BENCH_LIBRARY_KERNELS="nope")
+    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--only", "library_headers", "--out",
+                        str(tmp_path / "o")], env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert NO_GPU not in r.stderr and "compile-only" in r.stderr
+    (json_file,) = (tmp_path / "o").glob("*-cpu-kjit-bench.json")
+    result = json.loads(json_file.read_text())
+    assert result["sections"] == ["library_headers"]
+    assert "unknown library kernel(s) ['nope']" in result["library_headers"]["error"]
+    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--only", "small,library_headers", "--out",
+                        str(tmp_path / "o2")], env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 2 and NO_GPU in r.stderr
+    assert not (tmp_path / "o2").exists()
