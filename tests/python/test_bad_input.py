@@ -1122,7 +1122,7 @@ def _k1():
 
 GPU_API_CASES = [
     case("kjit.Kernel.launch", "dtype", lambda m: _k1().launch(1, 256, m.x(4).double(), m.x(4), 1.0, 4),
-         kjit.TypeError, r"argument 'x' of add_constant<float, 1> points to float32 elements, got a tensor of Double; "
+         kjit.TypeError, r"argument 'x' of add_constant<float, 1> points to torch\.float32 elements, got a torch\.float64 tensor; "
          r"convert it with x\.to\(torch\.float32\)", "float64"),
     case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0), kjit.TypeError,
          r"^kernel add_constant<float, 1> takes 4 arguments \(x, y, c, n\), got 3", "too-few"),
