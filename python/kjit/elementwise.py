@@ -91,6 +91,9 @@ _HALF = (torch.float16, torch.bfloat16)
 Names = str | list[str] | tuple[str, ...]
 ScalarNames = Names | dict[str, float]
 
+# Scalars are real numbers (runtime kernel arguments of type double); a complex value is two of them.
+_COMPLEX_SCALAR_HINT = ("; a complex value is two real scalars: pass its parts (e.g. re=v.real, im=v.imag) and write "
+                        "C(re, im) in the expression")
 _MAX_INPUTS = 32  # ElementwiseFn::kMaxInputs (a derivative takes the gradient and every input: up to 31 inputs)
 # One C++ expression on one line: no statement, block, comment or preprocessor token in any spelling
 # (the digraphs %: and %:%: are #, ??= the trigraph of #).
@@ -163,7 +166,7 @@ class Elementwise:
         for s, v in self.defaults.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _core.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
-                                   f"got {_tensor_desc(v)}")
+                                   f"got {_tensor_desc(v)}{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
             raise _core.ValueError(f"kjit.elementwise: names {dup} are given more than once")
@@ -310,7 +313,8 @@ class Elementwise:
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}")
+                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}"
+                                      f"{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
             scalars[s] = v
         out = kwargs.pop("out", None)
         if kwargs:

@@ -96,6 +96,17 @@ def test_real_forms_of_real_imag_conj_angle_compile():
         f.compile(arch="sm_90", dtypes=(d,))
 
 
+def test_a_complex_scalar_value_is_refused_with_the_way_to_pass_it():
+    f = kjit.elementwise("z * C(re, im)", "z", "re, im", name="cx_scalar")
+    with pytest.raises(kjit.TypeError, match=r"scalar 're' must be a Python int or float, got complex \(1\+2j\); a "
+                                             r"complex value is two real scalars: pass its parts \(e\.g\. re=v\.real, "
+                                             r"im=v\.imag\) and write C\(re, im\) in the expression"):
+        f(meta(4, dtype=torch.complex64), re=1 + 2j, im=0.0)
+    with pytest.raises(kjit.TypeError, match=r"the default of scalar 's' must be a Python int or float, got complex "
+                                             r"1j; a complex value is two real scalars"):
+        kjit.elementwise("z * s", "z", {"s": 1j})
+
+
 def test_complex_dtype_is_accepted_by_definition_and_spec():
     f = kjit.elementwise("z * 2", "z", dtype=torch.complex128, name="cx_dtype")
     assert json.loads(f.spec)["dtype"] == "complex128"
