@@ -2,8 +2,8 @@
 //
 // kjit.elementwise generates a small kernel per expression that declares its parameters and calls one
 // of these loops with a functor holding the expression (see python/kjit/elementwise.py). Each input
-// is read in its own element type and converted to the compute type C (float for half types); the
-// result is converted to the output's type.
+// is read in its own element type and converted to the compute type C (float for half types; complex
+// when the result or an input is complex); the result is converted to the output's type.
 //
 //   flat<C, VEC, TAIL>(f, out, n, in...)      every input has the output's shape and is contiguous:
 //                                              VEC elements per 16-byte-or-less access (the caller checks
@@ -26,6 +26,25 @@ namespace kjit_ew {
 
 using kjit_detail::to;
 using kjit_detail::Vec;
+
+// Complex element types. A kernel's type parameters (TO, C and one per input) name the real type (float for
+// torch.complex64, double for complex128), and its integer parameter kjit_cx says which of them are complex:
+// bit 0 the result, bit 1 the compute type, bit 2 + i input i. So a real call's name expression names its
+// types as before (and the 16-bit float headers are parsed only where a name expression asks for them), and
+// a complex call differs in kjit_cx alone.
+template <typename T, bool CX> struct Elem { using type = T; };
+template <typename T> struct Elem<T, true> { using type = kjit_complex::complex<T>; };
+template <typename T, unsigned long long CX, int BIT>
+using elem_t = typename Elem<T, ((CX >> BIT) & 1ull) != 0>::type;
+// The kernel's pointer parameter as a pointer to its elements.
+template <unsigned long long CX, int BIT, typename T>
+__device__ __forceinline__ elem_t<T, CX, BIT>* as(T* p) { return reinterpret_cast<elem_t<T, CX, BIT>*>(p); }
+template <unsigned long long CX, int BIT, typename T>
+__device__ __forceinline__ const elem_t<T, CX, BIT>* as(const T* p) {
+  return reinterpret_cast<const elem_t<T, CX, BIT>*>(p);
+}
+// The type of a scalar in an expression computed in C: C's real type (a complex constant is C(re, im)).
+template <typename C> using scalar_t = typename kjit_complex::real_of<C>::type;
 
 // Enumerators, not constexpr variables: those have internal linkage here, and NVRTC emits them into the cubin
 // under a name with a per-compile hash, so that two compiles of one kernel would differ byte for byte.
@@ -92,7 +111,7 @@ __device__ __forceinline__ void flat(const F& f, TO* __restrict__ out, I n, cons
     if (v < n_vec) {
       Vec<TO, VEC> r;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) r.v[k] = static_cast<TO>(inputs.apply(f, u, k));
+      for (int k = 0; k < VEC; ++k) r.v[k] = to<TO>(inputs.apply(f, u, k));
       reinterpret_cast<Vec<TO, VEC>*>(out)[v] = r;
     }
   }
@@ -100,7 +119,7 @@ __device__ __forceinline__ void flat(const F& f, TO* __restrict__ out, I n, cons
     // Fewer than VEC elements after the last whole vector: the first threads of the grid take them.
     if (blockIdx.x == 0) {
       const I i = n_vec * VEC + static_cast<I>(threadIdx.x);
-      if (i < n) out[i] = static_cast<TO>(inputs.apply_at(f, i));
+      if (i < n) out[i] = to<TO>(inputs.apply_at(f, i));
     }
   }
 }
@@ -169,7 +188,7 @@ __device__ __forceinline__ void strided(const F& f, TO* __restrict__ out, I n, c
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const I i = first + static_cast<I>(u) * kBlock;
-    if (i < n) out[i] = static_cast<TO>(inputs.apply(f, u));
+    if (i < n) out[i] = to<TO>(inputs.apply(f, u));
   }
 }
 

@@ -4,6 +4,8 @@
 // terms of the forward output (relu, sigmoid, tanh) take y, as PyTorch's own backward kernels do.
 #pragma once
 
+#include "detail/complex.cuh"
+
 namespace kjit_math {
 
 // KJIT_FAST_EXP (kjit.elementwise defines it for float16 / bfloat16 results): the hardware exp, whose
@@ -20,6 +22,49 @@ __device__ __forceinline__ float erf_(float x) { return erff(x); }
 __device__ __forceinline__ double erf_(double x) { return ::erf(x); }
 __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
 __device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
+
+// Complex values (kjit.elementwise with torch.complex64 / complex128): sigmoid, silu and tanh_ work through
+// these (PyTorch has them for complex too); the arithmetic and the other functions are kjit_complex's.
+template <typename T> __device__ __forceinline__ kjit_complex::complex<T> exp_(kjit_complex::complex<T> z) {
+  return kjit_complex::exp(z);
+}
+template <typename T> __device__ __forceinline__ kjit_complex::complex<T> log_(kjit_complex::complex<T> z) {
+  return kjit_complex::log(z);
+}
+template <typename T> __device__ __forceinline__ kjit_complex::complex<T> tanh_(kjit_complex::complex<T> z) {
+  return kjit_complex::tanh(z);
+}
+
+// polar(r, theta) takes real values: no argument brings kjit_complex's functions into the lookup.
+using kjit_complex::polar;
+
+// real, imag, conj and angle of a real value, as torch.real / imag / conj / angle give them (angle: pi for
+// a negative value, NaN for NaN, else 0), so that one expression serves real and complex inputs.
+template <typename T> using if_real = typename kjit_complex::enable_if<!kjit_complex::is_complex<T>::value, T>::type;
+template <typename T> __device__ __forceinline__ if_real<T> real(T x) { return x; }
+template <typename T> __device__ __forceinline__ if_real<T> imag(T) { return T(0); }
+template <typename T> __device__ __forceinline__ if_real<T> conj(T x) { return x; }
+template <typename T> __device__ __forceinline__ if_real<T> angle(T x) {
+  return x != x ? x : x < T(0) ? T(3.14159265358979323846) : T(0);
+}
+
+// Activations PyTorch has no complex form of (relu and gelu refuse complex tensors there too).
+#define KJIT_MATH_NO_COMPLEX(NAME, PARAMS)                                                             \
+  template <typename T>                                                                               \
+  __device__ kjit_complex::complex<T> NAME PARAMS {                                                   \
+    static_assert(kjit_complex::always_false<T>::value, "kjit.elementwise: " #NAME                     \
+                  " of a complex value: PyTorch has no complex form of it either; apply it to real(z), " \
+                  "imag(z) or abs(z)");                                                              \
+    return {};                                                                                        \
+  }
+KJIT_MATH_NO_COMPLEX(erf_, (kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(relu, (kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(relu_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(gelu, (kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(gelu_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(gelu_tanh, (kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(gelu_tanh_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
+#undef KJIT_MATH_NO_COMPLEX
 
 // NaN propagates as in PyTorch: relu(NaN) = NaN, and the gradient through a NaN output is g (threshold_backward).
 template <typename C> __device__ __forceinline__ C relu(C x) { return (x > C(0) || x != x) ? x : C(0); }

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #define KJIT_DETAIL_BFLOAT16 1
 #endif
+#include "complex.cuh"
 
 namespace kjit_detail {
 
@@ -30,9 +31,33 @@ __device__ __forceinline__ acc_t<T> widen(T v) { return static_cast<acc_t<T>>(v)
 template <typename T>
 __device__ __forceinline__ T narrow(acc_t<T> v) { return static_cast<T>(v); }
 
-// C(v) for every element type and compute type: the half types convert to double through float.
+// C(v) for every element type and compute type: the half types convert to double through float; a real
+// value becomes (v, 0) as a complex one; a complex value becomes a real one as PyTorch casts it (the real
+// part; a bool is true when either part is nonzero).
 template <typename C, typename T>
-__device__ __forceinline__ C to(T v) { return static_cast<C>(v); }
+struct Convert {
+  static __device__ __forceinline__ C run(T v) { return static_cast<C>(v); }
+};
+template <typename C, typename T>
+__device__ __forceinline__ C to(T v) { return Convert<C, T>::run(v); }
+template <typename R, typename T>
+struct Convert<kjit_complex::complex<R>, T> {
+  static __device__ __forceinline__ kjit_complex::complex<R> run(T v) { return kjit_complex::complex<R>(to<R>(v), R(0)); }
+};
+template <typename R, typename U>
+struct Convert<kjit_complex::complex<R>, kjit_complex::complex<U>> {
+  static __device__ __forceinline__ kjit_complex::complex<R> run(kjit_complex::complex<U> v) {
+    return kjit_complex::complex<R>(static_cast<R>(v.re), static_cast<R>(v.im));
+  }
+};
+template <typename C, typename U>
+struct Convert<C, kjit_complex::complex<U>> {
+  static __device__ __forceinline__ C run(kjit_complex::complex<U> v) { return static_cast<C>(v.re); }
+};
+template <typename U>
+struct Convert<bool, kjit_complex::complex<U>> {
+  static __device__ __forceinline__ bool run(kjit_complex::complex<U> v) { return v.re != U(0) || v.im != U(0); }
+};
 #ifdef KJIT_DETAIL_HALF
 template <> __device__ __forceinline__ double to<double, __half>(__half v) { return __half2float(v); }
 #endif

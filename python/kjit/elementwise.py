@@ -4,13 +4,29 @@
     y = silu_scaled(x, scale=0.5)          # one kernel; `scale` is a runtime argument
 
 The expression is C++ over the named inputs and scalars, evaluated in the compute type ``C``: float
-for float16 / bfloat16 results, otherwise the result dtype itself. The functions of
+for float16 / bfloat16 results, otherwise the result dtype itself; with a complex input and a real
+``dtype=``, complex128 where the result or an input is 64-bit, else complex64. The functions of
 ``kernel_templates/math.cuh`` are available (relu, sigmoid, silu, gelu, gelu_tanh, their ``*_backward``,
-exp_, log_, erf_, tanh_) besides CUDA's own math functions (expf, tanhf, ...).
+exp_, log_, erf_, tanh_; real, imag, conj, angle) besides CUDA's own math functions (expf, tanhf, ...).
+
+Complex tensors (torch.complex64, torch.complex128) compute with ``kernel_templates/detail/complex.cuh``:
++ - * / (c10::complex's division), unary -, == and != (complex values have no order), and real, imag,
+conj, abs and angle (real results), norm, polar, exp, log, log2, log10, sqrt, rsqrt, pow, reciprocal,
+square, sgn, sin, cos, tan, sinh, cosh, tanh, sigmoid, silu. A complex constant is ``C(re, im)`` (scalars
+are real numbers: ``x * C(a, b)`` with scalars a and b). A function PyTorch has no complex form of (relu,
+gelu, erf, floor, fmod, min, max, <, ...) or that kjit does not provide (asin, acos, atan and their
+hyperbolic forms, expm1, log1p) fails to compile with a message naming the alternative. A complex result
+stored in a real ``dtype=`` keeps its real part, as PyTorch's casts do. Gradients: kjit's derivatives
+are of real functions; an input that requires grad in a complex call is refused (PyTorch's conjugate
+Wirtinger gradients are not built).
 
 Semantics:
+- A function takes 1 to 32 input tensors (each flat kernel's template arguments fit the Engine's table key);
+  derivative kernels take the incoming gradient and every input, so gradients exist up to 31 inputs (a
+  gradient asked of a 32-input function is refused when asked, with the reason).
 - Inputs follow PyTorch broadcasting; the result dtype is the promotion of the inputs' dtypes
-  (``torch.promote_types``) unless ``dtype=`` fixes it. Scalars take the compute type.
+  (``torch.promote_types``, so a complex64 and a float64 input give complex128) unless ``dtype=`` fixes it.
+  Scalars take the compute type (its real type when that is complex).
 - Scalars are runtime kernel arguments (changing one never recompiles) unless named in
   ``specialize=``: then each distinct value is compiled into the kernel once and cached.
 - float16 / bfloat16 results use the hardware exp in kjit_math's functions (KJIT_FAST_EXP).
@@ -64,8 +80,10 @@ _RESERVED = {"C", "TO", "I", "VEC", "TAIL", "out"} | {
     "using", "virtual", "void", "volatile", "while"}
 _SUPPORTED = (
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
-    torch.int64, torch.uint8, torch.bool,
+    torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128,
 )
+_COMPLEX = (torch.complex64, torch.complex128)
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _HALF = (torch.float16, torch.bfloat16)
 
 # Input or scalar names as elementwise() takes them: "x, y", ["x", "y"] or ("x", "y"); scalars may
@@ -73,7 +91,10 @@ _HALF = (torch.float16, torch.bfloat16)
 Names = str | list[str] | tuple[str, ...]
 ScalarNames = Names | dict[str, float]
 
-_MAX_INPUTS = 9  # ElementwiseFn::kMaxInputs
+# Scalars are real numbers (runtime kernel arguments of type double); a complex value is two of them.
+_COMPLEX_SCALAR_HINT = ("; a complex value is two real scalars: pass its parts (e.g. re=v.real, im=v.imag) and write "
+                        "C(re, im) in the expression")
+_MAX_INPUTS = 32  # ElementwiseFn::kMaxInputs (a derivative takes the gradient and every input: up to 31 inputs)
 # One C++ expression on one line: no statement, block, comment or preprocessor token in any spelling
 # (the digraphs %: and %:%: are #, ??= the trigraph of #).
 _NOT_AN_EXPRESSION = (";", "{", "}", "#", "//", "/*", "%:", "??=", "<%", "%>", "\n", "\r", "\\")
@@ -108,7 +129,12 @@ def _torch_ties() -> str:
         return "split" if gb.item() != 0 else "first"
 
 
-def _compute_dtype(out: torch.dtype) -> torch.dtype:
+def _compute_dtype(out: torch.dtype, inputs: tuple = ()) -> torch.dtype:
+    """The expression's compute type, as ElementwiseFn computes it (python/src/ops/elementwise_fn.cpp)."""
+    if out in _COMPLEX:
+        return out
+    if any(d in _COMPLEX for d in inputs):
+        return torch.complex128 if out == torch.float64 or torch.complex128 in inputs else torch.complex64
     return torch.float32 if out in _HALF else out
 
 
@@ -140,7 +166,7 @@ class Elementwise:
         for s, v in self.defaults.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _core.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
-                                   f"got {_tensor_desc(v)}")
+                                   f"got {_tensor_desc(v)}{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
             raise _core.ValueError(f"kjit.elementwise: names {dup} are given more than once")
@@ -287,7 +313,8 @@ class Elementwise:
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}")
+                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}"
+                                      f"{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
             scalars[s] = v
         out = kwargs.pop("out", None)
         if kwargs:
@@ -299,7 +326,8 @@ class Elementwise:
                                    "pass numbers as scalars")
             if t.dtype not in _SUPPORTED:
                 raise _core.TypeError(f"{self!r}: input '{name}' has dtype {t.dtype}, which is not supported; "
-                                   f"allowed: {', '.join(str(d) for d in _SUPPORTED)}")
+                                   f"allowed: {', '.join(str(d) for d in _SUPPORTED)}; convert it with "
+                                   f"{name}.to(torch.float32)")
         return tensors, scalars, out
 
     @staticmethod
@@ -325,15 +353,25 @@ class Elementwise:
         self._check_specialized_values(specialized_values)
         if len(dtypes) != len(self.inputs):
             raise _core.ValueError(f"{self!r}: dtypes gives {len(dtypes)} dtypes for {len(self.inputs)} inputs")
-        out_dtype = out_dtype or self.dtype or dtypes[0]
-        params = {f"T_{n}": d for n, d in zip(self.inputs, dtypes)}
+        out_dtype = out_dtype or self.dtype or functools.reduce(torch.promote_types, dtypes)
+        for what, d in [*(("input '" + n + "'", d) for n, d in zip(self.inputs, dtypes)), ("out_dtype", out_dtype)]:
+            if d not in _SUPPORTED:
+                raise _core.TypeError(f"{self!r}: {what} has dtype {d}, which is not supported; allowed: "
+                                      f"{', '.join(str(a) for a in _SUPPORTED)}")
+        # Type parameters name real types; kjit_cx marks the complex ones (bit 0 the result, 1 the compute
+        # type, 2 + i input i), as the C++ call passes them.
+        real = lambda d: _REAL_OF.get(d, d)  # noqa: E731
+        params = {f"T_{n}": real(d) for n, d in zip(self.inputs, dtypes)}
+        compute = _compute_dtype(out_dtype, dtypes)
+        mask = (out_dtype in _COMPLEX) | (compute in _COMPLEX) << 1
+        for i, d in enumerate(dtypes):
+            mask |= (d in _COMPLEX) << (2 + i)
         t = self.template(tuple(float(v) for v in specialized_values))
-        compute = _compute_dtype(out_dtype)
         if rank == 0:
             return t.kernel("kjit_elementwise", **self._options(out_dtype)).specialize(
-                arch=arch, TO=out_dtype, C=compute, VEC=vec, TAIL=tail, I=index, **params)
+                arch=arch, TO=real(out_dtype), C=real(compute), VEC=vec, TAIL=tail, I=index, kjit_cx=mask, **params)
         return t.kernel(f"kjit_elementwise_strided{rank}", **self._options(out_dtype)).specialize(
-            arch=arch, TO=out_dtype, C=compute, I=index, **params)
+            arch=arch, TO=real(out_dtype), C=real(compute), I=index, kjit_cx=mask, **params)
 
     def __repr__(self) -> str:
         return f"kjit.elementwise({self.name!r}: {self.expr!r})"

@@ -10,7 +10,9 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <array>
+#include <new>
 #include <vector>
 
 #include "bindings.hpp"
@@ -23,6 +25,28 @@ namespace {
 
 struct PyElementwise {
   const ops::ElementwiseFn* fn;
+};
+
+// The input tensors of one direct call, in place: only the tensors of the call are constructed and destroyed
+// (a function takes up to ElementwiseFn::kMaxInputs = 32; most take one to three).
+class CallTensors {
+ public:
+  CallTensors() = default;
+  CallTensors(const CallTensors&) = delete;
+  CallTensors& operator=(const CallTensors&) = delete;
+  ~CallTensors() {
+    for (std::size_t i = 0; i < n_; ++i) data()[i].~Tensor();
+  }
+  void push(const at::Tensor& t) {
+    new (buf_ + n_ * sizeof(at::Tensor)) at::Tensor(t);
+    ++n_;
+  }
+  at::Tensor* data() noexcept { return std::launder(reinterpret_cast<at::Tensor*>(buf_)); }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  alignas(at::Tensor) unsigned char buf_[ops::ElementwiseFn::kMaxInputs * sizeof(at::Tensor)];
+  std::size_t n_ = 0;
 };
 
 bool scalar_value(PyObject* o, double& v) {
@@ -50,7 +74,8 @@ PyObject* call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject
   const ops::ElementwiseSpec& spec = fn.spec();
   const std::size_t n_in = spec.inputs.size(), n_sc = spec.scalars.size();
   if (!ops::plain_thread_state() || nargs > static_cast<Py_ssize_t>(n_in) || n_sc > 32) Py_RETURN_NONE;
-  std::array<PyObject*, ops::ElementwiseFn::kMaxInputs> given_in{};
+  PyObject* given_in[ops::ElementwiseFn::kMaxInputs];
+  std::fill_n(given_in, n_in, nullptr);
   std::array<PyObject*, 32> given_sc{};
   PyObject* out = nullptr;
   for (Py_ssize_t i = 0; i < nargs; ++i) given_in[i] = args[i];
@@ -74,11 +99,11 @@ PyObject* call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject
     ok = false;
   });
   if (!ok) Py_RETURN_NONE;
-  std::array<at::Tensor, ops::ElementwiseFn::kMaxInputs> tensors;
+  CallTensors tensors;
   for (std::size_t i = 0; i < n_in; ++i) {
     const at::Tensor* t = nullptr;
     if (!given_in[i] || !plain_tensor(given_in[i], t)) Py_RETURN_NONE;
-    tensors[i] = *t;
+    tensors.push(*t);
   }
   std::array<double, 32> scalars{};
   for (std::size_t i = 0; i < n_sc; ++i) {

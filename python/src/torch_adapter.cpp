@@ -33,10 +33,9 @@ bool tensor_pointer(PyObject* v, const ParamLayout& L, std::size_t i, int device
                      ", but the kernel runs on cuda:" + std::to_string(device) + "; move it with " + p.name +
                      ".to('cuda:" + std::to_string(device) + "') or specialize for its device");
   if (p.pointee && dtype_of(t.scalar_type()) != p.pointee)
-    throw TypeError("argument '" + p.name + "' of " + L.kernel() + " points to " + dtype_name(*p.pointee) +
-                    " elements, got a tensor of " + std::string(c10::toString(t.scalar_type())) +
-                    "; convert it with " + p.name + ".to(torch." + dtype_name(*p.pointee) +
-                    ") or specialize the kernel for its dtype");
+    throw TypeError("argument '" + p.name + "' of " + L.kernel() + " points to torch." + dtype_name(*p.pointee) +
+                    " elements, got a " + torch_dtype_name(t.scalar_type()) + " tensor; convert it with " + p.name +
+                    ".to(torch." + dtype_name(*p.pointee) + ") or specialize the kernel for its dtype");
   *ptr = t.data_ptr();
   return true;
 }

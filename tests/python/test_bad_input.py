@@ -698,8 +698,8 @@ EW_CASES = [
         r"scalar must be a name, .*got 3", "scalars-int"),
     _ew("kjit.elementwise", "dtype", lambda m: kjit.elementwise("x", "x", dtype="float32"), kjit.TypeError,
         r"kjit\.elementwise: dtype=float32 is not supported; allowed: torch\.float32", "dtype-str"),
-    _ew("kjit.elementwise", "dtype", lambda m: kjit.elementwise("x", "x", dtype=torch.complex64), kjit.TypeError,
-        r"dtype=torch\.complex64 is not supported", "dtype-complex"),
+    _ew("kjit.elementwise", "dtype", lambda m: kjit.elementwise("x", "x", dtype=torch.complex32), kjit.TypeError,
+        r"dtype=torch\.complex32 is not supported", "dtype-complex32"),
     _ew("kjit.elementwise", "args", lambda m: kjit.elementwise(None, "x"), kjit.TypeError,
         r"the expression must be a non-empty string of C\+\+, got None", "expr-None"),
     _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("  ", "x"), kjit.TypeError,
@@ -742,8 +742,8 @@ EW_CASES = [
         r"unexpected keyword arguments \['z'\]; inputs \['x', 'y'\], scalars \['s'\], out=", "unknown-keyword"),
     _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), x=m.x(2), s=1.0), kjit.TypeError,
         r"got input 'x' twice, by position and by keyword \(inputs: x, y\)", "input-twice"),
-    _ew("kjit.Elementwise.__call__", "dtype", lambda m: FMA(m.x(2), m.x(2).to(torch.complex64), s=1.0), kjit.TypeError,
-        r"input 'y' has dtype torch\.complex64, which is not supported; allowed: torch\.float32", "complex64"),
+    _ew("kjit.Elementwise.__call__", "dtype", lambda m: FMA(m.x(2), m.x(2).to(torch.complex32), s=1.0), kjit.TypeError,
+        r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32", "complex32"),
     _ew("kjit.Elementwise.__call__", "cpu", lambda m: FMA(torch.ones(3), torch.ones(3), s=1.0), kjit.ValueError,
         r"^kjit\.elementwise\('bad_input_fma': 'x \* y \* s'\): expected all inputs on one CUDA device, got x on cpu, "
         r"y on cpu; move them with \.to\('cuda'\)", "cpu"),
@@ -762,9 +762,9 @@ EW_CASES = [
         "undefined-name"),
     _ew("kjit.Elementwise.compile", "value", lambda m: FMA.compile(arch="banana", dtypes=(torch.float32,) * 2),
         kjit.ValueError, rf"^target 'banana' {NOT_A_TARGET}$", "bad-arch"),
-    _ew("kjit.Elementwise.compile", "dtype", lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32, torch.complex64)),
-        kjit.TypeError, r"template parameter 'T_y' of kernel 'kjit_elementwise' got torch\.complex64, which kjit "
-        r"cannot specialize on", "complex64"),
+    _ew("kjit.Elementwise.compile", "dtype", lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32, torch.complex32)),
+        kjit.TypeError, r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32",
+        "complex32"),
     _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(arch="sm_90", dtypes="ff"), kjit.TypeError,
         r"dtypes must be a tuple of torch\.dtype, one per input \(x, y\), got str 'ff'", "dtypes-str"),
     _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(arch="sm_90", dtypes=None), kjit.TypeError,
@@ -989,7 +989,7 @@ def test_elementwise_compile_only_64_bit_index_and_special_constants():
     """Valid inputs: the 64-bit index variants compile, and so do NaN / +-Inf specialized constants."""
     for rank in (0, 1, 3):
         k = FMA.compile(arch="sm_90", dtypes=(torch.float16, torch.float32), index=torch.int64, rank=rank)
-        assert k.origin in ORIGINS and ", long long, __half, float>" in k.name_expression, k.name_expression
+        assert k.origin in ORIGINS and ", long long, 0ull, __half, float>" in k.name_expression, k.name_expression
     for v in (float("nan"), float("inf"), float("-inf")):
         assert SPEC.compile(arch="sm_90", dtypes=(torch.float32,), specialized_values=(v,)).origin in ORIGINS
     assert "__int_as_float(0x7fffffff)" in SPEC.source((float("nan"),))
@@ -1122,7 +1122,7 @@ def _k1():
 
 GPU_API_CASES = [
     case("kjit.Kernel.launch", "dtype", lambda m: _k1().launch(1, 256, m.x(4).double(), m.x(4), 1.0, 4),
-         kjit.TypeError, r"argument 'x' of add_constant<float, 1> points to float32 elements, got a tensor of Double; "
+         kjit.TypeError, r"argument 'x' of add_constant<float, 1> points to torch\.float32 elements, got a torch\.float64 tensor; "
          r"convert it with x\.to\(torch\.float32\)", "float64"),
     case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0), kjit.TypeError,
          r"^kernel add_constant<float, 1> takes 4 arguments \(x, y, c, n\), got 3", "too-few"),

@@ -239,7 +239,7 @@ def test_launch_rejects_a_tensor_of_another_dtype_than_the_pointer():
     with pytest.raises(kjit.TypeError) as e:
         k.launch(1, 32, x, y, 1.0, 8)
     assert str(e.value).startswith("argument 'x' of add_constant<float, 1>")
-    assert "points to float32 elements, got a tensor of Half" in str(e.value)
+    assert "points to torch.float32 elements, got a torch.float16 tensor" in str(e.value)
     k.launch(1, 32, x.float(), y, 1.0, 8)  # the process stays usable
     torch.testing.assert_close(y, torch.full_like(y, 2.0))
 

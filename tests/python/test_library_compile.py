@@ -136,23 +136,24 @@ def test_elementwise_every_strided_rank_and_index_type_compiles():
     f = kjit.elementwise("x * y + s", "x, y", "s", name="test_ranks")
     for rank in range(1, 7):
         k = f.compile(arch="sm_90", dtypes=(torch.float32, torch.float16), out_dtype=torch.float32, rank=rank)
-        assert k.name_expression.startswith(f"kjit_elementwise_strided{rank}<float, float, int, float, __half")
+        assert k.name_expression.startswith(f"kjit_elementwise_strided{rank}<float, float, int, 0ull, float, __half")
     k = f.compile(arch="sm_90", dtypes=(torch.bfloat16, torch.bfloat16), vec=8, tail=True, index=torch.int64)
-    assert k.name_expression == "kjit_elementwise<__nv_bfloat16, float, 8, true, long long, __nv_bfloat16, __nv_bfloat16>"
+    assert k.name_expression == ("kjit_elementwise<__nv_bfloat16, float, 8, true, long long, 0ull, __nv_bfloat16, "
+                                 "__nv_bfloat16>")
     assert k.origin in ORIGINS
 
 
 def test_elementwise_integer_bool_and_mixed_dtypes_compile():
     f = kjit.elementwise("x + y * k", "x, y", "k", specialize=["k"], name="test_int")
     k = f.compile(arch="sm_90", dtypes=(torch.int32, torch.int32), vec=4, specialized_values=(3,))
-    assert k.name_expression.startswith("kjit_elementwise<int, int, 4, false, int, int, int>")
+    assert k.name_expression.startswith("kjit_elementwise<int, int, 4, false, int, 0ull, int, int>")
     f.compile(arch="sm_90", dtypes=(torch.int64, torch.int64), vec=2, tail=True, specialized_values=(-7,))
     f.compile(arch="sm_90", dtypes=(torch.uint8, torch.int8), out_dtype=torch.int16, vec=1, specialized_values=(2,))
     where = kjit.elementwise("c ? x : y", "c, x, y", name="test_where")
     where.compile(arch="sm_90", dtypes=(torch.bool, torch.float16, torch.float16), out_dtype=torch.float16, vec=8)
     mixed = kjit.elementwise("x + y", "x, y", name="test_mixed")
     k = mixed.compile(arch="sm_90", dtypes=(torch.float16, torch.float32), out_dtype=torch.float32, vec=4)
-    assert "<float, float, 4, false, int, __half, float>" in k.name_expression
+    assert "<float, float, 4, false, int, 0ull, __half, float>" in k.name_expression
 
 
 def test_elementwise_gets_kjits_headers_whatever_the_users_include_path_holds(tmp_path, run_py):
@@ -217,7 +218,7 @@ def test_elementwise_specialized_scalar_values_compile(value):
         (("x", ""), {}, ValueError, r"at least one input tensor is needed"),
         (("x * s", "x", "s"), dict(specialize=["t"]), ValueError,
          r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]"),
-        (("x", "x"), dict(dtype=torch.complex64), TypeError, r"dtype=torch\.complex64 is not supported"),
+        (("x", "x"), dict(dtype=torch.complex32), TypeError, r"dtype=torch\.complex32 is not supported"),
     ],
 )
 def test_elementwise_definition_errors(args, kwargs, exc, message):
@@ -243,8 +244,8 @@ def fma():
         (lambda f, x: f(x, x, s=torch.ones(2)), TypeError, r"scalar 's' must be a Python int or float"),
         (lambda f, x: f(x, x, s=1.0, z=2), TypeError, r"unexpected keyword arguments \['z'\]"),
         (lambda f, x: f(x, 2.0, s=1.0), TypeError, r"input 'y' must be a torch\.Tensor, got float 2\.0"),
-        (lambda f, x: f(x, x.to(torch.complex64), s=1.0), TypeError,
-         r"input 'y' has dtype torch\.complex64, which is not supported"),
+        (lambda f, x: f(x, x.to(torch.complex32), s=1.0), TypeError,
+         r"input 'y' has dtype torch\.complex32, which is not supported"),
         # Bound correctly, then rejected for the device.
         (lambda f, x: f(x, x, s=1.0), ValueError,
          r"expected all inputs on one CUDA device, got x on cpu, y on cpu; move them with \.to\('cuda'\)"),
@@ -287,8 +288,8 @@ def test_elementwise_source_holds_the_expression_and_the_scalars():
     assert src.startswith("// kjit.elementwise silu_scaled: x * sigmoid(x) * scale + bias\n")
     assert '#include "elementwise.cuh"' in src
     assert "return static_cast<C>(x * sigmoid(x) * scale + bias);" in src
-    assert f"const C bias = static_cast<C>({(0.5).hex()});" in src
-    assert "C scale;" in src
+    assert f"const kjit_ew::scalar_t<C> bias = static_cast<kjit_ew::scalar_t<C>>({(0.5).hex()});" in src
+    assert "  kjit_ew::scalar_t<C> scale;" in src
     assert ", double scale)" in src and "double bias" not in src
     assert "kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n, const T_x* __restrict__ x, double scale)" in src
     for r in range(1, 7):
@@ -306,7 +307,8 @@ def test_elementwise_names_as_strings_lists_and_default_scalars():
     assert g.inputs == ("a", "b") and g.scalars == ()
     assert kjit.elementwise("x", "x").name == "elementwise"
     src = f.source()
-    assert "template <typename TO, typename C, int VEC, bool TAIL, typename I, typename T_a, typename T_b>" in src
+    assert ("template <typename TO, typename C, int VEC, bool TAIL, typename I, unsigned long long kjit_cx, "
+            "typename T_a, typename T_b>") in src
     # A default is still a runtime argument.
     assert ", double s)" in src
     with pytest.raises(ValueError, match="expected all inputs on one CUDA device"):

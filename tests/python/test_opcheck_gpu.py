@@ -319,11 +319,19 @@ def test_specialized_nan_inf_and_signed_zero_are_each_their_own_kernel():
     assert torch.equal(f(x, s=0.0), torch.full_like(x, float("inf")))
 
 
-def test_nine_input_function_refuses_gradients_with_the_reason():
+def test_nine_input_function_has_gradients_and_32_inputs_refuse_them_with_the_reason():
+    # Issue #28: up to 31 inputs have derivative kernels (the gradient and every input: 32 tensors).
     names = [f"a{i}" for i in range(9)]
     f = kjit.elementwise(" + ".join(names), names, name="nine_inputs")
     args = [t(4) for _ in names]
     torch.testing.assert_close(f(*args), sum(args))
     args[0].requires_grad_()
-    with pytest.raises(kjit.ValueError, match="9 inputs has no derivative kernel"):
+    f(*args).sum().backward()
+    torch.testing.assert_close(args[0].grad, torch.ones_like(args[0]))
+    names = [f"a{i}" for i in range(32)]
+    f = kjit.elementwise(" + ".join(names), names, name="thirty_two_inputs")
+    args = [t(4) for _ in names]
+    torch.testing.assert_close(f(*args), sum(args))
+    args[0].requires_grad_()
+    with pytest.raises(kjit.ValueError, match="32 inputs has no derivative kernel"):
         f(*args)

@@ -43,7 +43,9 @@ const char* to_string(Origin o) noexcept;
 
 // A fixed-size identity of (kernel family, template arguments, device) for the hot-path table.
 struct SpecKey {
-  static constexpr int kMaxArgs = 14;
+  // Enough for kjit.elementwise's flat kernel of 32 inputs (38 arguments); only the first nargs words are
+  // hashed and compared, so a call pays for the arguments it has (and the zeroing of this array).
+  static constexpr int kMaxArgs = 40;
   std::uint64_t family = 0;  // Engine::family_id(template, kernel, options)
   std::int32_t device = 0;
   std::uint32_t nargs = 0;

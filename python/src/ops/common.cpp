@@ -20,14 +20,14 @@
 namespace kjit::ops {
 namespace {
 
-// getDtypeNames gives std::string up to torch 2.14 and std::string_view from 2.15.
-std::string torch_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+std::string torch_name(at::ScalarType t) { return python::torch_dtype_name(t); }
 
 }  // namespace
 
 DType to_dtype(at::ScalarType t) {
   if (auto d = python::dtype_of(t)) return *d;
-  throw TypeError("dtype " + torch_name(t) + " has no kjit element type: allowed " + dtype_names());
+  throw TypeError("dtype " + torch_name(t) + " has no kjit element type: allowed " + python::torch_dtype_names() +
+                  "; convert the tensor with .to(torch.float32) (or another allowed dtype)");
 }
 
 [[noreturn]] void fail_value(const char* op, const std::string& message) {

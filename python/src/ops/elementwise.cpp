@@ -10,11 +10,14 @@
 
 #include <vector>
 
+#include "../dtypes.hpp"
 #include "elementwise_fn.hpp"
 #include "op.hpp"
 
 namespace kjit::ops {
 namespace {
+
+using python::torch_dtype_name;
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -40,8 +43,27 @@ const c10::TypedOperatorHandle<at::Tensor(c10::string_view, at::TensorList, at::
   return OpHandle<&elementwise_cuda>::get("elementwise");
 }
 
-// Refuses inputs that require grad where the function has no derivative.
+// Refuses inputs that require grad where the function has no derivative: a complex input or result (kjit
+// derives real functions; PyTorch's gradients of complex functions are conjugate Wirtinger derivatives, which
+// kjit's symbolic derivatives are not), or an input without a derivative expression.
 void check_differentiable(const ElementwiseFn& fn, at::TensorList inputs) {
+  const at::ScalarType result = fn.result_dtype(inputs);
+  bool complex = at::isComplexType(result);
+  for (const at::Tensor& t : inputs) complex = complex || at::isComplexType(t.scalar_type());
+  if (complex)
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].requires_grad()) continue;
+      const std::string& in = fn.spec().inputs[i];
+      std::string dtypes;
+      for (std::size_t j = 0; j < inputs.size(); ++j)
+        dtypes += (j ? ", " : "") + fn.spec().inputs[j] + " " + torch_dtype_name(inputs[j].scalar_type());
+      throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but this call is complex (inputs " + dtypes +
+                       ", result " + torch_dtype_name(result) + "), and kjit.elementwise has gradients of real "
+                       "functions only: it does not build the conjugate Wirtinger gradients PyTorch gives complex "
+                       "functions. Allowed: requires_grad with real floating inputs and a real result. Pass " + in +
+                       ".detach() (or call it under torch.no_grad()) where no gradient is needed, or compute the "
+                       "function with torch operations where the complex gradient is needed");
+    }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad() || fn.derivative(i)) continue;
     const std::string& in = fn.spec().inputs[i];

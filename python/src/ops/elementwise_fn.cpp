@@ -1,5 +1,7 @@
 #include "elementwise_fn.hpp"
 
+#include "../dtypes.hpp"
+
 #include <ATen/ExpandUtils.h>
 #include <c10/core/ScalarType.h>
 #include <nlohmann/json.hpp>
@@ -23,12 +25,21 @@ const std::pair<const char*, at::ScalarType> kDtypes[] = {
     {"float32", at::ScalarType::Float}, {"float16", at::ScalarType::Half},  {"bfloat16", at::ScalarType::BFloat16},
     {"float64", at::ScalarType::Double}, {"int8", at::ScalarType::Char},   {"int16", at::ScalarType::Short},
     {"int32", at::ScalarType::Int},      {"int64", at::ScalarType::Long},  {"uint8", at::ScalarType::Byte},
-    {"bool", at::ScalarType::Bool}};
+    {"bool", at::ScalarType::Bool},      {"complex64", at::ScalarType::ComplexFloat},
+    {"complex128", at::ScalarType::ComplexDouble}};
+
+// "torch.float32, torch.float16, ...": the dtypes a function takes, for messages.
+std::string allowed_dtypes() {
+  std::string out;
+  for (const auto& [n, t] : kDtypes) out += (out.empty() ? "torch." : ", torch.") + std::string(n);
+  return out;
+}
 
 at::ScalarType dtype_named(const std::string& name) {
   for (const auto& [n, t] : kDtypes)
     if (name == n) return t;
-  throw TypeError("kjit.elementwise: dtype '" + name + "' is not supported");
+  throw TypeError("kjit.elementwise: dtype '" + name + "' of the function spec is not supported; allowed: " +
+                  allowed_dtypes());
 }
 const char* dtype_name(at::ScalarType t) {
   for (const auto& [n, d] : kDtypes)
@@ -41,9 +52,39 @@ bool supported(at::ScalarType t) {
   return false;
 }
 bool is_half(at::ScalarType t) { return t == at::ScalarType::Half || t == at::ScalarType::BFloat16; }
-at::ScalarType compute_dtype(at::ScalarType out) { return is_half(out) ? at::ScalarType::Float : out; }
+bool is_complex(at::ScalarType t) {
+  return t == at::ScalarType::ComplexFloat || t == at::ScalarType::ComplexDouble;
+}
+// The type the expression computes in: the result's (float for 16-bit results) or, with a complex input
+// and a real result, complex128 where the result or an input is 64-bit, else complex64.
+at::ScalarType compute_dtype(at::ScalarType out, const at::ScalarType* in, std::size_t n_in) {
+  if (is_complex(out)) return out;
+  bool cx = false, wide = out == at::ScalarType::Double;
+  for (std::size_t i = 0; i < n_in; ++i) {
+    cx = cx || is_complex(in[i]);
+    wide = wide || in[i] == at::ScalarType::ComplexDouble;
+  }
+  if (cx) return wide ? at::ScalarType::ComplexDouble : at::ScalarType::ComplexFloat;
+  return is_half(out) ? at::ScalarType::Float : out;
+}
+// A kernel's type parameters name the real type of a complex dtype; kjit_cx says which are complex
+// (kernel_templates/elementwise.cuh).
+TemplateArg real_type_arg(at::ScalarType t) {
+  if (t == at::ScalarType::ComplexFloat) return TemplateArg::type(DType::Float32);
+  if (t == at::ScalarType::ComplexDouble) return TemplateArg::type(DType::Float64);
+  return type_arg(t);
+}
+// Bit 0: the result is complex, bit 1: the compute type, bit 2 + i: input i.
+TemplateArg complex_mask(at::ScalarType out, at::ScalarType compute, const at::ScalarType* in, std::size_t n_in) {
+  std::uint64_t m = (is_complex(out) ? 1u : 0u) | (is_complex(compute) ? 2u : 0u);
+  for (std::size_t i = 0; i < n_in; ++i)
+    if (is_complex(in[i])) m |= std::uint64_t{1} << (2 + i);
+  return TemplateArg::unsigned_integer(m);
+}
 
 std::string torch_dtype(at::ScalarType t) { return "torch." + std::string(dtype_name(t)); }
+using python::torch_dtype_name;
+std::string torch_name(at::ScalarType t) { return torch_dtype_name(t); }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
@@ -216,31 +257,39 @@ std::string ElementwiseFn::source(const std::vector<double>& values) const {
   std::replace(comment.begin(), comment.end(), '\n', ' ');
   std::replace(comment.begin(), comment.end(), '\r', ' ');
   std::vector<std::string> lines = {comment, "#include \"elementwise.cuh\"", "template <typename C>", "struct kjit_expr {"};
-  for (const std::string& s : runtime) lines.push_back("  C " + s + ";");
-  std::vector<std::string> params, types, init, ptrs, names;
-  for (const std::string& n : in) {
+  // Scalars have the compute type's real type (C itself unless C is complex: a complex constant is C(re, im)).
+  for (const std::string& s : runtime) lines.push_back("  kjit_ew::scalar_t<C> " + s + ";");
+  std::vector<std::string> params, types, init, ptrs, args;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::string& n = in[i];
     params.push_back("C " + n);
     types.push_back("typename T_" + n);
     ptrs.push_back(", const T_" + n + "* __restrict__ " + n);
+    args.push_back("kjit_ew::as<kjit_cx, " + std::to_string(2 + i) + ">(" + n + ")");
   }
   std::string scalar_params;
   for (const std::string& s : runtime) {
-    init.push_back("static_cast<C>(" + s + ")");
+    init.push_back("static_cast<kjit_ew::scalar_t<kjit_c>>(" + s + ")");
     scalar_params += ", double " + s;
   }
   lines.push_back("  __device__ __forceinline__ C operator()(" + join(params, ", ") + ") const {");
   lines.push_back("    using namespace kjit_math;");
   for (std::size_t i = 0; i < specialized.size(); ++i)
-    lines.push_back("    const C " + specialized[i] + " = static_cast<C>(" + cpp_float(values[i]) + ");");
+    lines.push_back("    const kjit_ew::scalar_t<C> " + specialized[i] + " = static_cast<kjit_ew::scalar_t<C>>(" +
+                    cpp_float(values[i]) + ");");
   lines.push_back("    return static_cast<C>(" + spec_.expr + ");");
   lines.push_back("  }");
   lines.push_back("};");
+  // TO, C and T_<input> are real types; kjit_cx marks the complex ones (kernel_templates/elementwise.cuh).
   const std::string tparams = join(types, ", ");
-  lines.push_back("template <typename TO, typename C, int VEC, bool TAIL, typename I, " + tparams + ">");
+  const std::string compute = "  using kjit_c = kjit_ew::elem_t<C, kjit_cx, 1>;";
+  lines.push_back("template <typename TO, typename C, int VEC, bool TAIL, typename I, unsigned long long kjit_cx, " +
+                  tparams + ">");
   lines.push_back("__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n" +
                   join(ptrs, "") + scalar_params + ") {");
-  lines.push_back("  kjit_ew::flat<C, VEC, TAIL>(kjit_expr<C>{" + join(init, ", ") + "}, kjit_out, kjit_n, " +
-                  join(in, ", ") + ");");
+  lines.push_back(compute);
+  lines.push_back("  kjit_ew::flat<kjit_c, VEC, TAIL>(kjit_expr<kjit_c>{" + join(init, ", ") +
+                  "}, kjit_ew::as<kjit_cx, 0>(kjit_out), kjit_n, " + join(args, ", ") + ");");
   lines.push_back("}");
   for (int r = 1; r <= kMaxRank; ++r) {
     std::vector<std::string> sizes, size_names, ins;
@@ -249,23 +298,26 @@ std::string ElementwiseFn::source(const std::vector<double>& values) const {
       sizes.push_back("I kjit_size" + std::to_string(d));
       size_names.push_back("kjit_size" + std::to_string(d));
     }
-    for (const std::string& n : in) {
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const std::string& n = in[i];
       std::vector<std::string> strides;
       strided += ", const T_" + n + "* __restrict__ " + n;
       for (int d = 0; d < r; ++d) {
         strided += ", I kjit_stride" + std::to_string(d) + "_" + n;
         strides.push_back("kjit_stride" + std::to_string(d) + "_" + n);
       }
-      ins.push_back("kjit_ew::StridedIn<T_" + n + ", I, " + std::to_string(r) + ">{" + n + ", {" + join(strides, ", ") +
-                    "}}");
+      const std::string bit = std::to_string(2 + i);
+      ins.push_back("kjit_ew::StridedIn<kjit_ew::elem_t<T_" + n + ", kjit_cx, " + bit + ">, I, " + std::to_string(r) +
+                    ">{" + args[i] + ", {" + join(strides, ", ") + "}}");
     }
     const std::string rs = std::to_string(r);
-    lines.push_back("template <typename TO, typename C, typename I, " + tparams + ">");
+    lines.push_back("template <typename TO, typename C, typename I, unsigned long long kjit_cx, " + tparams + ">");
     lines.push_back("__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise_strided" + rs +
                     "(TO* __restrict__ kjit_out, I kjit_n, " + join(sizes, ", ") + strided + scalar_params + ") {");
+    lines.push_back(compute);
     lines.push_back("  const I kjit_size[" + rs + "] = {" + join(size_names, ", ") + "};");
-    lines.push_back("  kjit_ew::strided<C, " + rs + ">(kjit_expr<C>{" + join(init, ", ") +
-                    "}, kjit_out, kjit_n, kjit_size, " + join(ins, ", ") + ");");
+    lines.push_back("  kjit_ew::strided<kjit_c, " + rs + ">(kjit_expr<kjit_c>{" + join(init, ", ") +
+                    "}, kjit_ew::as<kjit_cx, 0>(kjit_out), kjit_n, kjit_size, " + join(ins, ", ") + ");");
     lines.push_back("}");
   }
   return join(lines, "\n") + "\n";
@@ -351,8 +403,9 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
   }
   for (std::size_t i = 0; i < ins.size(); ++i)
     if (!supported(ins[i].scalar_type()))
-      throw TypeError(repr_ + ": input '" + spec_.inputs[i] + "' has dtype " +
-                      c10::toString(ins[i].scalar_type()) + ", which is not supported");
+      throw TypeError(repr_ + ": input '" + spec_.inputs[i] + "' has dtype " + torch_name(ins[i].scalar_type()) +
+                      ", which is not supported; allowed: " + allowed_dtypes() + "; convert it with " +
+                      spec_.inputs[i] + ".to(torch.float32)");
   const at::ScalarType dtype = result_dtype(ins);
   bool same = true;
   for (const at::Tensor& t : ins) same = same && t.sizes() == ins[0].sizes();
@@ -397,13 +450,17 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
 
 ElementwiseFn::FlatPlan ElementwiseFn::flat_plan(at::ScalarType out_dtype, std::int64_t n, const Access* accesses,
                                                  const at::ScalarType* in_dtypes, std::size_t n_in) {
-  FlatPlan p{template_arg_slots<5 + kMaxInputs>(), 5, vector_width(accesses, 1 + n_in), n > INT_MAX};
-  p.args[0] = type_arg(out_dtype);
-  p.args[1] = type_arg(compute_dtype(out_dtype));
-  p.args[2] = int_arg(p.vec);
-  p.args[3] = bool_arg(n % p.vec != 0);
-  p.args[4] = TemplateArg::type(p.wide ? DType::Int64 : DType::Int32);
-  for (std::size_t i = 0; i < n_in; ++i) p.args[p.n_args++] = type_arg(in_dtypes[i]);
+  FlatPlan p;
+  p.vec = vector_width(accesses, 1 + n_in);
+  p.wide = n > INT_MAX;
+  const at::ScalarType compute = compute_dtype(out_dtype, in_dtypes, n_in);
+  p.args.push(real_type_arg(out_dtype));
+  p.args.push(real_type_arg(compute));
+  p.args.push(int_arg(p.vec));
+  p.args.push(bool_arg(n % p.vec != 0));
+  p.args.push(TemplateArg::type(p.wide ? DType::Int64 : DType::Int32));
+  p.args.push(complex_mask(out_dtype, compute, in_dtypes, n_in));
+  for (std::size_t i = 0; i < n_in; ++i) p.args.push(real_type_arg(in_dtypes[i]));
   return p;
 }
 
@@ -436,7 +493,7 @@ void ElementwiseFn::prepare_ahead(at::ScalarType grad_dtype, c10::ArrayRef<at::T
     for (std::size_t i = 0; i < inputs.size(); ++i)
       accesses[i + 2] = {inputs[i].const_data_ptr(), static_cast<std::size_t>(inputs[i].element_size())};
     const FlatPlan p = flat_plan(dtype, n, accesses, dtypes, inputs.size() + 1);
-    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.n_args, inputs[0].device().index());
+    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.args.size(), inputs[0].device().index());
   } catch (const std::exception&) {
     // The call that wants it meets whatever this was and reports it.
   }
@@ -457,7 +514,7 @@ void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor&
   const bool wide = p.wide;
   const int device = out.device().index();
   LaunchContext ctx(device);
-  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.n_args, device, ctx.compile_forbidden);
+  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.args.size(), device, ctx.compile_forbidden);
   ArgPack a;
   a.add<void*>(out.data_ptr());
   a.index(n, wide);
@@ -519,13 +576,17 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
   const int rank = static_cast<int>(sizes.size());
   const int device = out.device().index();
   LaunchContext ctx(device);
-  auto targs = template_arg_slots<3 + kMaxInputs>();
-  targs[0] = type_arg(out.scalar_type());
-  targs[1] = type_arg(compute_dtype(out.scalar_type()));
-  targs[2] = TemplateArg::type(wide ? DType::Int64 : DType::Int32);
-  std::size_t nt = 3;
-  for (const at::Tensor& t : ins) targs[nt++] = type_arg(t.scalar_type());
-  const auto k = kernel_for(family(c, rank, is_half(out.scalar_type())), targs.data(), nt, device, ctx.compile_forbidden);
+  at::ScalarType dtypes[kMaxInputs];
+  for (std::size_t i = 0; i < ins.size(); ++i) dtypes[i] = ins[i].scalar_type();
+  const at::ScalarType compute = compute_dtype(out.scalar_type(), dtypes, ins.size());
+  TemplateArgList<4 + kMaxInputs> targs;
+  targs.push(real_type_arg(out.scalar_type()));
+  targs.push(real_type_arg(compute));
+  targs.push(TemplateArg::type(wide ? DType::Int64 : DType::Int32));
+  targs.push(complex_mask(out.scalar_type(), compute, dtypes, ins.size()));
+  for (std::size_t i = 0; i < ins.size(); ++i) targs.push(real_type_arg(dtypes[i]));
+  const auto k =
+      kernel_for(family(c, rank, is_half(out.scalar_type())), targs.data(), targs.size(), device, ctx.compile_forbidden);
   ArgPack a;
   a.add<void*>(out.data_ptr());
   a.index(n, wide);

@@ -6,7 +6,7 @@
 //
 // A function is described by its spec, a JSON object (made by kjit/elementwise.py at definition time):
 //   {"name": str, "expr": str, "inputs": [str], "scalars": [str], "specialize": [str],
-//    "dtype": "float32" | ... | null, "grads": {input: derivative expression},
+//    "dtype": "float32" | ... | "complex64" | "complex128" | null, "grads": {input: derivative expression},
 //    "backward": {input: the input's gradient given the incoming gradient kjit_grad (where kjit derived it)},
 //    "no_grad": {input: why it has no derivative}, "defaults": {scalar: value}}
 // The spec string is also the key of the registered op kjit::elementwise(str spec, Tensor[] inputs,
@@ -22,9 +22,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kjit/kernel_family.hpp"
@@ -33,6 +35,22 @@
 namespace kjit::ops {
 
 struct Access;  // common.hpp: a pointer and its element size, for vector_width
+
+// Up to N template arguments of one call, in place: only the arguments pushed are constructed, so a call
+// pays for the arguments it has, not for the capacity (38 for a flat kernel of 32 inputs).
+template <std::size_t N>
+class TemplateArgList {
+  static_assert(std::is_trivially_copyable_v<TemplateArg> && std::is_trivially_destructible_v<TemplateArg>);
+
+ public:
+  void push(const TemplateArg& a) noexcept { new (buf_ + n_++ * sizeof(TemplateArg)) TemplateArg(a); }
+  const TemplateArg* data() const noexcept { return std::launder(reinterpret_cast<const TemplateArg*>(buf_)); }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  alignas(TemplateArg) unsigned char buf_[N * sizeof(TemplateArg)];
+  std::size_t n_ = 0;
+};
 
 struct ElementwiseSpec {
   std::string name = "elementwise";
@@ -55,7 +73,10 @@ struct ElementwiseSpec {
 class ElementwiseFn {
  public:
   static constexpr int kMaxRank = 6;   // strided kernels exist for 1..6 coalesced dims
-  static constexpr int kMaxInputs = 9;  // the Engine's table keys up to 14 template arguments
+  // A flat kernel takes 6 + inputs template arguments (TO, C, VEC, TAIL, I, kjit_cx, one type per input):
+  // 38 at most, within the Engine's table key (SpecKey::kMaxArgs). A derivative takes the incoming gradient
+  // and every input, so a function of up to 31 inputs has derivative kernels.
+  static constexpr int kMaxInputs = 32;
 
   explicit ElementwiseFn(ElementwiseSpec spec);
 
@@ -102,8 +123,7 @@ class ElementwiseFn {
   // `out_dtype` and `n` elements from inputs of `in_dtypes`; accesses[0] is the result's, then one per
   // input (a null pointer: a fresh, aligned tensor).
   struct FlatPlan {
-    std::array<TemplateArg, 5 + kMaxInputs> args;
-    std::size_t n_args;
+    TemplateArgList<6 + kMaxInputs> args;
     int vec;
     bool wide;
   };
