@@ -66,7 +66,7 @@ def test_kernel_options():
     f = t.kernel("add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True},
                  max_registers=64)
     assert f.options == {"std": "c++17", "fast_math": True, "line_info": False, "device_debug": False,
-                         "minimal": False, "fast_compile": "off", "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
+                         "minimal": False, "default_device": False, "fast_compile": "off", "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
     assert t.kernel("add_constant", minimal=True).options["minimal"] is True
     assert t.kernel("add_constant", fast_compile="max").options["fast_compile"] == "max"
     with pytest.raises(ValueError, match="fast_compile='fast' is not valid: allowed off, min, mid, max"):
