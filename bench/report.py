@@ -406,7 +406,8 @@ def _spec_labels(specs: dict) -> str:
     steps = [s for s in library_headers.STEPS if _is(specs.get(s))]
     keys = list(dict.fromkeys(k for s in steps for k in specs[s]))
     vary = [k for k in keys if len({str(specs[s].get(k)) for s in steps}) > 1] or keys
-    return " / ".join(", ".join(f"{k}={specs[s].get(k)}" for k in vary) for s in steps)
+    # A parameter a specialization leaves to its default is not shown for it.
+    return " / ".join(", ".join(f"{k}={specs[s][k]}" for k in vary if k in specs[s]) for s in steps)
 
 
 def _lib_cell(e: dict | None, ref: dict | None = None) -> str:
