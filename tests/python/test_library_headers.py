@@ -40,10 +40,28 @@ def kernels():
 KERNEL_NAMES = list(kernels())
 
 
+def _version(text):
+    try:
+        return tuple(int(p) for p in (text or "").split(".")[:2])
+    except ValueError:
+        return ()
+
+
 def need_kernel(name):
     file, kernel, params, options, include = kernels()[name]
     if include is None:
         pytest.skip("CuTe's headers are not installed: pip install nvidia-cutlass (.ci/python_env.sh installs it)")
+    if name == "cute":
+        import kjit
+
+        tk = kjit._core.toolkit()
+        cccl, cutlass = (tk.get("cccl") or {}).get("version"), (tk.get("cutlass") or {}).get("version")
+        # CUTLASS 4.2's CuTe redeclares cuda::std's structured-binding templates of CCCL 3.1+ (CUDA 13.1+):
+        # "declaration is incompatible with template parameter _Tp" in cute/container/array.hpp (seen with
+        # NVRTC 13.2 and pip's CCCL 13.2): a version pair that does not compile together, outside kjit.
+        if _version(cutlass) <= (4, 2) and _version(cccl) >= (3, 1):
+            pytest.skip(f"CUTLASS {cutlass} does not compile with CCCL {cccl} (CuTe redeclares cuda::std's "
+                        "structured bindings): a newer CUTLASS, or the CCCL of CUDA 13.0")
     return file, kernel, params, options, include
 
 
@@ -76,10 +94,6 @@ def test_compiles_for_sm80_and_sm90_and_a_new_process_keys_it_the_same_from_the_
     second = compile_in_new_process(run_python, name, ["sm_80", "sm_90"])
     assert [r["key"] for r in second] == [r["key"] for r in first]
     assert [r["origin"] for r in second] == ["disk", "disk"], second
-    # What the first compile learned (the macro-computed includes) is kept with the header index.
-    index = json.loads((cache_dir / "v1" / "header-index.json").read_text())
-    if name.startswith("cub") or name == "cute":
-        assert index["learned"], "CUB and CuTe reach headers through macros: the index keeps what was learned"
 
 
 STALE_TEMPLATE = """
