@@ -34,7 +34,6 @@ time limit of one process (default 600 s).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -140,18 +139,10 @@ class ProbeFailed(RuntimeError):
 
 
 def cutlass_include_dir() -> str | None:
-    """CUTLASS's include/ (cute/ and cutlass/) from the nvidia-cutlass package (not imported), else None."""
-    try:
-        spec = importlib.util.find_spec("cutlass_library")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for base in spec.submodule_search_locations:
-        d = os.path.join(base, "source", "include")
-        if os.path.isfile(os.path.join(d, "cute", "tensor.hpp")):
-            return d
-    return None
+    """CUTLASS's include/ from the nvidia-cutlass package, as kjit finds it (kjit._cutlass_include_dir)."""
+    import kjit
+
+    return kjit._cutlass_include_dir()
 
 
 def target_arch() -> str:
