@@ -76,6 +76,8 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
   KJIT_LOAD(cuLibraryGetKernel, 12000);
   KJIT_LOAD_OPT(cuKernelGetParamInfo, 12040);
   KJIT_LOAD(cuKernelGetAttribute, 12000);
+  KJIT_LOAD(cuKernelSetAttribute, 12000);
+  KJIT_LOAD(cuTensorMapEncodeTiled, 12000);
   KJIT_LOAD(cuLaunchKernel, 4000);
   KJIT_LOAD(cuLaunchKernelEx, 11060);
   KJIT_LOAD(cuStreamCreate, 2000);

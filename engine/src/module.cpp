@@ -3,6 +3,9 @@
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 
+#include <mutex>
+#include <string>
+
 namespace kjit {
 
 std::shared_ptr<const Module> Module::load(const std::string& image) {
@@ -26,7 +29,10 @@ Module::~Module() {
 }
 
 Kernel::Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name)
-    : module_(std::move(module)), lowered_(std::move(lowered_name)), name_(std::move(display_name)) {
+    : module_(std::move(module)),
+      lowered_(std::move(lowered_name)),
+      name_(std::move(display_name)),
+      shared_opted_(new std::atomic<unsigned>[kMaxDevices]()) {
   const DriverLibrary& d = DriverLibrary::get();
   d.check(d.cuLibraryGetKernel(&kernel_, module_->handle(), lowered_.c_str()), "cuLibraryGetKernel");
   if (d.cuKernelGetParamInfo) {
@@ -40,8 +46,32 @@ Kernel::Kernel(std::shared_ptr<const Module> module, std::string lowered_name, s
   }
 }
 
+void Kernel::opt_in_shared(unsigned bytes) const {
+  const DriverLibrary& d = DriverLibrary::get();
+  CUdevice dev = 0;
+  d.check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  if (dev < 0 || dev >= kMaxDevices) throw LaunchError("device ordinal " + std::to_string(dev) + " is out of range");
+  std::atomic<unsigned>& opted = shared_opted_[dev];
+  if (opted.load(std::memory_order_acquire) >= bytes) return;
+  static std::mutex mu;  // the attribute only grows: two launches never set it below each other's need
+  const std::lock_guard<std::mutex> lock(mu);
+  if (opted.load(std::memory_order_relaxed) >= bytes) return;
+  const CUresult r =
+      d.cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes), kernel_, dev);
+  if (r != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    d.cuGetErrorString(r, &text);
+    throw LaunchError("launch of " + name_ + " asks for " + std::to_string(bytes) +
+                      " bytes of dynamic shared memory, which the device refuses: " + d.error_name(r) + " (" +
+                      (text ? text : "") + "); ask for less (the device's limit is its "
+                      "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  }
+  opted.store(bytes, std::memory_order_release);
+}
+
 void Kernel::launch(const LaunchConfig& c, void** args) const {
   const DriverLibrary& d = DriverLibrary::get();
+  if (c.shared_mem > 48 * 1024) opt_in_shared(c.shared_mem);
   CUlaunchConfig cfg{};
   cfg.gridDimX = c.grid.x;
   cfg.gridDimY = c.grid.y;

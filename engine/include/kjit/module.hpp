@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,9 @@ class Kernel {
 
   // The hot path: one cuLaunchKernelEx on config.stream. `args` points to one pointer per kernel
   // parameter. Needs a current context (PyTorch's device guard, or make_primary_context_current).
-  // Throws LaunchError (CUDA error name and text) when the driver refuses the launch.
+  // Throws LaunchError (CUDA error name and text) when the driver refuses the launch. Dynamic shared
+  // memory over 48 KB is opted in per device the first time a launch asks for it (the driver's
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), so callers just set config.shared_mem.
   void launch(const LaunchConfig& config, void** args) const;
 
   CUkernel handle() const noexcept { return kernel_; }
@@ -50,6 +53,10 @@ class Kernel {
   std::string name_;
   std::vector<std::size_t> param_sizes_;
   bool sizes_known_ = false;
+  // The dynamic shared memory opted in so far, per device ordinal (kMaxDevices of them).
+  static constexpr int kMaxDevices = 64;
+  std::unique_ptr<std::atomic<unsigned>[]> shared_opted_;
+  void opt_in_shared(unsigned bytes) const;
 };
 
 }  // namespace kjit
