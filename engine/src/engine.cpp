@@ -546,8 +546,9 @@ void Engine::remember(const SpecKey& key, std::shared_ptr<const LoadedKernel> ke
   fast_[key] = std::move(kernel);
 }
 
-std::uint64_t Engine::family_id(const Template& t, const std::string& kernel, const CompileOptions& options) {
-  std::string id = std::to_string(t.uid()) + '\n' + kernel;
+std::uint64_t Engine::family_id(const Template& t, const std::string& kernel, const CompileOptions& options,
+                                bool arch_specific) {
+  std::string id = std::to_string(t.uid()) + '\n' + kernel + (arch_specific ? "\nsm_XYa" : "");
   for (const auto& o : options.canonical()) id += '\n' + o;
   std::lock_guard<std::mutex> lock(family_mu_);
   auto [it, inserted] = families_.emplace(std::move(id), families_.size() + 1);

@@ -8,13 +8,24 @@
 namespace kjit {
 
 KernelFamily::KernelFamily(Engine& engine, std::shared_ptr<const Template> tmpl, const std::string& kernel,
-                           CompileOptions options)
+                           CompileOptions options, bool arch_specific)
     : engine_(&engine),
       template_(std::move(tmpl)),
       decl_(&template_->kernel(kernel)),
       options_(std::move(options)),
-      family_(engine.family_id(*template_, kernel, options_)) {
+      arch_specific_(arch_specific),
+      family_(engine.family_id(*template_, kernel, options_, arch_specific)) {
   options_.validate();
+}
+
+const Target& KernelFamily::target(int device) const {
+  const Target& t = device_target(device);
+  if (!arch_specific_) return t;
+  constexpr int kMaxDevices = 64;  // as device_target's table
+  static std::array<Target, kMaxDevices> specific;
+  static std::array<std::once_flag, kMaxDevices> once;
+  std::call_once(once[device], [&] { specific[device] = Target{t.arch, Target::Kind::SmArchSpecific}; });
+  return specific[device];
 }
 
 Specialization KernelFamily::specialization(const TemplateArg* args, std::size_t n) const {
@@ -53,7 +64,7 @@ std::shared_ptr<const LoadedKernel> KernelFamily::get(const TemplateArg* args, s
     return hit;
   }
   Specialization spec = specialization(args, n);
-  Resolved r = engine_->get(spec, device_target(device), forbidden);
+  Resolved r = engine_->get(spec, target(device), forbidden);
   SpecKey key;
   if (spec_key(args, n, device, key)) engine_->remember(key, r.loaded);
   if (origin) *origin = r.origin;
@@ -64,7 +75,7 @@ void KernelFamily::prepare_ahead(const TemplateArg* args, std::size_t n, int dev
   SpecKey key;
   if (!spec_key(args, n, device, key) || engine_->find(key)) return;
   try {
-    engine_->prepare_ahead(key, specialization(args, n), device_target(device));
+    engine_->prepare_ahead(key, specialization(args, n), target(device));
   } catch (...) {
     // The get() that wants it reports the problem.
   }

@@ -178,7 +178,8 @@ class Engine {
   std::shared_ptr<const LoadedKernel> find(const SpecKey& key) const noexcept;
   void remember(const SpecKey& key, std::shared_ptr<const LoadedKernel> kernel);
   // A stable id for (template, kernel name, options), interned once per family.
-  std::uint64_t family_id(const Template& t, const std::string& kernel, const CompileOptions& options);
+  std::uint64_t family_id(const Template& t, const std::string& kernel, const CompileOptions& options,
+                          bool arch_specific = false);
   // Counts a hot-path hit (find() does not, so that callers decide what a hit is).
   void count_memory_hit() noexcept { memory_hits_.fetch_add(1, std::memory_order_relaxed); }
 

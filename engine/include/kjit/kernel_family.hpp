@@ -15,8 +15,11 @@ namespace kjit {
 
 class KernelFamily {
  public:
+  // `arch_specific`: compile for the device's sm_XYa (wgmma, setmaxnreg, ... of sm_90a) instead of
+  // sm_XY. Such a binary runs on that architecture only: callers choose it where the device is exactly
+  // the one the kernel is written for.
   KernelFamily(Engine& engine, std::shared_ptr<const Template> tmpl, const std::string& kernel,
-               CompileOptions options = {});
+               CompileOptions options = {}, bool arch_specific = false);
 
   const Template& tmpl() const noexcept { return *template_; }
   const std::shared_ptr<const Template>& template_ptr() const noexcept { return template_; }
@@ -52,6 +55,8 @@ class KernelFamily {
   std::shared_ptr<const Template> template_;
   const KernelDecl* decl_;
   CompileOptions options_;
+  bool arch_specific_;
+  const Target& target(int device) const;
   bool spec_key(const TemplateArg* args, std::size_t n, int device, SpecKey& key) const noexcept;
   std::uint64_t family_;
 };
