@@ -192,6 +192,14 @@ bool Arg<c10::string_view>::load(PyObject* o, int, Store& s) {
   return true;
 }
 
+bool Arg<std::optional<c10::string_view>>::load(PyObject* o, int n, Store& s) {
+  if (o == Py_None) return true;
+  c10::string_view v;
+  if (!Arg<c10::string_view>::load(o, n, v)) return false;
+  s = v;
+  return true;
+}
+
 bool register_direct_entry(const char* name, const char* schema, DirectCall call, DirectSchema& (*schema_of)(),
                            PyObject*& (*fallback_of)()) {
   entries().push_back({name, schema, call, schema_of, fallback_of});

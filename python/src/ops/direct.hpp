@@ -123,6 +123,14 @@ struct Arg<c10::string_view> {
   static c10::string_view get(const Store& s) { return s; }
 };
 
+// str? (None or a str).
+template <>
+struct Arg<std::optional<c10::string_view>> {
+  using Store = std::optional<c10::string_view>;
+  static bool load(PyObject* o, int, Store& s);
+  static std::optional<c10::string_view> get(const Store& s) { return s; }
+};
+
 // ---- the entry ---------------------------------------------------------------------------------------------
 
 template <auto F>
