@@ -46,6 +46,23 @@ made contiguous where a row kernel needs it):
 ``max_pool2d(x, kernel_size, stride=kernel_size, padding=0)``, ``avg_pool2d(..., count_include_pad=True)``
     NCHW, window specialized, with backward.
 
+The matrix ops (bfloat16 / float16 on tensor cores, float32 accumulation; float32 inputs are refused, saying
+why). Their GEMM kernels (kernel_templates/gemm_sm90.cuh: TMA + wgmma on sm_90; gemm.cuh: mma.sync elsewhere
+and for M <= 16) are specialized on N, K, dtype, tile and epilogue; M is a runtime argument:
+
+``linear(x, weight, bias=None, activation=None, scale=1.0, residual=None)``
+    ``activation(scale * (x @ weight.T) + bias) + residual`` in one kernel, ``weight`` ``[N, K]`` as in
+    ``F.linear``; ``activation`` ``None``, ``'relu'``, ``'gelu'``, ``'gelu_tanh'`` or ``'silu'``. With backward
+    (``linear_backward``; ``linear_aux`` is the forward that also returns the pre-activation it needs).
+``linear_swiglu(x, w_gate_up, residual=None)``
+    The gated MLP ``silu(x @ w_gate.T) * (x @ w_up.T)`` for ``w_gate_up = torch.cat([w_gate, w_up])``
+    ``[2F, K]``: one kernel, one read of ``x``, the two products never written. With backward
+    (``linear_swiglu_backward``, ``linear_swiglu_aux``).
+``matmul(a, b)``, ``bmm(a, b)``
+    ``[..., M, K] @ [K, N]`` and ``[B, M, K] @ [B, K, N]``, with backward.
+Operands the kernels cannot read as they are (a ``K`` that is not a multiple of 8, rows that are not 16-byte
+aligned, a transposed last dim) are copied into ones they can first.
+
 Row kernels specialize on the row length up to ``KJIT_MAX_SPECIALIZATIONS`` distinct lengths per
 kernel, then run a generic variant (a warning says so once; ``kjit.stats()["specializations"]``).
 """
@@ -70,6 +87,8 @@ __all__ = [
     "gelu", "gelu_backward", "sum", "mean", "amax", "amin", "softmax", "softmax_backward", "log_softmax",
     "log_softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+    "linear", "linear_aux", "linear_backward", "linear_swiglu", "linear_swiglu_aux", "linear_swiglu_backward",
+    "matmul", "matmul_backward", "bmm", "bmm_backward",
 ]
 
 _missing = [name for name in __all__ if not hasattr(_C.ops, name)]

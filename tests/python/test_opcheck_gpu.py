@@ -80,6 +80,30 @@ def samples(name, dtype):
         return [((t(3, 7, dtype=dtype, grad=g), t(3, 33, dtype=dtype, grad=g)), {})]
     if name == "outer_backward":
         return [((t(3, 7, 33, dtype=dtype), t(3, 7, dtype=dtype), t(3, 33, dtype=dtype)), {})]
+    # The matrix ops take bfloat16 / float16 only: float16 stands in for float32.
+    md = torch.float16 if dtype == torch.float32 else dtype
+    if name in ("linear", "linear_aux"):
+        return [((t(7, 72, dtype=md, grad=g), t(40, 72, dtype=md, grad=g), t(40, dtype=md, grad=g)),
+                 {"activation": "gelu", "scale": 0.5}),
+                ((t(3, 5, 20, dtype=md, grad=g), t(24, 20, dtype=md, grad=g)), {"residual": t(3, 5, 24, dtype=md)})]
+    if name == "linear_backward":
+        return [((t(7, 40, dtype=md), t(7, 72, dtype=md), t(40, 72, dtype=md), t(7, 40, dtype=md), "silu", 2.0,
+                  True), {}),
+                ((t(3, 24, dtype=md), t(3, 20, dtype=md), t(24, 20, dtype=md), None, None, 1.0, False), {})]
+    if name in ("linear_swiglu", "linear_swiglu_aux"):
+        return [((t(7, 72, dtype=md, grad=g), t(80, 72, dtype=md, grad=g)), {}),
+                ((t(2, 3, 24, dtype=md, grad=g), t(48, 24, dtype=md, grad=g)), {"residual": t(2, 3, 24, dtype=md)})]
+    if name == "linear_swiglu_backward":
+        return [((t(7, 40, dtype=md), t(7, 72, dtype=md), t(80, 72, dtype=md), t(7, 80, dtype=md)), {})]
+    if name == "matmul":
+        return [((t(7, 72, dtype=md, grad=g), t(72, 33, dtype=md, grad=g)), {}),
+                ((t(2, 5, 16, dtype=md, grad=g), t(16, 24, dtype=md, grad=g)), {})]
+    if name == "matmul_backward":
+        return [((t(7, 33, dtype=md), t(7, 72, dtype=md), t(72, 33, dtype=md)), {})]
+    if name == "bmm":
+        return [((t(3, 7, 72, dtype=md, grad=g), t(3, 72, 33, dtype=md, grad=g)), {})]
+    if name == "bmm_backward":
+        return [((t(3, 7, 33, dtype=md), t(3, 7, 72, dtype=md), t(3, 72, 33, dtype=md)), {})]
     if name == "rgb_to_gray":
         return [((torch.randint(0, 255, (2, 5, 7, 3), device="cuda", dtype=torch.uint8),), {})]
     if name == "elementwise":

@@ -1,0 +1,239 @@
+// The GEMM planner and launcher of the matrix ops (gemm.hpp).
+#include "gemm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <vector>
+
+#include "kjit/driver_library.hpp"
+#include "rows.hpp"
+
+namespace kjit::ops {
+
+Activation parse_activation(const char* op, const std::optional<c10::string_view>& name) {
+  if (!name) return Activation::None;
+  const c10::string_view v = *name;
+  if (v == "none") return Activation::None;
+  if (v == "relu") return Activation::Relu;
+  if (v == "gelu") return Activation::Gelu;
+  if (v == "gelu_tanh") return Activation::GeluTanh;
+  if (v == "silu") return Activation::Silu;
+  fail_value(op, "activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got '" + std::string(v) + "'");
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::None: return "none";
+    case Activation::Relu: return "relu";
+    case Activation::Gelu: return "gelu";
+    case Activation::GeluTanh: return "gelu_tanh";
+    case Activation::Silu: return "silu";
+  }
+  return "none";
+}
+
+bool gemm_operand_ok(const at::Tensor& t) {
+  if (t.size(-1) % 8 || t.stride(-1) != 1) return false;
+  if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16) return false;
+  for (std::int64_t d = 0; d + 1 < t.dim(); ++d)
+    if (t.stride(d) % 8 && t.size(d) > 1) return false;
+  return true;
+}
+
+namespace {
+
+// A tile configuration. wgmma: BM x BN tiles, BK 64, STAGES. mma.sync: also BK and the warp layout
+// WM x WN x WK (WK > 1 splits K inside the block: the small-M form).
+struct Config {
+  bool wgmma;
+  int bm, bn, bk, wm, wn, wk, stages;
+  std::string name() const {
+    std::string s = std::string(wgmma ? "wgmma:" : "mma:") + std::to_string(bm) + "x" + std::to_string(bn);
+    if (!wgmma) s += "x" + std::to_string(bk) + ":w" + std::to_string(wm) + "x" + std::to_string(wn) + "x" +
+                     std::to_string(wk);
+    return s + ":s" + std::to_string(stages);
+  }
+};
+
+// The candidates of each kernel (all fit 227 KB of shared memory).
+const std::vector<Config>& wgmma_configs(bool swiglu) {
+  static const std::vector<Config> plain = {{true, 128, 256, 64, 0, 0, 0, 4},
+                                            {true, 128, 128, 64, 0, 0, 0, 6},
+                                            {true, 64, 128, 64, 0, 0, 0, 8},
+                                            {true, 64, 64, 64, 0, 0, 0, 8}};
+  static const std::vector<Config> gated = {{true, 128, 128, 64, 0, 0, 0, 4},
+                                            {true, 128, 64, 64, 0, 0, 0, 6},
+                                            {true, 64, 128, 64, 0, 0, 0, 5}};
+  return swiglu ? gated : plain;
+}
+const std::vector<Config>& mma_configs() {
+  static const std::vector<Config> all = {{false, 128, 128, 32, 2, 2, 1, 4},
+                                          {false, 64, 128, 32, 2, 2, 1, 4},
+                                          {false, 64, 64, 32, 2, 2, 1, 4}};
+  return all;
+}
+const std::vector<Config>& small_m_configs() {
+  static const std::vector<Config> all = {{false, 16, 64, 64, 1, 2, 4, 3}, {false, 16, 32, 64, 1, 1, 8, 3}};
+  return all;
+}
+
+constexpr std::int64_t kSmallM = 16;
+
+unsigned shared_bytes(const Config& c, const Gemm& g) {
+  const std::int64_t elem = 2, b_tiles = g.swiglu ? 2 : 1;
+  if (c.wgmma) return static_cast<unsigned>(1024 + c.stages * (c.bm + c.bn * b_tiles) * 64 * elem);
+  const std::int64_t pipe = c.stages * (c.bm + c.bn * b_tiles) * c.bk * elem;
+  const std::int64_t reduce = c.wk > 1 ? (c.wk - 1) * c.bm * c.bn * b_tiles * 4 : 0;
+  return static_cast<unsigned>(std::max(pipe, reduce));
+}
+
+// Relative cost of a configuration: the tiles of the waves it runs, weighted by how efficiently a tile
+// of its size runs (small tiles reread more of A and B per output).
+double estimate(const Config& c, const Gemm& g, int sms) {
+  const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch;
+  const std::int64_t waves = cdiv(tiles, sms);
+  const double area = static_cast<double>(c.bm) * c.bn;
+  const double efficiency = area >= 128 * 256 ? 1.0 : area >= 128 * 128 ? 0.92 : area >= 64 * 128 ? 0.8 : 0.62;
+  return static_cast<double>(waves) * area / efficiency;
+}
+
+bool uses_wgmma(const Gemm& g, int device) { return device_target(device).arch == 90 && g.m > kSmallM; }
+
+const std::vector<Config>& candidates(const Gemm& g, int device) {
+  if (g.m <= kSmallM) return small_m_configs();
+  return uses_wgmma(g, device) ? wgmma_configs(g.swiglu) : mma_configs();
+}
+
+Config heuristic(const Gemm& g, int device) {
+  const int sms = sm_count(device);
+  const auto& all = candidates(g, device);
+  if (g.m <= kSmallM) return cdiv(g.n, 64) * g.batch >= sms ? all[0] : all[1];
+  const Config* best = &all[0];
+  double best_cost = std::numeric_limits<double>::max();
+  for (const Config& c : all) {
+    const double cost = estimate(c, g, sms);
+    if (cost < best_cost) best_cost = cost, best = &c;
+  }
+  return *best;
+}
+
+const KernelFamily& wgmma_family() {
+  static const std::shared_ptr<const Template> t = builtin_template("gemm_sm90");
+  static const KernelFamily f(Engine::global(), t, "gemm_wgmma", CompileOptions::library(), /*arch_specific=*/true);
+  return f;
+}
+const KernelFamily& mma_family() {
+  static const std::shared_ptr<const Template> t = builtin_template("gemm");
+  static const KernelFamily f(Engine::global(), t, "gemm_mma", CompileOptions::library());
+  return f;
+}
+
+// A CUtensorMap of one operand: {K, rows, batch} elements, a {64, box_rows, 1} box, 128-byte swizzle.
+struct alignas(64) TensorMap {
+  CUtensorMap map;
+};
+TensorMap tensor_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
+  const DriverLibrary& d = DriverLibrary::get();
+  TensorMap t{};
+  const std::int64_t elem = 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(g.k), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(g.batch)};
+  const std::int64_t batch_stride = x.batch ? x.batch : x.ld * rows;
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(x.ld * elem), static_cast<cuuint64_t>(batch_stride * elem)};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = d.cuTensorMapEncodeTiled(
+      &t.map, g.dtype == at::ScalarType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      3, const_cast<void*>(x.ptr), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail_value(op, "the driver refused a TMA descriptor of a [" + std::to_string(rows) + ", " + std::to_string(g.k) +
+                       "] operand with row stride " + std::to_string(x.ld) + " (" + d.error_name(r) +
+                       "); pass contiguous tensors");
+  return t;
+}
+
+// The template arguments shared by both kernels after their tile parameters.
+void epilogue_args(const Gemm& g, std::vector<TemplateArg>& args) {
+  args.push_back(int_arg(static_cast<int>(g.act)));
+  args.push_back(bool_arg(g.bias != nullptr));
+  args.push_back(bool_arg(g.residual.ptr != nullptr));
+  args.push_back(bool_arg(g.aux.ptr != nullptr));
+  args.push_back(bool_arg(g.swiglu));
+}
+
+std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
+  std::vector<TemplateArg> args;
+  args.reserve(16);
+  args.push_back(type_arg(g.dtype));
+  args.push_back(int_arg(specialized_d("gemm.N", g.n)));
+  args.push_back(int_arg(specialized_d("gemm.K", g.k)));
+  args.push_back(int_arg(c.bm));
+  args.push_back(int_arg(c.bn));
+  if (!c.wgmma) {
+    args.push_back(int_arg(c.bk));
+    args.push_back(int_arg(c.wm));
+    args.push_back(int_arg(c.wn));
+    args.push_back(int_arg(c.wk));
+  }
+  args.push_back(int_arg(c.stages));
+  epilogue_args(g, args);
+  return args;
+}
+
+void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx) {
+  const std::vector<TemplateArg> targs = template_args(c, g);
+  const auto k = kernel_for(c.wgmma ? wgmma_family() : mma_family(), targs.data(), targs.size(), device,
+                            ctx.compile_forbidden);
+  LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(cdiv(g.n, c.bn));
+  cfg.grid.y = static_cast<unsigned>(cdiv(g.m, c.bm));
+  cfg.grid.z = static_cast<unsigned>(g.batch);
+  cfg.shared_mem = shared_bytes(c, g);
+  cfg.stream = ctx.stream;
+  int m = static_cast<int>(g.m), n = static_cast<int>(g.n), kk = static_cast<int>(g.k);
+  void* cp = const_cast<void*>(g.c.ptr);
+  long long ldc = g.c.ld, batch_c = g.c.batch;
+  const void* bias = g.bias;
+  const void* residual = g.residual.ptr;
+  void* aux = const_cast<void*>(g.aux.ptr);
+  long long ld_res = g.residual.ld, ld_aux = g.aux.ld, batch_res = g.residual.batch, batch_aux = g.aux.batch;
+  float scale = g.scale;
+  if (c.wgmma) {
+    cfg.block.x = 128 * (c.bm / 64 + 1);
+    TensorMap ta = tensor_map(op, g, g.a, g.m, c.bm);
+    TensorMap tb = tensor_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
+    void* args[] = {&ta.map, &tb.map, &cp,     &m,       &n,      &kk,        &ldc,       &batch_c,
+                    &bias,   &residual, &aux,  &ld_res,  &ld_aux, &batch_res, &batch_aux, &scale};
+    k->kernel->launch(cfg, args);
+  } else {
+    cfg.block.x = 32 * c.wm * c.wn * c.wk;
+    const void* ap = g.a.ptr;
+    const void* bp = g.b.ptr;
+    long long lda = g.a.ld, ldb = g.b.ld, batch_a = g.a.batch, batch_b = g.b.batch;
+    void* args[] = {&ap,   &bp,       &cp,  &m,      &n,      &kk,        &lda,      &ldb,    &ldc, &batch_a,
+                    &batch_b, &batch_c, &bias, &residual, &aux, &ld_res, &ld_aux, &batch_res, &batch_aux, &scale};
+    k->kernel->launch(cfg, args);
+  }
+}
+
+}  // namespace
+
+void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
+  if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half)
+    fail_value(op, std::string("the GEMM kernels take bfloat16 or float16, got ") + c10::toString(g.dtype));
+  constexpr std::int64_t kInt = std::numeric_limits<int>::max();
+  if (g.m > kInt || g.n > kInt || g.k > kInt)
+    fail_value(op, "M, N and K must each be below 2^31, got M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) +
+                       " K=" + std::to_string(g.k));
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  if (g.batch > 65535) fail_value(op, "at most 65535 matrices per batch, got " + std::to_string(g.batch));
+  const Config c = heuristic(g, device);
+  if (cdiv(g.m, c.bm) > 65535)
+    fail_value(op, "M=" + std::to_string(g.m) + " rows are more than one launch covers (" +
+                       std::to_string(65535 * c.bm) + "); split the rows");
+  launch(op, c, g, device, ctx);
+}
+
+}  // namespace kjit::ops

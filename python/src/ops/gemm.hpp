@@ -1,0 +1,56 @@
+// One GEMM of kjit's matrix ops (matmul.cpp) in F.linear's layout, planned and launched:
+//
+//   C[z, m, n] = epilogue(sum_k A[z, m, k] * B[z, n, k])      (kernel_templates/detail/gemm_epilogue.cuh)
+//
+// The kernel: on an sm_90 device, kernel_templates/gemm_sm90.cuh (TMA + wgmma, compiled for sm_90a) for
+// M > 16, and kernel_templates/gemm.cuh (mma.sync) for M <= 16 (its split-K form) and on every other
+// architecture. N and K are template arguments (through the shape policy: past KJIT_MAX_SPECIALIZATIONS
+// distinct values, the generic variant), M a runtime one: one kernel serves every batch size of an M bucket.
+// The tile configuration comes from a heuristic per (arch, M bucket, N, K, dtype, epilogue); with KJIT_TUNE=1
+// kjit times the candidates once and keeps the fastest on disk (kjit::Choices), where KJIT_RECORD records it,
+// `kjit warm` installs it and strict mode replays it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common.hpp"
+
+namespace kjit::ops {
+
+enum class Activation : int { None = 0, Relu = 1, Gelu = 2, GeluTanh = 3, Silu = 4 };
+
+// "relu" -> Relu ...; ValueError naming the allowed values otherwise (None: Activation::None).
+Activation parse_activation(const char* op, const std::optional<c10::string_view>& name);
+const char* activation_name(Activation a);
+
+// A matrix of the GEMM: rows of contiguous elements, `ld` elements apart; `batch` elements between
+// matrices of a batch (0 for one matrix shared by the whole batch).
+struct GemmMatrix {
+  const void* ptr = nullptr;
+  std::int64_t ld = 0;
+  std::int64_t batch = 0;
+};
+
+struct Gemm {
+  at::ScalarType dtype = at::ScalarType::BFloat16;  // of A, B, C and the epilogue's tensors
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  GemmMatrix a;         // [M, K]
+  GemmMatrix b;         // [N, K] ([2N, K] for SwiGLU: gate rows, then up rows)
+  GemmMatrix c;         // [M, N], written
+  GemmMatrix residual;  // [M, N] or null
+  GemmMatrix aux;       // [M, N] ([M, 2N] for SwiGLU) or null: the pre-activation, written
+  const void* bias = nullptr;  // [N] or null
+  Activation act = Activation::None;
+  bool swiglu = false;
+  float scale = 1.f;
+};
+
+// What A and B must satisfy (the kernels read them 16 bytes at a time, through TMA on sm_90): K a multiple
+// of 8, 16-byte aligned data, row and batch strides multiples of 8 elements.
+bool gemm_operand_ok(const at::Tensor& t);
+
+// Plans and launches `g` on ctx.stream (every pointer on `device`). `op` names the caller in errors.
+void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx);
+
+}  // namespace kjit::ops

@@ -1,0 +1,180 @@
+"""The matrix ops on the GPU against PyTorch: kjit.ops.linear with every epilogue, linear_swiglu, matmul, bmm,
+their gradients, awkward sizes (M in 1, 7, 127, 4097; K not a multiple of the tile or of 8), views that are
+not contiguous or not aligned, CUDA graph capture, and the float32 refusal."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kjit
+from kjit import ops
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16]
+ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+               "silu": F.silu}
+
+
+def tol(dtype):
+    return dict(atol=4e-2, rtol=3e-2) if dtype == torch.bfloat16 else dict(atol=1e-2, rtol=1e-2)
+
+
+def operands(m, n, k, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    w = (torch.randn(n, k, device="cuda", dtype=torch.float32, generator=g) / k ** 0.5).to(dtype)
+    b = torch.randn(n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    r = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    return x, w, b, r
+
+
+def reference(x, w, b=None, activation=None, scale=1.0, residual=None):
+    z = (x.float() @ w.float().T) * scale
+    if b is not None:
+        z = z + b.float()
+    y = ACTIVATIONS[activation](z)
+    return y + residual.float() if residual is not None else y
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m", [1, 7, 16, 127, 4097])
+@pytest.mark.parametrize("n,k", [(256, 128), (200, 72), (96, 4104), (40, 70)])
+def test_linear_matches_torch(m, n, k, dtype):
+    x, w, b, _ = operands(m, n, k, dtype)
+    y = ops.linear(x, w)
+    assert y.shape == (m, n) and y.dtype == dtype
+    torch.testing.assert_close(y.float(), reference(x, w), **tol(dtype))
+    torch.testing.assert_close(ops.linear(x, w, b).float(), reference(x, w, b), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("m", [7, 300])
+def test_every_epilogue(activation, m, dtype):
+    x, w, b, r = operands(m, 136, 264, dtype, seed=1)
+    y = ops.linear(x, w, b, activation=activation, scale=0.5, residual=r)
+    torch.testing.assert_close(y.float(), reference(x, w, b, activation, 0.5, r), **tol(dtype))
+    y = ops.linear(x, w, activation=activation)
+    torch.testing.assert_close(y.float(), reference(x, w, None, activation), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_leading_dims_views_and_misaligned_operands(dtype):
+    big = torch.randn(3, 5, 73, device="cuda", dtype=dtype)
+    x = big[..., 1:]  # not contiguous, data not 16-byte aligned
+    wt = (torch.randn(72, 48, device="cuda") / 8).to(dtype)
+    w = wt.t()  # [48, 72], a transposed view
+    y = ops.linear(x, w)
+    assert y.shape == (3, 5, 48)
+    torch.testing.assert_close(y.float(), x.float() @ w.float().T, **tol(dtype))
+    xt = torch.randn(72, 9, device="cuda", dtype=dtype).t()  # last dim not contiguous
+    torch.testing.assert_close(ops.linear(xt, w).float(), xt.float() @ w.float().T, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m", [1, 7, 127, 4097])
+@pytest.mark.parametrize("f,k", [(128, 256), (200, 72)])
+def test_linear_swiglu_matches_the_eager_formula(m, f, k, dtype):
+    x, w, _, _ = operands(m, 2 * f, k, dtype, seed=2)
+    y = ops.linear_swiglu(x, w)
+    wg, wu = w[:f], w[f:]
+    ref = F.silu(x.float() @ wg.float().T) * (x.float() @ wu.float().T)
+    assert y.shape == (m, f)
+    torch.testing.assert_close(y.float(), ref, **tol(dtype))
+    r = torch.randn(m, f, device="cuda", dtype=dtype)
+    torch.testing.assert_close(ops.linear_swiglu(x, w, residual=r).float(), ref + r.float(), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matmul_and_bmm(dtype):
+    a = torch.randn(2, 37, 72, device="cuda", dtype=dtype)
+    b = (torch.randn(72, 50, device="cuda") / 8).to(dtype)
+    torch.testing.assert_close(ops.matmul(a, b).float(), a.float() @ b.float(), **tol(dtype))
+    bb = (torch.randn(2, 72, 50, device="cuda") / 8).to(dtype)
+    torch.testing.assert_close(ops.bmm(a, bb).float(), torch.bmm(a.float(), bb.float()), **tol(dtype))
+    a2 = torch.randn(4097, 4104, device="cuda", dtype=dtype)
+    b2 = (torch.randn(4104, 136, device="cuda") / 64).to(dtype)
+    torch.testing.assert_close(ops.matmul(a2, b2).float(), a2.float() @ b2.float(), **tol(dtype))
+
+
+def _grads(fn, *tensors):
+    ts = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*ts)
+    g = torch.randn_like(out)
+    out.backward(g)
+    return out, [t.grad for t in ts]
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_linear_gradients(activation):
+    dtype = torch.bfloat16
+    x, w, b, r = operands(33, 72, 136, dtype, seed=3)
+    torch.manual_seed(0)
+    out, grads = _grads(lambda x, w, b, r: ops.linear(x, w, b, activation=activation, scale=0.5, residual=r), x, w, b, r)
+    torch.manual_seed(0)
+    ref, ref_grads = _grads(lambda x, w, b, r: (ACTIVATIONS[activation](F.linear(x.float(), w.float(), b.float() * 2)
+                                                                       * 0.5) + r.float()), x, w, b, r)
+    torch.testing.assert_close(out.float(), ref, **tol(dtype))
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.float(), want.float(), atol=8e-2, rtol=5e-2)
+
+
+def test_linear_swiglu_and_matmul_gradients():
+    dtype = torch.bfloat16
+    x, w, _, _ = operands(33, 2 * 72, 136, dtype, seed=4)
+    torch.manual_seed(0)
+    out, grads = _grads(lambda x, w: ops.linear_swiglu(x, w), x, w)
+    torch.manual_seed(0)
+    ref, ref_grads = _grads(lambda x, w: F.silu(x.float() @ w[:72].float().T) * (x.float() @ w[72:].float().T), x, w)
+    torch.testing.assert_close(out.float(), ref, **tol(dtype))
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.float(), want.float(), atol=8e-2, rtol=5e-2)
+    a = torch.randn(3, 17, 40, device="cuda", dtype=dtype)
+    b = (torch.randn(3, 40, 24, device="cuda") / 6).to(dtype)
+    torch.manual_seed(0)
+    _, grads = _grads(ops.bmm, a, b)
+    torch.manual_seed(0)
+    _, ref_grads = _grads(lambda a, b: torch.bmm(a.float(), b.float()), a, b)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.float(), want.float(), atol=8e-2, rtol=5e-2)
+
+
+def test_cuda_graph_capture_replays_the_fused_linear():
+    x, w, b, r = operands(300, 256, 512, torch.bfloat16, seed=5)
+    ops.linear(x, w, b, activation="gelu", residual=r)  # compiles before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = ops.linear(x, w, b, activation="gelu", residual=r)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.float(), reference(x, w, b, "gelu", 1.0, r), **tol(torch.bfloat16))
+
+
+def test_torch_compile_has_no_graph_break():
+    x, w, b, _ = operands(64, 128, 256, torch.bfloat16, seed=6)
+
+    def f(x, w, b):
+        return ops.linear(x, w, b, activation="silu") * 2
+
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w, b).float(), f(x, w, b).float())
+
+
+def test_float32_is_refused_with_the_reason():
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(TypeError, match="float32.*TF32"):
+        ops.linear(x, torch.randn(8, 8, device="cuda"))
+
+
+def test_bad_shapes_are_refused():
+    x = torch.randn(4, 8, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="K"):
+        ops.linear(x, torch.randn(8, 9, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="even"):
+        ops.linear_swiglu(x, torch.randn(7, 8, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="activation"):
+        ops.linear(x, torch.randn(8, 8, device="cuda", dtype=torch.bfloat16), activation="tanh")
+    ops.linear(x, torch.randn(8, 8, device="cuda", dtype=torch.bfloat16))  # the process is still usable
