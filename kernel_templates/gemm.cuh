@@ -108,6 +108,21 @@ __device__ __forceinline__ unsigned swizzle(int r, int c) {
   return static_cast<unsigned>(((r * CPR + c) ^ key) * 16);
 }
 
+// Dynamic shared memory of a specialization (the formula of the file comment; red = BM * BN * SETS).
+__host__ __device__ constexpr int smem_bytes(int stages, int bm, int bnt, int bk, int elem, int wk, int red) {
+  return stages * (bm + bnt) * bk * elem > (wk > 1 ? (wk - 1) * red * 4 : 0) ? stages * (bm + bnt) * bk * elem
+                                                                              : (wk - 1) * red * 4;
+}
+
+// The most m16 slabs (a divisor of MI) the epilogue can stage at once in SMEM bytes, SLAB bytes each.
+template <int MI, int SLAB, int SMEM>
+__host__ __device__ constexpr int slabs_per_pass() {
+  int best = 0;
+  for (int mc = 1; mc <= MI; ++mc)
+    if (MI % mc == 0 && mc * SLAB <= SMEM) best = mc;
+  return best;
+}
+
 }  // namespace kjit_gemm_mma
 
 template <typename T, int N, int K, int BM, int BN, int BK, int WM, int WN, int WK, int STAGES, int ACT,
@@ -285,43 +300,80 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
 
+  // Drain the pipeline: every warp is past its last ldmatrix before shared memory is reused.
+  g::cp_async_wait<0>();
+  __syncthreads();
   if constexpr (WK > 1) {
     // Groups 1..WK-1 leave their sums in shared memory (one float per thread and register: conflict free).
-    constexpr int ACC = SETS * MI * NI * 4;
-    g::cp_async_wait<0>();
-    __syncthreads();
     float* red = reinterpret_cast<float*>(kjit_gemm_smem);
     const int gt = tid % GROUP_THREADS;
-    float* flat = &acc[0][0][0][0];
+    // Register q of fragment (s, i, j) of thread gt of group w: red[((w * SETS + s) * MI + i) * NI + j) * 4 + q]
+    auto slot = [&](int w, int s, int i, int j, int q) { return ((((w * SETS + s) * MI + i) * NI + j) * 4 + q) * GROUP_THREADS + gt; };
     if (kg > 0) {
 #pragma unroll
-      for (int i = 0; i < ACC; ++i) red[((kg - 1) * ACC + i) * GROUP_THREADS + gt] = flat[i];
+      for (int s = 0; s < SETS; ++s)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) red[slot(kg - 1, s, i, j, q)] = acc[s][i][j][q];
     }
     __syncthreads();
+    if (kg == 0) {
+#pragma unroll
+      for (int w = 0; w < WK - 1; ++w)
+#pragma unroll
+        for (int s = 0; s < SETS; ++s)
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) acc[s][i][j][q] += red[slot(w, s, i, j, q)];
+    }
+    __syncthreads();  // red is read before group 0 stages its outputs over it
     if (kg > 0) return;
-#pragma unroll
-    for (int w = 0; w < WK - 1; ++w)
-#pragma unroll
-      for (int i = 0; i < ACC; ++i) flat[i] += red[(w * ACC + i) * GROUP_THREADS + gt];
   }
 
+  // The epilogue: each warp stages MC m16 slabs of its accumulators in its own shared memory (rows padded
+  // by 8 floats: the fragment stores are conflict free), then walks them row by row, lanes on consecutive
+  // column pairs (coalesced stores; one copy of the epilogue code per pass, not one per fragment).
+  constexpr int LD = WTN + 8;
+  constexpr int SMEM = g::smem_bytes(STAGES, BM, BNT, BK, sizeof(T), WK, BM * BNT);
+  constexpr int MC = g::slabs_per_pass<MI, WM * WN * 16 * LD * SETS * 4, SMEM>();
+  static_assert(MC >= 1, "gemm_mma: shared memory too small for the epilogue's staging");
+  float* stage_out = reinterpret_cast<float*>(kjit_gemm_smem) + (warp % (WM * WN)) * (MC * 16 * LD * SETS);
   const kjit_gemm::Epilogue<T> e{bias, residual, aux, ld_residual, ld_aux, scale};
-  const int row0 = m0 + wm * WTM + (lane >> 2);
-  const int col0 = n0 + wn * WTN + 2 * (lane & 3);
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+  for (int p = 0; p < MI / MC; ++p) {
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+    for (int s = 0; s < SETS; ++s)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + i * 16 + h * 8, col = col0 + j * 8;
-        if constexpr (SWIGLU) {
-          kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, c, ldc, row, col, m, n, acc[0][i][j][2 * h],
-                                                              acc[0][i][j][2 * h + 1], acc[1][i][j][2 * h],
-                                                              acc[1][i][j][2 * h + 1]);
-        } else {
-          kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, c, ldc, row, col, m, n,
-                                                                      acc[0][i][j][2 * h], acc[0][i][j][2 * h + 1]);
-        }
+      for (int i = 0; i < MC; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = i * 16 + h * 8 + (lane >> 2), col = j * 8 + 2 * (lane & 3);
+            const float* q = acc[s][p * MC + i][j];
+            *reinterpret_cast<float2*>(stage_out + (s * MC * 16 + r) * LD + col) = make_float2(q[2 * h], q[2 * h + 1]);
+          }
+    __syncwarp();
+    const int row_base = m0 + wm * WTM + p * MC * 16, col_base = n0 + wn * WTN;
+#pragma unroll 1
+    for (int idx = lane; idx < MC * 16 * (WTN / 2); idx += 32) {
+      const int r = idx / (WTN / 2), col = 2 * (idx % (WTN / 2));
+      const float2 v = *reinterpret_cast<const float2*>(stage_out + r * LD + col);
+      if constexpr (SWIGLU) {
+        const float2 u = *reinterpret_cast<const float2*>(stage_out + (MC * 16 + r) * LD + col);
+        kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, c, ldc, row_base + r, col_base + col, m, n, v.x, v.y,
+                                                            u.x, u.y);
+      } else {
+        kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, c, ldc, row_base + r, col_base + col, m, n,
+                                                                    v.x, v.y);
       }
+    }
+    __syncwarp();
+  }
 }
