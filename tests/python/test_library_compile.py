@@ -69,7 +69,49 @@ def _template_jobs(dtype):
         ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
+    ] + _gemm_jobs(dtype)
+
+
+# gemm.cuh's configurations (its file comment lists them), each with one of the epilogues: none, bias + gelu,
+# residual, residual + aux, swiglu + aux; N / K specialized and generic (0). 16-bit types get every listed
+# configuration, float (TF32) two; the cross product with every epilogue is left to the GPU test.
+GEMM_CONFIGS = {
+    "large": dict(BM=128, BN=128, BK=32, WM=2, WN=2, WK=1, STAGES=4),
+    "large_wide": dict(BM=128, BN=256, BK=32, WM=2, WN=4, WK=1, STAGES=4),
+    "medium": dict(BM=64, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=4),
+    "medium_wide": dict(BM=64, BN=128, BK=32, WM=2, WN=2, WK=1, STAGES=4),
+    "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=3),
+    "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
+    "swiglu_large": dict(BM=128, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=4),
+    "swiglu_large_wn4": dict(BM=128, BN=128, BK=32, WM=2, WN=4, WK=1, STAGES=4),
+}
+GEMM_EPILOGUES = {
+    "none": dict(ACT=0, HAS_BIAS=False, HAS_RESIDUAL=False, AUX=False, SWIGLU=False),
+    "bias_gelu": dict(ACT=2, HAS_BIAS=True, HAS_RESIDUAL=False, AUX=False, SWIGLU=False),
+    "residual": dict(ACT=0, HAS_BIAS=False, HAS_RESIDUAL=True, AUX=False, SWIGLU=False),
+    "silu_residual_aux": dict(ACT=4, HAS_BIAS=True, HAS_RESIDUAL=True, AUX=True, SWIGLU=False),
+    "swiglu_aux": dict(ACT=0, HAS_BIAS=False, HAS_RESIDUAL=False, AUX=True, SWIGLU=True),
+}
+
+
+def _gemm_jobs(dtype):
+    plan = [  # (configuration, epilogue, N, K)
+        ("large", "none", 4096, 4096),
+        ("large_wide", "bias_gelu", 0, 0),
+        ("medium", "residual", 0, 0),
+        ("medium_wide", "silu_residual_aux", 11008, 4096),
+        ("small", "bias_gelu", 14336, 4096),
+        ("small", "swiglu_aux", 0, 0),
+        ("small_narrow", "residual", 4096, 14336),
+        ("swiglu_large", "swiglu_aux", 0, 0),
+        ("swiglu_large_wn4", "swiglu_aux", 14336, 4096),
     ]
+    if dtype == torch.float32:  # TF32: BK * 4 bytes of 64..256
+        plan = [("medium", "bias_gelu", 0, 0), ("small_narrow", "swiglu_aux", 4096, 4096)]
+    elif dtype not in (torch.float16, torch.bfloat16):
+        return []
+    return [("gemm", "gemm_mma", dict(T=dtype, N=n, K=k, **GEMM_CONFIGS[cfg], **GEMM_EPILOGUES[epi]))
+            for cfg, epi, n, k in plan]
 
 
 # The activation ops' elementwise functions (python/src/ops/activation.cpp): the same name and expression
