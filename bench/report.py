@@ -457,7 +457,7 @@ def _matmul_md(sec: dict) -> list[str]:
         for p in pts:
             if "error" in p:
                 rows.append([str(p["m"]), str(p["n"]), str(p["k"]), "error: " + str(p["error"])]
-                            + ["-"] * (2 + 2 * len(peers)))
+                            + ["-"] * (2 * len(peers)))
                 continue
             rows.append([str(p["m"]), str(p["n"]), str(p["k"])] + [_matmul_cell(p, c) for c in matmul.CONTENDERS[kind]]
                         + [_x(p.get(matmul.RATIO_KEYS[peer])) for peer in peers])
