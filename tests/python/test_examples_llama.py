@@ -2,8 +2,9 @@
 the residual) and add_rms_norm (or, with --mlp silu_mul, the fused silu(a) * b).
 
 The GPU tests run the example's main() at a tiny size, in both MLP modes (correctness in bf16 and fp32,
-gradients of every parameter, 0 graph breaks; no timing), and one short timing run that counts kernels. The patching test needs transformers only (no GPU, no kernel runs).
-Both skip, with the reason, when transformers is not installed.
+gradients of every parameter, 0 graph breaks; no timing), and one short timing run that counts kernels.
+The patching tests need transformers only (no GPU, no kernel runs). All skip, with the reason, when
+transformers is not installed.
 """
 
 import copy
