@@ -3,7 +3,8 @@
 Ratios are "kjit speed relative to the peer": peer time / kjit time, or kjit GB/s / peer GB/s; above 1
 kjit is faster, below 1 the peer is (and the figure lands in "where kjit is behind"). The small section
 is the exception, because its targets are stated that way: its ratios are kjit time / peer time (below 1
-kjit is faster); its entries in "where kjit is behind" follow the rule above.
+kjit is faster); its entries in "where kjit is behind" follow the rule above. The matmul section's ratios
+are speeds (kjit TFLOP/s over the peer's), as the rule says.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import library_headers, machine, small
+from . import library_headers, machine, matmul, small
 
 MIB = 1 << 20
 
@@ -114,6 +115,14 @@ def behind(result: dict) -> list[dict]:
                 k, v = us["kjit"]["median"], us[peer]["median"]
                 out.append(dict(section="small", figure=f"time per call: {small.where(p)}", peer=peer, kjit=k,
                                 peer_value=v, unit="us", ratio=v / k))
+    for p in (result.get("matmul") or {}).get("points") or []:
+        tf = p.get("tflops") or {}
+        if "kjit" not in tf:
+            continue
+        for peer in matmul.CONTENDERS.get(p.get("kind"), ())[1:]:
+            if peer in tf and tf[peer] > tf["kjit"]:
+                out.append(dict(section="matmul", figure=f"TFLOP/s: {matmul.where(p)}", peer=peer, kjit=tf["kjit"],
+                                peer_value=tf[peer], unit="TFLOP/s", ratio=tf["kjit"] / tf[peer]))
     rc = result.get("recompile") or {}
     res = rc.get("results") or {}
     for peer, ref in (rc.get("vs") or {}).items():
@@ -135,7 +144,7 @@ NOISE = 0.02
 
 
 def _behind_line(b: dict) -> str:
-    fmt = "{:.0f}" if b["unit"] in ("GB/s", "compiles") else "{:.3g}"
+    fmt = "{:.0f}" if b["unit"] in ("GB/s", "compiles") else "{:.1f}" if b["unit"] == "TFLOP/s" else "{:.3g}"
     return (f"- {b['section']}: {b['figure']}: {b['peer']} is faster, kjit at {b['ratio']:.2f}x "
             f"({fmt.format(b['kjit'])} {b['unit']} for kjit, {fmt.format(b['peer_value'])} {b['unit']} for "
             f"{b['peer']})")
@@ -400,6 +409,82 @@ def _small_md(sec: dict) -> list[str]:
     return out
 
 
+def _matmul_cell(p: dict, contender: str) -> str:
+    v = (p.get("tflops") or {}).get(contender)
+    if v is not None:
+        return f"{v:.1f}"
+    reason = (p.get("skipped") or {}).get(contender)
+    return "-" if reason is None else reason.split(":")[0]  # "skipped" / "failed"; the reasons follow the tables
+
+
+def matmul_summary_lines(sec: dict) -> list[str]:
+    """The matmul section's targets, each "met" / "missed" with its figure (from the points, never a stale
+    copy), and the figures without a target."""
+    s = matmul.summary(sec)
+    out = [f"- {v['target']}: **{matmul.verdict_text(v)}**" + (f" ({v['detail']})" if v["detail"] else "")
+           for v in matmul.verdicts(sec)]
+    if s["square"] is not None:
+        out.append(f"- kjit / cuBLAS at {matmul.SQUARE}^3: {s['square']:.2f}x (no target)")
+    if s["swiglu_compiled"]:
+        out.append(f"- swiglu: kjit / torch.compile median {s['swiglu_compiled']['median']:.2f}x (no target)")
+    if s["kjit_failed"]:
+        out.append(f"- kjit has no figure at {s['kjit_failed']} of {s['points']} points")
+    return out
+
+
+def _matmul_md(sec: dict) -> list[str]:
+    points = sec.get("points") or []
+    tune = sec.get("kjit_tune")
+    out = [f"## Matrix ops ({sec.get('dtype', matmul.DTYPE)}, TFLOP/s)", "",
+           f"TFLOP/s = 2 M N K / time (swiglu: 2 M 2F K); time: median of {sec.get('reps')} CUDA-event timings of "
+           f"{sec.get('inner', matmul.INNER)} back-to-back calls after {sec.get('warmup')} warm-up calls, each "
+           f"contender cycling through copies of its operands spanning >= {sec.get('l2_factor', matmul.L2_FACTOR)}x "
+           f"the L2 ({(sec.get('l2_bytes') or 0) / MIB:.0f} MiB): no call finds its weights in L2. torch.compile: "
+           f"mode default, dynamic=False ({sec.get('compile_s', 0):.0f} s of compiles, budget "
+           f"{sec.get('compile_budget_s', 0):.0f} s). \"kjit / peer\": kjit TFLOP/s over the peer's (above 1: "
+           f"kjit faster). KJIT_TUNE={tune!r}" + (" (kjit tuned its configurations)" if tune not in ("", "0", None)
+                                                 else " (no tuning)") + ".", "",
+           "**Targets**:", ""] + matmul_summary_lines(sec) + [""]
+    titles = {"plain": "GEMM: kjit.ops.linear(x, w) vs F.linear (cuBLAS)",
+              "gelu": "Fused bias + gelu: kjit.ops.linear(x, w, b, activation=\"gelu\") vs F.gelu(F.linear(x, w, b))",
+              "swiglu": "Gated MLP: kjit.ops.linear_swiglu(x, w_gate_up) vs F.silu(F.linear(x, wg)) * F.linear(x, wu)"}
+    for kind in matmul.KINDS:
+        pts = [p for p in points if p.get("kind") == kind]
+        if not pts:
+            continue
+        peers = matmul.CONTENDERS[kind][1:]
+        rows = []
+        for p in pts:
+            if "error" in p:
+                rows.append([str(p["m"]), str(p["n"]), str(p["k"]), "error: " + str(p["error"])]
+                            + ["-"] * (2 * len(peers)))
+                continue
+            rows.append([str(p["m"]), str(p["n"]), str(p["k"])] + [_matmul_cell(p, c) for c in matmul.CONTENDERS[kind]]
+                        + [_x(p.get(matmul.RATIO_KEYS[peer])) for peer in peers])
+        out += [f"### {titles[kind]}", ""] + _table(
+            ["M", "F" if kind == "swiglu" else "N", "K"] + [f"{c} TFLOP/s" for c in matmul.CONTENDERS[kind]]
+            + [f"kjit / {peer}" for peer in peers], rows) + [""]
+    c = sec.get("compile")
+    if isinstance(c, dict):
+        out += ["### Compile time of the first calls (fresh process, empty cache)", ""]
+        if "error" in c:
+            out += [f"failed: {c['error']}", ""]
+        else:
+            rows = []
+            for case, e in (c.get("cases") or {}).items():
+                ms = e["ms"]
+                ph = e.get("phase_ms") or {}
+                rows.append([case, f"{ms['median']:.0f} ({ms['min']:.0f}-{ms['max']:.0f})",
+                             str(e.get("compiles", "-")), _num(ph.get("compile"), "{:.0f}")])
+            out += [f"Median (min-max) over {c.get('repeats')} fresh processes, N={c.get('n')} K={c.get('k')}; "
+                    "kjit's first compile of the process (an add_constant) is paid before the clock.", ""]
+            out += _table(["call", "ms", "compiles", "NVRTC compile ms"], rows) + [""]
+    skipped = [f"- {matmul.where(p)}: {k}: {r}" for p in points for k, r in (p.get("skipped") or {}).items()]
+    if skipped:
+        out += ["Skipped or failed:", ""] + skipped
+    return out
+
+
 def _spec_labels(specs: dict) -> str:
     """"A / B / C" of the template arguments that differ between the specializations ("BLOCK=256 / 128 /
     512"), or all of them when none differs."""
@@ -490,7 +575,8 @@ def markdown(result: dict) -> str:
              + ("; quick run" if result.get("quick") else ""), "",
              "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()), ""]
     for key, fn in (("overhead", _overhead_md), ("first_call", _first_call_md), ("bandwidth", _bandwidth_md),
-                    ("recompile", _recompile_md), ("small", _small_md), ("library_headers", _library_headers_md)):
+                    ("recompile", _recompile_md), ("small", _small_md), ("matmul", _matmul_md),
+                    ("library_headers", _library_headers_md)):
         sec = result.get(key)
         if sec is None:
             continue

@@ -1,16 +1,36 @@
-"""A Hugging Face Llama model with kjit kernels in place of its RMSNorm and its MLP activation.
+"""A Hugging Face Llama with kjit kernels in place of its RMSNorms, its MLPs and its residual adds.
 
-    python examples/llama_kjit.py                       # checks, graph breaks, timings (CUDA, bf16 + fp32)
+    python examples/llama_kjit.py                       # checks, graph breaks, kernel counts, timings (CUDA)
     python examples/llama_kjit.py --no-timing           # checks and graph breaks only
+    python examples/llama_kjit.py --mlp silu_mul        # the MLP of before: cuBLAS GEMMs, one fused activation
     python examples/llama_kjit.py --json llama.json     # also writes every figure to a JSON file
 
 A small Llama (transformers' LlamaConfig / LlamaForCausalLM, random weights from torch.manual_seed;
 nothing is downloaded) is patched in a deep copy:
 - every LlamaRMSNorm runs kjit.ops.rms_norm(x, weight, eps): one kernel, with backward;
-- every LlamaMLP runs down_proj(silu_mul(gate_proj(x), up_proj(x))), where silu_mul is the one fused
-  kjit.elementwise function "silu(a) * b" (eager PyTorch runs two kernels there).
+- every LlamaMLP (--mlp swiglu, the default) runs kjit.ops.linear_swiglu(x, w_gate_up), silu(x @ w_gate.T) *
+  (x @ w_up.T) in one GEMM kernel, then kjit.ops.linear(h, down_proj.weight, residual=...) with the
+  decoder layer's residual add fused into the GEMM's epilogue. w_gate_up is [2F, K] = cat(gate_proj.weight,
+  up_proj.weight); at patch time the two weights become the two halves of one tensor (gate_proj.weight
+  and up_proj.weight stay the model's parameters, with their names, now views of that tensor), so no
+  forward copies them: _GateUp hands linear_swiglu the whole tensor and splits its gradient back into
+  gate_proj.weight.grad and up_proj.weight.grad, exactly what torch.cat's backward would give. (A
+  torch.cat([gate, up]) in every forward is as exact but copies 2 F K weights per call, which costs more
+  than the fusion saves at decode; one fused parameter instead of the two would change the parameters'
+  names, state_dict and checkpoints.) The halves stay one tensor through in-place updates (optimizers,
+  load_state_dict), .to() / .cuda() / .half() (_apply joins them again) and deepcopy / pickle
+  (__setstate__ does); an eager forward that finds them apart (after `param.data = ...` or
+  load_state_dict(assign=True)) falls back to torch.cat; torch.compile traces the fused path without that
+  check (a data pointer cannot be traced), so call refuse_gate_up(mlp) after such a replacement.
+  --mlp silu_mul: down_proj(silu_mul(gate_proj(x), up_proj(x))) with silu_mul the one fused
+  kjit.elementwise function "silu(a) * b" (the example's MLP before the matrix ops);
+- every LlamaDecoderLayer (--mlp swiglu, where its forward has the structure this relies on:
+  decoder_layer_fusable()) adds the attention output to the residual and normalizes in one kernel,
+  kjit.ops.add_rms_norm(attn_out, residual, post_attention_layernorm.weight) -> (normed, sum), and hands
+  the sum to the MLP as the residual of down_proj: the layer's two residual adds and its second norm run
+  in kernels that were there anyway.
 The modules keep their parameters and names (their class is swapped for a subclass whose forward calls
-kjit), so state_dict, optimizers and checkpoints do not change.
+kjit), so state_dict, optimizers (created after patching) and checkpoints do not change.
 
 Then, on the CUDA device:
 1. the logits of the patched model match the unpatched one's, in bfloat16 and in float32;
@@ -18,18 +38,22 @@ Then, on the CUDA device:
    unpatched model's (a parameter without one is a failure);
 3. torch._dynamo.explain(patched model)(input_ids) finds 0 graph breaks (the unpatched model's count is
    printed beside it for reference);
-4. (unless --no-timing) the time per forward (torch.no_grad, bf16, median) at 1x1 and 8x512 tokens:
-   unpatched vs patched, eager and torch.compile. Targets: patched eager >= 1.0x the unpatched speed,
-   patched torch.compile >= 0.9x the compiled unpatched. Timing misses are reported, never fatal.
+4. (unless --no-timing) CUDA kernels launched per forward (torch.profiler: the CUDA kernel events of a few
+   forwards, memcpy / memset left out) and the time per forward (torch.no_grad, bf16, median) at 1x1 and
+   8x512 tokens: unpatched vs patched, eager and torch.compile. Targets: patched eager >= 1.1x the
+   unpatched speed, patched torch.compile >= 1.0x the compiled unpatched. Timing misses are reported,
+   never fatal.
 Exit status: 0, or 1 when a correctness or graph-break check fails, 2 without a usable device or
 transformers. Works with transformers 4.4x to 5.x (it relies only on LlamaRMSNorm's weight and
-variance_epsilon and LlamaMLP's gate_proj, up_proj, down_proj and act_fn).
+variance_epsilon, LlamaMLP's gate_proj, up_proj, down_proj and act_fn, and, for the decoder layer, its
+input_layernorm, self_attn, post_attention_layernorm and mlp, called as its forward's source shows).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
 import os
 import statistics
@@ -44,7 +68,8 @@ import torch.nn.functional as F
 # by orders of magnitude; bf16 rounds each of them to 8 bits).
 LOGIT_TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
 GRAD_TOL = {torch.float32: dict(rtol=1e-3, atol_frac=1e-3), torch.bfloat16: dict(rtol=1e-1, atol_frac=5e-2)}
-TARGETS = {"eager": 1.0, "torch.compile": 0.9}  # patched speed / unpatched speed, at least
+TARGETS = {"eager": 1.1, "torch.compile": 1.0}  # patched speed / unpatched speed, at least
+MLP_MODES = ("swiglu", "silu_mul")
 
 
 # -- patching --------------------------------------------------------------------------------------------
@@ -68,22 +93,145 @@ def _rms_norm_forward(self, hidden_states):
     return kjit.ops.rms_norm(hidden_states, w, self.variance_epsilon)
 
 
-def _mlp_forward(self, x):
+def _mlp_silu_mul_forward(self, x):
     return self.down_proj(silu_mul()(self.gate_proj(x), self.up_proj(x)))
+
+
+class _GateUp(torch.autograd.Function):
+    """w_gate_up [2F, K] for linear_swiglu, from gate_proj.weight and up_proj.weight when they are its two
+    halves (fuse_gate_up): the forward returns the whole tensor (no copy), the backward splits its
+    gradient into the two parameters' gradients (as torch.cat's backward would)."""
+
+    @staticmethod
+    def forward(gate, up, fused):
+        return fused.view(fused.shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.rows = inputs[0].shape[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:ctx.rows], grad[ctx.rows:], None
+
+
+def _halves_of(fused, gate, up) -> bool:
+    """Whether gate and up are still the two halves of `fused` (same memory, in that order)."""
+    return (fused is not None and fused.dtype == gate.dtype == up.dtype and fused.device == gate.device
+            and gate.is_contiguous() and up.is_contiguous() and fused.shape[0] == gate.shape[0] + up.shape[0]
+            and gate.data_ptr() == fused.data_ptr()
+            and up.data_ptr() == fused.data_ptr() + gate.numel() * gate.element_size())
+
+
+def fuse_gate_up(mlp) -> None:
+    """Makes mlp.gate_proj.weight and mlp.up_proj.weight the two halves of one [2F, K] tensor, kept as
+    mlp._kjit_gate_up (a plain attribute: no parameter, not in state_dict). The Parameter objects stay the
+    same (their .data becomes a view), so an optimizer that holds them keeps working."""
+    g, u = mlp.gate_proj.weight, mlp.up_proj.weight
+    if _halves_of(getattr(mlp, "_kjit_gate_up", None), g, u):
+        return
+    with torch.no_grad():
+        fused = torch.cat([g, u]).detach()
+    g.data, u.data = fused[:g.shape[0]], fused[g.shape[0]:]
+    mlp._kjit_gate_up = fused
+
+
+refuse_gate_up = fuse_gate_up  # joins the halves again after something replaced a weight's data
+
+
+def _gate_up_weight(mlp):
+    g, u = mlp.gate_proj.weight, mlp.up_proj.weight
+    fused = getattr(mlp, "_kjit_gate_up", None)
+    # torch.compile traces the fused path (kept by _apply, deepcopy and in-place updates); eager checks.
+    if torch.compiler.is_compiling() or _halves_of(fused, g, u):
+        return _GateUp.apply(g, u, fused)
+    return torch.cat([g, u])  # the halves came apart (param.data = ...): correct, one copy per call
+
+
+def _mlp_forward(self, x, residual=None):
+    """silu(x @ w_gate.T) * (x @ w_up.T) in one kernel, then down_proj with `residual` (the decoder layer's
+    residual stream) added in the GEMM's epilogue."""
+    import kjit
+
+    h = kjit.ops.linear_swiglu(x, _gate_up_weight(self))
+    return kjit.ops.linear(h, self.down_proj.weight, self.down_proj.bias, residual=residual)
+
+
+def _mlp_apply(self, fn, *args, **kwargs):
+    """nn.Module._apply (.to(), .cuda(), .half(), ...) replaces the parameters' data: the gate / up halves
+    are joined again after it."""
+    out = super(type(self), self)._apply(fn, *args, **kwargs)
+    fuse_gate_up(self)
+    return out
+
+
+def _mlp_setstate(self, state):
+    """copy.deepcopy and pickle: a Parameter's deepcopy clones its data, so the halves are joined again."""
+    super(type(self), self).__setstate__(state)
+    fuse_gate_up(self)
+
+
+def _decoder_forward(self, hidden_states, *args, **kwargs):
+    """LlamaDecoderLayer.forward with the residual add after attention and the second norm in one kernel
+    (add_rms_norm) and the add after the MLP in down_proj's epilogue. Called with positional arguments
+    beyond hidden_states (gradient checkpointing does that), it runs the layer's own forward."""
+    import kjit
+
+    if args:
+        return super(type(self), self).forward(hidden_states, *args, **kwargs)
+    attn = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
+    norm = self.post_attention_layernorm
+    w = norm.weight if norm.weight.dtype == hidden_states.dtype else norm.weight.to(hidden_states.dtype)
+    normed, residual = kjit.ops.add_rms_norm(attn[0], hidden_states, w, norm.variance_epsilon)
+    out = self.mlp(normed, residual=residual)
+    if not _LAYER_RETURNS_TUPLE:
+        return out
+    outputs = (out,)  # transformers < 4.54: (hidden_states, [attention weights], [present key / values])
+    if kwargs.get("output_attentions"):
+        outputs += (attn[1],)
+    if kwargs.get("use_cache") and len(attn) > 2:
+        outputs += (attn[2],)
+    return outputs
+
+
+_LAYER_RETURNS_TUPLE = False
+
+
+def decoder_layer_fusable() -> str | None:
+    """None when LlamaDecoderLayer.forward has the structure _decoder_forward reproduces (norm, attention,
+    residual add, norm, MLP, residual add), else why not; sets whether the layer returns a tuple."""
+    global _LAYER_RETURNS_TUPLE
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    try:
+        src = inspect.getsource(LlamaDecoderLayer.forward)
+    except (OSError, TypeError) as e:
+        return f"the source of LlamaDecoderLayer.forward is not available ({e})"
+    src = " ".join(src.split())
+    needed = ("residual = hidden_states", "hidden_states = self.input_layernorm(hidden_states)", "self.self_attn(",
+              "hidden_states = residual + hidden_states",
+              "hidden_states = self.post_attention_layernorm(hidden_states)", "hidden_states = self.mlp(hidden_states)")
+    missing = [n for n in needed if n not in src]
+    if missing or src.count("hidden_states = residual + hidden_states") != 2:
+        return f"LlamaDecoderLayer.forward differs from the structure this example fuses (missing: {missing})"
+    _LAYER_RETURNS_TUPLE = "outputs = (hidden_states,)" in src
+    return None
 
 
 _SUBCLASSES: dict = {}
 
 
-def _swap_forward(module, forward) -> None:
+def _swap_forward(module, forward, **methods) -> None:
     """Gives this one module a forward calling kjit: its class becomes a subclass of its own class with
-    that forward (same parameters, buffers, names and isinstance; other instances are untouched)."""
+    that forward (and `methods`; same parameters, buffers, names and isinstance; other instances are
+    untouched)."""
     cls = type(module)
-    sub = _SUBCLASSES.get((cls, forward))
+    key = (cls, forward, tuple(sorted(methods.items())))
+    sub = _SUBCLASSES.get(key)
     if sub is None:
-        sub = type(f"Kjit{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__,
+        sub = type(f"Kjit{cls.__name__}", (cls,), {"forward": forward, **methods, "__module__": __name__,
                                                    "__doc__": f"{cls.__name__} running kjit kernels."})
-        _SUBCLASSES[(cls, forward)] = sub
+        _SUBCLASSES[key] = sub
     module.__class__ = sub
 
 
@@ -95,12 +243,16 @@ def _is_silu(act) -> bool:
         return False
 
 
-def patch_llama(model) -> dict:
-    """Patches every LlamaRMSNorm and LlamaMLP of `model` in place; returns how many of each. Raises
-    ValueError for an MLP whose activation is not SiLU (silu_mul would change the model)."""
-    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+def patch_llama(model, mlp: str = "swiglu") -> dict:
+    """Patches every LlamaRMSNorm and LlamaMLP of `model` in place, and with mlp="swiglu" every
+    LlamaDecoderLayer too where decoder_layer_fusable(); returns how many of each. Raises ValueError for an
+    MLP whose activation is not SiLU (the fused kernels would change the model), or with biases (swiglu)."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm
 
-    norms = mlps = 0
+    if mlp not in MLP_MODES:
+        raise ValueError(f"mlp={mlp!r}: expected one of {MLP_MODES}")
+    fuse_layers = mlp == "swiglu" and decoder_layer_fusable() is None
+    norms = mlps = layers = 0
     for name, m in model.named_modules():
         if type(m) is LlamaRMSNorm:
             _swap_forward(m, _rms_norm_forward)
@@ -108,19 +260,32 @@ def patch_llama(model) -> dict:
         elif type(m) is LlamaMLP:
             if not _is_silu(m.act_fn):
                 raise ValueError(f"{name}: the MLP's activation is {type(m.act_fn).__name__}, not SiLU; "
-                                 "silu_mul computes silu(gate) * up only")
+                                 "the fused kernels compute silu(gate) * up only")
             if getattr(getattr(m, "config", None), "pretraining_tp", 1) != 1:
                 raise ValueError(f"{name}: pretraining_tp > 1 splits the MLP; patch models with pretraining_tp=1")
-            _swap_forward(m, _mlp_forward)
+            if mlp == "silu_mul":
+                _swap_forward(m, _mlp_silu_mul_forward)
+            else:
+                if m.gate_proj.bias is not None or m.up_proj.bias is not None:
+                    raise ValueError(f"{name}: gate_proj / up_proj have biases (mlp_bias), which linear_swiglu "
+                                     "does not add; use mlp='silu_mul'")
+                fuse_gate_up(m)
+                _swap_forward(m, _mlp_forward, _apply=_mlp_apply, __setstate__=_mlp_setstate)
             mlps += 1
-    return {"rms_norm": norms, "mlp": mlps}
+        elif type(m) is LlamaDecoderLayer and fuse_layers:
+            _swap_forward(m, _decoder_forward)
+            layers += 1
+    return {"rms_norm": norms, "mlp": mlps, "decoder_layer": layers}
 
 
-def unpatched_left(model) -> list[str]:
-    """Names of LlamaRMSNorm / LlamaMLP modules that still run their original forward."""
-    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+def unpatched_left(model, mlp: str = "swiglu") -> list[str]:
+    """Names of LlamaRMSNorm / LlamaMLP modules (and, with mlp="swiglu", LlamaDecoderLayer where
+    decoder_layer_fusable()) that still run their original forward."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm
 
-    return [n for n, m in model.named_modules() if type(m) in (LlamaRMSNorm, LlamaMLP)]
+    fused = mlp == "swiglu" and decoder_layer_fusable() is None
+    types = (LlamaRMSNorm, LlamaMLP) + ((LlamaDecoderLayer,) if fused else ())
+    return [n for n, m in model.named_modules() if type(m) in types]
 
 
 # -- the model -------------------------------------------------------------------------------------------
@@ -145,11 +310,11 @@ def build_base(args):
     return model
 
 
-def model_pair(base, dtype, device):
+def model_pair(base, dtype, device, mlp: str = "swiglu"):
     """(unpatched, patched): copies of `base` in `dtype` on `device`, the second patched with kjit."""
     ref = copy.deepcopy(base).to(device=device, dtype=dtype)
     patched = copy.deepcopy(ref)
-    counts = patch_llama(patched)
+    counts = patch_llama(patched, mlp)
     return ref, patched, counts
 
 
@@ -163,14 +328,15 @@ def _diff(a, b) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def check_correctness(base, dtype, device, batch: int, seq: int, vocab: int, seed: int) -> dict:
+def check_correctness(base, dtype, device, batch: int, seq: int, vocab: int, seed: int,
+                      mlp: str = "swiglu") -> dict:
     """Logits and gradients of the patched model against the unpatched one; {"failures": [...], ...}."""
     name = str(dtype).replace("torch.", "")
     out: dict = {"dtype": name, "tokens": [batch, seq], "failures": []}
     fail = out["failures"].append
-    ref, patched, counts = model_pair(base, dtype, device)
+    ref, patched, counts = model_pair(base, dtype, device, mlp)
     out["patched_modules"] = counts
-    left = unpatched_left(patched)
+    left = unpatched_left(patched, mlp)
     if left or not counts["rms_norm"] or not counts["mlp"]:
         fail(f"{name}: patching left {left or 'nothing patched'} (patched {counts})")
     ids = _tokens((batch, seq), vocab, device, seed)
@@ -271,17 +437,35 @@ def time_forwards(fns: dict, device, iters: int, warmup: int) -> dict:
             for n, s in samples.items()}
 
 
+def count_kernels(fn, device, forwards: int = 3) -> float:
+    """CUDA kernels launched per call of fn (torch.no_grad): torch.profiler's CUDA kernel events over
+    `forwards` calls after one unprofiled call, memcpy / memset left out."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn()
+        _sync(device)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(forwards):
+                fn()
+            _sync(device)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset"))]
+    return len(kernels) / forwards
+
+
 def run_timing(base, device, shapes: list[tuple], vocab: int, seed: int, iters: int, warmup: int,
-               compile_: bool, log) -> dict:
+               compile_: bool, log, mlp: str = "swiglu", kernels: bool = True) -> dict:
     import torch._dynamo
 
-    ref, patched, _ = model_pair(base, torch.bfloat16, device)
+    ref, patched, _ = model_pair(base, torch.bfloat16, device, mlp)
     models = {"unpatched eager": ref, "kjit eager": patched}
     if compile_:
         torch._dynamo.reset()
         models["unpatched torch.compile"] = torch.compile(ref, dynamic=False)
         models["kjit torch.compile"] = torch.compile(patched, dynamic=False)
-    out: dict = {"dtype": "bfloat16", "iters": iters, "warmup": warmup, "shapes": {}}
+    out: dict = {"dtype": "bfloat16", "mlp": mlp, "iters": iters, "warmup": warmup, "shapes": {}}
     for shape in shapes:
         ids = _tokens(shape, vocab, device, seed)
         key = "x".join(map(str, shape))
@@ -299,7 +483,12 @@ def run_timing(base, device, shapes: list[tuple], vocab: int, seed: int, iters: 
                 log(f"  compiled {name} for {key} tokens in {time.perf_counter() - t:.1f} s")
             fns[name] = (lambda m=m: m(input_ids=ids))
         res = time_forwards(fns, device, iters, warmup)
-        row = {"ms": res, "errors": errors, "speedup": {}}
+        row = {"ms": res, "errors": errors, "speedup": {}, "kernels": {}}
+        for name, fn in fns.items() if kernels else ():
+            try:
+                row["kernels"][name] = count_kernels(fn, device)
+            except Exception as e:  # noqa: BLE001  (a profiler that fails loses the count only)
+                errors[f"{name} (kernel count)"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
         for kind in ("eager", "torch.compile"):
             u, k = res.get(f"unpatched {kind}"), res.get(f"kjit {kind}")
             if u and k:
@@ -320,13 +509,17 @@ def timing_table(t: dict) -> str:
             v = row["ms"].get(n)
             cells.append(f"{v['median_ms']:.3f}" if v else ("error" if n in row["errors"] else "-"))
         rows.append((n, cells))
+    for n in names:
+        counts = [t["shapes"][s].get("kernels", {}).get(n) for s in shapes]
+        if any(c is not None for c in counts):
+            rows.append((f"kernels per forward, {n}", ["-" if c is None else f"{c:g}" for c in counts]))
     for kind, target in TARGETS.items():
         cells = []
         for s in shapes:
             r = t["shapes"][s]["speedup"].get(kind)
             cells.append("-" if r is None else f"{r:.2f}x" + ("" if r >= target else " (miss)"))
         rows.append((f"speed kjit / unpatched, {kind} (target >= {target}x)", cells))
-    title = f"ms per forward ({t['dtype']}, torch.no_grad, median of {t['iters']})"
+    title = f"ms per forward ({t['dtype']}, torch.no_grad, median of {t['iters']}; --mlp {t.get('mlp', 'swiglu')})"
     w = max(len(title), *(len(label) for label, _ in rows)) + 2
     lines = [title.ljust(w) + "".join(f"{s + ' tokens':>16}" for s in shapes)]
     lines += [label.ljust(w) + "".join(f"{c:>16}" for c in cells) for label, cells in rows]
@@ -353,8 +546,9 @@ def _shape(text: str) -> tuple:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description="A small Hugging Face Llama with kjit's rms_norm and a fused "
-                                             "silu(a) * b: correctness, graph breaks and timings.")
+    ap = argparse.ArgumentParser(description="A small Hugging Face Llama with kjit's rms_norm, its fused gated MLP "
+                                             "(linear_swiglu, down_proj with the residual) and add_rms_norm: "
+                                             "correctness, graph breaks, kernel counts and timings.")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--intermediate", type=int, default=1408)
     ap.add_argument("--layers", type=int, default=4)
@@ -369,6 +563,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-timing", action="store_true", help="correctness and graph breaks only")
     ap.add_argument("--no-compile", action="store_true", help="time eager only (no torch.compile)")
+    ap.add_argument("--mlp", choices=MLP_MODES, default="swiglu",
+                    help="swiglu (default): kjit.ops.linear_swiglu, down_proj on kjit.ops.linear with the residual "
+                         "fused, add_rms_norm in the decoder layer; silu_mul: cuBLAS GEMMs and one fused "
+                         "kjit.elementwise silu(a) * b (the example before the matrix ops)")
+    ap.add_argument("--no-kernel-count", action="store_true", help="time without counting kernels (torch.profiler)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="write every figure to this JSON file")
@@ -404,7 +603,7 @@ def main(argv=None) -> int:
                                  "kjit": kjit.__version__, "cuda": torch.version.cuda,
                                  "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
                     "model": {k: getattr(args, k) for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
-                                                            "vocab", "seed")}}
+                                                            "vocab", "seed", "mlp")}}
     log(f"llama_kjit: torch {torch.__version__}, transformers {transformers.__version__}, kjit {kjit.__version__}"
         + (f", {result['versions']['gpu']}" if result["versions"]["gpu"] else f", {device}"))
     base = build_base(args)
@@ -415,7 +614,7 @@ def main(argv=None) -> int:
     result["correctness"] = []
     b, s = args.check_tokens
     for dtype in (torch.bfloat16, torch.float32):
-        c = check_correctness(base, dtype, device, b, s, args.vocab, args.seed)
+        c = check_correctness(base, dtype, device, b, s, args.vocab, args.seed, args.mlp)
         result["correctness"].append(c)
         failures += c["failures"]
         worst = c.get("grad_worst_rel_diff") or {}
@@ -425,7 +624,7 @@ def main(argv=None) -> int:
             + (": ok" if not c["failures"] else f": {len(c['failures'])} failure(s)"))
 
     ids = _tokens((b, s), args.vocab, device, args.seed)
-    ref, patched, _ = model_pair(base, torch.bfloat16, device)
+    ref, patched, _ = model_pair(base, torch.bfloat16, device, args.mlp)
     gb = {"unpatched": graph_breaks(ref, ids), "patched": graph_breaks(patched, ids)}
     del ref, patched
     result["graph_breaks"] = gb
@@ -444,7 +643,8 @@ def main(argv=None) -> int:
                         + "; ".join(gb["patched"]["reasons"]))
 
     if not args.no_timing:
-        t = run_timing(base, device, shapes, args.vocab, args.seed, args.iters, args.warmup, not args.no_compile, log)
+        t = run_timing(base, device, shapes, args.vocab, args.seed, args.iters, args.warmup, not args.no_compile, log,
+                       args.mlp, not args.no_kernel_count)
         result["timing"] = t
         result["timing_misses"] = timing_misses(t)
         log(timing_table(t))

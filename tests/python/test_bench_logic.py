@@ -691,3 +691,202 @@ def test_library_headers_runs_without_a_gpu_and_other_sections_still_refuse(tmp_
                         str(tmp_path / "o2")], env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert r.returncode == 2 and NO_GPU in r.stderr
     assert not (tmp_path / "o2").exists()
+
+
+# -- matmul: points, ratios of speeds, the targets' summary and verdicts, rendering -----------------------
+def _mm_point(kind, m, n, k, **ms):
+    """A matmul point with these medians (ms) per contender (cublas= for "cuBLAS", compiled= for
+    "torch.compile"), its TFLOP/s and ratios computed."""
+    from kjit.bench import matmul
+
+    names = {"cublas": "cuBLAS", "compiled": "torch.compile"}
+    p = {"kind": kind, "m": m, "n": n, "k": k, "dtype": "bfloat16", "copies": 1,
+         "ms": {names.get(c, c): _ms(v) for c, v in ms.items() if v is not None}}
+    return matmul.add_ratios(p)
+
+
+def synthetic_matmul() -> dict:
+    """Plain: kjit at 0.9x (M >= 128, but one at 0.8x) and 1.1x (M <= 16) of cuBLAS; gelu at M >= 2048 1.2x eager
+    and 1.1x torch.compile (M = 16 points are left out of that target); swiglu 1.3x eager; the compile probe
+    1.2 s then 0.9 s."""
+    pts = [_mm_point("plain", 8192, 8192, 8192, kjit=1.0, cublas=0.95, compiled=0.96)]
+    for m in (1, 16):
+        pts += [_mm_point("plain", m, 4096, 4096, kjit=1.0, cublas=1.1, compiled=1.5)]
+    pts += [_mm_point("plain", 2048, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
+            _mm_point("plain", 8192, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
+            _mm_point("plain", 128, 11008, 4096, kjit=1.0, cublas=0.8, compiled=0.85),
+            _mm_point("gelu", 16, 4096, 4096, kjit=1.0, eager=1.0, compiled=1.0),
+            _mm_point("gelu", 2048, 4096, 4096, kjit=1.0, eager=1.2, compiled=1.1),
+            _mm_point("swiglu", 2048, 11008, 4096, kjit=1.0, eager=1.3, compiled=None),
+            {"kind": "swiglu", "m": 8192, "n": 14336, "k": 4096, "dtype": "bfloat16", "ms": {},
+             "error": "RuntimeError: CUDA out of memory"}]
+    pts[-2]["skipped"] = {"torch.compile": "skipped: the section's torch.compile budget of 60 s is spent (61 s of "
+                                           "compiles so far)"}
+    probe = {"repeats": 1, "n": 4096, "k": 4096, "m": [16, 8192], "first_case": "linear, new (N, K), M=16",
+             "second_case": "linear, same (N, K), M=8192 (another tile configuration)",
+             "cases": {"linear, new (N, K), M=16": _case(1200.0, 1100.0, 1300.0, compile=1100.0),
+                       "linear, same (N, K), M=8192 (another tile configuration)": _case(900.0, compile=850.0)}}
+    return {"schema": 1, "quick": False, "sections": ["matmul"],
+            "machine": {"date": "2026-11-27T10:00:00+00:00", "gpu": "NVIDIA H100 80GB HBM3", "peers": {}},
+            "matmul": {"dtype": "bfloat16", "warmup": 10, "reps": 20, "inner": 10, "l2_bytes": 50 << 20,
+                       "l2_factor": 2, "kjit_tune": "", "compile_budget_s": 300.0, "compile_s": 61.0,
+                       "points": pts, "compile": probe}}
+
+
+def test_matmul_points_flops_and_section():
+    from kjit.bench import SECTIONS, matmul
+
+    assert "matmul" in SECTIONS and "matmul" not in __import__("kjit.bench").bench.COMPILE_ONLY
+    full = matmul.points(False)
+    assert len(full) == 1 + 5 * 4 + 2 * 3 * 4
+    assert full[0] == {"kind": "plain", "m": 8192, "n": 8192, "k": 8192}
+    assert {(p["n"], p["k"]) for p in full if p["kind"] == "swiglu"} == set(matmul.NK)
+    assert sorted({p["m"] for p in full if p["kind"] == "plain"}) == [1, 16, 128, 2048, 8192]
+    assert sorted({p["m"] for p in full if p["kind"] == "gelu"}) == [16, 2048, 8192]
+    quick = matmul.points(True)
+    assert len(quick) < 10 and {p["kind"] for p in quick} == set(matmul.KINDS)
+    assert matmul.flops("plain", 2, 3, 5) == 60 and matmul.flops("swiglu", 2, 3, 5) == 120
+    assert matmul.tflops(2 * 8192 ** 3, 1.0) == pytest.approx(1099.511627776)
+    assert matmul.where(full[0]) == "plain M=8192 N=8192 K=8192"
+
+
+def test_matmul_ratios_are_speeds():
+    from kjit.bench import matmul
+
+    p = _mm_point("plain", 16, 4096, 4096, kjit=0.5, cublas=0.6, compiled=0.4)
+    assert p["kjit_over_cublas"] == pytest.approx(1.2) and p["kjit_over_compiled"] == pytest.approx(0.8)
+    assert p["tflops"]["kjit"] == pytest.approx(2 * 16 * 4096 * 4096 / 0.5e-3 / 1e12)
+    assert "kjit_over_eager" not in p
+    p["ms"].pop("kjit")
+    matmul.add_ratios(p)
+    assert "kjit_over_cublas" not in p and "kjit" not in p["tflops"]
+
+
+def test_matmul_l2_copies():
+    from kjit.bench import matmul
+
+    mib = 1 << 20
+    assert matmul.copies_for_l2(32 * mib, 50 * mib) == 4  # M = 1, [4096, 4096] bf16: 4 x 32 MiB >= 100 MiB
+    assert matmul.copies_for_l2(400 * mib, 50 * mib) == 1
+    assert matmul.copies_for_l2(0, 50 * mib) == 1 and matmul.copies_for_l2(10, 0) == 1
+    assert matmul._operand_bytes("plain", 1, 4096, 4096) == 2 * (4096 + 4096 * 4096 + 4096 + 4096)
+    assert matmul._operand_bytes("swiglu", 1, 4096, 4096) == 2 * (4096 + 2 * 4096 * 4096 + 4096)
+
+
+def test_matmul_timing_cycles_through_the_copies(monkeypatch):
+    import torch
+
+    from kjit.bench import matmul
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 5.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    seen = []
+    s = matmul.gpu_ms_rotating(seen.append, copies=3, warmup=2, reps=2, inner=4)
+    assert s == {"median": 1.25, "min": 1.25, "max": 1.25, "n": 2}
+    assert seen == [0, 1, 2] + [0, 1, 2, 0] + [1, 2, 0, 1]  # warm-up touches every copy; never twice in a row
+
+
+def test_matmul_summary_and_verdicts():
+    from kjit.bench import matmul
+
+    sec = synthetic_matmul()["matmul"]
+    s = matmul.summary(sec)
+    assert s["points"] == 10 and s["kjit_failed"] == 1
+    assert s["cublas_large_m"]["median"] == pytest.approx(0.9) and s["cublas_large_m"]["n"] == 3
+    assert s["cublas_large_m"]["min"] == pytest.approx(0.8)
+    assert s["cublas_large_m"]["min_at"] == "plain M=128 N=11008 K=4096"
+    assert s["cublas_small_m"]["median"] == pytest.approx(1.1) and s["square"] == pytest.approx(0.95)
+    assert s["gelu_eager"]["n"] == 1 and s["gelu_eager"]["median"] == pytest.approx(1.2)  # M = 16 left out
+    assert s["gelu_compiled"]["median"] == pytest.approx(1.1)
+    assert s["swiglu_eager"]["median"] == pytest.approx(1.3) and s["swiglu_compiled"] is None
+    assert s["compile"] == {"first_s": 1.2, "first_compiles": 1, "second_s": 0.9, "second_compiles": 1}
+    v = {x["target"]: (x["met"], x["value"]) for x in matmul.verdicts(sec)}
+    assert v["kjit / cuBLAS median >= 0.95x (LLM shapes, M >= 128)"] == (False, pytest.approx(0.9))
+    assert v["kjit / cuBLAS none under 0.85x (LLM shapes, M >= 128)"] == (False, pytest.approx(0.8))
+    assert v["kjit / cuBLAS median >= 1.00x (M <= 16)"] == (True, pytest.approx(1.1))
+    assert v["fused gelu: kjit / eager median >= 1.15x (M >= 2048)"] == (True, pytest.approx(1.2))
+    assert v["fused gelu: kjit / torch.compile median >= 1.20x (M >= 2048)"] == (False, pytest.approx(1.1))
+    assert v["swiglu: kjit / eager median >= 1.25x"] == (True, pytest.approx(1.3))
+    assert v["first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s"] == (True, 1.2)
+    assert v["another tile configuration of the same (N, K) <= 0.8 s"] == (False, 0.9)
+    texts = [matmul.verdict_text(x) for x in matmul.verdicts(sec)]
+    assert texts == ["missed (0.90x)", "missed (0.80x)", "met (1.10x)", "met (1.20x)", "missed (1.10x)",
+                     "met (1.30x)", "met (1.200 s)", "missed (0.900 s)"]
+    # Targets recorded with the section are the ones applied.
+    sec["targets"] = {"cublas_median_min": 0.9, "cublas_min": 0.8}
+    v = {x["target"]: x["met"] for x in matmul.verdicts(sec)}
+    assert v["kjit / cuBLAS median >= 0.90x (LLM shapes, M >= 128)"] is True
+    assert v["kjit / cuBLAS none under 0.80x (LLM shapes, M >= 128)"] is True
+
+
+def test_matmul_verdicts_without_figures_or_without_a_second_compile():
+    from kjit.bench import matmul
+
+    assert all(x["met"] is None and x["value"] is None for x in matmul.verdicts({}))
+    assert {matmul.verdict_text(x) for x in matmul.verdicts({"points": []})} == {"no figure"}
+    sec = synthetic_matmul()["matmul"]
+    sec["compile"]["cases"]["linear, same (N, K), M=8192 (another tile configuration)"]["compiles"] = 0
+    second = matmul.verdicts(sec)[-1]
+    assert second["met"] is None and "no compile" in second["detail"]
+    assert matmul.verdict_text(second) == "not measured (0.900 s)"
+    assert matmul.compile_figures({"error": "ProbeFailed: timed out"}) is None
+
+
+def test_matmul_markdown_and_behind():
+    md = report.markdown(synthetic_matmul())
+    assert "## Matrix ops (bfloat16, TFLOP/s)" in md
+    assert "KJIT_TUNE='' (no tuning)" in md and "the L2 (50 MiB)" in md
+    assert ("- kjit / cuBLAS median >= 0.95x (LLM shapes, M >= 128): **missed (0.90x)** (min 0.80x at plain M=128 "
+            "N=11008 K=4096; 3 points)") in md
+    assert "- kjit / cuBLAS none under 0.85x (LLM shapes, M >= 128): **missed (0.80x)** (at plain M=128" in md
+    assert "- swiglu: kjit / eager median >= 1.25x: **met (1.30x)**" in md
+    assert "- first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s: **met (1.200 s)** (1 compile(s))" in md
+    assert "- kjit / cuBLAS at 8192^3: 0.95x (no target)" in md
+    assert "- kjit has no figure at 1 of 10 points" in md
+    assert ("| M | N | K | kjit TFLOP/s | cuBLAS TFLOP/s | torch.compile TFLOP/s | kjit / cuBLAS "
+            "| kjit / torch.compile |") in md
+    assert ("| M | F | K | kjit TFLOP/s | eager TFLOP/s | torch.compile TFLOP/s | kjit / eager "
+            "| kjit / torch.compile |") in md
+    assert "| 8192 | 14336 | 4096 | error: RuntimeError: CUDA out of memory | - | - | - | - |" in md
+    assert "| 2048 | 11008 | 4096 | 369.4 | 284.1 | skipped | 1.30x | - |" in md
+    assert "| 128 | 11008 | 4096 | 11.5 | 14.4 | 13.6 | 0.80x | 0.85x |" in md
+    assert "| linear, new (N, K), M=16 | 1200 (1100-1300) | 1 | 1100 |" in md
+    assert "- swiglu M=2048 N=11008 K=4096: torch.compile: skipped: the section's torch.compile budget" in md
+    behind = md.split("## Where kjit is behind")[1]
+    assert ("- matmul: TFLOP/s: plain M=128 N=11008 K=4096: cuBLAS is faster, kjit at 0.80x (11.5 TFLOP/s for kjit, "
+            "14.4 TFLOP/s for cuBLAS)") in behind
+    assert "matmul: TFLOP/s: plain M=16 " not in behind
+
+
+def test_matmul_report_round_trip_and_no_gpu(tmp_path, capsys):
+    src = tmp_path / "matmul.json"
+    report.write_json(synthetic_matmul(), str(src))
+    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "matmul"]) == 0
+    assert capsys.readouterr().out == report.markdown(synthetic_matmul())
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["--only", "matmul", "--out", str(tmp_path / "p")]) == 2
+        assert NO_GPU in capsys.readouterr().err
+
+
+def test_matmul_compile_probe_script_is_python():
+    from kjit.bench import matmul
+
+    src = matmul.probe_script()
+    compile(src, "probe", "exec")
+    assert "KJIT_CACHE_DIR" not in src  # the cache directory comes from the environment (compile_probe)
+    assert "timed('linear, new (N, K), M=16'" in src and "ops.add_constant(x, 1.0)" in src

@@ -1,8 +1,10 @@
-"""examples/llama_kjit.py: a Hugging Face Llama with kjit's rms_norm and fused silu(a) * b.
+"""examples/llama_kjit.py: a Hugging Face Llama with kjit's rms_norm, linear_swiglu, linear (down_proj with
+the residual) and add_rms_norm (or, with --mlp silu_mul, the fused silu(a) * b).
 
-The GPU test runs the example's main() at a tiny size (correctness in bf16 and fp32, gradients of every
-parameter, 0 graph breaks; no timing). The patching test needs transformers only (no GPU, no kernel runs).
-Both skip, with the reason, when transformers is not installed.
+The GPU tests run the example's main() at a tiny size, in both MLP modes (correctness in bf16 and fp32,
+gradients of every parameter, 0 graph breaks; no timing), and one short timing run that counts kernels.
+The patching tests need transformers only (no GPU, no kernel runs). All skip, with the reason, when
+transformers is not installed.
 """
 
 import copy
@@ -41,9 +43,10 @@ def test_patching_swaps_classes_only_in_the_copy():
     args = ex._parser().parse_args(TINY)
     base = ex.build_base(args)
     patched = copy.deepcopy(base)
-    assert ex.patch_llama(patched) == {"rms_norm": 2 * 2 + 1, "mlp": 2}
+    assert ex.decoder_layer_fusable() is None  # the installed transformers has the structure fused
+    assert ex.patch_llama(patched) == {"rms_norm": 2 * 2 + 1, "mlp": 2, "decoder_layer": 2}
     assert ex.unpatched_left(patched) == []
-    assert len(ex.unpatched_left(base)) == 2 * 2 + 1 + 2  # the original keeps its own forward
+    assert len(ex.unpatched_left(base)) == 2 * 2 + 1 + 2 + 2  # the original keeps its own forward
     norm, mlp = patched.model.norm, patched.model.layers[0].mlp
     assert isinstance(norm, LlamaRMSNorm) and type(norm) is not LlamaRMSNorm
     assert isinstance(mlp, LlamaMLP) and type(mlp).forward is ex._mlp_forward
@@ -52,6 +55,41 @@ def test_patching_swaps_classes_only_in_the_copy():
     assert list(patched.state_dict()) == list(base.state_dict())
     # The norm weights are not all 1 (a kernel ignoring them would be caught).
     assert not bool((base.model.norm.weight == 1).all())
+    # gate_proj / up_proj: the same values, now the two halves of one [2F, K] tensor (no copy per forward).
+    torch = __import__("torch")
+    for i in range(2):
+        m, b = patched.model.layers[i].mlp, base.model.layers[i].mlp
+        assert torch.equal(m.gate_proj.weight, b.gate_proj.weight) and torch.equal(m.up_proj.weight, b.up_proj.weight)
+        assert ex._halves_of(m._kjit_gate_up, m.gate_proj.weight, m.up_proj.weight)
+        assert m.gate_proj.weight.is_leaf and m.gate_proj.weight.requires_grad
+    assert "_kjit_gate_up" not in str(list(patched.state_dict()))
+    # deepcopy and .to() keep them joined; apart, the eager path copies (torch.cat) and stays correct.
+    for model in (copy.deepcopy(patched), patched.to(torch.float64)):
+        m = model.model.layers[0].mlp
+        assert ex._halves_of(m._kjit_gate_up, m.gate_proj.weight, m.up_proj.weight)
+    m = patched.model.layers[1].mlp
+    m.up_proj.weight.data = m.up_proj.weight.data.clone()
+    assert not ex._halves_of(m._kjit_gate_up, m.gate_proj.weight, m.up_proj.weight)
+    assert torch.equal(ex._gate_up_weight(m), torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+    ex.refuse_gate_up(m)
+    assert ex._halves_of(m._kjit_gate_up, m.gate_proj.weight, m.up_proj.weight)
+    # Gradients reach both parameters, split as torch.cat's backward would split them.
+    g = torch.randn(m._kjit_gate_up.shape, dtype=m._kjit_gate_up.dtype)
+    ex._gate_up_weight(m).backward(g)
+    assert torch.equal(m.gate_proj.weight.grad, g[:m.gate_proj.weight.shape[0]])
+    assert torch.equal(m.up_proj.weight.grad, g[m.gate_proj.weight.shape[0]:])
+
+
+def test_patching_silu_mul_mode_keeps_the_layers():
+    _transformers()
+    ex = _example()
+    base = ex.build_base(ex._parser().parse_args(TINY))
+    patched = copy.deepcopy(base)
+    assert ex.patch_llama(patched, "silu_mul") == {"rms_norm": 5, "mlp": 2, "decoder_layer": 0}
+    assert ex.unpatched_left(patched, "silu_mul") == []
+    assert type(patched.model.layers[0].mlp).forward is ex._mlp_silu_mul_forward
+    with __import__("pytest").raises(ValueError, match="mlp='other'"):
+        ex.patch_llama(copy.deepcopy(base), "other")
 
 
 def test_patching_refuses_another_activation():
@@ -64,16 +102,36 @@ def test_patching_refuses_another_activation():
 
 
 @pytest.mark.gpu
-def test_llama_example_tiny(tmp_path, capsys):
+@pytest.mark.parametrize("mlp", ["swiglu", "silu_mul"])
+def test_llama_example_tiny(tmp_path, capsys, mlp):
     _transformers()
     ex = _example()
     out_json = tmp_path / "llama.json"
-    rc = ex.main(TINY + ["--no-timing", "--json", str(out_json)])
+    rc = ex.main(TINY + ["--no-timing", "--mlp", mlp, "--json", str(out_json)])
     printed = capsys.readouterr()
     assert rc == 0, printed.out + printed.err
     assert "llama_kjit: all checks passed" in printed.out
     data = json.loads(out_json.read_text())
     assert data["ok"] and data["failures"] == [] and "timing" not in data
     assert [c["dtype"] for c in data["correctness"]] == ["bfloat16", "float32"]
-    assert all(c["patched_modules"] == {"rms_norm": 5, "mlp": 2} for c in data["correctness"])
+    layers = 2 if mlp == "swiglu" else 0
+    assert all(c["patched_modules"] == {"rms_norm": 5, "mlp": 2, "decoder_layer": layers} for c in data["correctness"])
     assert data["graph_breaks"]["patched"]["graph_breaks"] == 0
+    # Every parameter has a gradient matching the unpatched model's (failures would be listed above).
+    assert all(c["params"] > 0 and "loss" in c for c in data["correctness"])
+
+
+@pytest.mark.gpu
+def test_llama_example_counts_kernels_and_times(tmp_path, capsys):
+    _transformers()
+    ex = _example()
+    out_json = tmp_path / "llama.json"
+    rc = ex.main(TINY + ["--shapes", "1x1,2x16", "--iters", "2", "--warmup", "1", "--no-compile",
+                         "--json", str(out_json)])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.out + printed.err
+    t = json.loads(out_json.read_text())["timing"]
+    for shape in ("1x1", "2x16"):
+        k = t["shapes"][shape]["kernels"]
+        assert k["unpatched eager"] > 0 and 0 < k["kjit eager"] < k["unpatched eager"], k
+    assert "kernels per forward, kjit eager" in printed.out
