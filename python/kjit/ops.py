@@ -46,8 +46,8 @@ made contiguous where a row kernel needs it):
 ``max_pool2d(x, kernel_size, stride=kernel_size, padding=0)``, ``avg_pool2d(..., count_include_pad=True)``
     NCHW, window specialized, with backward.
 
-The matrix ops (bfloat16 / float16 on tensor cores, float32 accumulation; float32 inputs are refused, saying
-why). Their GEMM kernels (kernel_templates/gemm_sm90.cuh: TMA + wgmma on sm_90; gemm.cuh: mma.sync elsewhere
+The matrix ops (bfloat16 / float16 on tensor cores, float32 accumulation; float32 as TF32 where
+``torch.backends.cuda.matmul.allow_tf32`` allows it, refused otherwise, saying so). Their GEMM kernels (kernel_templates/gemm_sm90.cuh: TMA + wgmma on sm_90; gemm.cuh: mma.sync elsewhere
 and for M <= 16) are specialized on N, K, dtype, tile and epilogue; M is a runtime argument:
 
 ``linear(x, weight, bias=None, activation=None, scale=1.0, residual=None)``

@@ -114,6 +114,29 @@ def _gemm_jobs(dtype):
             for cfg, epi, n, k in plan]
 
 
+# gemm_sm90.cuh (TMA + wgmma) is sm_90a only: the tile configurations of python/src/ops/gemm.cpp, each with
+# an epilogue, N / K specialized and generic.
+WGMMA_JOBS = [
+    (torch.bfloat16, dict(BM=128, BN=256, STAGES=4), "bias_gelu", 4096, 4096),
+    (torch.bfloat16, dict(BM=64, BN=64, STAGES=8), "silu_residual_aux", 0, 0),
+    (torch.bfloat16, dict(BM=128, BN=128, STAGES=4), "swiglu_aux", 14336, 4096),
+    (torch.float16, dict(BM=64, BN=128, STAGES=8), "residual", 0, 0),
+]
+
+
+def test_sm90_gemm_kernels_compile_for_sm_90a():
+    def job(j):
+        dtype, tile, epi, n, k = j
+        return kjit.Template.builtin("gemm_sm90").kernel("gemm_wgmma", **kjit._core.library_compile_options()).specialize(
+            arch="sm_90a", T=dtype, N=n, K=k, **tile, **GEMM_EPILOGUES[epi])
+
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        kernels = list(pool.map(job, WGMMA_JOBS))
+    for k in kernels:
+        assert k.origin in ORIGINS and k.target == "sm_90a"
+        assert k.name_expression.startswith("gemm_wgmma<")
+
+
 # The activation ops' elementwise functions (python/src/ops/activation.cpp): the same name and expression
 # make the same source, so these compile exactly the kernels the ops run.
 ACTIVATIONS = {

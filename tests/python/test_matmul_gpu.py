@@ -163,10 +163,21 @@ def test_torch_compile_has_no_graph_break():
     torch.testing.assert_close(compiled(x, w, b).float(), f(x, w, b).float())
 
 
-def test_float32_is_refused_with_the_reason():
-    x = torch.randn(4, 8, device="cuda")
-    with pytest.raises(TypeError, match="float32.*TF32"):
-        ops.linear(x, torch.randn(8, 8, device="cuda"))
+def test_float32_runs_as_tf32_only_where_allowed():
+    x = torch.randn(300, 72, device="cuda")
+    w = torch.randn(40, 72, device="cuda") / 8
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with pytest.raises(TypeError, match="float32.*TF32.*allow_tf32"):
+            ops.linear(x, w)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for m in (7, 300):
+            y = ops.linear(x[:m], w, activation="relu")
+            assert y.dtype == torch.float32
+            torch.testing.assert_close(y, F.relu(x[:m] @ w.T), atol=2e-2, rtol=1e-2)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def test_bad_shapes_are_refused():

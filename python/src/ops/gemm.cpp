@@ -74,16 +74,20 @@ const std::vector<Config>& mma_configs() {
   return all;
 }
 const std::vector<Config>& small_m_configs() {
-  static const std::vector<Config> all = {{false, 16, 64, 64, 1, 2, 4, 3}, {false, 16, 32, 64, 1, 1, 8, 3}};
+  static const std::vector<Config> all = {{false, 16, 64, 64, 1, 2, 4, 3}, {false, 16, 32, 64, 1, 2, 8, 3}};
   return all;
 }
 
 constexpr std::int64_t kSmallM = 16;
 
+// Elements of a k-tile of the mma.sync kernel: the configurations' BK is for 16-bit types; float (TF32)
+// takes the same bytes per row.
+int tile_k(const Config& c, const Gemm& g) { return g.dtype == at::ScalarType::Float ? c.bk / 2 : c.bk; }
+
 unsigned shared_bytes(const Config& c, const Gemm& g) {
-  const std::int64_t elem = 2, b_tiles = g.swiglu ? 2 : 1;
+  const std::int64_t elem = g.dtype == at::ScalarType::Float ? 4 : 2, b_tiles = g.swiglu ? 2 : 1;
   if (c.wgmma) return static_cast<unsigned>(1024 + c.stages * (c.bm + c.bn * b_tiles) * 64 * elem);
-  const std::int64_t pipe = c.stages * (c.bm + c.bn * b_tiles) * c.bk * elem;
+  const std::int64_t pipe = c.stages * (c.bm + c.bn * b_tiles) * tile_k(c, g) * elem;
   const std::int64_t reduce = c.wk > 1 ? (c.wk - 1) * c.bm * c.bn * b_tiles * 4 : 0;
   return static_cast<unsigned>(std::max(pipe, reduce));
 }
@@ -98,7 +102,9 @@ double estimate(const Config& c, const Gemm& g, int sms) {
   return static_cast<double>(waves) * area / efficiency;
 }
 
-bool uses_wgmma(const Gemm& g, int device) { return device_target(device).arch == 90 && g.m > kSmallM; }
+bool uses_wgmma(const Gemm& g, int device) {
+  return device_target(device).arch == 90 && g.m > kSmallM && g.dtype != at::ScalarType::Float;
+}
 
 const std::vector<Config>& candidates(const Gemm& g, int device) {
   if (g.m <= kSmallM) return small_m_configs();
@@ -172,7 +178,7 @@ std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
   args.push_back(int_arg(c.bm));
   args.push_back(int_arg(c.bn));
   if (!c.wgmma) {
-    args.push_back(int_arg(c.bk));
+    args.push_back(int_arg(tile_k(c, g)));
     args.push_back(int_arg(c.wm));
     args.push_back(int_arg(c.wn));
     args.push_back(int_arg(c.wk));
@@ -221,8 +227,9 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
 }  // namespace
 
 void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
-  if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half)
-    fail_value(op, std::string("the GEMM kernels take bfloat16 or float16, got ") + c10::toString(g.dtype));
+  if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half && g.dtype != at::ScalarType::Float)
+    fail_value(op, std::string("the GEMM kernels take bfloat16, float16 or float32 (TF32), got ") +
+                       c10::toString(g.dtype));
   constexpr std::int64_t kInt = std::numeric_limits<int>::max();
   if (g.m > kInt || g.n > kInt || g.k > kInt)
     fail_value(op, "M, N and K must each be below 2^31, got M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) +

@@ -1,5 +1,6 @@
 // The matrix ops, on kjit's GEMM kernels (gemm.hpp: kernel_templates/gemm_sm90.cuh on sm_90,
-// kernel_templates/gemm.cuh elsewhere and for M <= 16), bfloat16 and float16 with float32 accumulation:
+// kernel_templates/gemm.cuh elsewhere and for M <= 16), bfloat16 and float16 with float32 accumulation, and
+// float32 as TF32 where torch.backends.cuda.matmul.allow_tf32 allows it (refused otherwise, saying so):
 //
 //   linear(x, weight, bias=None, activation=None, scale=1.0, residual=None)
 //       = activation(scale * (x @ weight.T) + bias) + residual        (F.linear's layout: weight [N, K])
@@ -35,14 +36,18 @@
 namespace kjit::ops {
 namespace {
 
-constexpr std::initializer_list<at::ScalarType> kMatrixTypes = {at::ScalarType::BFloat16, at::ScalarType::Half};
+constexpr std::initializer_list<at::ScalarType> kMatrixTypes = {at::ScalarType::BFloat16, at::ScalarType::Half,
+                                                                  at::ScalarType::Float};
 
+// float32 runs on the tensor cores as TF32 (10-bit mantissa products, float32 accumulation) only where the
+// user allows it for matmuls, as cuBLAS does: torch.backends.cuda.matmul.allow_tf32.
 void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t) {
-  if (t.scalar_type() == at::ScalarType::Float)
+  if (t.scalar_type() == at::ScalarType::Float && !at::globalContext().allowTF32CuBLAS())
     throw TypeError(std::string(op) + ": " + arg +
-                    " is float32; kjit's matrix kernels run on bfloat16 / float16 tensor cores with float32 "
-                    "accumulation and have no TF32 path yet: convert with " + arg +
-                    ".to(torch.bfloat16), or use torch's own matmul for float32");
+                    " is float32, which kjit's matrix kernels compute as TF32 (float32 accumulation, inputs rounded "
+                    "to 10 mantissa bits), and TF32 is off (torch.backends.cuda.matmul.allow_tf32 is False); "
+                    "allow it with torch.backends.cuda.matmul.allow_tf32 = True, or convert with " + arg +
+                    ".to(torch.bfloat16)");
   check_dtype(op, arg, t, kMatrixTypes);
 }
 
