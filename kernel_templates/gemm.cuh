@@ -28,7 +28,8 @@
 //   T: __half, __nv_bfloat16, float (TF32 math).  BK * sizeof(T) in {64, 128, 256} bytes (BK 32 / 64 / 128 for
 //   16-bit types, 16 / 32 / 64 for float). BM / WM and BN / WN multiples of 16. STAGES >= 2.
 //   WK: 1, or WK dividing BK / 16 (BK / 8 for float) or a multiple of it. SWIGLU: ACT == 0, no bias.
-// Configurations checked to compile without spills (sm_80, sm_90, sm_100; half and bfloat16):
+// Configurations checked to compile without spills (sm_80, sm_90, sm_100; half and bfloat16; registers per
+// thread on sm_80: 128x128 ~234, 128x256 ~235, 64x64 72, 64x128 128, 16x64 WK4 48-56, 16x32 WK8 ~40):
 //   large M   BM=128 BN=128 BK=32 WM=2 WN=2 WK=1 STAGES=4   (128 threads, 64 KB)
 //             BM=128 BN=256 BK=32 WM=2 WN=4 WK=1 STAGES=4   (256 threads, 96 KB)
 //   medium M  BM=64  BN=64  BK=32 WM=2 WN=2 WK=1 STAGES=4   (128 threads, 32 KB)
