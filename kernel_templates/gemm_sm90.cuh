@@ -17,7 +17,8 @@
 //
 // Pipeline: STAGES shared-memory stages, each guarded by a "full" mbarrier (TMA bytes arrived) and an
 // "empty" one (every consumer warp done with it). One producer thread issues the loads; the consumer
-// warpgroups each own 64 rows of the tile and run 4 wgmma (k = 16 each) per 64-wide k-tile.
+// warpgroups each own 64 rows of the tile and run 4 wgmma (k = 16 each) per 64-wide k-tile, keeping one
+// k-tile's MMAs in flight while the next stage's are issued. Tiles are visited in groups of 8 tile rows.
 #pragma once
 
 #include "detail/gemm_epilogue.cuh"
@@ -93,7 +94,16 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
   const int n = N > 0 ? N : n_runtime;
   const int k = K > 0 ? K : k_runtime;
   const int k_tiles = (k + BK - 1) / BK;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, z = blockIdx.z;
+  // Tiles in groups of GROUP_M tile rows, tile rows fastest inside a group: the blocks resident at once
+  // share a few rows of A and columns of B in L2 (rather than all of B streaming past each row of A).
+  constexpr int GROUP_M = 8;
+  const int tiles_n = gridDim.x, tiles_m = gridDim.y;
+  const int linear = blockIdx.y * tiles_n + blockIdx.x;
+  const int group = linear / (GROUP_M * tiles_n), first_m = group * GROUP_M;
+  const int group_rows = min(tiles_m - first_m, GROUP_M);
+  const int tile_m = first_m + (linear % (GROUP_M * tiles_n)) % group_rows;
+  const int tile_n = (linear % (GROUP_M * tiles_n)) / group_rows;
+  const int m0 = tile_m * BM, n0 = tile_n * BN, z = blockIdx.z;
 
   extern __shared__ unsigned char shared_raw[];
   __shared__ alignas(8) unsigned long long full[STAGES], empty[STAGES];
@@ -152,11 +162,13 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
         kjit_wgmma::Mma<T, BN>::run(acc_up, da, kjit_sm90::smem_descriptor(b_tile + B_BYTES + kk * 32), 1);
     }
     kjit_wgmma::commit();
-    kjit_wgmma::wait<0>();
-    kjit_wgmma::fence_operands(acc);
-    if constexpr (SWIGLU) kjit_wgmma::fence_operands(acc_up);
-    if (t % 32 == 0) kjit_sm90::barrier_arrive(empty0 + 8 * s);
+    // Keep this k-tile's MMAs in flight; once the previous k-tile's are done, its stage goes back.
+    kjit_wgmma::wait<1>();
+    if (kt > 0 && t % 32 == 0) kjit_sm90::barrier_arrive(empty0 + 8 * ((kt - 1) % STAGES));
   }
+  kjit_wgmma::wait<0>();
+  kjit_wgmma::fence_operands(acc);
+  if constexpr (SWIGLU) kjit_wgmma::fence_operands(acc_up);
 
   // The accumulator layout of wgmma m64nN: thread t holds, for each 8 columns i, rows
   // 16 * warp + lane / 4 (+ 8) at columns 8 * i + 2 * (lane % 4) (+ 1).

@@ -271,8 +271,9 @@ Grads3 linear_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const a
       case Activation::None: break;
     }
   }
-  if (scale != 1.0) dz = at::mul(dz, at::Scalar(scale));
+  // z = scale * (x @ W^T) + bias: the bias's gradient is dL/dz, the product's scale * dL/dz.
   at::Tensor db = has_bias ? at::sum(dz, {0}, false, dz.scalar_type()) : new_empty({0}, x);
+  if (scale != 1.0) dz = at::mul(dz, at::Scalar(scale));
   if (m == 0 || n == 0 || kdim == 0)
     return {at::zeros_like(x), at::zeros_like(weight), has_bias ? db : new_empty({0}, x)};
   auto [dx, dw] = linear_input_grads(op, dz, x.reshape({m, kdim}), weight, device);
