@@ -502,7 +502,7 @@ def test_meta_residual_norm_shapes(dtype):
             assert y.is_contiguous() and h.is_contiguous()
     x = meta(2, 5, d, dtype=dtype)
     # A strided x and residual give contiguous results.
-    y, h = ops.add_rms_norm(meta(d, 6, dtype=dtype).t(), meta(d, 6, dtype=dtype).t(), meta(6, dtype=dtype))
+    y, h = ops.add_rms_norm(meta(d, 6, dtype=dtype).t(), meta(d, 6, dtype=dtype).t(), meta(d, dtype=dtype))
     assert y.is_contiguous() and h.is_contiguous() and y.shape == (6, d)
     for gh in (x, None):
         dx, dr, dw, db = ops.add_layer_norm_backward(x, gh, x, w, True, 1e-5)
