@@ -46,6 +46,28 @@ def _ln_inputs(dt, shape):
     return (x, w, b)
 
 
+def _add_inputs(dt, shape):
+    """x, residual, weight, bias of the residual norms."""
+    import torch
+
+    x, w, b = _ln_inputs(dt, shape)
+    return (x, torch.randn(shape, device="cuda", dtype=dt), w, b)
+
+
+def _add_rms_norm_eager(x, r, w, b):
+    import torch.nn.functional as F
+
+    h = x + r
+    return F.rms_norm(h, (h.shape[-1],), w, 1e-6), h
+
+
+def _add_layer_norm_eager(x, r, w, b):
+    import torch.nn.functional as F
+
+    h = x + r
+    return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
+
+
 def _ops():
     """{family: dict(eager, kjit, n_in, n_out, extra(d, elem) -> bytes, row_kernels, make)}"""
     import torch
@@ -57,8 +79,8 @@ def _ops():
     silu_s = kjit.elementwise("silu(x) * s", "x", "s", name="silu_scaled")
     sm, nf, rr = ["softmax_forward"], ["norm_forward"], ["reduce_rows"]
 
-    def op(eager, kjit_fn, n_out=1, extra=None, row_kernels=(), make=None, kind="row"):
-        return dict(eager=eager, kjit=kjit_fn, n_in=1, n_out=n_out, extra=extra or (lambda d, e: 0),
+    def op(eager, kjit_fn, n_out=1, extra=None, row_kernels=(), make=None, kind="row", n_in=1):
+        return dict(eager=eager, kjit=kjit_fn, n_in=n_in, n_out=n_out, extra=extra or (lambda d, e: 0),
                     row_kernels=list(row_kernels), make=make, kind=kind)
 
     return {
@@ -76,6 +98,11 @@ def _ops():
         "rms_norm": op(lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
                        lambda x, w, b: kjit.ops.rms_norm(x, w, 1e-6), extra=lambda d, e: d * e, row_kernels=nf,
                        make=_ln_inputs),
+        # The residual norms: read x and residual, write y and h = x + residual (eager: the add, then the norm).
+        "add_rms_norm": op(_add_rms_norm_eager, lambda x, r, w, b: kjit.ops.add_rms_norm(x, r, w, 1e-6), n_in=2,
+                           n_out=2, extra=lambda d, e: d * e, row_kernels=nf, make=_add_inputs),
+        "add_layer_norm": op(_add_layer_norm_eager, lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5),
+                             n_in=2, n_out=2, extra=lambda d, e: 2 * d * e, row_kernels=nf, make=_add_inputs),
         "sum(dim=-1)": op(lambda x: x.sum(-1), lambda x: kjit.ops.sum(x, -1), n_out=0, row_kernels=rr),
         "sum(dim=0)": op(lambda x: x.sum(0), lambda x: kjit.ops.sum(x, 0), n_out=0),
         "mean(dim=-1)": op(lambda x: x.mean(-1), lambda x: kjit.ops.mean(x, -1), n_out=0, row_kernels=rr),
@@ -89,7 +116,7 @@ def _ops():
 
 
 SWEEP_FAMILIES = ("x + 1 (add_constant)", "x * 0.5", "silu(x) * 0.5", "relu", "gelu", "sigmoid", "softmax", "log_softmax", "layer_norm",
-                  "rms_norm", "sum(dim=-1)", "mean(dim=-1)", "amax(dim=-1)", "max_pool2d 3x3 s2 p1",
+                  "rms_norm", "add_rms_norm", "add_layer_norm", "sum(dim=-1)", "mean(dim=-1)", "amax(dim=-1)", "max_pool2d 3x3 s2 p1",
                   "avg_pool2d 2x2 s2")
 
 
@@ -138,6 +165,9 @@ def reference_cases(quick: bool) -> list[dict]:
     add("layer_norm", f32, big)
     add("rms_norm", bf16, big)
     add("rms_norm", f32, big)
+    add("add_rms_norm", bf16, big)
+    add("add_rms_norm", f32, big)
+    add("add_layer_norm", f32, big)
     add("sum(dim=-1)", f32, big)
     add("sum(dim=0)", f32, big)
     add("amax(dim=-1)", bf16, big)
@@ -210,8 +240,9 @@ def measure(family: str, op: dict, dtype, shape, *, warmup: int, reps: int, comp
     summed = family.startswith(("sum", "mean"))  # long float sums differ in the last bits
 
     def check(got):
-        torch.testing.assert_close(got.float(), ref.float(), rtol=tol * (10 if summed else 1),
-                                   atol=1e-2 if summed else tol)
+        for g, r in zip(got, ref, strict=True) if isinstance(ref, tuple) else ((got, ref),):  # (y, h) or y
+            torch.testing.assert_close(g.float(), r.float(), rtol=tol * (10 if summed else 1),
+                                       atol=1e-2 if summed else tol)
 
     def timed(name, fn, result=None):
         """Checks the result (a benchmark of a wrong result is worthless) then times; errors are kept."""

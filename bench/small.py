@@ -2,7 +2,8 @@
 torch.compile of the same eager function, in the same run.
 
 Ops (rows x 4096 elements; max_pool2d on NCHW [rows, 4, 32, 32], the same element count): softmax,
-log_softmax, layer_norm (weight and bias), rms_norm (weight), silu, gelu, sum(dim=-1), amax(dim=-1), the
+log_softmax, layer_norm (weight and bias), rms_norm (weight), add_rms_norm and add_layer_norm (a residual
+of x's shape; eager: ``h = x + r`` then the norm, two kernels), silu, gelu, sum(dim=-1), amax(dim=-1), the
 kjit.elementwise function ``silu(x) * s`` called with s=0.5 (eager: ``F.silu(x) * 0.5``, two kernels) and
 max_pool2d 2x2 stride 2. Rows 1, 8, 64, 512, 4096 in bfloat16 and float32 (--quick: rows 1, 64, 4096 in
 bfloat16).
@@ -32,8 +33,8 @@ ROWS_FULL = (1, 8, 64, 512, 4096)
 ROWS_QUICK = (1, 64, 4096)
 DTYPES_FULL = ("bfloat16", "float32")
 DTYPES_QUICK = ("bfloat16",)
-OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "silu", "gelu", "sum(dim=-1)", "amax(dim=-1)",
-       "silu(x) * s", "max_pool2d 2x2 s2")
+OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm", "silu", "gelu",
+       "sum(dim=-1)", "amax(dim=-1)", "silu(x) * s", "max_pool2d 2x2 s2")
 POOL = "max_pool2d 2x2 s2"
 CONTENDERS = ("kjit", "eager", "torch.compile")
 PEERS = ("eager", "torch.compile")
@@ -131,7 +132,7 @@ def _rms_norm_ref(x, w, eps):
 
 def _ops() -> dict:
     """{op: dict(kjit(*inputs), eager(*inputs) or None, eager_missing: reason, ref(*inputs), weights: how
-    many [COLS] weight tensors follow x)}."""
+    many [COLS] weight tensors follow x, residual: whether a residual of x's shape follows x first)}."""
     import torch
     import torch.nn.functional as F
 
@@ -141,8 +142,21 @@ def _ops() -> dict:
     has_rms = hasattr(F, "rms_norm")
     rms_eager = (lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)) if has_rms else None
 
-    def op(kjit_fn, eager, weights=0, ref=None, missing=None):
-        return dict(kjit=kjit_fn, eager=eager, weights=weights, ref=ref or eager, eager_missing=missing)
+    def op(kjit_fn, eager, weights=0, ref=None, missing=None, residual=False):
+        return dict(kjit=kjit_fn, eager=eager, weights=weights, ref=ref or eager, eager_missing=missing,
+                    residual=residual)
+
+    def add_rms_eager(x, r, w):
+        h = x + r
+        return F.rms_norm(h, (h.shape[-1],), w, 1e-6), h
+
+    def add_rms_ref(x, r, w):
+        h = x + r
+        return _rms_norm_ref(h, w, 1e-6), h
+
+    def add_ln_eager(x, r, w, b):
+        h = x + r
+        return F.layer_norm(h, (h.shape[-1],), w, b, 1e-5), h
 
     return {
         "softmax": op(lambda x: kjit.ops.softmax(x, -1), lambda x: torch.softmax(x, -1)),
@@ -153,6 +167,12 @@ def _ops() -> dict:
                        ref=None if has_rms else (lambda x, w: _rms_norm_ref(x, w, 1e-6)),
                        missing=None if has_rms else f"torch.nn.functional.rms_norm needs torch >= 2.4 "
                                                     f"(this is torch {torch.__version__})"),
+        "add_rms_norm": op(lambda x, r, w: kjit.ops.add_rms_norm(x, r, w, 1e-6), add_rms_eager if has_rms else None,
+                           weights=1, residual=True, ref=None if has_rms else add_rms_ref,
+                           missing=None if has_rms else f"torch.nn.functional.rms_norm needs torch >= 2.4 "
+                                                        f"(this is torch {torch.__version__})"),
+        "add_layer_norm": op(lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5), add_ln_eager, weights=2,
+                             residual=True),
         "silu": op(kjit.ops.silu, F.silu),
         "gelu": op(kjit.ops.gelu, F.gelu),
         "sum(dim=-1)": op(lambda x: kjit.ops.sum(x, -1), lambda x: torch.sum(x, -1)),
@@ -185,15 +205,17 @@ def measure(name: str, op: dict, dtype_name: str, rows: int, *, timing: dict, co
     dtype = getattr(torch, dtype_name)
     shape = input_shape(name, rows)
     x = torch.randn(shape, device="cuda", dtype=dtype)
-    inputs = (x,) + tuple(torch.randn(COLS, device="cuda", dtype=dtype) for _ in range(op["weights"]))
+    residual = (torch.randn(shape, device="cuda", dtype=dtype),) if op.get("residual") else ()
+    inputs = (x,) + residual + tuple(torch.randn(COLS, device="cuda", dtype=dtype) for _ in range(op["weights"]))
     point: dict = {"op": name, "dtype": dtype_name, "rows": rows, "shape": list(shape), "us": {}, "skipped": {}}
     ref = op["ref"](*inputs)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     summed = name.startswith("sum")  # sums of 4096 values differ in the last bits
 
     def check(got):
-        torch.testing.assert_close(got.float(), ref.float(), rtol=tol * (10 if summed else 1),
-                                   atol=1e-2 if summed else tol)
+        for g, r in zip(got, ref, strict=True) if isinstance(ref, tuple) else ((got, ref),):  # (y, h) or y
+            torch.testing.assert_close(g.float(), r.float(), rtol=tol * (10 if summed else 1),
+                                       atol=1e-2 if summed else tol)
 
     fns: dict = {}
 

@@ -14,14 +14,22 @@
 //                   slot = blockIdx.x * ROWS + threadIdx.y (the caller sums the slots: gridDim.x * ROWS
 //                   rows of partials).
 // HAS_W / HAS_B: whether weight / bias are given (w == nullptr otherwise).
+//
+// The residual add of add_rms_norm / add_layer_norm, fused (both flags default to false, and the kernels
+// without them ignore `residual` / `h` / `dh` / `dres`, which the caller passes as nullptr):
+//   norm_forward  RESIDUAL:  h = x + residual, computed in A and rounded to T, is written to `h`, and the
+//                            row normalized is that rounded h (as torch's norm(x + residual) reads it).
+//   norm_backward RESIDUAL:  x is h; dx + dh (ADD_DH: dh given; else dx alone), one rounding to T, is
+//                            written to both `dx` and `dres` (the gradients of x and residual).
 #pragma once
 
 #include "detail/rows.cuh"
 
-template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B>
+template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B,
+          bool RESIDUAL = false>
 __global__ void __launch_bounds__(TPR * ROWS)
     norm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-                 long long rows, int d_runtime, double eps) {
+                 long long rows, int d_runtime, double eps, const T* __restrict__ residual, T* __restrict__ h) {
   using A = kjit_detail::acc_t<T>;
   static_assert(ITEMS > 0, "norm rows live in registers");
   const int d = D > 0 ? D : d_runtime;
@@ -36,6 +44,25 @@ __global__ void __launch_bounds__(TPR * ROWS)
     const long long off = (live ? r : 0) * d;
     kjit_rows::RowRegs<T, TPR, VEC, ITEMS> v;
     if (live) v.load(x + off, d, A(0));
+    if constexpr (RESIDUAL) {
+      if (live) {
+        // v <- the rounded h, a vector at a time (no second row of registers).
+        using VT = kjit_detail::Vec<T, VEC>;
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+          if (!v.valid(it, d)) continue;
+          const int j = it * TPR + static_cast<int>(threadIdx.x);
+          const VT rv = reinterpret_cast<const VT*>(residual + off)[j];
+          VT hv;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            hv.v[k] = kjit_detail::narrow<T>(v.v[it][k] + kjit_detail::to<A>(rv.v[k]));
+            v.v[it][k] = kjit_detail::to<A>(hv.v[k]);
+          }
+          reinterpret_cast<VT*>(h + off)[j] = hv;
+        }
+      }
+    }
     A mean = A(0);
     if constexpr (!RMS) {
       mean = live ? v.fold(d, sum_op, [](A e, int, int) { return e; }) : A(0);
@@ -54,13 +81,15 @@ __global__ void __launch_bounds__(TPR * ROWS)
   }
 }
 
-template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B>
+template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B,
+          bool RESIDUAL = false, bool ADD_DH = false>
 __global__ void __launch_bounds__(TPR * ROWS)
     norm_backward(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ dx,
                   kjit_detail::acc_t<T>* __restrict__ dw_partial, kjit_detail::acc_t<T>* __restrict__ db_partial,
-                  long long rows, int d_runtime, double eps) {
+                  long long rows, int d_runtime, double eps, const T* __restrict__ dh, T* __restrict__ dres) {
   using A = kjit_detail::acc_t<T>;
   static_assert(ITEMS > 0, "norm rows live in registers");
+  static_assert(RESIDUAL || !ADD_DH, "ADD_DH is a variant of the RESIDUAL backward");
   const int d = D > 0 ? D : d_runtime;
   const kjit_rows::Sum sum_op;
   kjit_rows::RowRegs<T, TPR, VEC, ITEMS> wv;
@@ -102,9 +131,33 @@ __global__ void __launch_bounds__(TPR * ROWS)
     s2 = kjit_rows::row_reduce<TPR, ROWS>(s2, sum_op) * inv_d;
     if constexpr (!RMS) s1 = kjit_rows::row_reduce<TPR, ROWS>(s1, sum_op) * inv_d;
     if (!live) continue;
-    kjit_rows::store_regs<T, TPR, VEC, ITEMS>(dx + off, d, [&](int it, int k) {
-      return rstd * (wg(it, k) - s1 - xv.v[it][k] * s2);
-    });
+    if constexpr (RESIDUAL) {
+      using VT = kjit_detail::Vec<T, VEC>;
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        if (!xv.valid(it, d)) continue;
+        const int j = it * TPR + static_cast<int>(threadIdx.x);
+        A add[VEC];
+        if constexpr (ADD_DH) {
+          const VT hv = reinterpret_cast<const VT*>(dh + off)[j];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) add[k] = kjit_detail::to<A>(hv.v[k]);
+        }
+        VT o;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          A e = rstd * (wg(it, k) - s1 - xv.v[it][k] * s2);
+          if constexpr (ADD_DH) e += add[k];
+          o.v[k] = kjit_detail::narrow<T>(e);
+        }
+        reinterpret_cast<VT*>(dx + off)[j] = o;
+        reinterpret_cast<VT*>(dres + off)[j] = o;
+      }
+    } else {
+      kjit_rows::store_regs<T, TPR, VEC, ITEMS>(dx + off, d, [&](int it, int k) {
+        return rstd * (wg(it, k) - s1 - xv.v[it][k] * s2);
+      });
+    }
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it)
 #pragma unroll

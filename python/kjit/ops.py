@@ -43,6 +43,13 @@ made contiguous where a row kernel needs it):
     Over the last dim, with backward.
 ``layer_norm(x, weight=None, bias=None, eps=1e-5)``, ``rms_norm(x, weight=None, eps=1e-6)``
     Over the last dim, with backward (dx, dweight, dbias).
+``add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5)``, ``add_rms_norm(x, residual, weight=None, eps=1e-6)``
+    The residual add of a transformer block fused into the norm: returns ``(y, h)`` with
+    ``h = x + residual`` (``residual`` has ``x``'s shape and dtype; ``h`` is rounded to it) and
+    ``y = layer_norm(h, ...)`` / ``rms_norm(h, ...)`` of that rounded ``h``, as eager
+    ``F.rms_norm(x + residual, ...)`` gives, in one pass over the rows (two fresh tensors). With backward
+    (``*_backward(grad, grad_h, h, weight, has_bias, eps) -> (dx, dresidual, dweight, dbias)``, which saves
+    ``h`` only and adds ``grad_h`` (None: nothing) in the norm's backward pass).
 ``max_pool2d(x, kernel_size, stride=kernel_size, padding=0)``, ``avg_pool2d(..., count_include_pad=True)``
     NCHW, window specialized, with backward.
 
@@ -86,6 +93,7 @@ __all__ = [
     "relu", "relu_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward",
     "gelu", "gelu_backward", "sum", "mean", "amax", "amin", "softmax", "softmax_backward", "log_softmax",
     "log_softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+    "add_layer_norm", "add_layer_norm_backward", "add_rms_norm", "add_rms_norm_backward",
     "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
     "linear", "linear_aux", "linear_backward", "linear_swiglu", "linear_swiglu_aux", "linear_swiglu_backward",
     "matmul", "matmul_backward", "bmm", "bmm_backward",

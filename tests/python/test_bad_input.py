@@ -181,6 +181,25 @@ def _norm_backward_ref(rms):
     return ref
 
 
+def _add_norm_ref(rms):
+    def ref(x, r, *rest):
+        h = x + r
+        if rms:
+            w, eps = rest
+            return _rms_ref(h, w, eps), h
+        w, b, eps = rest
+        return F.layer_norm(h, h.shape[-1:], w, b, eps), h
+    return ref
+
+
+def _add_norm_backward_ref(rms):
+    def ref(grad, grad_h, h, w, has_bias, eps):
+        dx, dw, db = _norm_backward_ref(rms)(grad, h, w, has_bias, eps)
+        g = dx if grad_h is None else dx + grad_h
+        return g, g.clone(), dw, db
+    return ref
+
+
 def _pool_backward_ref(fn):
     def ref(grad, x, *args):
         with torch.enable_grad():
@@ -244,6 +263,16 @@ OPS: dict[str, OpSpec] = {
     "rms_norm": OpSpec(lambda m: (m.x(4, 8), m.w(8), 1e-6), _rms_ref, "x, weight", tol=1e-4),
     "rms_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6), _norm_backward_ref(True),
                                 "grad, x, weight", special="nan", tol=1e-4),
+    "add_layer_norm": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5), _add_norm_ref(False),
+                             "x, residual, weight, bias", tol=1e-4),
+    "add_layer_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
+                                      _add_norm_backward_ref(False), "grad, grad_h, h, weight", first="h",
+                                      special="nan", tol=1e-4),
+    "add_rms_norm": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6), _add_norm_ref(True), "x, residual, weight",
+                           tol=1e-4),
+    "add_rms_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
+                                    _add_norm_backward_ref(True), "grad, grad_h, h, weight", first="h",
+                                    special="nan", tol=1e-4),
     "max_pool2d": OpSpec(lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]), F.max_pool2d, "x"),
     "max_pool2d_backward": OpSpec(lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]),
                                   _pool_backward_ref(F.max_pool2d), "grad, x"),
@@ -469,6 +498,24 @@ OP_VALUE_CASES = [
     _v("rms_norm_backward", "grad-dtype", lambda m: ops.rms_norm_backward(m.x(4, 8).double(), m.x(4, 8), None, False,
                                                                           1e-6), kjit.TypeError,
        r"^kjit\.ops\.rms_norm_backward: grad has dtype torch\.float64 but x has dtype torch\.float32", category="dtype"),
+    _v("add_rms_norm", "residual-shape", lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 7), m.w(8)), kjit.ValueError,
+       r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape \[4, 8\]"),
+    _v("add_layer_norm", "broadcast-residual", lambda m: ops.add_layer_norm(m.x(4, 8), m.w(8)), kjit.ValueError,
+       r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have shape \[4, 8\]"),
+    _v("add_layer_norm", "residual-dtype", lambda m: ops.add_layer_norm(m.x(4, 8), m.x(4, 8).half(), m.w(8)),
+       kjit.TypeError, r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype torch\.float32: "
+       r"the dtypes must match; convert with residual\.to\(x\.dtype\)", category="dtype"),
+    _v("add_rms_norm", "None-residual", lambda m: ops.add_rms_norm(m.x(4, 8), None), kjit.TypeError,
+       r"^kjit\.ops\.add_rms_norm: residual must be a torch\.Tensor, got NoneType", category="args"),
+    _v("add_rms_norm", "short-weight", lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 8), m.w(4)), kjit.ValueError,
+       r"^kjit\.ops\.add_rms_norm: weight has shape \[4\] but must have shape \[8\]"),
+    _v("add_rms_norm_backward", "grad_h-shape",
+       lambda m: ops.add_rms_norm_backward(m.x(4, 8), m.x(8), m.x(4, 8), None, False, 1e-6), kjit.ValueError,
+       r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[8\] but must have shape \[4, 8\]"),
+    _v("add_layer_norm_backward", "grad-dtype",
+       lambda m: ops.add_layer_norm_backward(m.x(4, 8).double(), None, m.x(4, 8), None, False, 1e-5), kjit.TypeError,
+       r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h has dtype torch\.float32",
+       category="dtype"),
     _v("relu_backward", "grad-shape", lambda m: ops.relu_backward(m.x(3), m.x(4)), kjit.ValueError,
        r"^kjit\.ops\.relu_backward: grad has shape \[3\] but must have shape \[4\]"),
     _v("silu_backward", "grad-dtype", lambda m: ops.silu_backward(m.x(4).half(), m.x(4)), kjit.TypeError,

@@ -329,7 +329,7 @@ def test_small_shapes_and_sections():
     pool = small.input_shape(small.POOL, 64)
     assert pool == (64, 4, 32, 32) and 4 * 32 * 32 == small.COLS
     assert small.ROWS_FULL == (1, 8, 64, 512, 4096) and small.ROWS_QUICK == (1, 64, 4096)
-    assert small.DTYPES_QUICK == ("bfloat16",) and len(small.OPS) == 10
+    assert small.DTYPES_QUICK == ("bfloat16",) and len(small.OPS) == 12
 
 
 def test_small_ratios_misses_summary():

@@ -64,6 +64,15 @@ def _template_jobs(dtype):
         ("norm", "norm_forward", dict(T=dtype, **rows(32, 8, 1, 1, 0), RMS=True, HAS_W=False, HAS_B=False)),
         ("norm", "norm_backward", dict(T=dtype, **rows(128, 2, v, 2, 2 * 128 * v), RMS=False, HAS_W=True, HAS_B=True)),
         ("norm", "norm_backward", dict(T=dtype, **rows(1024, 1, 1, 4, 0), RMS=True, HAS_W=True, HAS_B=False)),
+        # add_rms_norm / add_layer_norm: the residual variants (RESIDUAL; the backward with and without dh).
+        ("norm", "norm_forward", dict(T=dtype, **rows(256, 1, v, 2, 2 * 256 * v), RMS=True, HAS_W=True, HAS_B=False,
+                                      RESIDUAL=True)),
+        ("norm", "norm_forward", dict(T=dtype, **rows(32, 8, 1, 1, 0), RMS=False, HAS_W=True, HAS_B=True,
+                                      RESIDUAL=True)),
+        ("norm", "norm_backward", dict(T=dtype, **rows(128, 2, v, 2, 2 * 128 * v), RMS=True, HAS_W=True, HAS_B=False,
+                                       RESIDUAL=True, ADD_DH=True)),
+        ("norm", "norm_backward", dict(T=dtype, **rows(64, 4, 1, 4, 0), RMS=False, HAS_W=False, HAS_B=False,
+                                       RESIDUAL=True, ADD_DH=False)),
         # pool: max and avg both ways.
         ("pool", "pool2d_forward", dict(T=dtype, **pool(3, 3, 2, 2, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
@@ -162,8 +171,8 @@ def _elementwise_jobs(dtype):
 
 def test_every_activation_op_has_its_compile_job():
     unary = {n for n in ops.__all__ if not n.endswith("_backward") and f"{n}_backward" in ops.__all__}
-    activations = unary - {"softmax", "log_softmax", "layer_norm", "rms_norm", "max_pool2d", "avg_pool2d", "outer",
-                           "linear", "linear_swiglu", "matmul", "bmm"}
+    activations = unary - {"softmax", "log_softmax", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+                           "max_pool2d", "avg_pool2d", "outer", "linear", "linear_swiglu", "matmul", "bmm"}
     assert activations | {"gelu_tanh"} == set(ACTIVATIONS)
 
 
@@ -423,6 +432,10 @@ CPU_CALLS = [
     ("rms_norm", lambda: ops.rms_norm(_x(3, 4), _x(4))),
     ("layer_norm_backward", lambda: ops.layer_norm_backward(_x(3, 4), _x(3, 4), _x(4), True, 1e-5)),
     ("rms_norm_backward", lambda: ops.rms_norm_backward(_x(3, 4), _x(3, 4), None, False, 1e-6)),
+    ("add_layer_norm", lambda: ops.add_layer_norm(_x(3, 4), _x(3, 4), _x(4), _x(4))),
+    ("add_rms_norm", lambda: ops.add_rms_norm(_x(3, 4), _x(3, 4))),
+    ("add_layer_norm_backward", lambda: ops.add_layer_norm_backward(_x(3, 4), _x(3, 4), _x(3, 4), _x(4), True, 1e-5)),
+    ("add_rms_norm_backward", lambda: ops.add_rms_norm_backward(_x(3, 4), None, _x(3, 4), None, False, 1e-6)),
     ("max_pool2d", lambda: ops.max_pool2d(_x(1, 2, 8, 8), [2, 2])),
     ("avg_pool2d", lambda: ops.avg_pool2d(_x(2, 8, 8), [3, 3], [2, 2], [1, 1], False)),
     ("max_pool2d_backward", lambda: ops.max_pool2d_backward(_x(1, 2, 4, 4), _x(1, 2, 8, 8), [2, 2])),
@@ -448,9 +461,9 @@ def test_cpu_tensor_that_requires_grad_gets_the_same_error():
 
 def test_ops_are_the_registered_operators():
     names = ["relu", "sigmoid", "tanh", "silu", "gelu", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-             "layer_norm", "rms_norm", "max_pool2d", "avg_pool2d"]
+             "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d"]
     backward = ["relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
-                "max_pool2d", "avg_pool2d"]
+                "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d"]
     for name in names + [f"{n}_backward" for n in backward]:
         assert getattr(ops, name) is getattr(kjit._C.ops, name), name  # the direct entry (a C function)
         assert ops.registered(name) is getattr(torch.ops.kjit, name).default, name
@@ -541,6 +554,62 @@ def test_meta_softmax_and_norm_shapes(dtype):
     assert (dx.shape, dw.shape, db.shape) == (x.shape, (d,), (0,))
 
 
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_residual_norm_shapes(dtype):
+    d = 768
+    w, b = meta(d, dtype=dtype), meta(d, dtype=dtype)
+    for shape in [(2, 5, d), (7, d), (d,), (0, d), (4, 0)]:
+        x, r = meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)
+        wd = meta(shape[-1], dtype=dtype)
+        for y, h in (ops.add_layer_norm(x, r, wd, wd), ops.add_layer_norm(x, r), ops.add_layer_norm(x, r, None, wd, 1e-3),
+                     ops.add_rms_norm(x, r, wd), ops.add_rms_norm(x, r), ops.add_rms_norm(x, r, eps=1e-5)):
+            assert y.shape == h.shape == shape and y.dtype == h.dtype == dtype
+            assert y.is_contiguous() and h.is_contiguous()
+    x = meta(2, 5, d, dtype=dtype)
+    # A strided x and residual give contiguous results.
+    y, h = ops.add_rms_norm(meta(d, 6, dtype=dtype).t(), meta(d, 6, dtype=dtype).t(), meta(d, dtype=dtype))
+    assert y.is_contiguous() and h.is_contiguous() and y.shape == (6, d)
+    for gh in (x, None):
+        dx, dr, dw, db = ops.add_layer_norm_backward(x, gh, x, w, True, 1e-5)
+        assert (dx.shape, dr.shape, dw.shape, db.shape) == (x.shape, x.shape, (d,), (d,))
+        assert dx.dtype == dr.dtype == dw.dtype == db.dtype == dtype
+        dx, dr, dw, db = ops.add_rms_norm_backward(x, gh, x, w, False, 1e-6)
+        assert (dx.shape, dr.shape, dw.shape, db.shape) == (x.shape, x.shape, (d,), (0,))
+        dx, dr, dw, db = ops.add_layer_norm_backward(x, gh, x, None, False, 1e-5)
+        assert (dx.shape, dr.shape, dw.shape, db.shape) == (x.shape, x.shape, (0,), (0,))
+
+
+def test_residual_norm_argument_errors():
+    x, w = meta(4, 8), meta(8)
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have "
+                                              r"shape \[4, 8\]"):
+        ops.add_rms_norm(x, meta(4, 7), w)
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have "
+                                              r"shape \[4, 8\]"):
+        ops.add_layer_norm(x, meta(8))  # no broadcasting
+    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has "
+                                             r"dtype torch\.float32: the dtypes must match; convert with "
+                                             r"residual\.to\(x\.dtype\)"):
+        ops.add_layer_norm(x, meta(4, 8, dtype=torch.float16), w, w)
+    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_rms_norm: residual has dtype torch\.int32, which is not "
+                                             r"supported"):
+        ops.add_rms_norm(x, meta(4, 8, dtype=torch.int32))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm: weight has shape \[7\] but must have shape "
+                                              r"\[8\]"):
+        ops.add_rms_norm(x, x, meta(7))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm: x must have at least one dim"):
+        ops.add_layer_norm(meta(), meta())
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[4, 7\] but must "
+                                              r"have shape \[4, 8\]"):
+        ops.add_rms_norm_backward(x, meta(4, 7), x, w, False, 1e-6)
+    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h "
+                                             r"has dtype torch\.float32"):
+        ops.add_layer_norm_backward(meta(4, 8, dtype=torch.float64), None, x, None, False, 1e-5)
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm_backward: weight has shape \[4\] but must "
+                                              r"have shape \[8\]"):
+        ops.add_layer_norm_backward(x, x, x, meta(4), True, 1e-5)
+
+
 POOL_CONFIGS = [
     # kernel_size, stride, padding
     (2, 2, 0),
@@ -624,6 +693,8 @@ def test_fake_tensor_mode_shapes():
         assert ops.log_softmax(a, -1).shape == (6, 10)
         assert ops.layer_norm(a, w, w).shape == (6, 10)
         assert ops.rms_norm(a, w).shape == (6, 10)
+        assert [t.shape for t in ops.add_rms_norm(a, a, w)] == [(6, 10), (6, 10)]
+        assert [t.shape for t in ops.add_layer_norm(a, a, w, w)] == [(6, 10), (6, 10)]
         assert ops.mean(a, 0, True).shape == (1, 10)
         assert ops.amax(a).shape == (6,)
         assert ops.avg_pool2d(torch.empty(2, 3, 9, 9), 3, 2, 1).shape == (2, 3, 5, 5)
@@ -660,3 +731,40 @@ def test_backward_traces_to_the_library_backward_ops():
         assert name in found, (name, sorted(found))
         if name not in ("amax", "mean"):  # their gradients are PyTorch ops
             assert f"{name}_backward" in found, (name, sorted(found))
+
+
+def _residual_graph(x, r, w, b, use_h=True, use_y=True):
+    # Two residual blocks: the second takes the first's y and h; `use_h` / `use_y` False leave the last
+    # h / y without a gradient (the backward then gets None for it).
+    y1, h1 = ops.add_rms_norm(x, r, w)
+    y2, h2 = ops.add_layer_norm(y1, h1, w, b)
+    out = y1.sum()
+    if use_y:
+        out = out + (y2 * y2).sum()
+    if use_h:
+        out = out + h2.sum()
+    return out
+
+
+@pytest.mark.parametrize("use_h, use_y", [(True, True), (False, True), (True, False)])
+def test_residual_norms_under_torch_compile_on_meta_tensors_with_autograd(use_h, use_y):
+    compiled = torch.compile(_residual_graph, fullgraph=True, backend="aot_eager")
+    x, r = meta(4, 8).requires_grad_(), meta(4, 8).requires_grad_()
+    w, b = meta(8).requires_grad_(), meta(8).requires_grad_()
+    compiled(x, r, w, b, use_h, use_y).backward()
+    assert x.grad.shape == r.grad.shape == (4, 8) and w.grad.shape == (8,)
+    assert b.grad is None or b.grad.shape == (8,)  # b has a gradient through y2 alone
+
+
+def test_residual_norm_backward_traces_to_the_library_backward_ops():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, r, w, b):
+        return torch.autograd.grad(_residual_graph(x, r, w, b), (x, r, w, b))
+
+    inputs = (torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True),
+              torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True))
+    code = make_fx(f, tracing_mode="symbolic")(*inputs).code
+    found = set(re.findall(r"torch\.ops\.kjit\.(\w+)\.default", code))
+    for name in ("add_rms_norm", "add_layer_norm", "add_rms_norm_backward", "add_layer_norm_backward"):
+        assert name in found, (name, sorted(found))

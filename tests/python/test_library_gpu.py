@@ -861,6 +861,225 @@ def test_norm_gradcheck():
         assert torch.autograd.gradcheck(lambda x: ops.rms_norm(x), (x,))
 
 
+# ============================================ residual norms (add_*_norm) ==========================================
+# h = x + residual (one rounding of the dtype, exactly torch's x + residual), y = norm(h) of that rounded h.
+
+ADD_SIZES = [1, 7, 1000, 4097]
+
+
+def add_norm_inputs(rows, d, dtype, *, misaligned=False):
+    x, w, b = norm_inputs(rows, d, dtype, misaligned=misaligned)
+    r = randn(rows, d, dtype=dtype, scale=1.5)
+    return x, r, w, b
+
+
+def add_norm_call(rms, x, r, w, b, eps=None):
+    if rms:
+        return ops.add_rms_norm(x, r, w, EPS_RMS if eps is None else eps)
+    return ops.add_layer_norm(x, r, w, b, EPS_LN if eps is None else eps)
+
+
+def add_norm_ref(rms, x, r, w, b, eps=None):
+    """(y, h) of PyTorch: h = x + r in x's dtype, y the norm of that h in float64, rounded once."""
+    h = x + r
+    d = h.shape[-1]
+    w64 = None if w is None else w.double()
+    if rms:
+        y = F.rms_norm(h.double(), (d,), w64, EPS_RMS if eps is None else eps)
+    else:
+        y = F.layer_norm(h.double(), (d,), w64, None if b is None else b.double(), EPS_LN if eps is None else eps)
+    return y.to(x.dtype), h
+
+
+def check_add_norm(rms, x, r, w, b, eps=None):
+    y, h = add_norm_call(rms, x, r, w, b, eps)
+    ry, rh = add_norm_ref(rms, x, r, w, b, eps)
+    assert torch.equal(h, rh)  # the residual sum is exactly torch's
+    close(y, ry, **row_tol(x.dtype))
+    assert y.is_contiguous() and h.is_contiguous()
+    if y.numel():  # fresh outputs: never an input, never each other
+        ptrs = {y.data_ptr(), h.data_ptr()}
+        assert len(ptrs) == 2 and not ptrs & {x.data_ptr(), r.data_ptr()}
+    return y, h
+
+
+@pytest.mark.parametrize("d", ADD_SIZES)
+@pytest.mark.parametrize("rows", ADD_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)   # float64: test_add_norm_gradcheck
+@pytest.mark.parametrize("rms", [True, False], ids=["add_rms_norm", "add_layer_norm"])
+def test_add_norm_forward(rms, dtype, rows, d):
+    x, r, w, b = add_norm_inputs(rows, d, dtype)
+    check_add_norm(rms, x, r, w, b)
+    if rows == 7:  # without weight / bias, at every row length
+        check_add_norm(rms, x, r, None, None)
+        if not rms:
+            check_add_norm(rms, x, r, w, None)
+            check_add_norm(rms, x, r, None, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_add_norm_rounds_h_before_the_norm(dtype):
+    """x + r loses bits in the dtype (large x, small r): the norm reads the rounded h, as torch does."""
+    x = randn(33, 1000, dtype=dtype, scale=1000.0)
+    r = randn(33, 1000, dtype=dtype, scale=0.01)
+    w = (1.0 + 0.5 * randn(1000)).to(dtype)
+    for rms in (True, False):
+        y, h = check_add_norm(rms, x, r, w, None)
+        if dtype != torch.float32:  # the sum of wider values differs from the rounded one: the check means something
+            assert not torch.equal(h.double(), x.double() + r.double())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_add_norm_layouts_and_eps(dtype):
+    for rms in (True, False):
+        # misaligned x, residual and weight (vector width 1)
+        x, r, w, b = add_norm_inputs(9, 1000, dtype, misaligned=True)
+        check_add_norm(rms, x, misaligned_like(r), misaligned_like(w), b)
+        # only the residual misaligned; the others aligned
+        x, r, w, b = add_norm_inputs(9, 1024, dtype)
+        check_add_norm(rms, x, misaligned_like(r), w, b)
+        # 3-D, and a transposed (non-contiguous) x and residual
+        x3, r3 = randn(2, 3, 768, dtype=dtype), randn(2, 3, 768, dtype=dtype)
+        w3 = (1 + 0.5 * randn(768)).to(dtype)
+        check_add_norm(rms, x3, r3, w3, None)
+        xt, rt = randn(768, 6, dtype=dtype).t(), randn(768, 6, dtype=dtype).t()
+        check_add_norm(rms, xt, rt, w3, None)
+        check_add_norm(rms, xt, randn(6, 768, dtype=dtype), w3, None)  # one strided, one contiguous
+        # 1-D: one row
+        check_add_norm(rms, randn(4097, dtype=dtype), randn(4097, dtype=dtype), None, None)
+        # eps is a runtime argument
+        x, r, w, b = add_norm_inputs(9, 1000, dtype)
+        check_add_norm(rms, x, r, w, b, eps=0.5)
+        for shape in [(0, 8), (3, 0)]:
+            e, f = torch.empty(shape, dtype=dtype, device=DEV), torch.empty(shape, dtype=dtype, device=DEV)
+            y, h = add_norm_call(rms, e, f, None, None)
+            assert y.shape == h.shape == shape and y is not h
+
+
+def test_add_norm_errors_on_cuda():
+    x = randn(4, 8)
+    with pytest.raises(ValueError, match=r"kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape "
+                                         r"\[4, 8\]"):
+        ops.add_rms_norm(x, randn(4, 7))
+    with pytest.raises(TypeError, match=r"kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype"):
+        ops.add_layer_norm(x, randn(4, 8, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"kjit\.ops\.add_rms_norm: expected all tensors on one CUDA device"):
+        ops.add_rms_norm(x, torch.randn(4, 8))
+
+
+def add_norm_grads_ref(rms, x, r, w, b, dy, dh):
+    """float64 gradients (dx, dresidual, dweight, dbias) of y.dy + h.dh, at the rounded h; rounded to the dtype."""
+    h64 = (x + r).double().requires_grad_()
+    w64 = None if w is None else w.detach().double().requires_grad_()
+    b64 = None if b is None else b.detach().double().requires_grad_()
+    d = x.shape[-1]
+    y = F.rms_norm(h64, (d,), w64, EPS_RMS) if rms else F.layer_norm(h64, (d,), w64, b64, EPS_LN)
+    outs, grads = [y], [dy.double()]
+    if dh is not None:
+        outs.append(h64)
+        grads.append(dh.double())
+    torch.autograd.backward(outs, grads)
+    dx = h64.grad.to(x.dtype)
+    return (dx, dx, None if w is None else w64.grad.to(x.dtype), None if b is None else b64.grad.to(x.dtype))
+
+
+ADD_NORM_CONFIGS = [  # (rms, has_w, has_b)
+    (True, True, False), (False, True, True), (True, False, False), (False, True, False), (False, False, False),
+]
+
+
+@pytest.mark.parametrize("with_dh", [True, False], ids=["dh", "no_dh"])
+@pytest.mark.parametrize("config", ADD_NORM_CONFIGS,
+                         ids=lambda v: ("add_rms" if v[0] else "add_ln") + "_w" * v[1] + "_b" * v[2])
+@pytest.mark.parametrize("d", ADD_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_add_norm_backward(dtype, d, config, with_dh):
+    rms, has_w, has_b = config
+    rows = 33 if d <= 1000 else 7
+    x, r, w, b = add_norm_inputs(rows, d, dtype)
+    w = w if has_w else None
+    b = b if has_b else None
+    dy, dh = randn(rows, d, dtype=dtype), randn(rows, d, dtype=dtype) if with_dh else None
+    eps = EPS_RMS if rms else EPS_LN
+    _, h = add_norm_call(rms, x, r, w, b)
+    bwd = ops.add_rms_norm_backward if rms else ops.add_layer_norm_backward
+    dx, dres, dw, db = bwd(dy, dh, h, w, has_b, eps)
+    rdx, rdres, rdw, rdb = add_norm_grads_ref(rms, x, r, w, b, dy, dh)
+    tol = row_tol(dtype)
+    close(dx, rdx, **tol)
+    assert torch.equal(dres, dx) and dres.data_ptr() != dx.data_ptr()  # two tensors of the same values
+    sums = sum_tol(dtype, rows)
+    wide = dict(rtol=max(tol["rtol"], sums["rtol"]), atol=max(tol["atol"], sums["atol"]))
+    if has_w:
+        close(dw, rdw, **wide)
+    else:
+        assert dw.shape == (0,)
+    if has_b:
+        close(db, rdb, **wide)
+    else:
+        assert db.shape == (0,)
+    # Autograd runs the backward op (dh None when h has no gradient).
+    xr, rr = x.detach().requires_grad_(), r.detach().requires_grad_()
+    wr = None if w is None else w.detach().requires_grad_()
+    br = None if b is None else b.detach().requires_grad_()
+    y, hr = add_norm_call(rms, xr, rr, wr, br)
+    assert torch.equal(hr, h)
+    torch.autograd.backward([y, hr] if with_dh else [y], [dy, dh] if with_dh else [dy])
+    assert torch.equal(xr.grad, dx) and torch.equal(rr.grad, dres)
+    assert xr.grad.data_ptr() != rr.grad.data_ptr()
+    if has_w:
+        assert torch.equal(wr.grad, dw)
+    if has_b:
+        assert torch.equal(br.grad, db)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_add_norm_backward_with_only_h_used(dtype):
+    """y without a gradient: the gradient of x and of residual is dh (two tensors); weight and bias get none."""
+    for rms in (True, False):
+        x, r, w, b = add_norm_inputs(7, 1000, dtype)
+        xr, rr, wr, br = (t.detach().requires_grad_() for t in (x, r, w, b))
+        y, h = add_norm_call(rms, xr, rr, wr, br)
+        dh = randn(7, 1000, dtype=dtype)
+        h.backward(dh)
+        assert torch.equal(xr.grad, dh) and torch.equal(rr.grad, dh)
+        assert len({xr.grad.data_ptr(), rr.grad.data_ptr(), dh.data_ptr()}) == 3
+        assert wr.grad is None and br.grad is None
+
+
+def test_add_norm_matches_the_two_ops_it_fuses():
+    """Two residual blocks chained as a transformer does (the next block's residual is this block's h)."""
+    x, r, w, b = add_norm_inputs(64, 1024, torch.float32)
+    x2 = randn(64, 1024)
+    y1, h1 = ops.add_rms_norm(x, r, w)
+    y2, h2 = ops.add_layer_norm(x2, h1, w, b)
+    close(y1, ops.rms_norm(x + r, w), rtol=1e-5, atol=1e-5)
+    close(y2, ops.layer_norm(x2 + (x + r), w, b), rtol=1e-5, atol=1e-5)
+    assert torch.equal(h2, x2 + (x + r))
+
+
+def test_add_norm_gradcheck():
+    for shape in [(3, 8), (2, 3, 5), (1, 7)]:
+        d = shape[-1]
+        x = torch.randn(*shape, dtype=torch.float64, device=DEV, requires_grad=True)
+        r = torch.randn(*shape, dtype=torch.float64, device=DEV, requires_grad=True)
+        w = (1 + 0.5 * torch.randn(d, dtype=torch.float64, device=DEV)).requires_grad_()
+        b = torch.randn(d, dtype=torch.float64, device=DEV, requires_grad=True)
+        # Both outputs; y alone (dh None); h alone (dy None). check_undefined_grad also runs the backward with
+        # undefined gradients.
+        assert torch.autograd.gradcheck(lambda x, r, w, b: ops.add_layer_norm(x, r, w, b), (x, r, w, b))
+        assert torch.autograd.gradcheck(lambda x, r, w: ops.add_layer_norm(x, r, w), (x, r, w))
+        assert torch.autograd.gradcheck(lambda x, r: ops.add_layer_norm(x, r)[0], (x, r))
+        assert torch.autograd.gradcheck(lambda x, r, w: ops.add_rms_norm(x, r, w), (x, r, w))
+        assert torch.autograd.gradcheck(lambda x, r, w: ops.add_rms_norm(x, r, w)[0], (x, r, w))
+        assert torch.autograd.gradcheck(lambda x, r, w: ops.add_rms_norm(x, r, w)[1], (x, r, w))
+        assert torch.autograd.gradcheck(lambda x, r: ops.add_rms_norm(x, r), (x, r))
+        # Only x requires grad (residual a constant).
+        rc = r.detach()
+        assert torch.autograd.gradcheck(lambda x, w: ops.add_rms_norm(x, rc, w), (x, w))
+        # Second-order is not supported (the backward op has no autograd), as for the other norms.
+
+
 # ===================================================== pooling ====================================================
 
 POOL_CONFIGS = [  # kernel_size, stride, padding

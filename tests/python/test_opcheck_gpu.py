@@ -62,6 +62,18 @@ def samples(name, dtype):
         has_b = name == "layer_norm_backward"
         return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype), has_b, 1e-5), {}),
                 ((t(5, 33, dtype=dtype), t(5, 33, dtype=dtype), None, False, 1e-5), {})]
+    if name == "add_layer_norm":
+        return [((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g),
+                  t(1000, dtype=dtype, grad=g)), {}),
+                ((t(5, 33, dtype=dtype, grad=g), t(5, 33, dtype=dtype, offset=1)), {"eps": 1e-3})]
+    if name == "add_rms_norm":
+        return [((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+                ((t(4097, dtype=dtype, grad=g), t(4097, dtype=dtype)), {})]
+    if name in ("add_layer_norm_backward", "add_rms_norm_backward"):
+        has_b = name == "add_layer_norm_backward"
+        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype),
+                  has_b, 1e-5), {}),
+                ((t(5, 33, dtype=dtype), None, t(5, 33, dtype=dtype), None, False, 1e-5), {})]
     if name == "max_pool2d":
         return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1]), {}),
                 ((t(3, 8, 8, dtype=dtype, grad=g), [2, 2]), {})]

@@ -6,10 +6,26 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'log_softmax', 'log_softmax_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'log_softmax', 'log_softmax_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-05) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.add_layer_norm (add_layer_norm(Tensor x, Tensor residual, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def add_layer_norm_backward(grad: torch.Tensor, grad_h: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor | None, has_bias: bool, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.add_layer_norm_backward (add_layer_norm_backward(Tensor grad, Tensor? grad_h, Tensor h, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.add_rms_norm (add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float eps=1e-06) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def add_rms_norm_backward(grad: torch.Tensor, grad_h: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor | None, has_bias: bool, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.add_rms_norm_backward (add_rms_norm_backward(Tensor grad, Tensor? grad_h, Tensor h, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
 def amax(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """

@@ -8,6 +8,13 @@
 // per kernel. weight and bias have the input's dtype and shape [d]. Half types compute in float.
 // The backward ops return three distinct tensors: dweight / dbias are empty tensors of their own when
 // there is no weight / bias (outputs never alias each other).
+//
+// add_layer_norm(x, residual, weight, bias, eps) and add_rms_norm(x, residual, weight, eps) fuse the
+// residual add of a transformer block into the same kernel (RESIDUAL): one pass reads x and residual and
+// writes h = x + residual (rounded to x's dtype; the norm reads that rounded h, as norm(x + residual) does)
+// and y = norm(h). Their backward saves h alone: given dy and dh (None when h had no gradient), the
+// gradient of x and of residual is dh + norm_backward(dy, h), both written by one norm_backward pass
+// (RESIDUAL; ADD_DH when dh is given), as two distinct tensors.
 #include <ATen/ops/empty.h>
 
 #include <array>
@@ -43,18 +50,63 @@ RowGeometry geometry(const char* op, std::int64_t d, std::initializer_list<const
 }
 
 // The checks shared by every norm kernel (CUDA and Meta): x has a floating dtype and a last dim;
-// weight and bias have its dtype and the shape [d].
+// weight and bias have its dtype and the shape [d]. `x_name` names x in messages (h in the backward of
+// the residual norms).
 void check(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight,
-           const std::optional<at::Tensor>& bias) {
-  check_dtype(op, "x", x, kFloatingTypes);
+           const std::optional<at::Tensor>& bias, const char* x_name = "x") {
+  check_dtype(op, x_name, x, kFloatingTypes);
   if (x.dim() == 0)
-    fail_value(op, "x must have at least one dim (the normalized last dim), got a 0-dim tensor");
+    fail_value(op, std::string(x_name) + " must have at least one dim (the normalized last dim), got a 0-dim tensor");
   const c10::SymInt d = x.sym_size(-1);
-  if (weight) check_like(op, "weight", *weight, "x", x, c10::SymIntArrayRef(&d, 1));
-  if (bias) check_like(op, "bias", *bias, "x", x, c10::SymIntArrayRef(&d, 1));
+  if (weight) check_like(op, "weight", *weight, x_name, x, c10::SymIntArrayRef(&d, 1));
+  if (bias) check_like(op, "bias", *bias, x_name, x, c10::SymIntArrayRef(&d, 1));
+}
+
+// The residual norms' checks: those of the norm, then residual has x's dtype and shape.
+void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual,
+                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  check(op, x, weight, bias);
+  check_like(op, "residual", residual, "x", x, x.sym_sizes());
 }
 
 const void* data_or_null(const std::optional<at::Tensor>& t) { return t ? t->const_data_ptr() : nullptr; }
+
+// norm_forward on the rows of x (checked, on `device`) into y; Residual: of x + residual (res, the
+// contiguous residual), written to h. Without Residual, res and h are undefined and the kernel is the
+// plain norm's (its nine template arguments: RESIDUAL left to its default).
+template <bool Rms, bool Residual>
+void launch_forward(const char* op, int device, const Rows& r, const at::Tensor& res, const at::Tensor& y,
+                    const at::Tensor& h, const std::optional<at::Tensor>& weight,
+                    const std::optional<at::Tensor>& bias, double eps) {
+  const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
+  const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  // A tensor that is absent stands in as x (the vector width depends on the alignment of each one).
+  const RowGeometry g = geometry(op, r.d,
+                                 {&r.x, &y, w ? &*w : &r.x, b ? &*b : &r.x, Residual ? &res : &r.x,
+                                  Residual ? &h : &r.x},
+                                 Rms);
+  const std::int64_t D = specialized_d("norm_forward", r.d);
+  LaunchContext ctx(device);
+  const TemplateArg targs[] = {type_arg(y.scalar_type()), int_arg(g.tpr),    int_arg(g.rows_per_block),
+                               int_arg(g.vec),            int_arg(g.items),  int_arg(D),
+                               bool_arg(Rms),             bool_arg(bool(w)), bool_arg(bool(b)),
+                               bool_arg(true)};
+  const auto k = kernel_for(family(false), targs, Residual ? 10 : 9, device, ctx.compile_forbidden);
+  const void* xp = r.x.const_data_ptr();
+  const void* wp = data_or_null(w);
+  const void* bp = data_or_null(b);
+  void* yp = y.data_ptr();
+  long long rows = r.rows;
+  int d = static_cast<int>(r.d);
+  const void* rp = Residual ? res.const_data_ptr() : nullptr;
+  void* hp = Residual ? h.data_ptr() : nullptr;
+  void* args[] = {&xp, &wp, &bp, &yp, &rows, &d, &eps, &rp, &hp};
+  LaunchConfig cfg;
+  cfg.grid = g.grid_for(r.rows);
+  cfg.block = g.block();
+  cfg.stream = ctx.stream;
+  k->kernel->launch(cfg, args);
+}
 
 template <bool Rms>
 at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
@@ -67,31 +119,29 @@ at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
   if (y.numel() == 0) return y;
-  const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
-  const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
-  const RowGeometry g = w && b   ? geometry(op.c_str(), r.d, {&r.x, &y, &*w, &*b}, Rms)
-                        : w      ? geometry(op.c_str(), r.d, {&r.x, &y, &*w}, Rms)
-                        : b      ? geometry(op.c_str(), r.d, {&r.x, &y, &*b}, Rms)
-                                 : geometry(op.c_str(), r.d, {&r.x, &y}, Rms);
-  const std::int64_t D = specialized_d("norm_forward", r.d);
-  LaunchContext ctx(device);
-  const TemplateArg targs[] = {type_arg(x.scalar_type()), int_arg(g.tpr),     int_arg(g.rows_per_block),
-                               int_arg(g.vec),            int_arg(g.items),   int_arg(D),
-                               bool_arg(Rms),             bool_arg(bool(w)),  bool_arg(bool(b))};
-  const auto k = kernel_for(family(false), targs, device, ctx.compile_forbidden);
-  const void* xp = r.x.const_data_ptr();
-  const void* wp = data_or_null(w);
-  const void* bp = data_or_null(b);
-  void* yp = y.data_ptr();
-  long long rows = r.rows;
-  int d = static_cast<int>(r.d);
-  void* args[] = {&xp, &wp, &bp, &yp, &rows, &d, &eps};
-  LaunchConfig cfg;
-  cfg.grid = g.grid_for(r.rows);
-  cfg.block = g.block();
-  cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_forward<Rms, false>(op.c_str(), device, r, at::Tensor(), y, at::Tensor(), weight, bias, eps);
   return y;
+}
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+// (y, h): h = x + residual, y = norm(h).
+template <bool Rms>
+Pair add_forward(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                 const std::optional<at::Tensor>& bias, double eps) {
+  const std::string op = op_name(Rms ? "add_rms_norm" : "add_layer_norm");
+  const int device = device_for(op.c_str(), {{"x", x},
+                                             {"residual", residual},
+                                             {"weight", weight ? *weight : at::Tensor()},
+                                             {"bias", bias ? *bias : at::Tensor()}});
+  check_residual(op.c_str(), x, residual, weight, bias);
+  const Rows r = as_rows(x);
+  at::Tensor y = new_empty(x.sizes(), x);
+  at::Tensor h = new_empty(x.sizes(), x);
+  if (y.numel() == 0) return {std::move(y), std::move(h)};
+  const at::Tensor res = residual.contiguous();
+  launch_forward<Rms, true>(op.c_str(), device, r, res, y, h, weight, bias, eps);
+  return {std::move(y), std::move(h)};
 }
 
 at::Tensor layer_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
@@ -111,22 +161,59 @@ at::Tensor rms_norm_meta(const at::Tensor& x, const std::optional<at::Tensor>& w
   return at::empty_symint(x.sym_sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
-using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+Pair add_layer_norm_cuda(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                         const std::optional<at::Tensor>& bias, double eps) {
+  return add_forward<false>(x, residual, weight, bias, eps);
+}
+Pair add_rms_norm_cuda(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                       double eps) {
+  return add_forward<true>(x, residual, weight, std::nullopt, eps);
+}
+Pair add_meta(const char* op, const at::Tensor& x, const at::Tensor& residual,
+              const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  check_residual(op, x, residual, weight, bias);
+  const auto options = x.options().memory_format(c10::MemoryFormat::Contiguous);
+  return {at::empty_symint(x.sym_sizes(), options), at::empty_symint(x.sym_sizes(), options)};
+}
+Pair add_layer_norm_meta(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                         const std::optional<at::Tensor>& bias, double) {
+  return add_meta("kjit.ops.add_layer_norm", x, residual, weight, bias);
+}
+Pair add_rms_norm_meta(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                       double) {
+  return add_meta("kjit.ops.add_rms_norm", x, residual, weight, std::nullopt);
+}
 
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Grads4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// x_name: "h" for the residual norms' backward (whose saved input is h = x + residual).
 void check_backward(const char* op, const at::Tensor& grad, const at::Tensor& x,
-                    const std::optional<at::Tensor>& weight) {
-  check(op, x, weight, std::nullopt);
-  check_like(op, "grad", grad, "x", x, x.sym_sizes());
+                    const std::optional<at::Tensor>& weight, const char* x_name = "x") {
+  check(op, x, weight, std::nullopt, x_name);
+  check_like(op, "grad", grad, x_name, x, x.sym_sizes());
+}
+void check_residual_backward(const char* op, const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                             const at::Tensor& h, const std::optional<at::Tensor>& weight) {
+  check_backward(op, grad, h, weight, "h");
+  if (grad_h) check_like(op, "grad_h", *grad_h, "h", h, h.sym_sizes());
 }
 
 // The backward kernel's template arguments: one list for backward() and for the compile ahead at the
-// forward.
-template <bool Rms>
-std::array<TemplateArg, 9> backward_args(at::ScalarType dtype, const RowGeometry& g, std::int64_t d, bool has_w,
-                                         bool has_bias) {
+// forward. The plain norms' kernels take the first nine (RESIDUAL and ADD_DH left to their defaults),
+// the residual norms' all eleven.
+struct BackwardArgs {
+  std::array<TemplateArg, 11> args;
+  std::size_t n;
+};
+template <bool Rms, bool Residual>
+BackwardArgs backward_args(at::ScalarType dtype, const RowGeometry& g, std::int64_t d, bool has_w, bool has_bias,
+                           bool add_dh) {
   const std::int64_t D = specialized_d("norm_backward", d);
-  return {type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
-          int_arg(D),      bool_arg(Rms),  bool_arg(has_w),            bool_arg(has_bias)};
+  return {{type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
+           int_arg(D), bool_arg(Rms), bool_arg(has_w), bool_arg(has_bias), bool_arg(Residual),
+           bool_arg(Residual && add_dh)},
+          Residual ? 11u : 9u};
 }
 
 // Blocks of the backward kernel: each writes the partial sums of dweight / dbias of its rows (a slot
@@ -135,19 +222,23 @@ std::int64_t backward_blocks(const RowGeometry& g, std::int64_t rows, int device
   return std::min<std::int64_t>(g.grid_for(rows).x, 2 * sm_count(device));
 }
 
-template <bool Rms>
-Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
-               double eps) {
-  const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
-  const int device =
-      device_for(op.c_str(), {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
-  check_backward(op.c_str(), grad, x, weight);
+// The norm's backward at x (Residual: at h, the saved x + residual) given grad (dy) and, with Residual,
+// grad_h (dh, or nullopt). Returns (dx, dresidual, dweight, dbias); dresidual is undefined without
+// Residual (with it, dx and dresidual hold the same values: dh + the norm's dx).
+template <bool Rms, bool Residual>
+Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                     const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias, double eps) {
   const Rows gr = as_rows(grad);
   const at::Tensor xc = x.contiguous();
+  const at::Tensor ghc = Residual && grad_h ? grad_h->contiguous() : at::Tensor();
   const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
   at::Tensor dx = new_empty(x.sizes(), x);
-  const RowGeometry g = w ? geometry(op.c_str(), gr.d, {&gr.x, &xc, &dx, &*w}, Rms)
-                          : geometry(op.c_str(), gr.d, {&gr.x, &xc, &dx}, Rms);
+  at::Tensor dres = Residual ? new_empty(x.sizes(), x) : at::Tensor();
+  // A tensor that is absent stands in as the gradient (the vector width depends on each one's alignment).
+  const RowGeometry g = geometry(op, gr.d,
+                                 {&gr.x, &xc, &dx, w ? &*w : &gr.x, ghc.defined() ? &ghc : &gr.x,
+                                  Residual ? &dres : &gr.x},
+                                 Rms);
   const std::int64_t blocks = backward_blocks(g, gr.rows, device);
   const std::int64_t slots = blocks * g.rows_per_block;
   const bool work = gr.rows && gr.d;
@@ -160,8 +251,8 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
   const at::Tensor db_partial = partial(has_bias);
   if (work) {
     LaunchContext ctx(device);
-    const auto targs = backward_args<Rms>(x.scalar_type(), g, gr.d, bool(w), has_bias);
-    const auto k = kernel_for(family(true), targs.data(), targs.size(), device, ctx.compile_forbidden);
+    const auto targs = backward_args<Rms, Residual>(x.scalar_type(), g, gr.d, bool(w), has_bias, ghc.defined());
+    const auto k = kernel_for(family(true), targs.args.data(), targs.n, device, ctx.compile_forbidden);
     const void* gp = gr.x.const_data_ptr();
     const void* xp = xc.const_data_ptr();
     const void* wp = data_or_null(w);
@@ -170,7 +261,9 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
     void* dbp = db_partial.defined() ? db_partial.data_ptr() : nullptr;
     long long rows = gr.rows;
     int d = static_cast<int>(gr.d);
-    void* args[] = {&gp, &xp, &wp, &dxp, &dwp, &dbp, &rows, &d, &eps};
+    const void* dhp = ghc.defined() ? ghc.const_data_ptr() : nullptr;
+    void* dresp = dres.defined() ? dres.data_ptr() : nullptr;
+    void* args[] = {&gp, &xp, &wp, &dxp, &dwp, &dbp, &rows, &d, &eps, &dhp, &dresp};
     LaunchConfig cfg;
     cfg.grid.x = static_cast<unsigned>(blocks);
     cfg.block = g.block();
@@ -180,7 +273,42 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
   const at::ScalarType dt = x.scalar_type();
   at::Tensor dw = w ? sum_to_dtype(dw_partial, 0, dt) : new_empty({0}, x);
   at::Tensor db = has_bias ? sum_to_dtype(db_partial, 0, dt) : new_empty({0}, x);
+  return {std::move(dx), std::move(dres), std::move(dw), std::move(db)};
+}
+
+template <bool Rms>
+Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
+               double eps) {
+  const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+  const int device =
+      device_for(op.c_str(), {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
+  check_backward(op.c_str(), grad, x, weight);
+  auto [dx, dres, dw, db] = backward_impl<Rms, false>(op.c_str(), device, grad, std::nullopt, x, weight, has_bias, eps);
   return {std::move(dx), std::move(dw), std::move(db)};
+}
+
+// (dx, dresidual, dweight, dbias) of add_*_norm: dx = dresidual = grad_h + the norm's backward at h.
+template <bool Rms>
+Grads4 add_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h, const at::Tensor& h,
+                    const std::optional<at::Tensor>& weight, bool has_bias, double eps) {
+  const std::string op = op_name(Rms ? "add_rms_norm_backward" : "add_layer_norm_backward");
+  const int device = device_for(op.c_str(), {{"grad", grad},
+                                             {"grad_h", grad_h ? *grad_h : at::Tensor()},
+                                             {"h", h},
+                                             {"weight", weight ? *weight : at::Tensor()}});
+  check_residual_backward(op.c_str(), grad, grad_h, h, weight);
+  return backward_impl<Rms, true>(op.c_str(), device, grad, grad_h, h, weight, has_bias, eps);
+}
+
+Grads4 add_layer_norm_backward_cuda(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                                    const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
+                                    double eps) {
+  return add_backward<false>(grad, grad_h, h, weight, has_bias, eps);
+}
+Grads4 add_rms_norm_backward_cuda(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                                  const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
+                                  double eps) {
+  return add_backward<true>(grad, grad_h, h, weight, has_bias, eps);
 }
 
 Grads layer_norm_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight,
@@ -202,20 +330,44 @@ Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::opti
           at::empty_symint({weight ? d : zero}, x.options()), at::empty_symint({has_bias ? d : zero}, x.options())};
 }
 
+Grads4 add_backward_meta(const char* op, const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                         const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias) {
+  check_residual_backward(op, grad, grad_h, h, weight);
+  const c10::SymInt d = h.sym_size(-1);
+  const c10::SymInt zero(0);
+  const auto options = h.options().memory_format(c10::MemoryFormat::Contiguous);
+  return {at::empty_symint(h.sym_sizes(), options), at::empty_symint(h.sym_sizes(), options),
+          at::empty_symint({weight ? d : zero}, h.options()), at::empty_symint({has_bias ? d : zero}, h.options())};
+}
+Grads4 add_layer_norm_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                                    const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
+                                    double) {
+  return add_backward_meta("kjit.ops.add_layer_norm_backward", grad, grad_h, h, weight, has_bias);
+}
+Grads4 add_rms_norm_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
+                                  const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
+                                  double) {
+  return add_backward_meta("kjit.ops.add_rms_norm_backward", grad, grad_h, h, weight, has_bias);
+}
+
 // The backward's kernels of a forward of x that wants gradients, compiled ahead when the forward's kernel
 // must compile (CompileAheadOnMiss; the forward's checks have passed). x stands for the gradient, x and
-// dx of the backward (same shape and dtype; the gradient and dx are most often fresh, aligned tensors).
-template <bool Rms>
+// dx of the backward (same shape and dtype; the gradient and dx are most often fresh, aligned tensors);
+// Residual: also for h, dh and dresidual (the residual norms' backward, predicted with dh given: h is
+// most often used further on, as the next residual).
+template <bool Rms, bool Residual = false>
 void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias) {
-  const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+  const std::string op =
+      op_name(Residual ? (Rms ? "add_rms_norm_backward" : "add_layer_norm_backward")
+                       : (Rms ? "rms_norm_backward" : "layer_norm_backward"));
   const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
   if (!rows || !d) return;
   // Only the weight's alignment matters here (the backward reads weight.contiguous()).
   const RowGeometry g = weight ? geometry(op.c_str(), d, {&x, &x, &x, &*weight}, Rms)
                                : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
   const int device = x.get_device();
-  const auto args = backward_args<Rms>(x.scalar_type(), g, d, bool(weight), has_bias);
-  family(true).prepare_ahead(args.data(), args.size(), device);
+  const auto args = backward_args<Rms, Residual>(x.scalar_type(), g, d, bool(weight), has_bias, true);
+  family(true).prepare_ahead(args.args.data(), args.n, device);
   if (weight || has_bias)  // then the partial sums of dweight / dbias are added up
     prepare_sum_rows_ahead(backward_blocks(g, rows, device) * g.rows_per_block, d, acc_dtype(x.scalar_type()),
                            x.scalar_type(), device);
@@ -267,6 +419,77 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// The residual norms' backward from the gradients of y and h (either may be undefined: materialize_grads
+// is off, so that a None gradient of h costs nothing and the kernel adds no dh).
+template <auto Backward>
+torch::autograd::variable_list add_norm_backward(const char* name, torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& grads, bool has_b) {
+  const auto saved = ctx->get_saved_variables();
+  const bool has_w = ctx->saved_data["has_w"].toBool();
+  const at::Tensor& dy = grads[0];
+  const at::Tensor& dh = grads[1];
+  const std::size_t n = has_b ? 5 : 4;  // x, residual, weight, (bias,) eps
+  torch::autograd::variable_list out(n);
+  if (!dy.defined()) {  // y has no gradient: dx = dresidual = dh, two tensors
+    if (dh.defined()) {
+      out[0] = dh.clone(at::MemoryFormat::Contiguous);
+      out[1] = dh.clone(at::MemoryFormat::Contiguous);
+    }
+    return out;
+  }
+  const std::optional<at::Tensor> w = has_w ? std::optional<at::Tensor>(saved[1]) : std::nullopt;
+  const std::optional<at::Tensor> gh = dh.defined() ? std::optional<at::Tensor>(dh) : std::nullopt;
+  auto [dx, dres, dw, db] =
+      OpHandle<Backward>::get(name).call(dy, gh, saved[0], w, has_b, ctx->saved_data["eps"].toDouble());
+  out[0] = dx;
+  out[1] = dres;
+  if (has_w) out[2] = dw;
+  if (has_b) out[3] = db;
+  return out;
+}
+
+struct AddLayerNormFunction : public torch::autograd::Function<AddLayerNormFunction> {
+  static constexpr const char* kName = "add_layer_norm";
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                                                const std::optional<at::Tensor>& bias, double eps) {
+    ctx->saved_data["has_w"] = weight.has_value();
+    ctx->saved_data["has_b"] = bias.has_value();
+    ctx->saved_data["eps"] = eps;
+    ctx->set_materialize_grads(false);
+    const auto predict = [&] { prepare_backward_ahead<false, true>(x, weight, bias.has_value()); };
+    const CompileAheadOnMiss ahead(x, predict);
+    auto [y, h] = call_below_autograd<&add_layer_norm_cuda>(kName, x, residual, weight, bias, eps);
+    ctx->save_for_backward({h, weight ? *weight : at::Tensor()});  // h, an output: saved as one
+    return {y, h};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return add_norm_backward<&add_layer_norm_backward_cuda>("add_layer_norm_backward", ctx, grads,
+                                                            ctx->saved_data["has_b"].toBool());
+  }
+};
+
+struct AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+  static constexpr const char* kName = "add_rms_norm";
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+                                                double eps) {
+    ctx->saved_data["has_w"] = weight.has_value();
+    ctx->saved_data["eps"] = eps;
+    ctx->set_materialize_grads(false);
+    const auto predict = [&] { prepare_backward_ahead<true, true>(x, weight, false); };
+    const CompileAheadOnMiss ahead(x, predict);
+    auto [y, h] = call_below_autograd<&add_rms_norm_cuda>(kName, x, residual, weight, eps);
+    ctx->save_for_backward({h, weight ? *weight : at::Tensor()});  // h, an output: saved as one
+    return {y, h};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return add_norm_backward<&add_rms_norm_backward_cuda>("add_rms_norm_backward", ctx, grads, false);
+  }
+};
+
 }  // namespace
 
 KJIT_OP(layer_norm, "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
@@ -283,5 +506,23 @@ KJIT_OP(rms_norm_backward,
         rms_norm_backward_cuda, backward_meta<true>);
 KJIT_OP_AUTOGRAD(layer_norm, (autograd_kernel<LayerNormFunction, &layer_norm_cuda>))
 KJIT_OP_AUTOGRAD(rms_norm, (autograd_kernel<RmsNormFunction, &rms_norm_cuda>))
+
+KJIT_OP(add_layer_norm,
+        "add_layer_norm(Tensor x, Tensor residual, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> "
+        "(Tensor, Tensor)",
+        add_layer_norm_cuda, add_layer_norm_meta);
+KJIT_OP(add_rms_norm,
+        "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float eps=1e-06) -> (Tensor, Tensor)",
+        add_rms_norm_cuda, add_rms_norm_meta);
+KJIT_OP(add_layer_norm_backward,
+        "add_layer_norm_backward(Tensor grad, Tensor? grad_h, Tensor h, Tensor? weight, bool has_bias, float eps) -> "
+        "(Tensor, Tensor, Tensor, Tensor)",
+        add_layer_norm_backward_cuda, add_layer_norm_backward_meta);
+KJIT_OP(add_rms_norm_backward,
+        "add_rms_norm_backward(Tensor grad, Tensor? grad_h, Tensor h, Tensor? weight, bool has_bias, float eps) -> "
+        "(Tensor, Tensor, Tensor, Tensor)",
+        add_rms_norm_backward_cuda, add_rms_norm_backward_meta);
+KJIT_OP_AUTOGRAD(add_layer_norm, (autograd_kernel<AddLayerNormFunction, &add_layer_norm_cuda>))
+KJIT_OP_AUTOGRAD(add_rms_norm, (autograd_kernel<AddRmsNormFunction, &add_rms_norm_cuda>))
 
 }  // namespace kjit::ops

@@ -21,6 +21,8 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "common.hpp"
 #include "direct.hpp"
@@ -92,6 +94,23 @@ decltype(auto) call_below_autograd(const char* name, A&&... a) {
   return OpHandle<F>::get(name).call(std::forward<A>(a)...);
 }
 
+// A Function's outputs as the op's result: a Tensor as it is; a variable_list (what a Function returns
+// for several outputs) as the op's tuple of tensors.
+template <class R>
+struct FunctionResult {
+  static R from(R r) { return r; }
+};
+template <class... T>
+struct FunctionResult<std::tuple<T...>> {
+  static std::tuple<T...> from(const torch::autograd::variable_list& v) {
+    return from(v, std::index_sequence_for<T...>{});
+  }
+  template <std::size_t... I>
+  static std::tuple<T...> from(const torch::autograd::variable_list& v, std::index_sequence<I...>) {
+    return {v[I]...};
+  }
+};
+
 // The Autograd kernel of an op whose CUDA function is F: Function::apply(args...) when grad mode is on
 // and an input requires grad, else the op below autograd. Function::kName names the op.
 template <class Function, auto F>
@@ -100,7 +119,7 @@ template <class Function, class R, class... A, R (*F)(A...)>
 struct AutogradKernel<Function, F> {
   static R call(A... a) {
     if (!(c10::GradMode::is_enabled() && (... || requires_grad(a)))) return call_below_autograd<F>(Function::kName, a...);
-    return Function::apply(a...);
+    return FunctionResult<R>::from(Function::apply(a...));
   }
 };
 template <class Function, auto F>
