@@ -153,6 +153,11 @@ def _mlp_forward(self, x, residual=None):
     residual stream) added in the GEMM's epilogue."""
     import kjit
 
+    if x.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        # kjit's GEMMs take float32 only as TF32, which this process has not allowed: PyTorch's own float32 matmul.
+        h = F.silu(self.gate_proj(x)) * self.up_proj(x)
+        out = self.down_proj(h)
+        return out if residual is None else out + residual
     h = kjit.ops.linear_swiglu(x, _gate_up_weight(self))
     return kjit.ops.linear(h, self.down_proj.weight, self.down_proj.bias, residual=residual)
 

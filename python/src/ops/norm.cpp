@@ -423,12 +423,14 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 // is off, so that a None gradient of h costs nothing and the kernel adds no dh).
 template <auto Backward>
 torch::autograd::variable_list add_norm_backward(const char* name, torch::autograd::AutogradContext* ctx,
-                                                 const torch::autograd::variable_list& grads, bool has_b) {
+                                                 const torch::autograd::variable_list& grads, bool layer_norm) {
   const auto saved = ctx->get_saved_variables();
   const bool has_w = ctx->saved_data["has_w"].toBool();
+  const bool has_b = layer_norm && ctx->saved_data["has_b"].toBool();
   const at::Tensor& dy = grads[0];
   const at::Tensor& dh = grads[1];
-  const std::size_t n = has_b ? 5 : 4;  // x, residual, weight, (bias,) eps
+  // One gradient per forward input: x, residual, weight, (layer_norm: bias,) eps.
+  const std::size_t n = layer_norm ? 5 : 4;
   torch::autograd::variable_list out(n);
   if (!dy.defined()) {  // y has no gradient: dx = dresidual = dh, two tensors
     if (dh.defined()) {
@@ -465,8 +467,7 @@ struct AddLayerNormFunction : public torch::autograd::Function<AddLayerNormFunct
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    return add_norm_backward<&add_layer_norm_backward_cuda>("add_layer_norm_backward", ctx, grads,
-                                                            ctx->saved_data["has_b"].toBool());
+    return add_norm_backward<&add_layer_norm_backward_cuda>("add_layer_norm_backward", ctx, grads, true);
   }
 };
 
