@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'log_softmax', 'log_softmax_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -43,6 +43,14 @@ def avg_pool2d_backward(grad: torch.Tensor, x: torch.Tensor, kernel_size: collec
     """
     torch.ops.kjit.avg_pool2d_backward (avg_pool2d_backward(Tensor grad, Tensor x, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool count_include_pad=True) -> Tensor), called directly when nothing needs the dispatcher.
     """
+def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """
+    torch.ops.kjit.bmm (bmm(Tensor a, Tensor b) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def bmm_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.bmm_backward (bmm_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
 def fused_update(x: torch.Tensor, model_out: torch.Tensor, noise: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.fused_update (fused_update(Tensor x, Tensor model_out, Tensor noise, float a, float b, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -63,6 +71,30 @@ def layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     """
     torch.ops.kjit.layer_norm_backward (layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, scale: float = 1.0, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """
+    torch.ops.kjit.linear (linear(Tensor x, Tensor weight, Tensor? bias=None, str? activation=None, float scale=1.0, Tensor? residual=None) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def linear_aux(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, scale: float = 1.0, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_aux (linear_aux(Tensor x, Tensor weight, Tensor? bias=None, str? activation=None, float scale=1.0, Tensor? residual=None) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, preactivation: torch.Tensor | None, activation: str | None, scale: float, has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_backward (linear_backward(Tensor grad, Tensor x, Tensor weight, Tensor? preactivation, str? activation, float scale, bool has_bias) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """
+    torch.ops.kjit.linear_swiglu (linear_swiglu(Tensor x, Tensor w_gate_up, Tensor? residual=None) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def linear_swiglu_aux(x: torch.Tensor, w_gate_up: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_swiglu_aux (linear_swiglu_aux(Tensor x, Tensor w_gate_up, Tensor? residual=None) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def linear_swiglu_backward(grad: torch.Tensor, x: torch.Tensor, w_gate_up: torch.Tensor, preactivation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_swiglu_backward (linear_swiglu_backward(Tensor grad, Tensor x, Tensor w_gate_up, Tensor preactivation) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     torch.ops.kjit.log_softmax (log_softmax(Tensor x, int dim=-1) -> Tensor), called directly when nothing needs the dispatcher.
@@ -70,6 +102,14 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def log_softmax_backward(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
     """
     torch.ops.kjit.log_softmax_backward (log_softmax_backward(Tensor grad, Tensor output) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """
+    torch.ops.kjit.matmul (matmul(Tensor a, Tensor b) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def matmul_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.matmul_backward (matmul_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
 def max_pool2d(x: torch.Tensor, kernel_size: collections.abc.Sequence[int] | int, stride: collections.abc.Sequence[int] | int = list(), padding: collections.abc.Sequence[int] | int = [0, 0]) -> torch.Tensor:
     """
