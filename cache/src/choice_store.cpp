@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -118,13 +119,47 @@ void check_choice(std::string_view key, std::string_view value) {
 
 fs::path choices_dir(const fs::path& root) { return root / layout::kVersionDir / kChoicesDir; }
 
+std::string choice_file_name(const std::string& tag, const std::string& key) {
+  return to_hex(Sha256::of("kjit-choice\n" + tag + "\n" + key)) + kChoiceSuffix;
+}
+
+std::vector<fs::path> choice_files(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  fs::directory_iterator it(choices_dir(root), fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (ends_with(it->path().filename().string(), kChoiceSuffix) && ::lstat(it->path().c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string choice_file_problem(const std::string& relative, std::string_view bytes) {
+  const fs::path rel(relative);
+  if (rel.parent_path() != fs::path(layout::kVersionDir) / kChoicesDir)
+    return std::string("a tuned choice lies in ") + layout::kVersionDir + "/" + kChoicesDir + "/";
+  const Json j = Json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tag") || !j["tag"].is_string() || !j.contains("key") ||
+      !j["key"].is_string())
+    return "not a tuned choice file (a JSON object with a \"tag\" and a \"key\")";
+  const std::string tag = j["tag"].get<std::string>(), key = j["key"].get<std::string>();
+  if (const std::string p = choice_key_problem(key); !p.empty()) return "its key is not valid: " + p;
+  std::string why;
+  if (!parse_choice(std::string(bytes), tag, key, why)) return why;
+  if (rel.filename().string() != choice_file_name(tag, key))
+    return "its name is not the one of its tag and key (" + choice_file_name(tag, key) + ")";
+  return {};
+}
+
 ChoiceStore::ChoiceStore(ChoiceStoreConfig config) : config_(std::move(config)), uid_(::geteuid()) {}
 
 bool ChoiceStore::writable() const noexcept { return config_.mode == CacheMode::ReadWrite && !config_.root.empty(); }
 
 fs::path ChoiceStore::path_of(const fs::path& root, const std::string& key) const {
-  const std::string name = to_hex(Sha256::of("kjit-choice\n" + config_.tag + "\n" + key));
-  return choices_dir(root) / (name + kChoiceSuffix);
+  return choices_dir(root) / choice_file_name(config_.tag, key);
 }
 
 std::optional<std::string> ChoiceStore::load(const std::string& key) const {
@@ -182,18 +217,7 @@ std::string ChoiceStore::save(const std::string& key, const std::string& value) 
   return {};
 }
 
-std::size_t ChoiceStore::count(const fs::path& root) {
-  std::size_t n = 0;
-  std::error_code ec;
-  fs::directory_iterator it(choices_dir(root), fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    struct stat st {};
-    if (ends_with(it->path().filename().string(), kChoiceSuffix) && ::lstat(it->path().c_str(), &st) == 0 &&
-        S_ISREG(st.st_mode))
-      ++n;
-  }
-  return n;
-}
+std::size_t ChoiceStore::count(const fs::path& root) { return choice_files(root).size(); }
 
 std::size_t ChoiceStore::clear(const fs::path& root) {
   const fs::path dir = choices_dir(root);

@@ -98,7 +98,10 @@ void install_choices(Engine& engine, const cache::Manifest& manifest, WarmReport
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    if (failure.empty()) ++report.choices;
+    if (failure.empty()) {
+      ++report.choices;
+      if (store.writable()) report.entries.push_back(store.path_of(store.config().root, key));  // locked by export
+    }
     else report.failed.push_back({"tuned choice " + key + " = " + value, failure});
   }
 }
@@ -164,6 +167,7 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   std::sort(report.entries.begin(), report.entries.end());
   report.entries.erase(std::unique(report.entries.begin(), report.entries.end()), report.entries.end());
   install_choices(engine, manifest, report);
+  std::sort(report.entries.begin(), report.entries.end());
   return report;
 }
 

@@ -33,7 +33,7 @@ struct WarmReport {
   std::vector<WarmFailure> failed;  // jobs, and tuned choices that could not be installed
   std::vector<std::string> stale;  // one note per record whose template changed since recording
   // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may
-  // share an entry); jobs satisfied by a read-only layer are not listed.
+  // share an entry); jobs satisfied by a read-only layer are not listed. Then the tuned choices installed.
   std::vector<std::filesystem::path> entries;
 
   // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" and the notes.

@@ -10,6 +10,7 @@
 
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/choice_store.hpp"
+#include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/manifest.hpp"
 #include "kjit/choices.hpp"
 #include "kjit/error.hpp"
@@ -321,4 +322,43 @@ TEST(Choices, ClearRemovesChoicesAndAbandonedTempFiles) {
   EXPECT_TRUE(kjit::testing::files_named(dir.path(), ".tmp.").empty());
   EXPECT_TRUE(fs::exists(dir.path() / "v1" / "choices" / "notes.txt"));
   EXPECT_EQ(Choices(settings_for(dir.path())).find(kKey), std::nullopt);
+}
+
+TEST(Choices, AnExportLockListsChoicesAndVerifyChecksThem) {
+  TempDir dir;
+  Choices(settings_for(dir.path())).store(kKey, kValue);
+  const fs::path file = only_choice_file(dir.path());
+  const std::string rel = file.lexically_relative(dir.path()).generic_string();
+  const fs::path lock = dir.path() / cache::kLockFileName;
+  cache::write_lock(dir.path(), lock);
+  const std::vector<cache::LockedFile> locked = cache::read_lock(lock);
+  ASSERT_EQ(locked.size(), 1u);
+  EXPECT_EQ(locked[0].path, rel);
+  EXPECT_EQ(cache::verify_lock(dir.path(), locked), std::vector<std::string>{});
+  // The layer's lock vouches for the file: read from a read-only layer in strict mode.
+  TempDir empty;
+  EXPECT_EQ(Choices(settings_for(empty.path(), {{"KJIT_CACHE_PATH", dir.path().string()}, {"KJIT_CACHE_MODE", "strict"}}))
+                .find(kKey),
+            kValue);
+
+  // Modified: the hash says so. Filed under another key's name: invalid. Unlisted: reported.
+  const std::string bytes = read_file(file);
+  write_file(file, bytes.substr(0, bytes.size() - 3) + "X\"}\n");
+  auto problems = cache::verify_lock(dir.path(), locked);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].rfind("modified: " + rel, 0), 0u) << problems[0];
+  write_file(file, bytes);
+  const fs::path moved = file.parent_path() / (std::string(64, 'a') + cache::kChoiceSuffix);
+  fs::rename(file, moved);
+  try {
+    cache::lock_entries(dir.path(), {moved});
+    FAIL() << "a misfiled choice was locked";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its name is not the one of its tag and key"), std::string::npos) << e.what();
+  }
+  problems = cache::verify_lock(dir.path(), locked);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].rfind("missing: " + rel, 0), 0u) << problems[0];
+  EXPECT_EQ(problems[1], "unlisted: " + moved.lexically_relative(dir.path()).generic_string() +
+                             ": a tuned choice the lock does not list");
 }

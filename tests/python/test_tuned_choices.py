@@ -77,3 +77,17 @@ def test_a_bad_choice_line_is_a_clear_error(tmp_path, run_kjit, cache_dir):
     assert (f"manifest {manifest} is not valid: line 2.choice.key: character 4 is 0x09, not printable ASCII "
             "(0x20-0x7e)") in r.stderr, r
     assert not (cache_dir / "v1" / "choices").exists()
+
+
+def test_export_locks_the_choices_and_strict_mode_finds_them(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"kjit_manifest":2}\n' + choice_line(KEY_90, "cublas"))
+    out = tmp_path / "export"
+    r = run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90")
+    assert "1 tuned choice installed" in r.stdout and f"exported 1 entry to {out}" in r.stdout, r
+    lock = json.loads((out / "kjit.lock").read_text())
+    assert [e["path"].split("/")[:2] for e in lock["entries"]] == [["v1", "choices"]]
+    r = run_kjit("verify", "--dir", str(out))
+    assert "all valid" in r.stdout, r
+    assert list(choice_files(out)) == [KEY_90]
+    assert not cache_dir.exists()  # the export wrote only into its folder

@@ -52,6 +52,14 @@ void check_choice_key(std::string_view key);
 
 // <root>/v1/choices
 std::filesystem::path choices_dir(const std::filesystem::path& root);
+// "<hex SHA-256 of the tag and key>.choice"
+std::string choice_file_name(const std::string& tag, const std::string& key);
+// Every *.choice regular file in `root`'s choices folder, sorted (for export locks).
+std::vector<std::filesystem::path> choice_files(const std::filesystem::path& root);
+// Why `bytes`, the file at `relative` (a '/'-separated path under a root), are not a valid choice filed where
+// they lie (v1/choices/<choice_file_name(its tag, its key)>); "" when they are. What `kjit export` locks and
+// `kjit verify --dir` checks (export_lock.hpp), whatever kjit version wrote the choice.
+std::string choice_file_problem(const std::string& relative, std::string_view bytes);
 
 struct ChoiceStoreConfig {
   std::filesystem::path root;                 // the writable cache root (KJIT_CACHE_DIR); empty: none
