@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kjit/cache/atomic_file.hpp"
+#include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/entry_check.hpp"
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layer_scan.hpp"
@@ -29,6 +30,7 @@ std::string relative_text(const fs::path& file, const fs::path& root) {
 // empty when they are.
 std::string entry_problem(const std::string& rel, const std::string& bytes) {
   const fs::path path(rel);
+  if (path.extension() == kChoiceSuffix) return choice_file_problem(rel, bytes);  // a tuned choice (choice_store.hpp)
   const layout::FileName name = layout::classify(path.filename().string());
   if (name.kind != layout::FileKind::Entry) return "not a cache entry file name (<key>.kjit)";
   const std::string target = path.parent_path().parent_path().filename().string();
@@ -61,6 +63,7 @@ std::vector<LockedFile> lock_entries(const fs::path& root) {
   std::vector<fs::path> files;
   for (const ScannedFile& f : scan_layer(root))
     if (f.name.kind == layout::FileKind::Entry) files.push_back(f.path);
+  for (const fs::path& f : choice_files(root)) files.push_back(f);
   return lock_entries(root, files);
 }
 
@@ -168,6 +171,9 @@ std::vector<std::string> verify_lock(const fs::path& root, const std::vector<Loc
   for (const ScannedFile& f : scan_layer(root))
     if (f.name.kind == layout::FileKind::Entry && !expected.count(relative_text(f.path, root)))
       problems.push_back("unlisted: " + relative_text(f.path, root) + ": an entry the lock does not list");
+  for (const fs::path& f : choice_files(root))
+    if (!expected.count(relative_text(f, root)))
+      problems.push_back("unlisted: " + relative_text(f, root) + ": a tuned choice the lock does not list");
   // Links anywhere else in the export (scan_layer skips them): reported, not followed.
   std::error_code ec;
   for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {

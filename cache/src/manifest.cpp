@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kjit/cache/atomic_file.hpp"
+#include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/file_lock.hpp"
 #include "kjit/cache/posix_error.hpp"
 #include "kjit/cache/unique_fd.hpp"
@@ -281,6 +282,7 @@ class Reader {
       for_each_line(text.substr(std::min(text.size(), first.size() + 1)), [&](const Json& j) {
         if (auto r = line(j)) m.add(std::move(*r));
       });
+      for (const auto& [key, value] : choices_) m.set_choice(key, value);
       return m;
     }
     return document(text);
@@ -309,8 +311,18 @@ class Reader {
 
   // One line of version 2: sources (kept, by id, for the records after it), or a record (returned).
   std::optional<ManifestRecord> line(const Json& j) {
-    if (!j.is_object() || j.size() != 1 || !(j.contains("sources") || j.contains("record")))
-      fail(where(), "it is not an object with one field, \"sources\" or \"record\"");
+    if (!j.is_object() || j.size() != 1 || !(j.contains("sources") || j.contains("record") || j.contains("choice")))
+      fail(where(), "it is not an object with one field, \"sources\", \"record\" or \"choice\"");
+    if (j.contains("choice")) {
+      const Json& c = j["choice"];
+      const std::string w = where() + ".choice";
+      if (!c.is_object()) fail(w, "is not an object");
+      std::string key = str(c, "key", w), value = str(c, "value", w);
+      if (const std::string p = choice_key_problem(key); !p.empty()) fail(w + ".key", p);
+      if (const std::string p = choice_value_problem(value); !p.empty()) fail(w + ".value", p);
+      choices_[std::move(key)] = std::move(value);
+      return std::nullopt;
+    }
     if (j.contains("sources")) {
       const Json& src = j["sources"];
       const std::string w = where() + ".sources";
@@ -324,6 +336,9 @@ class Reader {
     }
     return record(j["record"], where() + ", records[" + std::to_string(record_lines_++) + "]");
   }
+
+  // The tuned choices of the "choice" lines read so far (the last line of a key wins).
+  const std::map<std::string, std::string>& choices() const noexcept { return choices_; }
 
   // Reads version 2 lines from now on (the version line is read).
   void start_lines() {
@@ -368,6 +383,7 @@ class Reader {
   std::size_t line_no_ = 0;
   std::size_t record_lines_ = 0;  // record lines read (for messages)
   std::map<std::string, std::shared_ptr<const ManifestSources>> sources_;  // by id
+  std::map<std::string, std::string> choices_;  // "choice" lines, key -> value
 };
 
 bool read_text(const fs::path& file, std::string& out) {
@@ -396,6 +412,11 @@ std::string ManifestRecord::describe() const {
   return s + ") from template " + template_name;
 }
 
+void Manifest::set_choice(const std::string& key, const std::string& value) {
+  check_choice(key, value);
+  choices_[key] = value;
+}
+
 bool Manifest::add(ManifestRecord r) {
   if (!ids_.insert(r.id()).second) return false;
   records_.push_back(std::move(r));
@@ -421,12 +442,17 @@ std::string record_lines(const ManifestRecord& r, std::set<std::string>& written
   return out;
 }
 
+std::string choice_line(const std::string& key, const std::string& value) {
+  return Json{{"choice", {{"key", key}, {"value", value}}}}.dump() + "\n";
+}
+
 }  // namespace
 
 std::string manifest_to_json(const Manifest& m) {
   std::string out = header_line();
   std::set<std::string> written;
   for (const auto& r : m.records()) out += record_lines(r, written);
+  for (const auto& [key, value] : m.choices()) out += choice_line(key, value);
   return out;
 }
 
@@ -503,7 +529,15 @@ UniqueFd open_manifest(const fs::path& file) {
 
 }  // namespace
 
-std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
+std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) { return append_lines(records, {}); }
+
+std::size_t ManifestWriter::append_choices(const std::map<std::string, std::string>& choices) {
+  for (const auto& [key, value] : choices) check_choice(key, value);
+  return append_lines({}, choices);
+}
+
+std::size_t ManifestWriter::append_lines(const std::vector<ManifestRecord>& records,
+                                         const std::map<std::string, std::string>& choices) {
   std::error_code ec;
   const fs::path dir = file_.parent_path().empty() ? fs::path(".") : file_.parent_path();
   fs::create_directories(dir, ec);
@@ -583,6 +617,12 @@ std::size_t ManifestWriter::append(const std::vector<ManifestRecord>& records) {
   for (const auto& r : records) {
     if (!s.records.insert(r.id()).second) continue;
     out += record_lines(r, s.sources);
+    ++added;
+  }
+  for (const auto& [key, value] : choices) {  // the reader knows the file's last value of each key
+    auto known = s.reader->choices().find(key);
+    if (known != s.reader->choices().end() && known->second == value) continue;
+    out += choice_line(key, value);
     ++added;
   }
   if (out.empty()) return 0;

@@ -1,4 +1,5 @@
-// The cache commands: `ls`, `verify`, `prune`, `clear` (DiskCache list / prune / clear).
+// The cache commands: `ls`, `verify`, `prune`, `clear` (DiskCache list / prune / clear; clear also removes
+// the tuned choices, ChoiceStore::clear).
 #include <CLI/CLI.hpp>
 #include <sys/stat.h>
 
@@ -7,6 +8,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "format.hpp"
+#include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/error.hpp"
@@ -174,15 +176,20 @@ int run_clear(Context& ctx, bool yes) {
         ++n;
         bytes += e.size;
       }
-    if (n == 0) {
+    const std::size_t choices = cache::ChoiceStore::count(disk.config().root);
+    if (n == 0 && choices == 0) {
       ctx.out << "nothing to clear in " << printable(root) << '\n';
       return 0;
     }
-    throw Error("clear would remove " + count_of(n, "entry", "entries") + " (" +
-                human_bytes(bytes) + ") from " + root + "; run `kjit clear --yes` to confirm");
+    throw Error("clear would remove " + count_of(n, "entry", "entries") + " (" + human_bytes(bytes) + ")" +
+                (choices ? " and " + count_of(choices, "tuned choice", "tuned choices") : std::string()) + " from " +
+                root + "; run `kjit clear --yes` to confirm");
   }
   const std::size_t removed = disk.clear();
-  ctx.out << "removed " << count_of(removed, "entry", "entries") << " from " << printable(root) << '\n';
+  const std::size_t choices = cache::ChoiceStore::clear(disk.config().root);
+  ctx.out << "removed " << count_of(removed, "entry", "entries");
+  if (choices) ctx.out << " and " << count_of(choices, "tuned choice", "tuned choices");
+  ctx.out << " from " << printable(root) << '\n';
   return 0;
 }
 
@@ -229,7 +236,7 @@ std::vector<Command> add_cache_commands(CLI::App& app, Context& ctx) {
   out.push_back({prune, [&ctx, max_bytes]() { return run_prune(ctx, *max_bytes); }});
 
   auto yes = std::make_shared<bool>(false);
-  CLI::App* clear = app.add_subcommand("clear", "Remove every entry of the writable cache");
+  CLI::App* clear = app.add_subcommand("clear", "Remove every entry and tuned choice of the writable cache");
   clear->add_flag("--yes,-y", *yes, "Do it (without it, clear only says what it would remove)");
   out.push_back({clear, [&ctx, yes]() { return run_clear(ctx, *yes); }});
   return out;

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "format.hpp"
+#include "kjit/cache/choice_store.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
@@ -156,6 +157,7 @@ Json cache_facts(Context& ctx) {
   j["layers"] = Json::array();
   for (const auto& l : s.cache_layers) j["layers"].push_back(l.string());
   j["max_bytes"] = s.cache_max_bytes ? Json(*s.cache_max_bytes) : Json(nullptr);
+  j["tuned_choices"] = cache::ChoiceStore::count(s.cache_dir);  // in the writable root, every kjit version's
   return j;
 }
 
@@ -291,6 +293,7 @@ void print_human(std::ostream& out, const Json& j) {
                          ? std::string("(no limit)")
                          : std::to_string(c["max_bytes"].get<std::uint64_t>()) + " (" +
                                human_bytes(c["max_bytes"].get<std::uint64_t>()) + ")");
+  k.add("tuned choices", std::to_string(c["tuned_choices"].get<std::size_t>()));
   const Json& r = j["remote_cache"];
   if (!r["configured"].get<bool>()) {
     k.add("remote cache", "(none: KJIT_REMOTE_CACHE is not set)");

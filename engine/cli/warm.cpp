@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include "format.hpp"
+#include "kjit/cache/choice_store.hpp"
+#include "kjit/cache_config.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
@@ -78,10 +80,30 @@ void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targe
   out << count_of(jobs, "job", "jobs") << " (" << count_of(records, "specialization", "specializations") << " x "
       << count_of(targets, "target", "targets") << "): " << compiled << " compiled, " << cached
       << " already cached, " << failed.size() << " failed\n";
+  if (choices) out << count_of(choices, "tuned choice", "tuned choices") << " installed\n";
   // Names come from the manifest and reasons quote compile logs: through printable(), logs keep their lines.
   for (const auto& s : stale) out << "  " << printable(s) << '\n';
   for (const auto& f : failed)
     out << "  failed: " << printable(f.what) << ": " << printable(f.reason, Newlines::Keep) << '\n';
+}
+
+void install_choices(Engine& engine, const cache::Manifest& manifest, WarmReport& report) {
+  if (manifest.choices().empty()) return;
+  // Every choice, whatever --arch says: a choice's key names its architecture already.
+  const cache::ChoiceStore store(choice_store_config(engine.settings()));
+  for (const auto& [key, value] : manifest.choices()) {
+    std::string failure;
+    try {
+      failure = store.save(key, value);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    if (failure.empty()) {
+      ++report.choices;
+      if (store.writable()) report.entries.push_back(store.path_of(store.config().root, key));  // locked by export
+    }
+    else report.failed.push_back({"tuned choice " + key + " = " + value, failure});
+  }
 }
 
 WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
@@ -144,6 +166,8 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   if (engine.remote()) report.pushed = static_cast<std::size_t>(engine.remote()->stored() - stored_before);
   std::sort(report.entries.begin(), report.entries.end());
   report.entries.erase(std::unique(report.entries.begin(), report.entries.end()), report.entries.end());
+  install_choices(engine, manifest, report);
+  std::sort(report.entries.begin(), report.entries.end());
   return report;
 }
 

@@ -29,15 +29,19 @@ struct WarmReport {
   std::size_t cached = 0;    // already in the cache (the remote tier's included)
   std::size_t fetched = 0;   // of those, taken from the remote tier
   std::size_t pushed = 0;    // entries this warm stored in the remote tier
-  std::vector<WarmFailure> failed;
+  std::size_t choices = 0;   // tuned choices of the manifest installed into the cache (choice_store.hpp)
+  std::vector<WarmFailure> failed;  // jobs, and tuned choices that could not be installed
   std::vector<std::string> stale;  // one note per record whose template changed since recording
   // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may
-  // share an entry); jobs satisfied by a read-only layer are not listed.
+  // share an entry); jobs satisfied by a read-only layer are not listed. Then the tuned choices installed.
   std::vector<std::filesystem::path> entries;
 
   // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" and the notes.
   void print(std::ostream& out, std::size_t records, std::size_t targets) const;
 };
+
+// Installs every tuned choice of `manifest` into `engine`'s writable cache (a failure goes to report.failed).
+void install_choices(Engine& engine, const cache::Manifest& manifest, WarmReport& report);
 
 // Counts jobs for the progress display before warming.
 inline std::size_t warm_jobs(const cache::Manifest& m, const std::vector<Target>& targets) {

@@ -1,5 +1,7 @@
 #include "kjit/cache_config.hpp"
 
+#include "kjit/choices.hpp"
+
 namespace kjit {
 
 cache::DiskCacheConfig disk_cache_config(const Settings& s) {
@@ -10,6 +12,15 @@ cache::DiskCacheConfig disk_cache_config(const Settings& s) {
   c.max_bytes = s.cache_max_bytes;
   c.lock_timeout_s = s.lock_timeout_s;
   c.holder_remote_wait_s = remote_wait_limit_s(s);
+  return c;
+}
+
+cache::ChoiceStoreConfig choice_store_config(const Settings& s) {
+  cache::ChoiceStoreConfig c;
+  c.root = s.cache_dir;
+  c.layers = s.cache_layers;
+  c.mode = s.cache_mode;
+  c.tag = choice_tag();
   return c;
 }
 

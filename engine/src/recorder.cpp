@@ -36,4 +36,20 @@ void Recorder::record(const Specialization& spec) noexcept {
   }
 }
 
+void Recorder::record_choice(const std::string& key, const std::string& value) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = choices_.find(key);
+    if (it != choices_.end() && it->second == value) return;
+    writer_.append_choices({{key, value}});
+    choices_[key] = value;
+  } catch (const std::exception& e) {
+    log::warn_once("record:" + manifest().string(),
+                   "KJIT_RECORD: cannot record the tuned choice " + key + " into " + manifest().string() + ": " +
+                       e.what() + " (recording goes on; the workload is unaffected)");
+  } catch (...) {
+    log::warn_once("record:" + manifest().string(), "KJIT_RECORD: cannot record into " + manifest().string());
+  }
+}
+
 }  // namespace kjit

@@ -20,12 +20,16 @@ class Recorder {
   Recorder(std::filesystem::path manifest, double lock_timeout_s);
 
   void record(const Specialization& spec) noexcept;
+  // Adds a tuned choice (Choices: one found or stored) as a "choice" line, once per key and value per
+  // Recorder; a failure is a warning, as for specializations.
+  void record_choice(const std::string& key, const std::string& value) noexcept;
   const std::filesystem::path& manifest() const noexcept { return writer_.file(); }
 
  private:
   std::mutex mu_;  // one writer per process; processes take the file's flock
   cache::ManifestWriter writer_;
   std::set<std::string> recorded_;  // record ids this process has written
+  std::map<std::string, std::string> choices_;  // tuned choices this process has written, key -> value
   // Sources of the templates recorded, by Template::digest() (which covers the source and every
   // header's name and bytes): shared by their records.
   std::map<std::string, std::shared_ptr<const cache::ManifestSources>> sources_;

@@ -41,6 +41,10 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_MAX_SPECIALIZATIONS", "an integer >= 1",
        "distinct values of a shape parameter before a kernel falls back to its generic variant "
        "(default 16)"},
+      {"KJIT_TUNE", "0 | 1",
+       "1: ops that choose among kernel configurations (tuned choices) may time candidates for a key they have "
+       "no stored choice for, and keep the winner in the cache (v1/choices) and in a KJIT_RECORD manifest; "
+       "0 (default): they use a stored choice, else their default, and never time. Never in strict mode"},
       {"KJIT_COMPILE_ISOLATION", "untrusted | always",
        "untrusted: templates rebuilt from a manifest compile in a child process that may read no file, "
        "under the time and memory limits; always: every compile runs in a bounded child process"},
@@ -311,6 +315,11 @@ Settings Settings::from_lookup(const Lookup& get) {
     if (*v == "1") s.preload_compiler = true;
     else if (*v == "0") s.preload_compiler = false;
     else bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
+  }
+  if (auto v = nonempty("KJIT_TUNE")) {
+    if (*v == "1") s.tune = true;
+    else if (*v == "0") s.tune = false;
+    else bad_value("KJIT_TUNE", *v, allowed_of("KJIT_TUNE"), "Unset it for the default (0: no timing).");
   }
   if (auto v = nonempty("KJIT_LIBRARY_FAST_COMPILE")) {
     if (!CompileOptions::is_fast_compile_level(*v))

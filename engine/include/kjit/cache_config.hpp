@@ -2,6 +2,7 @@
 // and knows nothing of Settings (it sits below the engine).
 #pragma once
 
+#include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/settings.hpp"
 
@@ -10,6 +11,10 @@ namespace kjit {
 // KJIT_CACHE_DIR, KJIT_CACHE_PATH, KJIT_CACHE_MODE, KJIT_CACHE_MAX_BYTES, KJIT_LOCK_TIMEOUT (plus, with a
 // writable remote tier, the remote wait below: a key's local waiters allow for its holder's remote wait).
 cache::DiskCacheConfig disk_cache_config(const Settings& s);
+
+// The tuned-choice store of the same cache (KJIT_CACHE_DIR, KJIT_CACHE_PATH, KJIT_CACHE_MODE), its keys
+// scoped by choice_tag() (choices.hpp).
+cache::ChoiceStoreConfig choice_store_config(const Settings& s);
 
 // The longest a process waits for another machine's compile of a key before it compiles the key itself:
 // what one compile may take (KJIT_COMPILE_TIMEOUT) plus a lease (KJIT_REMOTE_CACHE_LEASE). 0 when no

@@ -51,6 +51,7 @@ struct Settings {
   double lock_timeout_s = 300.0;                      // KJIT_LOCK_TIMEOUT (seconds)
   int verbose = 0;                                    // KJIT_VERBOSE (0, 1, 2)
   int max_specializations = 16;                       // KJIT_MAX_SPECIALIZATIONS
+  bool tune = false;                                  // KJIT_TUNE (Choices::tuning_allowed)
   CompileIsolation compile_isolation = CompileIsolation::Untrusted;  // KJIT_COMPILE_ISOLATION
   PchMode pch = PchMode::Auto;                                       // KJIT_PCH
   double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)

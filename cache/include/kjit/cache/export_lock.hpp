@@ -1,5 +1,6 @@
 // The lock file of an exported cache (`kjit export` writes DIR/kjit.lock, `kjit verify --dir --lock`
-// checks it): every entry's path relative to the cache root and the SHA-256 of its file bytes.
+// checks it): every entry's path relative to the cache root and the SHA-256 of its file bytes; tuned
+// choices (v1/choices/<name>.choice, choice_store.hpp) are listed as entries are.
 //
 //   {"kjit_lock": 1, "entries": [{"path": "v1/sm_90/ab/<key>.kjit", "sha256": "<hex>"}, ...]}
 #pragma once
@@ -19,10 +20,10 @@ struct LockedFile {
   std::string sha256;  // hex
 };
 
-// Every entry file (*.kjit) under `root`, sorted by path, with its hash.
+// Every entry file (*.kjit) and tuned choice under `root`, sorted by path, with its hash.
 std::vector<LockedFile> lock_entries(const std::filesystem::path& root);
-// Just these entry files under `root` (what an export wrote), sorted by path, with their hashes. Each must
-// read and decode as a valid entry filed where it lies: else kjit::Error naming it.
+// Just these entry (or tuned choice) files under `root` (what an export wrote), sorted by path, with their
+// hashes. Each must read and decode as a valid entry (or choice) filed where it lies: else kjit::Error naming it.
 std::vector<LockedFile> lock_entries(const std::filesystem::path& root, const std::vector<std::filesystem::path>& files);
 // Writes a lock listing `locked` to `lock_file` atomically. Throws kjit::Error when it cannot.
 void write_lock(const std::filesystem::path& lock_file, const std::vector<LockedFile>& locked);

@@ -7,6 +7,7 @@
 //   {"sources":{"id":"<sha256>","source":"...","headers":{"detail.cuh":"..."}}}
 //   {"record":{"id":"<sha256>","template":{"name":"k.cu","builtin":false,"digest":"...","sources":"<sha256>"},
 //              "kernel":"...","args":[...],"options":{...}}}
+//   {"choice":{"key":"gemm|sm_90a|bf16|N=4096|K=4096","value":"wgmma:128x256x64:s4"}}
 //
 // A record names its template by identity: a built-in by name (plus the digest it had), any other
 // template by file name, digest and the id of a "sources" line before it, which holds its source text
@@ -20,6 +21,11 @@
 // read version 1 files; writers convert one to version 2 (once, atomically) before appending to it.
 // In memory as in the file, a template's sources are held once, shared by its records: reading N
 // records of one template holds its sources once, so what a file expands to is bounded by its size.
+// A "choice" line is a tuned choice (kjit::Choices, choice_store.hpp) the workload found or made: a key
+// and the configuration chosen for it, both printable ASCII within the choice store's limits. A later
+// line for the same key replaces an earlier one (a writer appends one only when the value changed). Choice
+// lines are optional and leave record ids as they were; a kjit older than them refuses a file that has
+// any ("not an object with one field"), so record without tuning for such a kjit.
 // A crash mid-append leaves a torn last line without its newline: readers ignore it (the records
 // before it stand) and the next writer cuts it off.
 #pragma once
@@ -106,13 +112,20 @@ class Manifest {
   bool add(ManifestRecord r);
   // Unique by id, in first-recorded order.
   const std::vector<ManifestRecord>& records() const noexcept { return records_; }
+  // Sets the tuned choice of `key` (the last one set wins). Throws kjit::ValueError for a key or value
+  // the choice store refuses (choice_store.hpp).
+  void set_choice(const std::string& key, const std::string& value);
+  // Tuned choices, key -> value.
+  const std::map<std::string, std::string>& choices() const noexcept { return choices_; }
 
  private:
   std::vector<ManifestRecord> records_;
   std::set<std::string> ids_;
+  std::map<std::string, std::string> choices_;
 };
 
-// Canonical text of the current version (records carry their id; each template's sources once).
+// Canonical text of the current version (records carry their id; each template's sources once; the
+// choices after the records, by key).
 std::string manifest_to_json(const Manifest& m);
 // Either version. Throws kjit::ValueError naming `origin` (a file name) and what is wrong: bad JSON, a
 // wrong or missing "kjit_manifest" version, a missing or mistyped field, a record whose id does not
@@ -139,6 +152,10 @@ class ManifestWriter {
   // Returns how many records were new. Throws kjit::Error (ValueError for a damaged existing manifest,
   // which is never overwritten) when it cannot.
   std::size_t append(const std::vector<ManifestRecord>& records);
+  // The same for tuned choices: appends a "choice" line for each key whose value in the file (its last
+  // line for that key) is another or none; returns how many it appended. ValueError for a key or value the
+  // choice store refuses.
+  std::size_t append_choices(const std::map<std::string, std::string>& choices);
   const std::filesystem::path& file() const noexcept { return file_; }
   // Bytes this writer has appended to the file, over its life (what tests check for O(N) recording).
   std::uint64_t bytes_written() const noexcept { return bytes_written_; }
@@ -149,6 +166,7 @@ class ManifestWriter {
   double lock_timeout_s_;
   std::uint64_t bytes_written_ = 0;
   std::unique_ptr<State> state_;  // what this writer has read of the file
+  std::size_t append_lines(const std::vector<ManifestRecord>& records, const std::map<std::string, std::string>& choices);
 };
 
 // One-shot ManifestWriter(file, lock_timeout_s).append(records).
