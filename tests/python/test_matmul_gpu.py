@@ -189,3 +189,41 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="activation"):
         ops.linear(x, torch.randn(8, 8, device="cuda", dtype=torch.bfloat16), activation="tanh")
     ops.linear(x, torch.randn(8, 8, device="cuda", dtype=torch.bfloat16))  # the process is still usable
+
+
+TUNE_WORKLOAD = """
+import torch, kjit
+from kjit import ops
+g = torch.Generator(device="cuda").manual_seed(0)
+x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16, generator=g)
+w = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16, generator=g) / 16
+y = ops.linear(x, w, activation="gelu")
+torch.cuda.synchronize()
+print("compiles:", kjit.stats()["compiles"], "sum:", float(y.float().sum()))
+"""
+
+
+def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
+    """KJIT_TUNE=1 times the candidates once and keeps the pick on disk; a new process reuses it without
+    timing; KJIT_RECORD records it, `kjit warm` installs it, and a strict process replays it with no compile."""
+    from conftest import run_python
+
+    major, minor = torch.cuda.get_device_capability()
+    script = tmp_path / "workload.py"
+    script.write_text(TUNE_WORKLOAD)
+    manifest, cache_a, cache_b = tmp_path / "m.json", tmp_path / "cache-a", tmp_path / "cache-b"
+    tuned = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_a, "KJIT_TUNE": "1", "KJIT_VERBOSE": "1",
+                                           "KJIT_RECORD": manifest, "KJIT_CACHE_MODE": None})
+    assert "tuned gemm|" in tuned.stderr, tuned
+    assert '"choice"' in manifest.read_text()
+    again = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_a, "KJIT_TUNE": "1", "KJIT_VERBOSE": "1",
+                                           "KJIT_RECORD": None, "KJIT_CACHE_MODE": None})
+    assert "tuned gemm|" not in again.stderr, again  # found on disk: no timing
+    assert again.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
+    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", f"sm_{major}{minor}"],
+                      env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None})
+    assert "1 tuned choice installed" in warm.stdout and " 0 failed" in warm.stdout, warm
+    strict = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_TUNE": "1",
+                                            "KJIT_VERBOSE": "1", "KJIT_RECORD": None})
+    assert "compiles: 0" in strict.stdout and "tuned gemm|" not in strict.stderr, strict
+    assert strict.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]

@@ -4,9 +4,14 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
+#include "kjit/choices.hpp"
 #include "kjit/driver_library.hpp"
+#include "kjit/log.hpp"
 #include "rows.hpp"
 
 namespace kjit::ops {
@@ -59,6 +64,7 @@ struct Config {
 // The candidates of each kernel (all fit 227 KB of shared memory).
 const std::vector<Config>& wgmma_configs(bool swiglu) {
   static const std::vector<Config> plain = {{true, 128, 256, 64, 0, 0, 0, 4},
+                                            {true, 128, 192, 64, 0, 0, 0, 5},
                                             {true, 128, 128, 64, 0, 0, 0, 6},
                                             {true, 64, 128, 64, 0, 0, 0, 8},
                                             {true, 64, 64, 64, 0, 0, 0, 8}};
@@ -118,10 +124,100 @@ Config heuristic(const Gemm& g, int device) {
   const Config* best = &all[0];
   double best_cost = std::numeric_limits<double>::max();
   for (const Config& c : all) {
+    if (c.bn == 192) continue;  // a tuning candidate only (its waves rarely beat 256 or 128 in this model)
     const double cost = estimate(c, g, sms);
     if (cost < best_cost) best_cost = cost, best = &c;
   }
   return *best;
+}
+
+// The M bucket a choice covers: the power of two at or above M (one choice per bucket, as one kernel per
+// tile configuration serves every M).
+std::int64_t m_bucket(std::int64_t m) {
+  std::int64_t b = 1;
+  while (b < m && b < (std::int64_t(1) << 40)) b <<= 1;
+  return b;
+}
+
+// The tuned choice's key: everything the best configuration depends on.
+std::string choice_key(const Gemm& g, int device) {
+  std::string epi = activation_name(g.act);
+  if (g.bias) epi += "+bias";
+  if (g.residual.ptr) epi += "+residual";
+  if (g.aux.ptr) epi += "+aux";
+  if (g.swiglu) epi = std::string("swiglu") + (g.residual.ptr ? "+residual" : "") + (g.aux.ptr ? "+aux" : "");
+  return "gemm|" + device_target(device).str() + "|" + c10::toString(g.dtype) + "|N=" + std::to_string(g.n) +
+         "|K=" + std::to_string(g.k) + "|batch=" + (g.batch > 1 ? "many" : "1") + "|epi=" + epi +
+         "|m<=" + std::to_string(m_bucket(g.m));
+}
+
+void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx);
+
+// Times every candidate on ctx.stream (each compiled and run once first, then the median of a few runs)
+// and returns the fastest. A candidate that fails to compile or launch is left out.
+Config time_candidates(const char* op, const Gemm& g, int device, const LaunchContext& ctx, const Config& fallback) {
+  const DriverLibrary& d = DriverLibrary::get();
+  CUevent start = nullptr, stop = nullptr;
+  d.check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  d.check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  Config best = fallback;
+  float best_ms = std::numeric_limits<float>::max();
+  constexpr int kRuns = 5;
+  for (const Config& c : candidates(g, device)) {
+    try {
+      launch(op, c, g, device, ctx);
+      d.check(d.cuEventRecord(start, ctx.stream), "cuEventRecord");
+      for (int i = 0; i < kRuns; ++i) launch(op, c, g, device, ctx);
+      d.check(d.cuEventRecord(stop, ctx.stream), "cuEventRecord");
+      d.check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+      float ms = 0;
+      d.check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+      if (ms < best_ms) best_ms = ms, best = c;
+    } catch (const Error& e) {
+      log::warn_once("gemm-tune:" + c.name() + ":" + e.what(),
+                     std::string(op) + ": tuning left out the GEMM configuration " + c.name() + ": " + e.what());
+    }
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  return best;
+}
+
+// The configuration for `g`: this process's earlier pick for the key, else a stored (or warmed) tuned
+// choice, else (KJIT_TUNE=1, not strict, not capturing a CUDA graph) the fastest candidate, timed now and
+// stored, else the heuristic's.
+Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
+  using Memo = std::tuple<int, int, std::int64_t, std::int64_t, bool, int, bool, bool, bool, bool, std::int64_t>;
+  static std::mutex mu;
+  static std::map<Memo, Config> memo;
+  const Memo m{device,           static_cast<int>(g.dtype), g.n,          g.k,    g.batch > 1,
+               static_cast<int>(g.act), g.bias != nullptr, g.residual.ptr != nullptr, g.aux.ptr != nullptr,
+               g.swiglu,         m_bucket(g.m)};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = memo.find(m);
+    if (it != memo.end()) return it->second;
+  }
+  Choices& choices = Choices::global();
+  const std::string key = choice_key(g, device);
+  Config c = heuristic(g, device);
+  bool known = false;
+  if (const auto stored = choices.find(key)) {
+    for (const Config& candidate : candidates(g, device))
+      if (candidate.name() == *stored) c = candidate, known = true;
+    if (!known)
+      log::warn_once("gemm-choice:" + key, std::string(op) + ": the tuned choice '" + *stored + "' for " + key +
+                                               " names no configuration of this kjit; using the default (" +
+                                               c.name() + ")");
+  }
+  if (!known && choices.tuning_allowed() && !ctx.compile_forbidden) {
+    c = time_candidates(op, g, device, ctx, c);
+    choices.store(key, c.name());
+    log::info(1, std::string(op) + ": tuned " + key + ": " + c.name());
+  }
+  const std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(m, c);
+  return c;
 }
 
 const KernelFamily& wgmma_family() {
@@ -236,7 +332,7 @@ void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ct
                        " K=" + std::to_string(g.k));
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   if (g.batch > 65535) fail_value(op, "at most 65535 matrices per batch, got " + std::to_string(g.batch));
-  const Config c = heuristic(g, device);
+  const Config c = pick(op, g, device, ctx);
   if (cdiv(g.m, c.bm) > 65535)
     fail_value(op, "M=" + std::to_string(g.m) + " rows are more than one launch covers (" +
                        std::to_string(65535 * c.bm) + "); split the rows");
