@@ -89,8 +89,9 @@ GEMM_CONFIGS = {
     "large_wide": dict(BM=128, BN=256, BK=32, WM=2, WN=4, WK=1, STAGES=4),
     "medium": dict(BM=64, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=4),
     "medium_wide": dict(BM=64, BN=128, BK=32, WM=2, WN=2, WK=1, STAGES=4),
-    "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=3),
-    "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
+    "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=6),
+    "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=6),
+    "small_narrowest": dict(BM=16, BN=16, BK=64, WM=1, WN=1, WK=8, STAGES=6),
     "swiglu_large": dict(BM=128, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=4),
     "swiglu_large_wn4": dict(BM=128, BN=128, BK=32, WM=2, WN=4, WK=1, STAGES=4),
 }
@@ -112,6 +113,7 @@ def _gemm_jobs(dtype):
         ("small", "bias_gelu", 14336, 4096),
         ("small", "swiglu_aux", 0, 0),
         ("small_narrow", "residual", 4096, 14336),
+        ("small_narrowest", "bias_gelu", 4096, 11008),
         ("swiglu_large", "swiglu_aux", 0, 0),
         ("swiglu_large_wn4", "swiglu_aux", 14336, 4096),
     ]

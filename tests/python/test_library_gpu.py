@@ -1006,6 +1006,10 @@ def test_add_norm_backward(dtype, d, config, with_dh):
     dx, dres, dw, db = bwd(dy, dh, h, w, has_b, eps)
     rdx, rdres, rdw, rdb = add_norm_grads_ref(rms, x, r, w, b, dy, dh)
     tol = row_tol(dtype)
+    if d == 1 and not rms and dtype == torch.float32:
+        # A row of one element: dx is 0 in exact arithmetic, and rstd = 1 / sqrt(eps) ~ 316 scales float32's
+        # rounding of the row's terms into about 3e-5 (layer_norm_backward gives the same values for this h).
+        tol = dict(tol, atol=1e-4)
     close(dx, rdx, **tol)
     assert torch.equal(dres, dx) and dres.data_ptr() != dx.data_ptr()  # two tensors of the same values
     sums = sum_tol(dtype, rows)

@@ -79,8 +79,11 @@ const std::vector<Config>& mma_configs() {
                                           {false, 64, 64, 32, 2, 2, 1, 4}};
   return all;
 }
+// Small M (decode): 16 rows, the weight streamed through 6 stages by WK warp groups splitting K; narrower
+// tiles make more blocks (the weight read needs about two blocks per multiprocessor in flight).
 const std::vector<Config>& small_m_configs() {
-  static const std::vector<Config> all = {{false, 16, 64, 64, 1, 2, 4, 3}, {false, 16, 32, 64, 1, 2, 8, 3}};
+  static const std::vector<Config> all = {
+      {false, 16, 64, 64, 1, 2, 4, 6}, {false, 16, 32, 64, 1, 2, 8, 6}, {false, 16, 16, 64, 1, 1, 8, 6}};
   return all;
 }
 
@@ -120,7 +123,11 @@ const std::vector<Config>& candidates(const Gemm& g, int device) {
 Config heuristic(const Gemm& g, int device) {
   const int sms = sm_count(device);
   const auto& all = candidates(g, device);
-  if (g.m <= kSmallM) return cdiv(g.n, 64) * g.batch >= sms ? all[0] : all[1];
+  if (g.m <= kSmallM) {  // the widest tile that still makes two blocks per multiprocessor
+    for (const Config& c : all)
+      if (cdiv(g.n, c.bn) * g.batch >= 2 * sms) return c;
+    return all.back();
+  }
   const Config* best = &all[0];
   double best_cost = std::numeric_limits<double>::max();
   for (const Config& c : all) {
