@@ -5,20 +5,22 @@
 //   C[m, n] = epilogue(sum_k A[m, k] * B[n, k])      (F.linear's layout: A [M, K], B [N, K], C [M, N])
 //
 // A and B are read through TMA descriptors the host builds (cuTensorMapEncodeTiled; see
-// python/src/ops/gemm_plan.cpp): 3-D tensors {K, rows, batch} of T, a box of {64, BM or BN, 1}, 128-byte
+// python/src/ops/gemm.cpp): 3-D tensors {K, rows, batch} of T, a box of {64, BM or BN, 1}, 128-byte
 // swizzle, zero fill out of bounds (so M, N and K need not be multiples of the tile). For SWIGLU, B has
 // 2N rows (gate rows, then up rows) and each block loads BN gate rows and the BN matching up rows.
 // N > 0 / K > 0 fix the sizes at compile time (n_runtime / k_runtime are ignored); 0 takes them from
 // n_runtime / k_runtime. M is always a runtime argument.
 //
-// Launch: grid (ceil(N / BN), ceil(M / BM), batch), block 128 * (BM / 64 + 1) threads, dynamic shared
-// memory gemm_sm90_shared_bytes = 1024 + STAGES * (BM + BN * (SWIGLU ? 2 : 1)) * 64 * sizeof(T) (the 1024
-// aligns the swizzled tiles). BM is 64 or 128, BN 64, 128, 192 or 256, T __half or __nv_bfloat16.
+// Launch: persistent, grid (min(tiles, multiprocessors), 1, 1) for the ceil(M / BM) x ceil(N / BN) x batch
+// tiles, block 128 * (BM / 64 + 1) threads, dynamic shared memory
+// 1024 + STAGES * (BM + BN * (SWIGLU ? 2 : 1)) * 64 * sizeof(T) bytes (the 1024 aligns the swizzled tiles).
+// BM is 64 or 128, BN 64, 128, 192 or 256, T __half or __nv_bfloat16.
 //
 // Pipeline: STAGES shared-memory stages, each guarded by a "full" mbarrier (TMA bytes arrived) and an
 // "empty" one (every consumer warp done with it). One producer thread issues the loads; the consumer
 // warpgroups each own 64 rows of the tile and run 4 wgmma (k = 16 each) per 64-wide k-tile, keeping one
-// k-tile's MMAs in flight while the next stage's are issued. Tiles are visited in groups of 8 tile rows.
+// k-tile's MMAs in flight while the next stage's are issued. A block loops over tiles (in groups of 8 tile
+// rows), the stages one ring over all of them: the next tile's loads overlap this tile's epilogue.
 #pragma once
 
 #include "detail/gemm_epilogue.cuh"
@@ -73,13 +75,34 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
 
 }  // namespace kjit_sm90
 
+namespace kjit_sm90 {
+
+// The tile of linear index `t` (of tiles_m x tiles_n x batch): tiles in groups of GROUP_M tile rows, tile
+// rows fastest inside a group, so that the blocks at work at once share a few rows of A and columns of B
+// in L2 (rather than all of B streaming past each row of A).
+struct Tile {
+  int m0, n0, z;
+};
+template <int BM, int BN>
+__device__ __forceinline__ Tile tile_of(int t, int tiles_m, int tiles_n) {
+  constexpr int GROUP_M = 8;
+  const int per_matrix = tiles_m * tiles_n;
+  const int z = t / per_matrix, linear = t % per_matrix;
+  const int first_m = linear / (GROUP_M * tiles_n) * GROUP_M;
+  const int group_rows = min(tiles_m - first_m, GROUP_M);
+  const int in_group = linear % (GROUP_M * tiles_n);
+  return {(first_m + in_group % group_rows) * BM, in_group / group_rows * BN, z};
+}
+
+}  // namespace kjit_sm90
+
 template <typename T, int N, int K, int BM, int BN, int STAGES, int ACT, bool HAS_BIAS, bool HAS_RESIDUAL, bool AUX,
           bool SWIGLU>
 __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
     gemm_wgmma(const __grid_constant__ kjit_sm90::TmaDesc tma_a, const __grid_constant__ kjit_sm90::TmaDesc tma_b,
                T* __restrict__ c, int m, int n_runtime, int k_runtime, long long ldc, long long batch_c,
                const T* __restrict__ bias, const T* residual, T* aux, long long ld_residual, long long ld_aux,
-               long long batch_residual, long long batch_aux, float scale) {
+               long long batch_residual, long long batch_aux, float scale, int batch) {
   static_assert(sizeof(T) == 2, "the sm_90 GEMM takes __half or __nv_bfloat16");
   static_assert(BM == 64 || BM == 128, "BM is 64 or 128 (one or two consumer warpgroups)");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN is 64, 128, 192 or 256");
@@ -94,16 +117,8 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
   const int n = N > 0 ? N : n_runtime;
   const int k = K > 0 ? K : k_runtime;
   const int k_tiles = (k + BK - 1) / BK;
-  // Tiles in groups of GROUP_M tile rows, tile rows fastest inside a group: the blocks resident at once
-  // share a few rows of A and columns of B in L2 (rather than all of B streaming past each row of A).
-  constexpr int GROUP_M = 8;
-  const int tiles_n = gridDim.x, tiles_m = gridDim.y;
-  const int linear = blockIdx.y * tiles_n + blockIdx.x;
-  const int group = linear / (GROUP_M * tiles_n), first_m = group * GROUP_M;
-  const int group_rows = min(tiles_m - first_m, GROUP_M);
-  const int tile_m = first_m + (linear % (GROUP_M * tiles_n)) % group_rows;
-  const int tile_n = (linear % (GROUP_M * tiles_n)) / group_rows;
-  const int m0 = tile_m * BM, n0 = tile_n * BN, z = blockIdx.z;
+  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n * batch;
 
   extern __shared__ unsigned char shared_raw[];
   __shared__ alignas(8) unsigned long long full[STAGES], empty[STAGES];
@@ -119,77 +134,89 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
   }
   __syncthreads();
 
+  // Persistent: each block takes tiles blockIdx.x, + gridDim.x, ...; the stages are one ring over all of
+  // them (`it` counts k-tiles across tiles), so the producer loads the next tile while the consumers
+  // finish this one.
   const int warpgroup = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
   if (warpgroup == 0) {  // the producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (t == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % STAGES, round = kt / STAGES;
-        if (round > 0) kjit_sm90::barrier_wait(empty0 + 8 * s, (round - 1) & 1);
-        const unsigned full_s = full0 + 8 * s, dst = base + s * STAGE_BYTES;
-        kjit_sm90::barrier_expect_bytes(full_s, STAGE_BYTES);
-        kjit_sm90::tma_load(dst, &tma_a, full_s, kt * BK, m0, z);
-        kjit_sm90::tma_load(dst + A_BYTES, &tma_b, full_s, kt * BK, n0, z);
-        if constexpr (SWIGLU) kjit_sm90::tma_load(dst + A_BYTES + B_BYTES, &tma_b, full_s, kt * BK, n + n0, z);
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const kjit_sm90::Tile tl = kjit_sm90::tile_of<BM, BN>(tile, tiles_m, tiles_n);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % STAGES, round = it / STAGES;
+          if (round > 0) kjit_sm90::barrier_wait(empty0 + 8 * s, (round - 1) & 1);
+          const unsigned full_s = full0 + 8 * s, dst = base + s * STAGE_BYTES;
+          kjit_sm90::barrier_expect_bytes(full_s, STAGE_BYTES);
+          kjit_sm90::tma_load(dst, &tma_a, full_s, kt * BK, tl.m0, tl.z);
+          kjit_sm90::tma_load(dst + A_BYTES, &tma_b, full_s, kt * BK, tl.n0, tl.z);
+          if constexpr (SWIGLU)
+            kjit_sm90::tma_load(dst + A_BYTES + B_BYTES, &tma_b, full_s, kt * BK, n + tl.n0, tl.z);
+        }
       }
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int consumer = warpgroup - 1;  // owns rows m0 + 64 * consumer ... + 63
+  const int consumer = warpgroup - 1;  // owns rows m0 + 64 * consumer ... + 63 of each tile
+  const int warp = t / 32, lane = t % 32;
   float acc[R];
   float acc_up[SWIGLU ? R : 1];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const kjit_sm90::Tile tl = kjit_sm90::tile_of<BM, BN>(tile, tiles_m, tiles_n);
 #pragma unroll
-  for (int i = 0; i < R; ++i) acc[i] = 0.f;
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int i = 0; i < (SWIGLU ? R : 1); ++i) acc_up[i] = 0.f;
-
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES, round = kt / STAGES;
-    kjit_sm90::barrier_wait(full0 + 8 * s, round & 1);
-    const unsigned a_tile = base + s * STAGE_BYTES + consumer * 64 * BK * sizeof(T);
-    const unsigned b_tile = base + s * STAGE_BYTES + A_BYTES;
+    for (int i = 0; i < (SWIGLU ? R : 1); ++i) acc_up[i] = 0.f;
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = it % STAGES, round = it / STAGES;
+      kjit_sm90::barrier_wait(full0 + 8 * s, round & 1);
+      const unsigned a_tile = base + s * STAGE_BYTES + consumer * 64 * BK * sizeof(T);
+      const unsigned b_tile = base + s * STAGE_BYTES + A_BYTES;
+      kjit_wgmma::fence_operands(acc);
+      if constexpr (SWIGLU) kjit_wgmma::fence_operands(acc_up);
+      kjit_wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const unsigned long long da = kjit_sm90::smem_descriptor(a_tile + kk * 32);
+        kjit_wgmma::Mma<T, BN>::run(acc, da, kjit_sm90::smem_descriptor(b_tile + kk * 32), 1);
+        if constexpr (SWIGLU)
+          kjit_wgmma::Mma<T, BN>::run(acc_up, da, kjit_sm90::smem_descriptor(b_tile + B_BYTES + kk * 32), 1);
+      }
+      kjit_wgmma::commit();
+      // Keep this k-tile's MMAs in flight; once the previous k-tile's are done, its stage goes back.
+      kjit_wgmma::wait<1>();
+      if (kt > 0 && lane == 0) kjit_sm90::barrier_arrive(empty0 + 8 * ((it - 1) % STAGES));
+    }
+    kjit_wgmma::wait<0>();
     kjit_wgmma::fence_operands(acc);
     if constexpr (SWIGLU) kjit_wgmma::fence_operands(acc_up);
-    kjit_wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      const unsigned long long da = kjit_sm90::smem_descriptor(a_tile + kk * 32);
-      kjit_wgmma::Mma<T, BN>::run(acc, da, kjit_sm90::smem_descriptor(b_tile + kk * 32), 1);
-      if constexpr (SWIGLU)
-        kjit_wgmma::Mma<T, BN>::run(acc_up, da, kjit_sm90::smem_descriptor(b_tile + B_BYTES + kk * 32), 1);
-    }
-    kjit_wgmma::commit();
-    // Keep this k-tile's MMAs in flight; once the previous k-tile's are done, its stage goes back.
-    kjit_wgmma::wait<1>();
-    if (kt > 0 && t % 32 == 0) kjit_sm90::barrier_arrive(empty0 + 8 * ((kt - 1) % STAGES));
-  }
-  kjit_wgmma::wait<0>();
-  kjit_wgmma::fence_operands(acc);
-  if constexpr (SWIGLU) kjit_wgmma::fence_operands(acc_up);
+    if (k_tiles > 0 && lane == 0) kjit_sm90::barrier_arrive(empty0 + 8 * ((it - 1) % STAGES));
 
-  // The accumulator layout of wgmma m64nN: thread t holds, for each 8 columns i, rows
-  // 16 * warp + lane / 4 (+ 8) at columns 8 * i + 2 * (lane % 4) (+ 1).
-  const kjit_gemm::Epilogue<T> e{bias, residual ? residual + z * batch_residual : residual,
-                                 aux ? aux + z * batch_aux : aux, ld_residual, ld_aux, scale};
-  T* cz = c + z * batch_c;
-  const int warp = t / 32, lane = t % 32;
-  const int row = m0 + consumer * 64 + warp * 16 + lane / 4;
+    // The accumulator layout of wgmma m64nN: thread t holds, for each 8 columns i, rows
+    // 16 * warp + lane / 4 (+ 8) at columns 8 * i + 2 * (lane % 4) (+ 1).
+    const kjit_gemm::Epilogue<T> e{bias, residual ? residual + tl.z * batch_residual : residual,
+                                   aux ? aux + tl.z * batch_aux : aux, ld_residual, ld_aux, scale};
+    T* cz = c + tl.z * batch_c;
+    const int row = tl.m0 + consumer * 64 + warp * 16 + lane / 4;
 #pragma unroll
-  for (int i = 0; i < BN / 8; ++i) {
-    const int col = n0 + 8 * i + 2 * (lane % 4);
-    if constexpr (SWIGLU) {
-      kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, cz, ldc, row, col, m, n, acc[4 * i], acc[4 * i + 1],
-                                                          acc_up[4 * i], acc_up[4 * i + 1]);
-      kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, cz, ldc, row + 8, col, m, n, acc[4 * i + 2],
-                                                          acc[4 * i + 3], acc_up[4 * i + 2], acc_up[4 * i + 3]);
-    } else {
-      kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, cz, ldc, row, col, m, n, acc[4 * i],
-                                                                  acc[4 * i + 1]);
-      kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, cz, ldc, row + 8, col, m, n, acc[4 * i + 2],
-                                                                  acc[4 * i + 3]);
+    for (int i = 0; i < BN / 8; ++i) {
+      const int col = tl.n0 + 8 * i + 2 * (lane % 4);
+      if constexpr (SWIGLU) {
+        kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, cz, ldc, row, col, m, n, acc[4 * i], acc[4 * i + 1],
+                                                            acc_up[4 * i], acc_up[4 * i + 1]);
+        kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, cz, ldc, row + 8, col, m, n, acc[4 * i + 2],
+                                                            acc[4 * i + 3], acc_up[4 * i + 2], acc_up[4 * i + 3]);
+      } else {
+        kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, cz, ldc, row, col, m, n, acc[4 * i],
+                                                                    acc[4 * i + 1]);
+        kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, cz, ldc, row + 8, col, m, n, acc[4 * i + 2],
+                                                                    acc[4 * i + 3]);
+      }
     }
   }
 }

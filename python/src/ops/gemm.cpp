@@ -296,9 +296,14 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   const auto k = kernel_for(c.wgmma ? wgmma_family() : mma_family(), targs.data(), targs.size(), device,
                             ctx.compile_forbidden);
   LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(cdiv(g.n, c.bn));
-  cfg.grid.y = static_cast<unsigned>(cdiv(g.m, c.bm));
-  cfg.grid.z = static_cast<unsigned>(g.batch);
+  const std::int64_t tiles = cdiv(g.n, c.bn) * cdiv(g.m, c.bm) * g.batch;
+  if (c.wgmma) {  // persistent: a block per multiprocessor, each looping over tiles
+    cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(tiles, sm_count(device)));
+  } else {
+    cfg.grid.x = static_cast<unsigned>(cdiv(g.n, c.bn));
+    cfg.grid.y = static_cast<unsigned>(cdiv(g.m, c.bm));
+    cfg.grid.z = static_cast<unsigned>(g.batch);
+  }
   cfg.shared_mem = shared_bytes(c, g);
   cfg.stream = ctx.stream;
   int m = static_cast<int>(g.m), n = static_cast<int>(g.n), kk = static_cast<int>(g.k);
@@ -313,8 +318,9 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
     cfg.block.x = 128 * (c.bm / 64 + 1);
     TensorMap ta = tensor_map(op, g, g.a, g.m, c.bm);
     TensorMap tb = tensor_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
-    void* args[] = {&ta.map, &tb.map, &cp,     &m,       &n,      &kk,        &ldc,       &batch_c,
-                    &bias,   &residual, &aux,  &ld_res,  &ld_aux, &batch_res, &batch_aux, &scale};
+    int batch = static_cast<int>(g.batch);
+    void* args[] = {&ta.map, &tb.map, &cp,     &m,     &n,      &kk,        &ldc,       &batch_c, &bias,
+                    &residual, &aux,  &ld_res, &ld_aux, &batch_res, &batch_aux, &scale, &batch};
     k->kernel->launch(cfg, args);
   } else {
     cfg.block.x = 32 * c.wm * c.wn * c.wk;
@@ -340,7 +346,10 @@ void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ct
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   if (g.batch > 65535) fail_value(op, "at most 65535 matrices per batch, got " + std::to_string(g.batch));
   const Config c = pick(op, g, device, ctx);
-  if (cdiv(g.m, c.bm) > 65535)
+  if (cdiv(g.m, c.bm) * cdiv(g.n, c.bn) > std::numeric_limits<int>::max() / std::max<std::int64_t>(g.batch, 1))
+    fail_value(op, "M=" + std::to_string(g.m) + ", N=" + std::to_string(g.n) + " and a batch of " +
+                       std::to_string(g.batch) + " make more tiles than one launch covers; split the problem");
+  if (!c.wgmma && cdiv(g.m, c.bm) > 65535)
     fail_value(op, "M=" + std::to_string(g.m) + " rows are more than one launch covers (" +
                        std::to_string(65535 * c.bm) + "); split the rows");
   launch(op, c, g, device, ctx);
