@@ -80,7 +80,7 @@ const std::vector<Config>& mma_configs() {
   return all;
 }
 // Small M (decode): 16 rows, the weight streamed through 6 stages by WK warp groups splitting K; narrower
-// tiles make more blocks (the weight read needs about two blocks per multiprocessor in flight).
+// tiles make more blocks (the weight read needs every multiprocessor streaming).
 const std::vector<Config>& small_m_configs() {
   static const std::vector<Config> all = {
       {false, 16, 64, 64, 1, 2, 4, 6}, {false, 16, 32, 64, 1, 2, 8, 6}, {false, 16, 16, 64, 1, 1, 8, 6}};
@@ -123,9 +123,9 @@ const std::vector<Config>& candidates(const Gemm& g, int device) {
 Config heuristic(const Gemm& g, int device) {
   const int sms = sm_count(device);
   const auto& all = candidates(g, device);
-  if (g.m <= kSmallM) {  // the widest tile that still makes two blocks per multiprocessor
+  if (g.m <= kSmallM) {  // the widest tile that still gives every multiprocessor a block
     for (const Config& c : all)
-      if (cdiv(g.n, c.bn) * g.batch >= 2 * sms) return c;
+      if (cdiv(g.n, c.bn) * g.batch >= sms) return c;
     return all.back();
   }
   const Config* best = &all[0];
