@@ -56,6 +56,8 @@ multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two 
 
 FLOAT_ALLOWED = r"allowed: torch\.float32, torch\.float16, torch\.bfloat16, torch\.float64"
 U8_ALLOWED = r"allowed: torch\.uint8"
+MATRIX_ALLOWED = r"allowed: torch\.bfloat16, torch\.float16, torch\.float32"
+BF16 = torch.bfloat16
 ORIGINS = ("compiled", "disk", "memory")
 ADD = kjit.Template.builtin("add_constant").kernel("add_constant")
 RGB = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray")
@@ -154,8 +156,8 @@ class Maker:
                     flat[-1] = float("-inf")
         return self._place(t)
 
-    def w(self, *shape):
-        return self._place(self._make(shape, self.dtype or torch.float32))
+    def w(self, *shape, dtype=torch.float32):
+        return self._place(self._make(shape, self.dtype or dtype))
 
     def u8(self, *shape):
         if self.lead is not None:
@@ -198,6 +200,47 @@ def _add_norm_backward_ref(rms):
         g = dx if grad_h is None else dx + grad_h
         return g, g.clone(), dw, db
     return ref
+
+
+ACTIVATION_REFS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+                   "silu": F.silu}
+
+
+def _linear_pre(x, w, b=None, act=None, scale=1.0, res=None):
+    z = F.linear(x.float(), w.float()) * scale
+    return z + b.float() if b is not None else z
+
+
+def _linear_ref(x, w, b=None, act=None, scale=1.0, res=None):
+    y = ACTIVATION_REFS[act](_linear_pre(x, w, b, act, scale))
+    return (y + res.float() if res is not None else y).to(x.dtype)
+
+
+def _linear_backward_ref(grad, x, w, pre, act, scale, has_bias):
+    with torch.enable_grad():
+        z = pre.float().requires_grad_(True)
+        (dz,) = torch.autograd.grad(ACTIVATION_REFS[act](z), [z], grad.float())
+    db = dz.sum(0) if has_bias else x.new_empty((0,)).float()
+    return (dz * scale @ w.float()).to(x.dtype), ((dz * scale).T @ x.float()).to(x.dtype), db.to(x.dtype)
+
+
+def _swiglu_pre(x, w, res=None):
+    return F.linear(x.float(), w.float())
+
+
+def _swiglu_ref(x, w, res=None):
+    g, u = _swiglu_pre(x, w).chunk(2, -1)
+    y = F.silu(g) * u
+    return (y + res.float() if res is not None else y).to(x.dtype)
+
+
+def _swiglu_backward_ref(grad, x, w, pre):
+    with torch.enable_grad():
+        gu = pre.float().requires_grad_(True)
+        g, u = gu.chunk(2, -1)
+        (dgu,) = torch.autograd.grad(F.silu(g) * u, [gu], grad.float())
+    dgu = dgu.to(x.dtype).float()
+    return (dgu @ w.float()).to(x.dtype), (dgu.T @ x.float()).to(x.dtype)
 
 
 def _pool_backward_ref(fn):
@@ -273,6 +316,40 @@ OPS: dict[str, OpSpec] = {
     "add_rms_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
                                     _add_norm_backward_ref(True), "grad, grad_h, h, weight", first="h",
                                     special="nan", tol=1e-4),
+    # The matrix ops: bfloat16 (float32 only as TF32, off by default); GEMM sums compared loosely.
+    "linear": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16), m.w(6, dtype=BF16), "gelu", 0.5,
+                                m.x(4, 6, dtype=BF16)), _linear_ref, "x, weight, bias, residual",
+                     allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
+    "linear_aux": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16), m.w(6, dtype=BF16), "silu", 2.0,
+                                    m.x(4, 6, dtype=BF16)),
+                         lambda *a: (_linear_ref(*a), _linear_pre(*a).to(a[0].dtype)), "x, weight, bias, residual",
+                         allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
+    "linear_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16),
+                                         m.x(4, 6, dtype=BF16), "gelu_tanh", 2.0, True),
+                              _linear_backward_ref, "grad, x, weight, preactivation", allowed=MATRIX_ALLOWED,
+                              special=None, tol=5e-2),
+    "linear_swiglu": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
+                            _swiglu_ref, "x, w_gate_up, residual", allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
+    "linear_swiglu_aux": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16)),
+                                lambda x, w: (_swiglu_ref(x, w), _swiglu_pre(x, w).to(x.dtype)), "x, w_gate_up",
+                                allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
+    "linear_swiglu_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16),
+                                                m.x(4, 12, dtype=BF16)),
+                                     _swiglu_backward_ref, "grad, x, w_gate_up, preactivation", allowed=MATRIX_ALLOWED,
+                                     special=None, tol=5e-2),
+    "matmul": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+                     lambda a, b: (a.float() @ b.float()).to(a.dtype), "a, b", first="a", allowed=MATRIX_ALLOWED,
+                     special=None, tol=3e-2),
+    "matmul_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+                              lambda g, a, b: ((g.float() @ b.float().T).to(a.dtype), (a.float().T @ g.float()).to(a.dtype)),
+                              "grad, a, b", first="a", allowed=MATRIX_ALLOWED, special=None, tol=5e-2),
+    "bmm": OpSpec(lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+                  lambda a, b: torch.bmm(a.float(), b.float()).to(a.dtype), "a, b", first="a", allowed=MATRIX_ALLOWED,
+                  special=None, tol=3e-2),
+    "bmm_backward": OpSpec(lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+                           lambda g, a, b: (torch.bmm(g.float(), b.float().transpose(1, 2)).to(a.dtype),
+                                            torch.bmm(a.float().transpose(1, 2), g.float()).to(a.dtype)),
+                           "grad, a, b", first="a", allowed=MATRIX_ALLOWED, special=None, tol=5e-2),
     "max_pool2d": OpSpec(lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]), F.max_pool2d, "x"),
     "max_pool2d_backward": OpSpec(lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]),
                                   _pool_backward_ref(F.max_pool2d), "grad, x"),

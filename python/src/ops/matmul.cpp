@@ -252,10 +252,14 @@ Grads3 linear_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const a
                             double scale, bool has_bias) {
   constexpr const char* op = "kjit.ops.linear_backward";
   const Activation act = parse_activation(op, activation);
-  const int device = device_for(op, {{"grad", grad}, {"x", x}, {"weight", weight}});
+  const int device = device_for(op, {{"grad", grad},
+                                     {"x", x},
+                                     {"weight", weight},
+                                     {"preactivation", preactivation ? *preactivation : at::Tensor()}});
   check_matrix_dtype(op, "x", x);
   check_same_dtype(op, "grad", grad, "x", x);
   check_same_dtype(op, "weight", weight, "x", x);
+  if (preactivation) check_same_dtype(op, "preactivation", *preactivation, "x", x);
   if (act != Activation::None && !preactivation)
     fail_value(op, std::string("activation '") + activation_name(act) + "' needs the forward's pre-activation");
   const std::int64_t kdim = x.size(-1), n = weight.size(0);
@@ -324,7 +328,12 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, std::optional<c10::string_view> activation,
                             double scale, const std::optional<at::Tensor>& residual) {
-    const Activation act = parse_activation("kjit.ops.linear", activation);
+    // The public op's checks first: a bad call names kjit.ops.linear even where linear_aux runs it.
+    constexpr const char* op = "kjit.ops.linear";
+    const Activation act = parse_activation(op, activation);
+    device_for(op, {{"x", x}, {"weight", weight}, {"bias", bias ? *bias : at::Tensor()},
+                    {"residual", residual ? *residual : at::Tensor()}});
+    linear_shape(op, x, weight, bias, residual, false, x.sym_sizes(), weight.sym_sizes());
     at::Tensor y, z;
     if (act == Activation::None) {
       y = call_below_autograd<&linear_cuda>(kName, x, weight, bias, activation, scale, residual);
@@ -356,6 +365,9 @@ struct LinearSwigluFunction : public torch::autograd::Function<LinearSwigluFunct
   static constexpr const char* kName = "linear_swiglu";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate_up,
                             const std::optional<at::Tensor>& residual) {
+    constexpr const char* op = "kjit.ops.linear_swiglu";  // named in errors, though linear_swiglu_aux runs it
+    device_for(op, {{"x", x}, {"w_gate_up", w_gate_up}, {"residual", residual ? *residual : at::Tensor()}});
+    linear_shape(op, x, w_gate_up, std::nullopt, residual, true, x.sym_sizes(), w_gate_up.sym_sizes());
     auto [y, gu] = call_below_autograd<&linear_swiglu_aux_cuda>("linear_swiglu_aux", x, w_gate_up, residual);
     ctx->saved_data["has_residual"] = residual.has_value();
     ctx->save_for_backward({x, w_gate_up, gu});
