@@ -129,7 +129,9 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
   if (o.minimal) opts["minimal"] = true;
   if (o.default_device) opts["default_device"] = true;
   if (o.fast_compile != "off") opts["fast_compile"] = o.fast_compile;
-  return {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
+  Json body = {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
+  if (r.arch_specific) body["arch_specific"] = true;  // likewise: only when true
+  return body;
 }
 
 // Parsing: every complaint names the file and where in it.
@@ -264,6 +266,7 @@ class Reader {
       r.options.max_registers = static_cast<int>(*n);
     }
     r.options.defines = string_map(o, "defines", ow);
+    if (j.contains("arch_specific")) r.arch_specific = boolean(j, "arch_specific", where);
     auto id = j.find("id");
     if (id != j.end() && (!id->is_string() || id->get<std::string>() != (lines_ ? r.id() : version1_id(r))))
       fail(where, "its \"id\" does not match its content (edited by hand? remove the \"id\" field)");

@@ -31,9 +31,16 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
   std::vector<std::string> errors, stale;
   const auto specs = rebuild_records(manifest, errors, stale);
   std::vector<std::pair<Specialization, Target>> jobs;
-  for (const auto& spec : specs)
-    if (spec)
-      for (const auto& t : targets) jobs.emplace_back(*spec, t);
+  std::vector<std::string> skipped;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (specs[i])
+      for (const auto& t : targets) {
+        // As `kjit warm` compiles it: an arch-specific record for sm_XYa, none for compute_XY.
+        if (auto target = warm_target(t, manifest.records()[i].arch_specific))
+          jobs.emplace_back(*specs[i], *target);
+        else
+          skipped.push_back(manifest.records()[i].describe() + " for " + t.str());
+      }
   const PrefetchReport r = engine.prefetch(jobs);
   const std::string remote = engine.remote()->describe();
   ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from " << remote
@@ -43,6 +50,7 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
             << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";
   else
     ctx.out << r.missing << " not looked up\n";
+  for (const auto& s : skipped) ctx.out << "  skipped: " << printable(s) << ": " << kWarmNoPtxReason << '\n';
   for (const auto& s : stale) ctx.out << "  " << printable(s) << '\n';
   int status = kExitOk;
   for (std::size_t i = 0; i < errors.size(); ++i)

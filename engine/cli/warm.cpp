@@ -79,10 +79,12 @@ std::vector<std::optional<Specialization>> rebuild_records(const cache::Manifest
 void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targets) const {
   out << count_of(jobs, "job", "jobs") << " (" << count_of(records, "specialization", "specializations") << " x "
       << count_of(targets, "target", "targets") << "): " << compiled << " compiled, " << cached
-      << " already cached, " << failed.size() << " failed\n";
+      << " already cached, " << failed.size() << " failed"
+      << (skipped.empty() ? std::string() : ", " + std::to_string(skipped.size()) + " skipped") << '\n';
   if (choices) out << count_of(choices, "tuned choice", "tuned choices") << " installed\n";
   // Names come from the manifest and reasons quote compile logs: through printable(), logs keep their lines.
   for (const auto& s : stale) out << "  " << printable(s) << '\n';
+  for (const auto& f : skipped) out << "  skipped: " << printable(f.what) << ": " << printable(f.reason) << '\n';
   for (const auto& f : failed)
     out << "  failed: " << printable(f.what) << ": " << printable(f.reason, Newlines::Keep) << '\n';
 }
@@ -128,12 +130,22 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
     CompileChildren keep;  // this thread's compile child, reused for its next job of the same template
     for (std::size_t i; (i = next.fetch_add(1)) < report.jobs;) {
       const std::size_t r = order[i / targets.size()];
-      const Target& target = targets[i % targets.size()];
-      const std::string what = records[r].describe() + " for " + target.str();
+      const Target& asked = targets[i % targets.size()];
+      // An arch-specific record is compiled for sm_XYa (what its family looks up), never for PTX.
+      const std::optional<Target> target = warm_target(asked, records[r].arch_specific);
+      const std::string what = records[r].describe() + " for " + (target ? *target : asked).str();
+      if (!target) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          report.skipped.push_back({what, kWarmNoPtxReason});
+        }
+        progress.step("skipped " + what);
+        continue;
+      }
       std::string line;
       try {
         if (!specs[r]) throw Error(errors[r]);
-        const Prepared p = engine.prepare(*specs[r], target);
+        const Prepared p = engine.prepare(*specs[r], *target);
         const std::filesystem::path entry = stored_entry(engine.disk(), p);
         if (push_remote) push_to_remote(engine, p);
         std::lock_guard<std::mutex> lock(mu);

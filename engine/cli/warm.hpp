@@ -31,12 +31,16 @@ struct WarmReport {
   std::size_t pushed = 0;    // entries this warm stored in the remote tier
   std::size_t choices = 0;   // tuned choices of the manifest installed into the cache (choice_store.hpp)
   std::vector<WarmFailure> failed;  // jobs, and tuned choices that could not be installed
+  // Jobs with no target to compile for (warm_target: an arch-specific record asked for compute_XY), with
+  // why; neither compiled nor failed.
+  std::vector<WarmFailure> skipped;
   std::vector<std::string> stale;  // one note per record whose template changed since recording
   // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may
   // share an entry); jobs satisfied by a read-only layer are not listed. Then the tuned choices installed.
   std::vector<std::filesystem::path> entries;
 
-  // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" and the notes.
+  // "8 jobs (4 specializations x 2 targets): 6 compiled, 2 already cached, 0 failed" (then ", 1 skipped"
+  // when some were) and the notes.
   void print(std::ostream& out, std::size_t records, std::size_t targets) const;
 };
 

@@ -353,7 +353,7 @@ void Engine::land(const cache::CacheKey& id, InFlight& flight) {
 Prepared Engine::prepare(const Specialization& spec, const Target& target) {
   const auto t0 = Clock::now();
   Prepared p = resolve_entry(spec, target);
-  if (recorder_) recorder_->record(spec);  // a shared result may come from another Template object
+  if (recorder_) recorder_->record(spec, target);  // a shared result may come from another Template object
   if (p.origin == Origin::Memory)
     memory_hits_.fetch_add(1);
   else
@@ -499,7 +499,7 @@ Resolved Engine::get(const Specialization& spec, const Target& target, const cha
   }
   if (c.wait) {
     c.wait->wait();
-    if (recorder_ && c.wait->have_entry) recorder_->record(spec);
+    if (recorder_ && c.wait->have_entry) recorder_->record(spec, target);
     if (c.wait->loaded) {
       memory_hits_.fetch_add(1);
       return {c.wait->loaded, Origin::Memory};
@@ -516,7 +516,7 @@ Resolved Engine::get(const Specialization& spec, const Target& target, const cha
     Origin origin;
     std::string log;
     cache::Entry e = obtain_entry(spec, target, cands, &origin, &log, forbidden);
-    if (recorder_) recorder_->record(spec);
+    if (recorder_) recorder_->record(spec, target);
     if (c.lead) {  // what a waiting prepare() needs, even if the module load below fails
       c.lead->entry.key = e.key;
       c.lead->entry.meta = e.meta;

@@ -11,7 +11,7 @@ namespace kjit {
 Recorder::Recorder(std::filesystem::path manifest, double lock_timeout_s)
     : writer_(std::move(manifest), lock_timeout_s) {}
 
-void Recorder::record(const Specialization& spec) noexcept {
+void Recorder::record(const Specialization& spec, const Target& target) noexcept {
   try {
     // The template as compiled: with the headers its compiles learned (Template::current()).
     const Specialization current = spec.on_current_template();
@@ -23,6 +23,7 @@ void Recorder::record(const Specialization& spec) noexcept {
       sources = known;
     }
     cache::ManifestRecord r = to_record(current, std::move(sources));
+    r.arch_specific = target.kind == Target::Kind::SmArchSpecific;
     const std::string id = r.id();
     if (recorded_.count(id)) return;
     writer_.append({std::move(r)});

@@ -12,6 +12,7 @@
 
 #include "kjit/cache/manifest.hpp"
 #include "kjit/specialization.hpp"
+#include "kjit/target.hpp"
 
 namespace kjit {
 
@@ -19,7 +20,9 @@ class Recorder {
  public:
   Recorder(std::filesystem::path manifest, double lock_timeout_s);
 
-  void record(const Specialization& spec) noexcept;
+  // `target`: what the Engine resolved `spec` for; an arch-specific one (sm_90a) makes an arch_specific
+  // record (another record than the same specialization's for sm_90: another binary), warmed for sm_XYa.
+  void record(const Specialization& spec, const Target& target) noexcept;
   // Adds a tuned choice (Choices: one found or stored) as a "choice" line, once per key and value per
   // Recorder; a failure is a warning, as for specializations.
   void record_choice(const std::string& key, const std::string& value) noexcept;

@@ -62,4 +62,10 @@ std::string Target::str() const {
 
 std::string Target::nvrtc_flag() const { return "--gpu-architecture=" + str(); }
 
+std::optional<Target> warm_target(const Target& requested, bool arch_specific) {
+  if (!arch_specific) return requested;
+  if (requested.is_ptx()) return std::nullopt;
+  return Target{requested.arch, Target::Kind::SmArchSpecific};
+}
+
 }  // namespace kjit

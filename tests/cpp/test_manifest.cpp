@@ -16,6 +16,7 @@
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/spec_record.hpp"
+#include "kjit/target.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -167,6 +168,107 @@ TEST(Manifest, TheFastCompileLevelIsRecordedOnlyWhenOn) {
   kjit::CompileOptions mid;
   mid.fast_compile = "mid";
   expect_recorded_only_when_on(mid, "fast_compile", "\"mid\"");
+}
+
+// The id of a record written before "arch_specific" existed is what it was: the SHA-256 of this exact
+// canonical JSON (computed apart from kjit), so no field added later may change it.
+TEST(Manifest, AnOldRecordKeepsItsId) {
+  ManifestRecord r;
+  r.template_name = "add_constant";
+  r.builtin = true;
+  r.template_digest = "0123";
+  r.kernel = "add_constant";
+  ManifestArg t;
+  t.name = "T";
+  t.kind = ManifestArg::Kind::Type;
+  t.dtype = "float32";
+  ManifestArg vec;
+  vec.name = "VEC";
+  vec.integer = 4;
+  r.args = {t, vec};
+  EXPECT_EQ(r.id(), "bc5bd8bfd59f557b9ddf9cc4978fc77c08d7bace911aaf61b08957e6af62a7d8");
+  Manifest m;
+  m.add(r);
+  const std::string text = kjit::cache::manifest_to_json(m);
+  EXPECT_NE(text.find("{\"record\":{\"args\":[{\"kind\":\"type\",\"name\":\"T\",\"value\":\"float32\"},{\"kind\":"
+                      "\"integer\",\"name\":\"VEC\",\"value\":4}],\"id\":\"bc5bd8bfd59f557b9ddf9cc4978fc77c08d7bace911"
+                      "aaf61b08957e6af62a7d8\",\"kernel\":\"add_constant\",\"options\":{\"defines\":{},\"device_debug\":"
+                      "false,\"fast_math\":false,\"line_info\":false,\"max_registers\":null,\"std\":\"c++20\"},"
+                      "\"template\":{\"builtin\":true,\"digest\":\"0123\",\"name\":\"add_constant\"}}}\n"),
+            std::string::npos)
+      << text;
+  r.arch_specific = true;  // the same with the field: its own id, pinned as well
+  EXPECT_EQ(r.id(), "e972010818ce6354f82aa4b5fb4d0bbcd32641ecea8937b05695f3d1cb88c251");
+}
+
+// An arch-specific record (compiled for sm_XYa) is another record than the same specialization's for
+// sm_XY; "arch_specific" is written only when true, read back, and a value of the wrong type is a clear
+// error naming the field.
+TEST(Manifest, ArchSpecificIsRecordedOnlyWhenTrueAndReadBack) {
+  ManifestRecord on = kjit::to_record(add_constant("float32", 4));
+  on.arch_specific = true;
+  const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
+  EXPECT_NE(on.id(), off.id());
+  Manifest m;
+  EXPECT_TRUE(m.add(on));
+  EXPECT_TRUE(m.add(off));
+  const std::string text = kjit::cache::manifest_to_json(m);
+  const std::vector<nlohmann::json> lines = json_lines(text);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["record"]["arch_specific"], true);
+  EXPECT_FALSE(lines[2]["record"].contains("arch_specific")) << lines[2].dump();
+  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
+  ASSERT_EQ(back.records().size(), 2u);
+  EXPECT_TRUE(back.records()[0].arch_specific);
+  EXPECT_FALSE(back.records()[1].arch_specific);
+  EXPECT_EQ(back.records()[0].id(), on.id());
+  EXPECT_EQ(back.records()[1].id(), off.id());
+  EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
+  std::string bad = text;
+  const std::string spelled = "\"arch_specific\":true";
+  ASSERT_NE(bad.find(spelled), std::string::npos) << text;
+  bad.replace(bad.find(spelled), spelled.size(), "\"arch_specific\":\"yes\"");
+  try {
+    kjit::cache::parse_manifest(bad, "m.json");
+    FAIL() << "an arch_specific of the wrong type was read";
+  } catch (const kjit::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("arch_specific"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("m.json"), std::string::npos) << e.what();
+  }
+}
+
+// KJIT_RECORD: what the Engine resolved for an sm_XYa target (an arch-specific KernelFamily's) is recorded
+// as arch_specific, and the same specialization for sm_XY is a second record.
+TEST(Manifest, TheRecorderMarksWhatWasResolvedForAnArchSpecificTarget) {
+  TempDir dir("kjit-manifest");
+  const fs::path file = dir / "m.json";
+  {
+    kjit::Engine engine(kjit::Settings::from_map(
+        {{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", file.string()}}));
+    engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90a"));
+    engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90a"));  // once
+    engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90"));
+    engine.prepare(add_constant("float32", 2), kjit::Target::parse("compute_90"));
+  }
+  const Manifest m = kjit::cache::read_manifest(file);
+  ASSERT_EQ(m.records().size(), 3u);
+  EXPECT_TRUE(m.records()[0].arch_specific);
+  EXPECT_FALSE(m.records()[1].arch_specific);
+  EXPECT_FALSE(m.records()[2].arch_specific);
+  EXPECT_EQ(m.records()[1].id(), kjit::to_record(add_constant("float32", 4)).id());
+  EXPECT_NE(m.records()[0].id(), m.records()[1].id());
+}
+
+// The one rule `kjit warm`, `export` and `prefetch` share.
+TEST(Manifest, AnArchSpecificRecordIsWarmedForSmXYaAndHasNoPtxForm) {
+  using kjit::Target;
+  using kjit::warm_target;
+  EXPECT_EQ(warm_target(Target::parse("sm_90"), true), Target::parse("sm_90a"));
+  EXPECT_EQ(warm_target(Target::parse("sm_90a"), true), Target::parse("sm_90a"));
+  EXPECT_EQ(warm_target(Target::parse("sm_100"), true), Target::parse("sm_100a"));
+  EXPECT_FALSE(warm_target(Target::parse("compute_90"), true));
+  for (const char* t : {"sm_90", "sm_90a", "compute_90", "sm_80"})
+    EXPECT_EQ(warm_target(Target::parse(t), false), Target::parse(t)) << t;
 }
 
 TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {

@@ -108,6 +108,35 @@ TEST_F(WarmTest, WarmedEntriesAreWhatTheEngineLooksUp) {
   EXPECT_EQ(p.origin, kjit::Origin::Disk);
 }
 
+// An arch-specific record (a KernelFamily compiled for sm_XYa: the sm_90 GEMM's wgmma) is warmed for
+// sm_90a when sm_90 is asked, filling the entry a strict deployment looks up; for compute_90 it is skipped
+// (no PTX form), not failed; the plain record beside it is warmed for what was asked, as before.
+TEST_F(WarmTest, AnArchSpecificRecordIsWarmedForSmXYaAndSkippedForPtx) {
+  ManifestRecord specific = add_constant_record("float32", 4);
+  specific.arch_specific = true;
+  write_manifest({specific, add_constant_record("float32", 2)});
+  Result r = kjit({"warm", manifest().string(), "--arch", "sm_90,compute_90", "-j", "1"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "4 jobs (2 specializations x 2 targets): 3 compiled, 0 already cached, 0 failed, "
+                              "1 skipped"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped: add_constant(T=float32, VEC=4) from template add_constant for compute_90: "
+                              "an arch-specific kernel"))
+      << r.out;
+  EXPECT_TRUE(contains(r.err, "add_constant(T=float32, VEC=4) from template add_constant for sm_90a")) << r.err;
+  EXPECT_TRUE(fs::is_directory(cache_dir() / "v1" / "sm_90a")) << r.out;
+  EXPECT_EQ(entries_in(cache_dir()), 3u);
+  // sm_90a asked as well: the same entry, already cached.
+  r = kjit({"warm", manifest().string(), "--arch", "sm_90a", "-j", "1"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "1 compiled, 1 already cached, 0 failed\n")) << r.out;  // the plain one for sm_90a
+  // Strict: the arch-specific family's lookup (sm_90a) finds it.
+  kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
+  const kjit::Prepared p =
+      engine.prepare(kjit::specialization_of(specific, kjit::template_of(specific)), kjit::Target::parse("sm_90a"));
+  EXPECT_EQ(p.origin, kjit::Origin::Disk);
+}
+
 TEST_F(WarmTest, AStaleBuiltinIsReportedAndTheCurrentOneCompiled) {
   ManifestRecord r = add_constant_record("float32", 2);
   r.template_digest = std::string(64, 'a');

@@ -152,3 +152,45 @@ def test_strict_mode_finds_an_exported_layer_on_disk(tmp_path, run_kjit, run_py)
     """, env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out,
               "KJIT_CACHE_DIR": tmp_path / "empty-writable"})
     assert r.stdout.split() == ["disk", "disk", "miss", "0"], r
+
+
+def gemm_sm90_manifest(path):
+    """A manifest (as KJIT_RECORD writes it) of the sm_90 GEMM op's kernel: gemm_sm90's gemm_wgmma with
+    the library's compile options, recorded for sm_90a (the kernel's wgmma exists only there)."""
+    import kjit
+
+    options = kjit._core.library_compile_options()
+    record_options = {k: options[k] for k in ("std", "fast_math", "line_info", "device_debug", "max_registers",
+                                               "defines")}
+    # Fields added after manifests existed are written only when set (record ids stay what they were).
+    if options["minimal"]:
+        record_options["minimal"] = True
+    if options["default_device"]:
+        record_options["default_device"] = True
+    if options["fast_compile"] != "off":
+        record_options["fast_compile"] = options["fast_compile"]
+    args = [("T", "type", "bfloat16"), ("N", "integer", 256), ("K", "integer", 256), ("BM", "integer", 128),
+            ("BN", "integer", 128), ("STAGES", "integer", 4), ("ACT", "integer", 0), ("HAS_BIAS", "bool", False),
+            ("HAS_RESIDUAL", "bool", False), ("AUX", "bool", False), ("SWIGLU", "bool", False)]
+    record = {
+        "template": {"name": "gemm_sm90", "builtin": True, "digest": kjit.Template.builtin("gemm_sm90").digest},
+        "kernel": "gemm_wgmma",
+        "args": [{"name": n, "kind": k, "value": v} for n, k, v in args],
+        "options": record_options,
+        "arch_specific": True,
+    }
+    path.write_text(json.dumps({"kjit_manifest": 2}) + "\n" + json.dumps({"record": record}) + "\n")
+
+
+def test_an_arch_specific_record_is_warmed_for_sm_90a(tmp_path, run_kjit, cache_dir):
+    """record -> warm -> strict for an arch-specific kernel: `--arch sm_90` fills the sm_90a entry (ptxas
+    knows wgmma only there), and compute_90 is skipped, not failed."""
+    manifest = tmp_path / "manifest.json"
+    gemm_sm90_manifest(manifest)
+    r = run_kjit("warm", str(manifest), "--arch", "sm_90")
+    assert "1 job (1 specialization x 1 target): 1 compiled, 0 already cached, 0 failed" in r.stdout, r
+    assert "for sm_90a" in r.stderr, r
+    assert [d.name for d in (cache_dir / "v1").iterdir() if d.is_dir()] == ["sm_90a"], r
+    r = run_kjit("warm", str(manifest), "--arch", "sm_90a,compute_90")
+    assert "0 compiled, 1 already cached, 0 failed, 1 skipped" in r.stdout, r
+    assert "skipped: gemm_wgmma(" in r.stdout and "for compute_90: an arch-specific kernel" in r.stdout, r

@@ -2,6 +2,7 @@
 // compute_XY (PTX, JIT-compiled by the driver).
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace kjit {
@@ -22,5 +23,15 @@ struct Target {
   bool operator==(const Target& o) const noexcept { return arch == o.arch && kind == o.kind; }
   bool operator!=(const Target& o) const noexcept { return !(*this == o); }
 };
+
+// The target a manifest record is compiled for when `requested` is asked (`kjit warm`, `kjit export`,
+// `kjit prefetch` --arch): the record of an arch-specific kernel (cache::ManifestRecord::arch_specific,
+// KernelFamily's arch_specific) for sm_XYa whether sm_XY or sm_XYa is asked, the entry its family looks
+// up; none for compute_XY (arch-specific features have no PTX form: the job is skipped, see
+// kWarmNoPtxReason); any other record for `requested` as is. The one place this rule lives.
+std::optional<Target> warm_target(const Target& requested, bool arch_specific);
+// Why warm_target gives no target (for the line saying a job was skipped).
+inline constexpr const char* kWarmNoPtxReason =
+    "an arch-specific kernel (recorded for sm_XYa) has no PTX form; ask for sm_XY or sm_XYa to warm it";
 
 }  // namespace kjit

@@ -6,7 +6,7 @@
 //   {"kjit_manifest":2}
 //   {"sources":{"id":"<sha256>","source":"...","headers":{"detail.cuh":"..."}}}
 //   {"record":{"id":"<sha256>","template":{"name":"k.cu","builtin":false,"digest":"...","sources":"<sha256>"},
-//              "kernel":"...","args":[...],"options":{...}}}
+//              "kernel":"...","args":[...],"options":{...}[,"arch_specific":true]}}
 //   {"choice":{"key":"gemm|sm_90a|bf16|N=4096|K=4096","value":"wgmma:128x256x64:s4"}}
 //
 // A record names its template by identity: a built-in by name (plus the digest it had), any other
@@ -98,6 +98,10 @@ struct ManifestRecord {
   std::string kernel;
   std::vector<ManifestArg> args;  // in parameter order
   ManifestOptions options;
+  // Compiled for the arch-specific form of a target (sm_90a, not sm_90): the record of a kernel that uses
+  // features only sm_XYa has (wgmma). Written as "arch_specific": true only when true, so the record of
+  // every other kernel (and its id) is what it was before the field existed. Another binary, so another id.
+  bool arch_specific = false;
 
   // Hex SHA-256 of the canonical JSON of the record, its sources by id (the dedup identity). Throws
   // kjit::ValueError for a record that is not built in and has no sources.
