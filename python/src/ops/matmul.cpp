@@ -330,10 +330,15 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
                             double scale, const std::optional<at::Tensor>& residual) {
     // The public op's checks first: a bad call names kjit.ops.linear even where linear_aux runs it.
     constexpr const char* op = "kjit.ops.linear";
-    const Activation act = parse_activation(op, activation);
-    device_for(op, {{"x", x}, {"weight", weight}, {"bias", bias ? *bias : at::Tensor()},
-                    {"residual", residual ? *residual : at::Tensor()}});
-    linear_shape(op, x, weight, bias, residual, false, x.sym_sizes(), weight.sym_sizes());
+    Activation act = Activation::None;
+    try {
+      act = parse_activation(op, activation);
+      device_for(op, {{"x", x}, {"weight", weight}, {"bias", bias ? *bias : at::Tensor()},
+                      {"residual", residual ? *residual : at::Tensor()}});
+      linear_shape(op, x, weight, bias, residual, false, x.sym_sizes(), weight.sym_sizes());
+    } catch (const Error&) {
+      rethrow_for_python(std::current_exception());  // kjit's error classes, as from the op's own kernels
+    }
     at::Tensor y, z;
     if (act == Activation::None) {
       y = call_below_autograd<&linear_cuda>(kName, x, weight, bias, activation, scale, residual);
@@ -366,8 +371,12 @@ struct LinearSwigluFunction : public torch::autograd::Function<LinearSwigluFunct
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate_up,
                             const std::optional<at::Tensor>& residual) {
     constexpr const char* op = "kjit.ops.linear_swiglu";  // named in errors, though linear_swiglu_aux runs it
-    device_for(op, {{"x", x}, {"w_gate_up", w_gate_up}, {"residual", residual ? *residual : at::Tensor()}});
-    linear_shape(op, x, w_gate_up, std::nullopt, residual, true, x.sym_sizes(), w_gate_up.sym_sizes());
+    try {
+      device_for(op, {{"x", x}, {"w_gate_up", w_gate_up}, {"residual", residual ? *residual : at::Tensor()}});
+      linear_shape(op, x, w_gate_up, std::nullopt, residual, true, x.sym_sizes(), w_gate_up.sym_sizes());
+    } catch (const Error&) {
+      rethrow_for_python(std::current_exception());  // kjit's error classes, as from the op's own kernels
+    }
     auto [y, gu] = call_below_autograd<&linear_swiglu_aux_cuda>("linear_swiglu_aux", x, w_gate_up, residual);
     ctx->saved_data["has_residual"] = residual.has_value();
     ctx->save_for_backward({x, w_gate_up, gu});
