@@ -12,4 +12,10 @@ cmake --build build-asan -j"$(nproc)"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export LSAN_OPTIONS="suppressions=$PWD/.ci/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
+ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -E '^Trace\.'
+# test_trace has NVTX dlopen its injection library (tests/cpp/nvtx_recorder), which the test dlopens too. At
+# exit, LeakSanitizer's scan of the main thread's dynamic TLS then reads a stale entry (a range such as
+# 0xf66-0x2800002068) and its tracer dies of signal 11 ("LeakSanitizer has encountered a fatal error"), in
+# some working directories only (2026-11-27: in build-asan/tests/cpp, where ctest runs it, not elsewhere).
+# The test passes; leak checking stays on, without the __tls_get_addr interception that records those ranges.
+ASAN_OPTIONS="$ASAN_OPTIONS:intercept_tls_get_addr=0" ctest --test-dir build-asan --output-on-failure -R '^Trace\.'
