@@ -17,9 +17,9 @@ using Clock = std::chrono::steady_clock;
 // lease it is extended, while it is still this token's.
 class LeaseKeeper {
  public:
-  LeaseKeeper(RedisStore& remote, const CacheKey& key, const std::string& target, const std::string& token)
+  LeaseKeeper(CompileLeases& remote, const CacheKey& key, const std::string& target, const std::string& token)
       : thread_([this, &remote, &key, &target, &token] {
-          const auto period = std::chrono::duration<double>(remote.config().lease_s / 3);
+          const auto period = std::chrono::duration<double>(remote.lease_s() / 3);
           std::unique_lock<std::mutex> lock(mu_);
           while (!cv_.wait_for(lock, period, [this] { return done_; })) {
             lock.unlock();
@@ -48,11 +48,11 @@ class LeaseKeeper {
 
 // Produces and publishes under a lease this process holds; the lease goes whatever happens, and when no
 // entry was published the waiters are told to stop waiting.
-Entry produce_and_publish(RedisStore& remote, const CacheKey& key, const std::string& target,
+Entry produce_and_publish(Store& store, CompileLeases& remote, const CacheKey& key, const std::string& target,
                           const std::string& token, const std::function<Entry()>& produce) {
   bool published = false;
   struct Release {
-    RedisStore& remote;
+    CompileLeases& remote;
     const CacheKey& key;
     const std::string& target;
     const std::string& token;
@@ -66,31 +66,34 @@ Entry produce_and_publish(RedisStore& remote, const CacheKey& key, const std::st
     LeaseKeeper keeper(remote, key, target, token);
     return produce();
   }();
-  published = remote.put(e);  // a put not kept is said by the store; the entry is used all the same
+  published = store.put(e);  // a put not kept is said by the store; the entry is used all the same
   return e;
 }
 
 }  // namespace
 
-FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::string& target,
+FlightResult produce_once(Store& store, const CacheKey& key, const std::string& target,
                           const std::function<Entry()>& produce) {
+  CompileLeases* leases = store.leases();
+  if (!leases) return {produce(), false};
+  CompileLeases& remote = *leases;
   auto delay = std::chrono::milliseconds(10);
   const auto max_delay = std::chrono::milliseconds(250);
   const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(remote.config().wait_limit_s));
+                                          std::chrono::duration<double>(remote.wait_limit_s()));
   for (;;) {
     std::string token;
     switch (remote.try_lease(key, target, &token)) {
-      case RedisStore::Lease::Unavailable:
+      case CompileLeases::Lease::Unavailable:
         return {produce(), false};
-      case RedisStore::Lease::Taken:
+      case CompileLeases::Lease::Taken:
         // Someone may have finished between our lookup and the lease: take theirs rather than redo it.
-        if (auto e = remote.get(key, target)) {
+        if (auto e = store.get(key, target)) {
           remote.release_lease(key, target, token);
           return {std::move(*e), true};
         }
-        return {produce_and_publish(remote, key, target, token, produce), false};
-      case RedisStore::Lease::Held:
+        return {produce_and_publish(store, remote, key, target, token, produce), false};
+      case CompileLeases::Lease::Held:
         break;
     }
     // Another process compiles it: wait for its entry, or for its lease to end without one.
@@ -100,18 +103,18 @@ FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::st
       const auto w = remote.watch(key, target);
       if (!w) return {produce(), false};  // the remote tier stopped answering
       if (w->entry) {
-        if (auto e = remote.get(key, target)) return {std::move(*e), true};
+        if (auto e = store.get(key, target)) return {std::move(*e), true};
         if (!w->lease) break;  // a refused value and nobody at work: compile it (and replace it)
       }
       if (w->unpublished) return {produce(), false};  // its compile failed, or Redis refused its entry
       if (!w->lease) break;                            // its holder died: try for the lease again
       if (!w->lease_expires || Clock::now() >= give_up) {
-        log::warn_once("remote-wait:" + RedisStore::lease_name(key, target),
-                       "kjit " + remote.describe() + ": " +
-                           (w->lease_expires ? "waited " + std::to_string(static_cast<long>(remote.config().wait_limit_s)) +
+        log::warn_once("remote-wait:" + target + ":" + key.hex(),
+                       "kjit " + store.describe() + ": " +
+                           (w->lease_expires ? "waited " + std::to_string(static_cast<long>(remote.wait_limit_s())) +
                                                    " s for another process to compile key " + key.hex().substr(0, 16) +
                                                    " for " + target + "; compiling it here"
-                                             : "the lease " + RedisStore::lease_name(key, target) +
+                                             : "the lease of key " + key.hex().substr(0, 16) + " for " + target +
                                                    " has no expiry, so kjit did not write it; compiling here") +
                            " (said once per key)");
         return {produce(), false};

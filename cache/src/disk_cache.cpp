@@ -11,6 +11,7 @@
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/posix_error.hpp"
 #include "kjit/cache/private_dir.hpp"
+#include "kjit/cache/store_chain.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 
@@ -183,28 +184,19 @@ bool DiskCache::store(const Entry& entry) {
   return true;
 }
 
-Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
-                                 const std::function<Entry()>& produce, bool* produced) {
-  if (produced) *produced = false;
-  // Warnings and log events of the compile and store wait until the per-key lock is released: a log
-  // sink may block (Python's takes the GIL) and must not do so while others wait on this lock.
-  log::Deferred deferred;
-  if (auto hit = load(key, target)) return std::move(*hit);
+namespace {
+class HeldFileLock final : public KeyLock {
+ public:
+  explicit HeldFileLock(FileLock lock) : lock_(std::move(lock)) {}
+  ~HeldFileLock() override { lock_.release(); }  // unlink while holding, then unlock
 
-  auto run = [&] {
-    Entry e = produce();
-    if (produced) *produced = true;
-    if (e.key != key || filed_target(e.meta) != target)
-      throw Error("kjit cache: the compiled entry does not match its request (asked for key " +
-                  key.hex() + " target '" + target + "', produced key " + e.key.hex() +
-                  " requested_target '" + filed_target(e.meta) +
-                  "'); the producer must return the key it was called for and set "
-                  "meta.requested_target (or meta.target) to the target it was called for, else "
-                  "the entry could never be found again");
-    return e;
-  };
-  if (!writable()) return run();  // readonly / strict / off / degraded: no lock, nothing stored
+ private:
+  FileLock lock_;
+};
+}  // namespace
 
+std::unique_ptr<KeyLock> DiskCache::lock(const CacheKey& key, const std::string& target) {
+  if (!writable()) return nullptr;
   const fs::path lock_file = layout::lock_path(config_.root, key, target);
   std::string why = make_private_dirs(lock_file.parent_path());
   FileLock lock;
@@ -212,14 +204,22 @@ Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
     lock = FileLock::acquire(lock_file, config_.lock_timeout_s + config_.holder_remote_wait_s, &why);
   if (!lock.locked()) {
     degrade(why);
-    return run();
+    return nullptr;
   }
-  // Someone may have published it while we waited.
-  if (auto hit = load(key, target)) return std::move(*hit);  // `lock` releases (and unlinks)
-  Entry e = run();  // if it throws, `lock` is released (and unlinked) on the way out
-  store(e);
-  lock.release();  // unlink while holding, then unlock
-  return e;
+  return std::make_unique<HeldFileLock>(std::move(lock));
+}
+
+Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
+                                 const std::function<Entry()>& produce, bool* produced) {
+  if (produced) *produced = false;
+  // This disk and its read-only layers, as the engine's chain has them (owned by the caller: no deleter).
+  std::vector<StoreChain::Level> levels{{std::shared_ptr<Store>(std::shared_ptr<Store>(), this), false}};
+  for (const auto& layer : layers_) levels.push_back({layer, false});
+  const StoreChain chain(std::move(levels));
+  if (auto hit = chain.get(key, target)) return std::move(hit->entry);
+  StoreChain::Hit hit = chain.get_or_produce(key, target, produce);
+  if (produced) *produced = hit.produced;
+  return std::move(hit.entry);
 }
 
 }  // namespace kjit::cache

@@ -122,7 +122,8 @@ class ForkGuard {
   }
 };
 
-RedisStore::RedisStore(RemoteConfig config) : config_(std::move(config)), pool_(std::make_unique<Pool>()) {
+RedisStore::RedisStore(RemoteConfig config)
+    : config_(std::move(config)), endpoint_(parse_redis_url(config_.url)), pool_(std::make_unique<Pool>()) {
   ForkGuard::add(this);
 }
 
@@ -143,7 +144,7 @@ std::string RedisStore::unpublished_name(const CacheKey& key, const std::string&
 bool RedisStore::writable() const { return config_.mode == RemoteMode::ReadWrite; }
 
 std::string RedisStore::describe() const {
-  return "remote cache " + config_.endpoint.display() + " (" + to_string(config_.mode) + ")";
+  return "remote cache " + endpoint_.display() + " (" + to_string(config_.mode) + ")";
 }
 
 std::optional<std::uint64_t> RedisStore::begin_operation() {
@@ -231,7 +232,7 @@ bool RedisStore::reply_ok(const RedisReply& r, const char* command) const {
   if (r.type != RedisReply::Type::Error) return true;
   const std::string code = error_code(r);
   const std::string hint = error_hint(code);
-  log::warn_once("remote-reply:" + config_.endpoint.display() + ":" + command + ":" + code,
+  log::warn_once("remote-reply:" + endpoint_.display() + ":" + command + ":" + code,
                  "kjit " + describe() + " answered " + command + " with an error: " + r.str.substr(0, 200) +
                      (hint.empty() ? "" : "; " + hint) + " (a miss; said once per command and error)");
   return false;
@@ -263,7 +264,7 @@ auto RedisStore::with_connection(Fn&& fn) -> std::optional<decltype(fn(std::decl
   const bool pooled = c != nullptr;
   for (int attempt = 0;; ++attempt) {
     try {
-      if (!c) c = std::make_unique<RedisConnection>(config_.endpoint, config_.timeout_s);
+      if (!c) c = std::make_unique<RedisConnection>(endpoint_, config_.timeout_s);
       auto result = fn(*c);
       pool_->give_back(std::move(c));
       answered(*began);
@@ -335,7 +336,7 @@ bool RedisStore::put(const Entry& entry) {
   return true;
 }
 
-RedisStore::FetchedMany RedisStore::get_many(const std::vector<std::pair<CacheKey, std::string>>& requests) {
+FetchedMany RedisStore::get_many(const std::vector<std::pair<CacheKey, std::string>>& requests) {
   FetchedMany out;
   if (requests.empty()) return out;
   std::vector<std::string> names;
@@ -432,7 +433,7 @@ void RedisStore::mark_unpublished(const CacheKey& key, const std::string& target
   if (r) reply_ok(*r, "SET (unpublished)");
 }
 
-std::optional<RedisStore::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {
+std::optional<CompileLeases::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {
   const std::string entry = entry_name(key, target), lease = lease_name(key, target),
                     unpublished = unpublished_name(key, target);
   auto r = with_connection([&](RedisConnection& c) {
@@ -449,11 +450,11 @@ std::optional<RedisStore::Watch> RedisStore::watch(const CacheKey& key, const st
   return w;
 }
 
-RedisStore::Probe RedisStore::probe() const {
+std::optional<Store::Probe> RedisStore::probe() const {
   Probe p;
   const auto t0 = Clock::now();
   try {
-    RedisConnection c(config_.endpoint, config_.timeout_s);
+    RedisConnection c(endpoint_, config_.timeout_s);
     const RedisReply r = c.command({"PING"});
     if (r.type == RedisReply::Type::Error) {
       p.error = "PING answered " + r.str;

@@ -16,9 +16,21 @@ std::string RedisEndpoint::display() const {
   return out + host + ":" + std::to_string(port) + "/" + std::to_string(db);
 }
 
+std::string display_url(const std::string& url) {
+  const auto scheme = url.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  const auto at = url.rfind('@');
+  if (at == std::string::npos || at < start) return url;
+  const std::string auth = url.substr(start, at - start);
+  const auto colon = auth.find(':');
+  // user:password@ keeps the user; a bare password@ (Redis < 6 style) is hidden whole.
+  const std::string shown = colon == std::string::npos ? "***" : auth.substr(0, colon) + ":***";
+  return url.substr(0, start) + shown + url.substr(at);
+}
+
 namespace {
 
-// The URL with whatever stands before an '@' (user:password) replaced: error messages end up in logs.
+// The URL without its credentials: error messages end up in logs.
 std::string without_credentials(const std::string& url) {
   const auto scheme = url.find("://");
   const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;

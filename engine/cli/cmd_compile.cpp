@@ -68,9 +68,10 @@ void print_row(std::ostream& out, const std::string& key, const std::string& tar
 }
 
 // Engine::prepare; a compile error of a template with #include files that were not found says so.
-Prepared prepare(Engine& engine, const Specialization& spec, const Target& target) {
+std::shared_ptr<const SpecializedKernel> prepare(Engine& engine, const Specialization& spec, const Target& target,
+                                                 Origin* origin) {
   try {
-    return engine.prepare(spec, target);
+    return engine.prepare(spec, target, origin);
   } catch (const CompileError& e) {
     const auto& missing = spec.tmpl().unresolved_includes();
     if (missing.empty()) throw;
@@ -96,8 +97,9 @@ int run_compile(Context& ctx, const CompileRequest& r) {
     print_row(ctx.out, "key", "target", "origin", "compile");
   }
   for (const Target& target : targets) {
-    const Prepared p = prepare(engine, spec, target);
-    const bool compiled = p.origin == Origin::Compiled;
+    Origin origin;
+    const SpecializedKernel& p = *prepare(engine, spec, target, &origin);
+    const bool compiled = origin == Origin::Compiled;
     compiled_any = compiled_any || compiled;
     if (compiled && !p.log.empty())
       ctx.err << "kjit: NVRTC warnings for " << printable(spec.name_expression()) << " (" << target.str() << "):\n"
@@ -107,12 +109,12 @@ int run_compile(Context& ctx, const CompileRequest& r) {
                          {"key", p.key.hex()},
                          {"target", p.meta.target},
                          {"output", cache::to_string(p.meta.output)},
-                         {"origin", to_string(p.origin)},
+                         {"origin", to_string(origin)},
                          {"compile_ms", compiled ? Json(p.meta.compile_ms) : Json(nullptr)},
                          {"note", p.meta.note.empty() ? Json(nullptr) : Json(p.meta.note)},
                          {"lowered_name", p.meta.lowered_name}});
     } else {
-      print_row(ctx.out, p.key.hex(), p.meta.target, to_string(p.origin), compiled ? human_ms(p.meta.compile_ms) : "-");
+      print_row(ctx.out, p.key.hex(), p.meta.target, to_string(origin), compiled ? human_ms(p.meta.compile_ms) : "-");
       if (!p.meta.note.empty()) ctx.out << "  note: " << printable(p.meta.note) << '\n';
       ctx.out.flush();
     }

@@ -9,6 +9,7 @@
 #include "context.hpp"
 #include "format.hpp"
 #include "kjit/cache/choice_store.hpp"
+#include "kjit/cache/store_registry.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
@@ -168,19 +169,19 @@ Json remote_facts(Context& ctx) {
   j["configured"] = s.remote_cache.has_value();
   if (!s.remote_cache) return j;
   const cache::RemoteConfig& c = *s.remote_cache;
-  j["url"] = c.endpoint.display();
+  j["url"] = cache::display_url(c.url);
   j["mode"] = cache::to_string(c.mode);
   j["timeout_s"] = c.timeout_s;
   j["lease_s"] = c.lease_s;
-  cache::RedisStore* remote = ctx.engine().remote();
+  cache::Store* remote = ctx.engine().remote();
   if (!remote) {
     j["used"] = false;  // KJIT_CACHE_MODE=off: no cache at all
     return j;
   }
   j["used"] = true;
-  if (remote->config().mode != c.mode)  // KJIT_CACHE_MODE=readonly / strict write nothing anywhere
-    j["mode"] = std::string(cache::to_string(remote->config().mode)) + ", as KJIT_CACHE_MODE=" + to_string(s.cache_mode);
-  const cache::RedisStore::Probe p = remote->probe();
+  if (c.mode == cache::RemoteMode::ReadWrite && !remote->writable())  // KJIT_CACHE_MODE=readonly / strict
+    j["mode"] = std::string(cache::to_string(cache::RemoteMode::Read)) + ", as KJIT_CACHE_MODE=" + to_string(s.cache_mode);
+  const cache::Store::Probe p = remote->probe().value_or(cache::Store::Probe{true, 0, ""});
   j["answers"] = p.answers;
   j["ms"] = p.ms;
   j["error"] = p.error;
@@ -193,9 +194,10 @@ Json shown_value(const std::string& name, const char* value) {
   if (name == "KJIT_REMOTE_CACHE_SECRET") return "(set, " + std::to_string(std::strlen(value)) + " bytes, not shown)";
   if (name == "KJIT_REMOTE_CACHE") {
     try {
-      return cache::parse_redis_url(value).display();
+      cache::check_remote_url(value);
+      return cache::display_url(value);
     } catch (const Error&) {
-      return "(set, not a valid Redis URL)";
+      return "(set, not a valid remote cache URL)";
     }
   }
   return value;

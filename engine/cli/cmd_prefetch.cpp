@@ -41,7 +41,7 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
         else
           skipped.push_back(manifest.records()[i].describe() + " for " + t.str());
       }
-  const PrefetchReport r = engine.prefetch(jobs);
+  const auto r = engine.prefetch(jobs);
   const std::string remote = engine.remote()->describe();
   ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from " << remote
           << ": " << r.on_disk << " already on disk, ";

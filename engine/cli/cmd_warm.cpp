@@ -73,9 +73,8 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
     report = warm(engine, manifest, targets, r.jobs, progress, r.remote);
   }
   report.print(ctx.out, manifest.records().size(), targets.size());
-  if (cache::RedisStore* remote = engine.remote())
-    ctx.out << "remote cache: " << remote->config().endpoint.display() << " (" << cache::to_string(remote->config().mode)
-            << "): " << report.fetched << " fetched, " << report.pushed << " pushed\n";
+  if (cache::Store* remote = engine.remote())
+    ctx.out << remote->describe() << ": " << report.fetched << " fetched, " << report.pushed << " pushed\n";
   return report;
 }
 

@@ -22,7 +22,7 @@ namespace {
 
 // The job's entry as the disk cache now holds it: its path in the writable root, or empty when only a
 // read-only layer holds it. Throws Error when no layer holds it: the store failed (the cache says why).
-std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
+std::filesystem::path stored_entry(cache::DiskCache& disk, const SpecializedKernel& p) {
   const std::string& target = cache::filed_target(p.meta);
   // load() validates the file as a lookup would, and reads the writable root first.
   if (!disk.load(p.key, target))
@@ -36,8 +36,8 @@ std::filesystem::path stored_entry(cache::DiskCache& disk, const Prepared& p) {
 // Stores the job's entry in the remote tier when it lacks a valid one (a job compiled here was stored
 // already, unless that store failed; a value there that is refused, e.g. sealed with an old secret, is
 // replaced). Throws Error when it cannot.
-void push_to_remote(Engine& engine, const Prepared& p) {
-  cache::RedisStore& remote = *engine.remote();
+void push_to_remote(Engine& engine, const SpecializedKernel& p) {
+  cache::Store& remote = *engine.remote();
   const std::string& target = cache::filed_target(p.meta);
   if (remote.get(p.key, target)) return;
   const auto entry = engine.disk().load(p.key, target);
@@ -145,15 +145,17 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
       std::string line;
       try {
         if (!specs[r]) throw Error(errors[r]);
-        const Prepared p = engine.prepare(*specs[r], *target);
+        Origin origin;
+        const auto k = engine.prepare(*specs[r], *target, &origin);
+        const SpecializedKernel& p = *k;
         const std::filesystem::path entry = stored_entry(engine.disk(), p);
         if (push_remote) push_to_remote(engine, p);
         std::lock_guard<std::mutex> lock(mu);
         if (!entry.empty()) report.entries.push_back(entry);
-        if (p.origin == Origin::Compiled) {
+        if (origin == Origin::Compiled) {
           ++report.compiled;
           line = "compiled " + what + " (" + human_ms(p.meta.compile_ms) + ")";
-        } else if (p.origin == Origin::Remote) {
+        } else if (origin == Origin::Remote) {
           ++report.cached;
           ++report.fetched;
           line = "fetched " + what + " from the remote cache";

@@ -1,5 +1,6 @@
 #include "kjit/cache_config.hpp"
 
+#include "kjit/cache/store_registry.hpp"
 #include "kjit/choices.hpp"
 
 namespace kjit {
@@ -28,6 +29,23 @@ double remote_wait_limit_s(const Settings& s) {
   const bool leases = s.remote_cache && s.remote_cache->mode == cache::RemoteMode::ReadWrite &&
                       s.cache_mode == CacheMode::ReadWrite;
   return leases ? s.compile_timeout_s + s.remote_cache->lease_s : 0.0;
+}
+
+CacheStores open_cache_stores(const Settings& s) {
+  CacheStores out;
+  out.disk = std::make_shared<cache::DiskCache>(disk_cache_config(s));
+  std::vector<cache::StoreChain::Level> levels{{out.disk, false}};
+  for (const auto& layer : out.disk->layers()) levels.push_back({layer, false});
+  if (s.remote_cache && s.cache_mode != CacheMode::Off) {
+    cache::RemoteConfig remote = *s.remote_cache;
+    if (s.cache_mode != CacheMode::ReadWrite) remote.mode = cache::RemoteMode::Read;
+    // A waiter gives up on another process's compile after what one compile may take, plus a lease
+    // (the disk's lock waiters allow for this wait: disk_cache_config).
+    remote.wait_limit_s = remote_wait_limit_s(s);
+    levels.push_back({cache::make_remote_store(remote), true});
+  }
+  out.chain = cache::StoreChain(std::move(levels));
+  return out;
 }
 
 }  // namespace kjit

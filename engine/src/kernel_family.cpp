@@ -48,7 +48,7 @@ bool KernelFamily::spec_key(const TemplateArg* args, std::size_t n, int device, 
   return true;
 }
 
-std::shared_ptr<const LoadedKernel> KernelFamily::find(const TemplateArg* args, std::size_t n,
+std::shared_ptr<const SpecializedKernel> KernelFamily::find(const TemplateArg* args, std::size_t n,
                                                        int device) const noexcept {
   SpecKey key;
   if (!spec_key(args, n, device, key)) return nullptr;
@@ -57,18 +57,17 @@ std::shared_ptr<const LoadedKernel> KernelFamily::find(const TemplateArg* args, 
   return hit;
 }
 
-std::shared_ptr<const LoadedKernel> KernelFamily::get(const TemplateArg* args, std::size_t n, int device,
+std::shared_ptr<const SpecializedKernel> KernelFamily::get(const TemplateArg* args, std::size_t n, int device,
                                                       Origin* origin, const char* forbidden) const {
   if (auto hit = find(args, n, device)) {
     if (origin) *origin = Origin::Memory;
     return hit;
   }
   Specialization spec = specialization(args, n);
-  Resolved r = engine_->get(spec, target(device), forbidden);
+  auto k = engine_->get(spec, target(device), forbidden, origin);
   SpecKey key;
-  if (spec_key(args, n, device, key)) engine_->remember(key, r.loaded);
-  if (origin) *origin = r.origin;
-  return r.loaded;
+  if (spec_key(args, n, device, key)) engine_->remember(key, k);
+  return k;
 }
 
 void KernelFamily::prepare_ahead(const TemplateArg* args, std::size_t n, int device) const noexcept {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kjit/cache/file_read.hpp"
+#include "kjit/cache/store_registry.hpp"
 #include "kjit/compile_options.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
@@ -184,8 +185,9 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
   const auto url = nonempty("KJIT_REMOTE_CACHE");
   if (!url) return std::nullopt;
   cache::RemoteConfig c;
+  c.url = *url;
   try {
-    c.endpoint = cache::parse_redis_url(*url);
+    cache::check_remote_url(c.url);
   } catch (const ValueError& e) {
     throw ValueError(std::string("KJIT_REMOTE_CACHE: ") + e.what());
   }
@@ -207,7 +209,7 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
                        " KiB that this user can read; give the file that holds the deployment secret");
     c.secret = std::move(r.bytes);
   } else {
-    throw ValueError("KJIT_REMOTE_CACHE is set (" + c.endpoint.display() +
+    throw ValueError("KJIT_REMOTE_CACHE is set (" + cache::display_url(c.url) +
                      ") but no deployment secret is: set KJIT_REMOTE_CACHE_SECRET (or KJIT_REMOTE_CACHE_SECRET_FILE, "
                      "a file that holds it) to the same secret of at least " +
                      std::to_string(cache::kMinRemoteSecretBytes) +

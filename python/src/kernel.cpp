@@ -139,7 +139,7 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
                       L.signature() + " by position");
     }
   });
-  if (!info.loaded)
+  if (!info.specialized->kernel)
     throw LaunchError(info.name_expression + " is compiled for " + info.arch + " only (arch='" + info.arch +
                       "'); specialize with a device to launch");
   LaunchConfig cfg;
@@ -163,7 +163,7 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
   else ctx.emplace(k.device, foreign.producer_stream().value_or(CU_STREAM_LEGACY));
   if (!foreign.empty()) foreign.pack(L, ctx->stream, buf);
   cfg.stream = ctx->stream;
-  info.loaded->kernel->launch(cfg, buf.pointers());
+  info.specialized->kernel->launch(cfg, buf.pointers());
   Py_RETURN_NONE;
 }
 
@@ -220,17 +220,17 @@ void bind_kernel(py::module_& m) {
   py::class_<PyKernel> kernel(m, "Kernel",
                               "A specialized kernel (from KernelFamily.specialize): launch() it; key, origin and "
                               "meta tell where it came from.");
-  kernel.def_property_readonly("key", [](const PyKernel& k) { return k.info->key.hex(); },
+  kernel.def_property_readonly("key", [](const PyKernel& k) { return k.info->specialized->key.hex(); },
                                "The cache key (hex SHA-256).")
       .def_property_readonly("origin", [](const PyKernel& k) { return to_string(k.origin); },
                              "'memory', 'disk', 'remote' or 'compiled': where this specialize() call found it.")
       .def_property_readonly("name_expression", [](const PyKernel& k) { return k.info->name_expression; })
-      .def_property_readonly("target", [](const PyKernel& k) { return k.info->meta.target; },
+      .def_property_readonly("target", [](const PyKernel& k) { return k.info->specialized->meta.target; },
                              "What the binary is for: 'sm_90', 'sm_90a' or 'compute_90' (PTX).")
       .def_property_readonly("device",
                              [](const PyKernel& k) { return k.device < 0 ? py::object(py::none()) : py::object(py::int_(k.device)); },
                              "The CUDA device it launches on; None when compiled for an architecture only.")
-      .def_property_readonly("meta", [](const PyKernel& k) { return meta_dict(k.info->meta); },
+      .def_property_readonly("meta", [](const PyKernel& k) { return meta_dict(k.info->specialized->meta); },
                              "The cache entry's metadata.")
       .def_property_readonly("args",
                              [](const PyKernel& k) {
@@ -256,16 +256,17 @@ void bind_kernel(py::module_& m) {
                              "a scalar or of a pointer's elements (None when unknown).")
       .def_property_readonly("param_sizes",
                              [](const PyKernel& k) -> py::object {
-                               if (!k.info->loaded || !k.info->loaded->kernel->param_sizes_known()) return py::none();
-                               return py::cast(k.info->loaded->kernel->param_sizes());
+                               const auto& kernel = k.info->specialized->kernel;
+                               if (!kernel || !kernel->param_sizes_known()) return py::none();
+                               return py::cast(kernel->param_sizes());
                              },
                              "Byte size of each parameter as the driver reports it (None when unknown).")
-      .def_property_readonly("log", [](const PyKernel& k) { return k.info->compile_log; },
+      .def_property_readonly("log", [](const PyKernel& k) { return k.info->specialized->log; },
                              "NVRTC warnings when it was compiled by specialize(arch=...) in this process.")
       .def("__repr__", [](const PyKernel& k) {
         std::string where = k.device >= 0 ? "cuda:" + std::to_string(k.device) : "arch " + k.info->arch;
-        return "<kjit.Kernel " + k.info->name_expression + " on " + where + " target=" + k.info->meta.target +
-               " origin=" + to_string(k.origin) + " key=" + k.info->key.hex().substr(0, 12) + ">";
+        return "<kjit.Kernel " + k.info->name_expression + " on " + where + " target=" + k.info->specialized->meta.target +
+               " origin=" + to_string(k.origin) + " key=" + k.info->specialized->key.hex().substr(0, 12) + ">";
       });
   add_fast_method(kernel, &launch_def);
 }

@@ -26,12 +26,9 @@ struct PyFamily {
 
 // What every Kernel object of one compiled specialization shares.
 struct KernelInfo {
-  std::shared_ptr<const LoadedKernel> loaded;  // null when compiled for an architecture only
-  std::string arch;                            // the architecture asked for (compile-only kernels)
-  cache::CacheKey key;
-  cache::EntryMetadata meta;
+  std::shared_ptr<const SpecializedKernel> specialized;  // its kernel is null when compiled for an arch only
+  std::string arch;                                      // the architecture asked for (compile-only kernels)
   std::string name_expression;
-  std::string compile_log;                     // NVRTC warnings when compiled by this process
   std::vector<std::pair<std::string, TemplateArg>> args;  // template arguments, in parameter order
   ParamLayout layout;
 };

@@ -228,13 +228,8 @@ struct KernelEntry {
   std::shared_ptr<const KernelInfo> info;
   std::vector<PyObject*> memory_objects;  // by device; owned references, kept for the process lifetime
 };
-std::unordered_map<const LoadedKernel*, KernelEntry>& kernel_table() {
-  static auto* t = new std::unordered_map<const LoadedKernel*, KernelEntry>();
-  return *t;
-}
-// Compile-only kernels by (template digest, name expression, options, target).
-std::unordered_map<std::string, std::shared_ptr<const KernelInfo>>& arch_table() {
-  static auto* t = new std::unordered_map<std::string, std::shared_ptr<const KernelInfo>>();
+std::unordered_map<const SpecializedKernel*, KernelEntry>& kernel_table() {
+  static auto* t = new std::unordered_map<const SpecializedKernel*, KernelEntry>();
   return *t;
 }
 
@@ -245,15 +240,13 @@ std::vector<std::pair<std::string, TemplateArg>> named(const KernelDecl& k, cons
   return out;
 }
 
-PyObject* kernel_object(const KernelFamily& fam, const std::shared_ptr<const LoadedKernel>& loaded,
+PyObject* kernel_object(const KernelFamily& fam, const std::shared_ptr<const SpecializedKernel>& loaded,
                         const TemplateArg* args, std::size_t n, Origin origin, int device) {
   auto& table = kernel_table();
   auto it = table.find(loaded.get());
   if (it == table.end()) {
     auto info = std::make_shared<KernelInfo>();
-    info->loaded = loaded;
-    info->key = loaded->key;
-    info->meta = loaded->meta;
+    info->specialized = loaded;
     info->name_expression = loaded->kernel->name();
     info->args = named(fam.decl(), args, n);
     info->layout = ParamLayout(fam.decl(), info->args, info->name_expression);
@@ -285,29 +278,19 @@ py::object compile_only(const KernelFamily& fam, const TemplateArg* args, std::s
     throw TypeError("arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got " + describe_value(arch));
   const Target target = Target::parse(py::str(py::handle(arch)));
   Specialization spec = fam.specialization(args, n);
-  std::string id = spec.tmpl().digest() + '\n' + spec.name_expression() + '\n' + target.str();
-  for (const auto& o : spec.options().canonical()) id += '\n' + o;
-  auto& table = arch_table();
-  auto it = table.find(id);
-  if (it != table.end()) {
-    fam.engine().count_memory_hit();
-    return py::cast(PyKernel{it->second, Origin::Memory, -1});
-  }
-  Prepared p;
+  Origin origin = Origin::Memory;
+  std::shared_ptr<const SpecializedKernel> compiled;
   {
     py::gil_scoped_release nogil;
-    p = fam.engine().prepare(spec, target);
+    compiled = fam.engine().compile_only(spec, target, &origin);  // remembered by the engine
   }
   auto info = std::make_shared<KernelInfo>();
+  info->specialized = std::move(compiled);
   info->arch = target.str();
-  info->key = p.key;
-  info->meta = std::move(p.meta);
   info->name_expression = spec.name_expression();
-  info->compile_log = std::move(p.log);
   info->args = spec.args();
   info->layout = ParamLayout(spec.kernel(), info->args, info->name_expression);
-  table.emplace(std::move(id), info);
-  return py::cast(PyKernel{std::move(info), p.origin, -1});
+  return py::cast(PyKernel{std::move(info), origin, -1});
 }
 
 [[noreturn]] void unknown_param(const KernelFamily& fam, std::string_view name) {
@@ -371,7 +354,7 @@ PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   // other threads can take it).
   DeviceContext ctx(dev);
   Origin origin = Origin::Memory;
-  std::shared_ptr<const LoadedKernel> loaded;
+  std::shared_ptr<const SpecializedKernel> loaded;
   {
     py::gil_scoped_release nogil;
     loaded = fam.get(list.data(), n, dev, &origin, ctx.compile_forbidden);
@@ -450,7 +433,6 @@ void clear_kernel_objects() {
   for (auto& [loaded, entry] : kernel_table())
     for (PyObject* o : entry.memory_objects) Py_XDECREF(o);
   kernel_table().clear();
-  arch_table().clear();
 }
 
 namespace {

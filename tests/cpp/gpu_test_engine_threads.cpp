@@ -117,7 +117,7 @@ TEST_P(GpuThreads, EightThreadsEachOnItsOwnStreamCompileOnceAndComputeRight) {
 
   struct Got {
     int spec;
-    const LoadedKernel* loaded;
+    const SpecializedKernel* loaded;
     Origin origin;
   };
   std::vector<std::vector<Got>> got(kThreads);
@@ -178,7 +178,7 @@ TEST_P(GpuThreads, EightThreadsEachOnItsOwnStreamCompileOnceAndComputeRight) {
 
   for (const auto& e : errors) EXPECT_TRUE(e.empty()) << e;
   EXPECT_TRUE(reader_error.empty()) << reader_error;
-  std::map<int, const LoadedKernel*> kernel_of;
+  std::map<int, const SpecializedKernel*> kernel_of;
   std::size_t requests = 0;
   for (int i = 0; i < kThreads; ++i) {
     for (const Got& g : got[i]) {

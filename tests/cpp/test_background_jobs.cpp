@@ -150,16 +150,18 @@ TEST(PrepareAhead, CompilesOnceIntoTheDiskWhereTheLaterCallFindsIt) {
   engine.prepare_ahead(key_of(1), spec, sm90);
   engine.drain_background_jobs();
   EXPECT_EQ(engine.stats().compiles, 1u);
-  const Prepared later = engine.prepare(spec, sm90);
-  EXPECT_EQ(later.origin, Origin::Disk);
+  Origin later_origin;
+  const auto later = engine.prepare(spec, sm90, &later_origin);
+  EXPECT_EQ(later_origin, Origin::Disk);
   // A caller that wants it while it compiles ahead shares that compile (whichever of the two claims
   // the key first compiles it; the other waits for it).
   const Specialization other = add_spec(DType::Float64, 2);
   engine.prepare_ahead(key_of(4), other, sm90);
-  const Prepared now = engine.prepare(other, sm90);
+  Origin now_origin;
+  const auto now = engine.prepare(other, sm90, &now_origin);
   engine.drain_background_jobs();
   EXPECT_EQ(engine.stats().compiles, 2u) << "the second specialization compiled twice: ahead and by the caller";
-  EXPECT_EQ(engine.prepare(other, sm90).key, now.key);
+  EXPECT_EQ(engine.prepare(other, sm90)->key, now->key);
   // Asked again under the same key: nothing happens (not even a disk lookup).
   const auto before = engine.stats();
   engine.prepare_ahead(key_of(1), spec, sm90);

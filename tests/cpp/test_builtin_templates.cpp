@@ -11,11 +11,13 @@
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 using kjit::testing::TempDir;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 using Args = std::vector<std::pair<std::string, TemplateArg>>;
@@ -68,19 +70,20 @@ TEST_P(BuiltinsForArch, EveryKernelAndDtypeCompilesToCubin) {
   for (const auto& c : cases) {
     SCOPED_TRACE(describe(c));
     Specialization spec(Template::builtin(c.tmpl), c.kernel, c.args);
-    Prepared p;
-    ASSERT_NO_THROW(p = engine.prepare(spec, target));
-    EXPECT_EQ(p.origin, Origin::Compiled);
-    EXPECT_EQ(p.meta.target, GetParam());
-    EXPECT_EQ(p.meta.output, cache::OutputKind::Cubin);
-    EXPECT_FALSE(p.meta.lowered_name.empty());
+    std::shared_ptr<const SpecializedKernel> p;
+    Origin origin = Origin::Memory;
+    ASSERT_NO_THROW(p = engine.prepare(spec, target, &origin));
+    EXPECT_EQ(origin, Origin::Compiled);
+    EXPECT_EQ(p->meta.target, GetParam());
+    EXPECT_EQ(p->meta.output, cache::OutputKind::Cubin);
+    EXPECT_FALSE(p->meta.lowered_name.empty());
   }
   EXPECT_EQ(engine.stats().compiles, cases.size());
   // A second engine on the same directory finds every one on disk.
   Engine again(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
   for (const auto& c : cases) {
     Specialization spec(Template::builtin(c.tmpl), c.kernel, c.args);
-    EXPECT_EQ(again.prepare(spec, target).origin, Origin::Disk) << describe(c);
+    EXPECT_EQ(prepared_origin(again, spec, target), Origin::Disk) << describe(c);
   }
   EXPECT_EQ(again.stats().compiles, 0u);
 }

@@ -24,12 +24,14 @@
 #include "kjit/nvrtc_library.hpp"
 #include "kjit/settings.hpp"
 #include "child_process.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 namespace fs = std::filesystem;
 using kjit::testing::TempDir;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 Settings settings_for(const TempDir& dir, const std::string& mode = "readwrite") {
@@ -50,17 +52,19 @@ TEST_P(CompileForArch, BuiltinsCompileToCubin) {
   Engine engine(settings_for(dir));
   Target target = Target::parse(GetParam());
   for (DType t : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64, DType::Int32}) {
-    Prepared p = engine.prepare(add_constant(t, 4), target);
-    EXPECT_EQ(p.origin, Origin::Compiled);
-    EXPECT_EQ(p.meta.target, GetParam());
-    EXPECT_EQ(p.meta.output, cache::OutputKind::Cubin);
-    EXPECT_FALSE(p.meta.lowered_name.empty());
-    EXPECT_GT(p.meta.compile_ms, 0.0);
+    Origin p_origin;
+    const auto p = engine.prepare(add_constant(t, 4), target, &p_origin);
+    EXPECT_EQ(p_origin, Origin::Compiled);
+    EXPECT_EQ(p->meta.target, GetParam());
+    EXPECT_EQ(p->meta.output, cache::OutputKind::Cubin);
+    EXPECT_FALSE(p->meta.lowered_name.empty());
+    EXPECT_GT(p->meta.compile_ms, 0.0);
   }
   Specialization gray(Template::builtin("rgb_to_gray"), "rgb_to_gray",
                       {{"H", TemplateArg::integer(1080)}, {"W", TemplateArg::integer(1919)}});
-  Prepared g = engine.prepare(gray, target);
-  EXPECT_EQ(g.meta.name_expression, "rgb_to_gray<1080, 1919>");
+  Origin g_origin;
+  const auto g = engine.prepare(gray, target, &g_origin);
+  EXPECT_EQ(g->meta.name_expression, "rgb_to_gray<1080, 1919>");
   EXPECT_EQ(engine.stats().compiles, 6u);
 }
 
@@ -69,12 +73,14 @@ INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_9
 TEST(Compile, SecondPrepareIsADiskHitWithTheSameKey) {
   TempDir dir;
   Engine first(settings_for(dir));
-  Prepared a = first.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"));
+  Origin a_origin;
+  const auto a = first.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"), &a_origin);
   Engine second(settings_for(dir));
-  Prepared b = second.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"));
-  EXPECT_EQ(a.origin, Origin::Compiled);
-  EXPECT_EQ(b.origin, Origin::Disk);
-  EXPECT_EQ(a.key, b.key);
+  Origin b_origin;
+  const auto b = second.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90"), &b_origin);
+  EXPECT_EQ(a_origin, Origin::Compiled);
+  EXPECT_EQ(b_origin, Origin::Disk);
+  EXPECT_EQ(a->key, b->key);
   EXPECT_EQ(second.stats().compiles, 0u);
   EXPECT_EQ(second.stats().disk_hits, 1u);
 }
@@ -82,8 +88,9 @@ TEST(Compile, SecondPrepareIsADiskHitWithTheSameKey) {
 TEST(Compile, PtxTarget) {
   TempDir dir;
   Engine engine(settings_for(dir));
-  Prepared p = engine.prepare(add_constant(DType::Float32, 1), Target::parse("compute_90"));
-  EXPECT_EQ(p.meta.output, cache::OutputKind::Ptx);
+  Origin p_origin;
+  const auto p = engine.prepare(add_constant(DType::Float32, 1), Target::parse("compute_90"), &p_origin);
+  EXPECT_EQ(p->meta.output, cache::OutputKind::Ptx);
 }
 
 TEST(Compile, ErrorCarriesLogLineAndOptions) {
@@ -111,7 +118,7 @@ TEST(Compile, ErrorCarriesLogLineAndOptions) {
         << what;
   }
   // The process stays usable: a valid compile right after succeeds.
-  EXPECT_EQ(engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_90")).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(engine, add_constant(DType::Float32, 4), Target::parse("sm_90")), Origin::Compiled);
 }
 
 TEST(Compile, ErrorInAHeaderShowsTheHeaderLine) {
@@ -142,11 +149,12 @@ TEST(Compile, UnsupportedTargetIsAClearError) {
 TEST(Compile, NewerThanNvrtcFallsBackToPtxAndSaysSo) {
   TempDir dir;
   Engine engine(settings_for(dir));
-  Prepared p = engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_990"));
-  EXPECT_EQ(p.meta.output, cache::OutputKind::Ptx);
-  EXPECT_EQ(p.meta.requested_target, "sm_990");
-  EXPECT_EQ(p.meta.target.rfind("compute_", 0), 0u);
-  EXPECT_NE(p.meta.note.find("cannot make a cubin for sm_990"), std::string::npos) << p.meta.note;
+  Origin p_origin;
+  const auto p = engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_990"), &p_origin);
+  EXPECT_EQ(p->meta.output, cache::OutputKind::Ptx);
+  EXPECT_EQ(p->meta.requested_target, "sm_990");
+  EXPECT_EQ(p->meta.target.rfind("compute_", 0), 0u);
+  EXPECT_NE(p->meta.note.find("cannot make a cubin for sm_990"), std::string::npos) << p->meta.note;
 }
 
 TEST(Compile, HeaderBytesChangeTheKey) {
@@ -154,11 +162,13 @@ TEST(Compile, HeaderBytesChangeTheKey) {
   kjit::testing::write_file(dir / "src" / "v.cuh", "#pragma once\n#define SCALE 2\n");
   kjit::testing::write_file(dir / "src" / "k.cu", "#include \"v.cuh\"\n__global__ void k(int* p) { p[0] = SCALE; }\n");
   Engine engine(settings_for(dir));
-  Prepared a = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"));
+  Origin a_origin;
+  const auto a = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"), &a_origin);
   kjit::testing::write_file(dir / "src" / "v.cuh", "#pragma once\n#define SCALE 3\n");
-  Prepared b = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"));
-  EXPECT_NE(a.key, b.key);
-  EXPECT_EQ(b.origin, Origin::Compiled);
+  Origin b_origin;
+  const auto b = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"), &b_origin);
+  EXPECT_NE(a->key, b->key);
+  EXPECT_EQ(b_origin, Origin::Compiled);
 }
 
 // Runs in a fresh process (this binary re-executed with KJIT_TEST_STRICT_CHILD set), so that no
@@ -202,11 +212,13 @@ TEST(Compile, StrictModeRaisesOnAMissAndNeverLoadsNvrtc) {
 TEST(Compile, StrictModeFindsWhatReadwriteCompiled) {
   TempDir dir;
   Engine rw(settings_for(dir));
-  Prepared a = rw.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"));
+  Origin a_origin;
+  const auto a = rw.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"), &a_origin);
   Engine strict(settings_for(dir, "strict"));
-  Prepared b = strict.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"));
-  EXPECT_EQ(b.origin, Origin::Disk);
-  EXPECT_EQ(a.key, b.key);
+  Origin b_origin;
+  const auto b = strict.prepare(add_constant(DType::Float16, 8), Target::parse("sm_90"), &b_origin);
+  EXPECT_EQ(b_origin, Origin::Disk);
+  EXPECT_EQ(a->key, b->key);
 }
 
 TEST(Compile, KernelInANamespaceCompilesUnderItsQualifiedName) {
@@ -218,9 +230,10 @@ TEST(Compile, KernelInANamespaceCompilesUnderItsQualifiedName) {
   Specialization by_plain(t, "scale", {{"T", TemplateArg::type(DType::Float32)}});
   EXPECT_EQ(by_plain.name_expression(), "mylib::scale<float>");
   Specialization by_qualified(t, "mylib::scale", {{"T", TemplateArg::type(DType::Float64)}});
-  Prepared p = engine.prepare(by_qualified, Target::parse("sm_90"));
-  EXPECT_EQ(p.meta.name_expression, "mylib::scale<double>");
-  EXPECT_FALSE(p.meta.lowered_name.empty());
+  Origin p_origin;
+  const auto p = engine.prepare(by_qualified, Target::parse("sm_90"), &p_origin);
+  EXPECT_EQ(p->meta.name_expression, "mylib::scale<double>");
+  EXPECT_FALSE(p->meta.lowered_name.empty());
 }
 
 // A template rebuilt from a (possibly hostile) manifest must not make NVRTC read files: not by an
@@ -262,8 +275,7 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
   // A recorded template that includes plainly still compiles (and may probe plain names).
   auto ok = Template::from_memory("#include \"h.cuh\"\n#if __has_include(<cuda_fp16.h>)\n#endif\n" + kernel, (dir / "keys" / "k.cu").string(),
                                   {{"h.cuh", "#pragma once\n"}});
-  EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90"))
-                .origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -316,7 +328,7 @@ TEST(Compile, NvrtcReadsNoHeaderKjitDidNotResolveAndHash) {
   // Resolved through include_dirs, it compiles, and its bytes are in the key.
   auto resolved = Template::from_string(source, "k.cu", {dir / "kernels"});
   Specialization s(resolved, "k", {{"T", TemplateArg::type(DType::Float32)}});
-  EXPECT_EQ(engine.prepare(s, Target::parse("sm_90")).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(engine, s, Target::parse("sm_90")), Origin::Compiled);
 }
 
 // Every spelling of an include or a probe a hostile manifest could use: whatever the include scanner
@@ -388,7 +400,7 @@ TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
   EXPECT_LT(s, 60) << "the limit did not stop it";
   // The engine works afterwards.
   auto ok = Template::from_memory(kKernel, "ok.cu", {});
-  EXPECT_EQ(engine.prepare(Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -405,7 +417,7 @@ TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
   EXPECT_NE(msg.find("KJIT_COMPILE_MEMORY"), std::string::npos) << msg;
   // Your own templates still compile in the child (with the CUDA include path) under `always`.
   auto half = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "half.cu");
-  EXPECT_EQ(engine.prepare(Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")).origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -425,7 +437,7 @@ TEST(Compile, AHalfSpecializationOfATemplateWithoutCudaFp16SaysWhichIncludeToAdd
   }
   // Included, it compiles.
   auto with = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "with.cu");
-  EXPECT_EQ(engine.prepare(Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")).origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -439,12 +451,12 @@ TEST(Compile, AHeaderIncludedByAbsolutePathIsTheUsersOwn) {
   ASSERT_EQ(t->headers().size(), 1u);
   EXPECT_FALSE(t->headers()[0].from_cuda);
   Engine engine(settings_for(dir));
-  EXPECT_EQ(engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
             Origin::Compiled);
   // Rebuilt as a manifest would (its recorded headers only), it compiles too.
   auto rebuilt = Template::from_memory(source, "abs.cu", {{t->headers()[0].include_name, t->headers()[0].bytes}});
   EXPECT_EQ(rebuilt->digest(), t->digest());
-  EXPECT_EQ(engine.prepare(Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")).origin,
+  EXPECT_EQ(prepared_origin(engine, Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -459,7 +471,7 @@ TEST(Compile, AManifestTemplateCompilesWithTheCudaHeadersInMemory) {
     SCOPED_TRACE(include);
     auto t = Template::from_memory(include + kKernel, "cuda_headers.cu", {});
     try {
-      EXPECT_EQ(engine.prepare(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")).origin,
+      EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
                 Origin::Compiled);
     } catch (const CompileError& e) {
       ADD_FAILURE() << e.what();
@@ -553,7 +565,7 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
     }
     // Your own templates still compile (their headers are kjit's, in memory).
     auto own = Template::from_string(kKernel, "own.cu");
-    c.check(engine.prepare(Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")).origin ==
+    c.check(prepared_origin(engine, Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")) ==
                 Origin::Compiled,
             "own template");
   });

@@ -97,26 +97,29 @@ TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByE
   Engine engine(settings_for(dir));
   auto t = Template::from_file(dir / "src" / "k.cu");
   EXPECT_FALSE(hands(*t, "picked_by_macro.h")) << "the scanner cannot name it: NVRTC has to ask";
-  const Prepared first = engine.prepare(spec_of(t), Target::parse("sm_90"));
-  EXPECT_EQ(first.origin, Origin::Compiled);
+  Origin first_origin;
+  const auto first = engine.prepare(spec_of(t), Target::parse("sm_90"), &first_origin);
+  EXPECT_EQ(first_origin, Origin::Compiled);
   // The template the binary was compiled from hands the header, and is the current one from now on.
   const auto grown = t->current();
   ASSERT_NE(grown.get(), t.get());
   EXPECT_TRUE(hands(*grown, "picked_by_macro.h"));
-  EXPECT_EQ(first.meta.template_digest, grown->digest());
-  EXPECT_EQ(engine.key_for(spec_of(t), Compiler::plan(Target::parse("sm_90"))), first.key);
+  EXPECT_EQ(first->meta.template_digest, grown->digest());
+  EXPECT_EQ(engine.key_for(spec_of(t), Compiler::plan(Target::parse("sm_90"))), first->key);
   // A fresh load (as in a new process) hands it at once and keys the same: a disk hit, no compile.
   auto again = Template::from_file(dir / "src" / "k.cu");
   EXPECT_TRUE(hands(*again, "picked_by_macro.h"));
   EXPECT_EQ(again->digest(), grown->digest());
   Engine second(settings_for(dir));
-  const Prepared hit = second.prepare(spec_of(again), Target::parse("sm_90"));
-  EXPECT_EQ(hit.origin, Origin::Disk);
-  EXPECT_EQ(hit.key, first.key);
+  Origin hit_origin;
+  const auto hit = second.prepare(spec_of(again), Target::parse("sm_90"), &hit_origin);
+  EXPECT_EQ(hit_origin, Origin::Disk);
+  EXPECT_EQ(hit->key, first->key);
   // Another specialization of the first template object keys and compiles with the learned header at once.
-  const Prepared n2 = engine.prepare(Specialization(t, "k", {{"N", TemplateArg::integer(2)}}), Target::parse("sm_90"));
-  EXPECT_EQ(n2.origin, Origin::Compiled);
-  EXPECT_EQ(n2.meta.template_digest, grown->digest());
+  Origin n2_origin;
+  const auto n2 = engine.prepare(Specialization(t, "k", {{"N", TemplateArg::integer(2)}}), Target::parse("sm_90"), &n2_origin);
+  EXPECT_EQ(n2_origin, Origin::Compiled);
+  EXPECT_EQ(n2->meta.template_digest, grown->digest());
 }
 
 TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
@@ -125,12 +128,14 @@ TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
   kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
   kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
   Engine engine(settings_for(dir));
-  const Prepared before = engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"));
+  Origin before_origin;
+  const auto before = engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &before_origin);
   kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 2\n");
   Engine later(settings_for(dir));
-  const Prepared after = later.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"));
-  EXPECT_NE(after.key, before.key);
-  EXPECT_EQ(after.origin, Origin::Compiled) << "the kernel of the old header was served";
+  Origin after_origin;
+  const auto after = later.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &after_origin);
+  EXPECT_NE(after->key, before->key);
+  EXPECT_EQ(after_origin, Origin::Compiled) << "the kernel of the old header was served";
 }
 
 TEST(LearnedIncludes, AnIncludeAMacroComputesThatIsNowhereIsACompileErrorSayingWhereKjitLooked) {

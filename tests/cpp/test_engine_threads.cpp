@@ -23,12 +23,14 @@
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
 #include "start_line.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 using kjit::testing::TempDir;
 namespace fs = std::filesystem;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 constexpr int kThreads = 8;
@@ -49,7 +51,8 @@ using kjit::testing::StartLine;
 
 struct Result {
   int spec = -1;
-  Prepared prepared;
+  Origin origin = Origin::Memory;
+  std::shared_ptr<const SpecializedKernel> prepared;
 };
 
 struct Outcome {
@@ -113,7 +116,9 @@ Outcome run_threads(Engine& engine, const Target& target, int rounds, std::uint6
             const int s = (first + j) % kKeys;
             const TemplateArg args[] = {TemplateArg::type(kSpecs[s].t), TemplateArg::integer(kSpecs[s].vec)};
             Specialization spec = family.specialization(args, 2);
-            out.per_thread[i].push_back({s, engine.prepare(spec, target)});
+            Origin origin;
+            auto p = engine.prepare(spec, target, &origin);
+            out.per_thread[i].push_back({s, origin, std::move(p)});
           }
         }
       } catch (const std::exception& e) {
@@ -149,14 +154,14 @@ void check_common(const Outcome& out) {
     ASSERT_EQ(out.per_thread[i].size(), static_cast<std::size_t>(out.rounds * kKeys)) << "thread " << i;
     for (const Result& r : out.per_thread[i]) {
       ++requests;
-      auto [it, first] = key_of.emplace(r.spec, r.prepared.key);
-      EXPECT_EQ(it->second, r.prepared.key) << "thread " << i << " got another key for spec " << r.spec;
+      auto [it, first] = key_of.emplace(r.spec, r.prepared->key);
+      EXPECT_EQ(it->second, r.prepared->key) << "thread " << i << " got another key for spec " << r.spec;
       const std::string expr = std::string("add_constant<") + dtype_cpp(kSpecs[r.spec].t) + ", " +
                                std::to_string(kSpecs[r.spec].vec) + ">";
-      EXPECT_EQ(r.prepared.meta.name_expression, expr);
-      EXPECT_EQ(r.prepared.meta.target, "sm_90");
-      EXPECT_EQ(r.prepared.meta.output, cache::OutputKind::Cubin);
-      EXPECT_FALSE(r.prepared.meta.lowered_name.empty());
+      EXPECT_EQ(r.prepared->meta.name_expression, expr);
+      EXPECT_EQ(r.prepared->meta.target, "sm_90");
+      EXPECT_EQ(r.prepared->meta.output, cache::OutputKind::Cubin);
+      EXPECT_FALSE(r.prepared->meta.lowered_name.empty());
     }
   }
   std::set<std::string> distinct;
@@ -174,9 +179,9 @@ void check_compiled_once(const Outcome& out) {
   std::map<int, const Result*> compiled;
   for (int i = 0; i < kThreads; ++i)
     for (const Result& r : out.per_thread[i])
-      if (r.prepared.origin == Origin::Compiled) {
+      if (r.origin == Origin::Compiled) {
         auto [it, first] = compiled.emplace(r.spec, &r);
-        EXPECT_TRUE(first) << "spec " << r.spec << " (" << r.prepared.meta.name_expression
+        EXPECT_TRUE(first) << "spec " << r.spec << " (" << r.prepared->meta.name_expression
                            << ") was compiled more than once (again by thread " << i << ")";
       }
   EXPECT_EQ(compiled.size(), static_cast<std::size_t>(kKeys));
@@ -185,10 +190,10 @@ void check_compiled_once(const Outcome& out) {
     for (const Result& r : out.per_thread[i]) {
       auto it = compiled.find(r.spec);
       if (it == compiled.end()) continue;
-      EXPECT_TRUE(same_meta(r.prepared.meta, it->second->prepared.meta))
-          << "thread " << i << " got another compile of " << r.prepared.meta.name_expression << " (compiled in "
-          << r.prepared.meta.compile_ms << " ms at " << r.prepared.meta.created << ", the first in "
-          << it->second->prepared.meta.compile_ms << " ms)";
+      EXPECT_TRUE(same_meta(r.prepared->meta, it->second->prepared->meta))
+          << "thread " << i << " got another compile of " << r.prepared->meta.name_expression << " (compiled in "
+          << r.prepared->meta.compile_ms << " ms at " << r.prepared->meta.created << ", the first in "
+          << it->second->prepared->meta.compile_ms << " ms)";
     }
 }
 
@@ -219,17 +224,16 @@ TEST(EngineThreads, EightThreadsOneDiskCacheCompileEachKeyOnce) {
   EXPECT_EQ(count_files(dir / "cache", ".tmp"), 0u);
   EXPECT_EQ(count_files(dir / "cache", ".lock"), 0u);
   for (const Result& r : out.per_thread[0]) {
-    auto e = engine.disk().load(r.prepared.key, "sm_90");
-    ASSERT_TRUE(e) << r.prepared.meta.name_expression;
-    EXPECT_TRUE(same_meta(e->meta, r.prepared.meta));
+    auto e = engine.disk().load(r.prepared->key, "sm_90");
+    ASSERT_TRUE(e) << r.prepared->meta.name_expression;
+    EXPECT_TRUE(same_meta(e->meta, r.prepared->meta));
     ASSERT_GE(e->payload.size(), 4u);
     EXPECT_EQ(e->payload.substr(0, 4), "\x7f" "ELF") << "the entry's payload is not a cubin";
   }
 }
 
 // No disk cache (and so no per-key file lock): only the engine keeps threads that miss the same key at
-// once from compiling it again. prepare() keeps no memory table (the caller does; the Python layer's
-// compile-only table), so a key requested again after its compile finished is compiled again: the
+// once from compiling it again. prepare() keeps no memory table (compile_only() does), so a key requested again after its compile finished is compiled again: the
 // exact count depends on timing, but a thread that arrives while the key is compiling shares that compile
 // (origin "memory"), and then it holds exactly that compile's result.
 TEST(EngineThreads, EightThreadsCacheOffShareCompilesInFlight) {
@@ -250,16 +254,16 @@ TEST(EngineThreads, EightThreadsCacheOffShareCompilesInFlight) {
   std::map<std::string, std::vector<const cache::EntryMetadata*>> compiles_of;  // by key
   for (const auto& results : out.per_thread)
     for (const Result& r : results)
-      if (r.prepared.origin == Origin::Compiled) compiles_of[r.prepared.key.hex()].push_back(&r.prepared.meta);
+      if (r.origin == Origin::Compiled) compiles_of[r.prepared->key.hex()].push_back(&r.prepared->meta);
   EXPECT_EQ(compiles_of.size(), static_cast<std::size_t>(kKeys));
   for (int i = 0; i < kThreads; ++i)
     for (const Result& r : out.per_thread[i]) {
-      const auto& mine = compiles_of[r.prepared.key.hex()];
+      const auto& mine = compiles_of[r.prepared->key.hex()];
       bool found = false;
-      for (const cache::EntryMetadata* m : mine) found = found || same_meta(*m, r.prepared.meta);
-      EXPECT_TRUE(found) << "thread " << i << " holds " << r.prepared.meta.name_expression << " (origin "
-                         << to_string(r.prepared.origin) << ") from no compile any thread reported";
-      if (!mine.empty()) EXPECT_EQ(r.prepared.meta.lowered_name, mine.front()->lowered_name);
+      for (const cache::EntryMetadata* m : mine) found = found || same_meta(*m, r.prepared->meta);
+      EXPECT_TRUE(found) << "thread " << i << " holds " << r.prepared->meta.name_expression << " (origin "
+                         << to_string(r.origin) << ") from no compile any thread reported";
+      if (!mine.empty()) EXPECT_EQ(r.prepared->meta.lowered_name, mine.front()->lowered_name);
     }
   EXPECT_FALSE(fs::exists(dir / "cache"));
 }
@@ -297,7 +301,7 @@ TEST(EngineThreads, EightThreadsMissingABrokenKernelEachGetTheCompileError) {
   EXPECT_EQ(count_files(dir / "cache", ".lock"), 0u);
   const TemplateArg args[] = {TemplateArg::type(DType::Float32), TemplateArg::integer(4)};
   KernelFamily good(engine, Template::builtin("add_constant"), "add_constant");
-  EXPECT_EQ(engine.prepare(good.specialization(args, 2), sm90).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(engine, good.specialization(args, 2), sm90), Origin::Compiled);
 }
 
 // The hot-path table: writers remember() while readers find() through KernelFamily (as every cached launch
@@ -332,7 +336,7 @@ TEST(EngineThreads, HotPathTableUnderConcurrentRememberAndFind) {
             key.nargs = 2;
             key.args[0] = args[0].word();
             key.args[1] = args[1].word();
-            auto loaded = std::make_shared<LoadedKernel>();
+            auto loaded = std::make_shared<SpecializedKernel>();
             loaded->meta.name_expression = "vec=" + std::to_string(v) + " device=" + std::to_string(d);
             engine.remember(key, std::move(loaded));
           }

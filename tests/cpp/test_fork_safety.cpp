@@ -95,8 +95,9 @@ TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
     for (DType t : types)
       for (int vec : vecs) {
         const TemplateArg args[] = {TemplateArg::type(t), TemplateArg::integer(vec)};
-        Prepared p = engine.prepare(family.specialization(args, 2), target);
-        EXPECT_EQ(p.origin, Origin::Compiled);
+        Origin p_origin;
+        const auto p = engine.prepare(family.specialization(args, 2), target, &p_origin);
+        EXPECT_EQ(p_origin, Origin::Compiled);
         ++compiled;
       }
   } catch (const std::exception& e) {

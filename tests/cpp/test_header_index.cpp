@@ -19,6 +19,7 @@
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/template.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -29,6 +30,7 @@ using kjit::testing::TempDir;
 using kjit::testing::write_file;
 namespace fs = std::filesystem;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 FileIdentity identity_of(const fs::path& p) {
@@ -302,7 +304,7 @@ TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndThePro
   // Loading it again compiles the header as it is now.
   auto fresh = Template::from_file(dir / "src" / "k.cu");
   EXPECT_NE(fresh->digest(), lazy->digest());
-  EXPECT_EQ(engine.prepare(Specialization(fresh, "k", {}), Target::parse("sm_90")).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(engine, Specialization(fresh, "k", {}), Target::parse("sm_90")), Origin::Compiled);
 }
 
 TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
@@ -330,13 +332,13 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
   Engine engine(settings_in(dir));
-  EXPECT_EQ(engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90")).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(engine, Specialization(lazy, "k", {}), Target::parse("sm_90")), Origin::Compiled);
   // The entry is found by a fully read template's key: same digest, same key.
   auto read = Template::from_memory(kSource, "k.cu",
                                     {{"lib/a.cuh", kjit::testing::read_file(dir / "src" / "lib" / "a.cuh")},
                                      {"b.cuh", kjit::testing::read_file(dir / "src" / "lib" / "b.cuh")}});
   EXPECT_EQ(read->digest(), lazy->digest());
-  EXPECT_NE(engine.prepare(Specialization(read, "k", {}), Target::parse("sm_90")).origin, Origin::Compiled);
+  EXPECT_NE(prepared_origin(engine, Specialization(read, "k", {}), Target::parse("sm_90")), Origin::Compiled);
 }
 
 // Hostile review 3, item 2: a header rewritten through a shared mapping keeps its size, mtime, ctime and

@@ -13,11 +13,13 @@
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/settings.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 using kjit::testing::TempDir;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 // Installs a sink that keeps every event (and the warnings) for the test's lifetime.
@@ -78,9 +80,10 @@ TEST(Log, CompileDiskLoadAndStoreAreEventsWithTheirData) {
   std::string key;
   {
     Engine engine(settings_for(dir));
-    Prepared p = engine.prepare(spec, sm80);
-    ASSERT_EQ(p.origin, Origin::Compiled);
-    key = p.key.hex();
+    Origin p_origin;
+    const auto p = engine.prepare(spec, sm80, &p_origin);
+    ASSERT_EQ(p_origin, Origin::Compiled);
+    key = p->key.hex();
   }
   const auto compiles = captured.of_kind("compile");
   ASSERT_EQ(compiles.size(), 1u);
@@ -103,8 +106,9 @@ TEST(Log, CompileDiskLoadAndStoreAreEventsWithTheirData) {
 
   // A new engine (a new process, as far as memory goes) finds it on disk.
   Engine again(settings_for(dir));
-  Prepared p = again.prepare(spec, sm80);
-  ASSERT_EQ(p.origin, Origin::Disk);
+  Origin p_origin;
+  const auto p = again.prepare(spec, sm80, &p_origin);
+  ASSERT_EQ(p_origin, Origin::Disk);
   const auto loads = captured.of_kind("disk_load");
   ASSERT_EQ(loads.size(), 1u);
   EXPECT_EQ(loads[0].level, log::Level::Debug);
@@ -133,18 +137,19 @@ TEST(Log, StrictMissAndDamagedEntryAreEvents) {
 
   // Damage the entry a compile wrote: the next engine warns (warning sink) and logs it with the key.
   Engine engine(settings_for(dir));
-  Prepared p = engine.prepare(spec, sm90);
+  Origin p_origin;
+  const auto p = engine.prepare(spec, sm90, &p_origin);
   std::filesystem::path entry;
   for (auto& f : std::filesystem::recursive_directory_iterator(dir / "cache"))
     if (f.path().extension() == ".kjit") entry = f.path();
   ASSERT_FALSE(entry.empty());
   { std::ofstream(entry, std::ios::binary | std::ios::trunc) << "not an entry"; }
   Engine fresh(settings_for(dir));
-  EXPECT_EQ(fresh.prepare(spec, sm90).origin, Origin::Compiled);
+  EXPECT_EQ(prepared_origin(fresh, spec, sm90), Origin::Compiled);
   const auto damaged = captured.of_kind("cache_damaged");
   ASSERT_EQ(damaged.size(), 1u);
   EXPECT_EQ(damaged[0].level, log::Level::Warning);
-  EXPECT_EQ(damaged[0].key, p.key.hex());
+  EXPECT_EQ(damaged[0].key, p->key.hex());
   EXPECT_EQ(damaged[0].target, "sm_90");
   // Still a warning (warnings.warn in Python), with the same text.
   const auto warnings = captured.warnings();
@@ -230,6 +235,6 @@ TEST(KernelStats, IsBoundedAndSumsTheRest) {
   ASSERT_EQ(k.size(), 3u);
   EXPECT_EQ(k.at(add_constant(DType::Float32, 1).name_expression()).compiles, 1u);
   EXPECT_EQ(k.at(add_constant(DType::Float32, 2).name_expression()).compiles, 1u);
-  EXPECT_EQ(k.at(Engine::kOtherKernels).compiles, 2u);
+  EXPECT_EQ(k.at(StatsBook::kOtherKernels).compiles, 2u);
   EXPECT_THROW(engine.set_kernel_stats_limit(0), ValueError);
 }

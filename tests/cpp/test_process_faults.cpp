@@ -35,12 +35,12 @@
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using kjit::CacheMode;
 using kjit::Engine;
 using kjit::Origin;
-using kjit::Prepared;
 using kjit::Settings;
 using kjit::Specialization;
 using kjit::Target;
@@ -72,6 +72,7 @@ inline void PrintTo(Origin o, std::ostream* os) { *os << to_string(o); }
 }  // namespace kjit
 using Clock = std::chrono::steady_clock;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 constexpr const char* kTarget = "sm_90";
@@ -177,7 +178,7 @@ pid_t fork_engine_compile(const fs::path& root) {
     int code = 0;
     try {
       Engine engine(settings_for(root));
-      if (engine.prepare(add_constant(4), Target::parse(kTarget)).origin != Origin::Compiled) code = 1;
+      if (prepared_origin(engine, add_constant(4), Target::parse(kTarget)) != Origin::Compiled) code = 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "compile child: %s\n", e.what());
       code = 2;
@@ -284,15 +285,15 @@ TEST(ProcessFaults, EngineKilledAtRandomPointsOfARealCompile) {
     const bool had_entry = !scan_cache(root).entries.empty();
     WarningCapture warnings;
     Engine engine(settings_for(root));
-    Prepared p;
-    ASSERT_NO_THROW(p = engine.prepare(add_constant(4), Target::parse(kTarget)))
+    Origin p_origin = Origin::Memory;
+    ASSERT_NO_THROW(engine.prepare(add_constant(4), Target::parse(kTarget), &p_origin))
         << "a lock left held by the killed child would time out here";
-    EXPECT_EQ(p.origin, had_entry ? Origin::Disk : Origin::Compiled);
+    EXPECT_EQ(p_origin, had_entry ? Origin::Disk : Origin::Compiled);
     EXPECT_EQ(warnings.count(), 0u) << warnings.all();
     const CacheScan s = scan_cache(root);
     EXPECT_TRUE(s.problems.empty()) << s.all_problems();
     EXPECT_EQ(s.entries.size(), 1u);
-    EXPECT_EQ(Engine(settings_for(root)).prepare(add_constant(4), Target::parse(kTarget)).origin,
+    EXPECT_EQ(prepared_origin(Engine(settings_for(root)), add_constant(4), Target::parse(kTarget)),
               Origin::Disk);
     // Temp files of the killed writer (if any) are abandoned: prune removes them and any dead lock.
     const auto report = DiskCache(cache_config(root)).prune();
@@ -548,9 +549,10 @@ TEST(ProcessFaults, DiskFullDuringARealCompileAndStore) {
     struct rlimit lim {1024, 1024};  // an entry (header, metadata, cubin) is larger
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) c.skip("setrlimit(RLIMIT_FSIZE) failed");
 
-    const Prepared p = engine.prepare(add_constant(4), Target::parse(kTarget));
-    c.check(p.origin == Origin::Compiled, "the first request compiles");
-    c.check(!p.meta.lowered_name.empty() && p.meta.target == kTarget, "and returns the compiled kernel");
+    Origin p_origin;
+    const auto p = engine.prepare(add_constant(4), Target::parse(kTarget), &p_origin);
+    c.check(p_origin == Origin::Compiled, "the first request compiles");
+    c.check(!p->meta.lowered_name.empty() && p->meta.target == kTarget, "and returns the compiled kernel");
     c.check(warnings.count() == 1, "one warning, got: " + warnings.all());
     const std::string w = warnings.count() ? warnings.messages()[0] : "";
     c.check(contains(w, "File too large"), "the warning says why: " + w);
@@ -561,10 +563,12 @@ TEST(ProcessFaults, DiskFullDuringARealCompileAndStore) {
     c.check(files_named(root, ".lock").empty(), "no lock file is left");
 
     // Later requests (the same kernel, another one) work, say nothing more and write nothing.
-    const Prepared again = engine.prepare(add_constant(4), Target::parse(kTarget));
-    c.check(again.key == p.key, "the same key");
-    const Prepared other = engine.prepare(add_constant(2), Target::parse(kTarget));
-    c.check(other.origin == Origin::Compiled, "another kernel compiles");
+    Origin again_origin;
+    const auto again = engine.prepare(add_constant(4), Target::parse(kTarget), &again_origin);
+    c.check(again->key == p->key, "the same key");
+    Origin other_origin;
+    const auto other = engine.prepare(add_constant(2), Target::parse(kTarget), &other_origin);
+    c.check(other_origin == Origin::Compiled, "another kernel compiles");
     c.check(warnings.count() == 1, "no second warning: " + warnings.all());
     c.check(files_under(root).empty(), "nothing was written: " + std::to_string(files_under(root).size()));
   });
@@ -611,24 +615,25 @@ TEST(ProcessFaults, DiskFullDuringGetKeepsTheKernelInMemory) {
   const Target target = kjit::device_target(0);
   Engine engine(settings_for(root));
   WarningCapture warnings;
-  kjit::Resolved first, second;
+  std::shared_ptr<const kjit::SpecializedKernel> first, second;
+  Origin first_origin = Origin::Memory, second_origin = Origin::Memory;
   std::string error;
   {
     FileSizeLimit limit(1024);  // nothing below may print to a file: gtest output waits for restore
     ASSERT_TRUE(limit.ok()) << "setrlimit(RLIMIT_FSIZE) failed";
     try {
-      first = engine.get(add_constant(4), target);
-      second = engine.get(add_constant(4), target);
+      first = engine.get(add_constant(4), target, nullptr, &first_origin);
+      second = engine.get(add_constant(4), target, nullptr, &second_origin);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   ASSERT_TRUE(error.empty()) << error;
-  EXPECT_EQ(first.origin, Origin::Compiled);
+  EXPECT_EQ(first_origin, Origin::Compiled);
   ASSERT_EQ(warnings.count(), 1u) << warnings.all();
   EXPECT_TRUE(contains(warnings.messages()[0], "File too large")) << warnings.all();
-  EXPECT_EQ(second.origin, Origin::Memory) << "the second request is a memory hit";
-  EXPECT_TRUE(second.loaded == first.loaded) << "the same loaded kernel";
+  EXPECT_EQ(second_origin, Origin::Memory) << "the second request is a memory hit";
+  EXPECT_TRUE(second == first) << "the same loaded kernel";
   EXPECT_EQ(engine.stats().compiles, 1u);
   EXPECT_TRUE(files_named(root, ".kjit").empty()) << "no entry or temp file is left";
   EXPECT_TRUE(files_named(root, ".lock").empty());
@@ -692,16 +697,18 @@ TEST(ProcessFaults, CacheRootDeletedUnderARunningEngine) {
   const fs::path root = dir.path() / "cache";
   WarningCapture warnings;
   Engine engine(settings_for(root));
-  const Prepared first = engine.prepare(add_constant(4), Target::parse(kTarget));
-  ASSERT_EQ(first.origin, Origin::Compiled);
+  Origin first_origin;
+  const auto first = engine.prepare(add_constant(4), Target::parse(kTarget), &first_origin);
+  ASSERT_EQ(first_origin, Origin::Compiled);
   fs::remove_all(root);
-  Prepared again;
-  ASSERT_NO_THROW(again = engine.prepare(add_constant(4), Target::parse(kTarget)));
-  EXPECT_EQ(again.origin, Origin::Compiled) << "the deleted entry is a miss";
-  EXPECT_EQ(again.key, first.key);
+  std::shared_ptr<const kjit::SpecializedKernel> again;
+  Origin again_origin = Origin::Memory;
+  ASSERT_NO_THROW(again = engine.prepare(add_constant(4), Target::parse(kTarget), &again_origin));
+  EXPECT_EQ(again_origin, Origin::Compiled) << "the deleted entry is a miss";
+  EXPECT_EQ(again->key, first->key);
   EXPECT_EQ(engine.stats().compiles, 2u);
   EXPECT_EQ(file_mode(root), 0700u);
-  EXPECT_EQ(Engine(settings_for(root)).prepare(add_constant(4), Target::parse(kTarget)).origin, Origin::Disk);
+  EXPECT_EQ(prepared_origin(Engine(settings_for(root)), add_constant(4), Target::parse(kTarget)), Origin::Disk);
   EXPECT_EQ(warnings.count(), 0u) << warnings.all();
 }
 
@@ -807,8 +814,9 @@ TEST(ProcessFaults, CacheOnAReadOnlyMount) {
   const fs::path mount_point = dir.path() / "ro", root = mount_point / "cache";
   const Entry a = make_entry("faults-ro-a"), b = make_entry("faults-ro-b");
   ASSERT_TRUE(DiskCache(cache_config(root)).store(a));
-  const Prepared compiled = Engine(settings_for(root)).prepare(add_constant(4), Target::parse(kTarget));
-  ASSERT_EQ(compiled.origin, Origin::Compiled);
+  Origin compiled_origin;
+  const auto compiled = Engine(settings_for(root)).prepare(add_constant(4), Target::parse(kTarget), &compiled_origin);
+  ASSERT_EQ(compiled_origin, Origin::Compiled);
   // A stale lock file and a temp file from some earlier crash.
   write_file(layout::lock_path(root, b.key, kTarget), "");
   write_file(layout::entry_path(root, b.key, kTarget).string() + ".tmp.1.0123456789abcdef", "half");
@@ -852,10 +860,12 @@ TEST(ProcessFaults, CacheOnAReadOnlyMount) {
     {
       WarningCapture warnings;
       Engine engine(settings_for(root));
-      const Prepared hit = engine.prepare(add_constant(4), Target::parse(kTarget));
-      c.check(hit.origin == Origin::Disk && hit.key == compiled.key, "the Engine loads the existing entry");
-      const Prepared miss = engine.prepare(add_constant(2), Target::parse(kTarget));
-      c.check(miss.origin == Origin::Compiled, "the Engine compiles a miss (with NVRTC)");
+      Origin hit_origin;
+      const auto hit = engine.prepare(add_constant(4), Target::parse(kTarget), &hit_origin);
+      c.check(hit_origin == Origin::Disk && hit->key == compiled->key, "the Engine loads the existing entry");
+      Origin miss_origin;
+      const auto miss = engine.prepare(add_constant(2), Target::parse(kTarget), &miss_origin);
+      c.check(miss_origin == Origin::Compiled, "the Engine compiles a miss (with NVRTC)");
       c.check(warnings.count() == 1 && contains(warnings.all(), "Read-only file system"),
               "the Engine's cache warned once: " + warnings.all());
     }

@@ -145,7 +145,7 @@ class RedisStoreTest : public ::testing::Test {
 
   cache::RemoteConfig config(cache::RemoteMode mode = cache::RemoteMode::ReadWrite, double lease_s = 60) const {
     cache::RemoteConfig c;
-    c.endpoint = server_->endpoint();
+    c.url = server_->url();
     c.mode = mode;
     c.secret = kSecret;
     c.timeout_s = 0.5;
@@ -533,7 +533,7 @@ TEST_F(RedisStoreTest, GetManyFetchesEveryRequestInOneRoundTrip) {
     asks.emplace_back(e.key, "sm_90");
   }
   asks.emplace_back(testing::key_for("remote-many-absent"), "sm_90");
-  const RedisStore::FetchedMany got = machine()->get_many(asks);
+  const cache::FetchedMany got = machine()->get_many(asks);
   ASSERT_TRUE(got.ok()) << got.error;
   ASSERT_EQ(got.results.size(), 4u);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(got.results[i].entry && got.results[i].entry->key == asks[i].first);
@@ -553,12 +553,11 @@ TEST_F(RedisStoreTest, AnMgetRefusedByRedisIsAnErrorNotMisses) {
   redis({"ACL", "SETUSER", "kjit", "on", ">kjit-password", "~kjit:*", "+get", "+set", "+exists", "+eval", "+del",
          "+pexpire", "+pttl", "+ping"});
   cache::RemoteConfig c = config();
-  c.endpoint.user = "kjit";
-  c.endpoint.password = "kjit-password";
+  c.url = "redis://kjit:kjit-password@" + c.url.substr(std::string("redis://").size());
   RedisStore store(c);
   ASSERT_TRUE(store.get(asks[0].first, "sm_90")) << "the user can GET";
   WarningCapture warnings;
-  const RedisStore::FetchedMany got = store.get_many(asks);
+  const cache::FetchedMany got = store.get_many(asks);
   EXPECT_FALSE(got.ok());
   EXPECT_TRUE(got.answered);
   EXPECT_TRUE(got.results.empty());
@@ -596,7 +595,7 @@ std::size_t resident_bytes() {
 
 cache::RemoteConfig scripted_config(const ScriptedRedis& server, double timeout_s, double lease_s = 60) {
   cache::RemoteConfig c;
-  c.endpoint = server.endpoint();
+  c.url = server.url();
   c.secret = kSecret;
   c.timeout_s = timeout_s;
   c.lease_s = lease_s;
@@ -778,7 +777,7 @@ TEST(HostileRedis, AnMgetAnswerThatIsNotOneValuePerKeyIsAnError) {
       return a;
     });
     RedisStore store(scripted_config(server, 2.0));
-    const RedisStore::FetchedMany got = store.get_many(asks);
+    const cache::FetchedMany got = store.get_many(asks);
     EXPECT_TRUE(got.answered) << reply;
     EXPECT_FALSE(got.ok()) << reply;
     EXPECT_TRUE(got.results.empty()) << reply;

@@ -144,9 +144,7 @@ TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
                                    {"KJIT_REMOTE_CACHE_MODE", "read"}, {"KJIT_REMOTE_CACHE_TIMEOUT", "0.25"},
                                    {"KJIT_REMOTE_CACHE_LEASE", "90"}});
   ASSERT_TRUE(s.remote_cache);
-  EXPECT_EQ(s.remote_cache->endpoint.host, "10.1.2.3");
-  EXPECT_EQ(s.remote_cache->endpoint.port, 7000);
-  EXPECT_EQ(s.remote_cache->endpoint.db, 2);
+  EXPECT_EQ(s.remote_cache->url, "redis://10.1.2.3:7000/2");
   EXPECT_EQ(s.remote_cache->secret, secret);
   EXPECT_EQ(s.remote_cache->mode, cache::RemoteMode::Read);
   EXPECT_EQ(s.remote_cache->timeout_s, 0.25);

@@ -1,7 +1,7 @@
 // StoreChain: levels consulted in order, the first valid hit wins, backfill only from levels marked so
 // and only into writable ones, a level that throws or answers wrongly is a miss. The disk levels are
-// real DiskCache / ReadOnlyLayer stores on temp dirs; MapStore (below) is the chain's own unit-test
-// store, an implementation of our interface over a std::map.
+// real DiskCache / ReadOnlyLayer stores on temp dirs; MapStore (support/map_store.hpp) is the chain's
+// own unit-test store, an implementation of our interface over a std::map.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -14,12 +14,14 @@
 #include "kjit/cache/read_only_layer.hpp"
 #include "kjit/cache/store_chain.hpp"
 #include "kjit/error.hpp"
+#include "map_store.hpp"
 #include "test_support.hpp"
 
 using namespace kjit::cache;
 using kjit::cache::CacheMode;
 using kjit::testing::cache_config;
 using kjit::testing::make_entry;
+using kjit::testing::MapStore;
 using kjit::testing::read_file;
 using kjit::testing::same_entry;
 using kjit::testing::TempDir;
@@ -30,38 +32,6 @@ namespace fs = std::filesystem;
 namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Entry bytes by "<key>/<target>", validated on get like a disk entry; counts its calls.
-class MapStore : public Store {
- public:
-  explicit MapStore(std::string name, bool writable = true) : name_(std::move(name)), writable_(writable) {}
-
-  std::optional<Entry> get(const CacheKey& key, const std::string& target) override {
-    ++gets;
-    auto it = bytes.find(slot(key, target));
-    if (it == bytes.end()) return std::nullopt;
-    return check_entry_bytes(it->second, key, target).entry;
-  }
-  bool put(const Entry& e) override {
-    ++puts;
-    if (!writable_) return false;
-    seed(e);
-    return true;
-  }
-  // Holds `e` without counting a put (a test's set-up).
-  void seed(const Entry& e) { bytes[slot(e.key, filed_target(e.meta))] = encode_entry(e); }
-  bool writable() const override { return writable_; }
-  std::string describe() const override { return name_; }
-
-  static std::string slot(const CacheKey& key, const std::string& target) { return key.hex() + "/" + target; }
-
-  std::map<std::string, std::string> bytes;
-  int gets = 0, puts = 0;
-
- private:
-  std::string name_;
-  bool writable_;
-};
 
 // Throws on every get (a store whose backend is gone and which does not turn that into a miss).
 class ThrowingStore : public MapStore {
@@ -329,4 +299,130 @@ TEST(ReadOnlyLayer, TheDiskCacheMakesOnePerConfiguredLayerAndNoneInModeOff) {
   EXPECT_EQ(disk.layers()[1]->root(), b.path());
   cfg.mode = CacheMode::Off;
   EXPECT_TRUE(DiskCache(cfg).layers().empty());
+}
+
+// ---- writes through the chain ---------------------------------------------------------------------
+
+namespace {
+
+// A remote-like MapStore with compile leases held in memory, as another process would hold them: the
+// lease is Held by "someone else" (held_by_other) whose entry appears at the first watch (other_entry).
+class LeasingStore : public MapStore, public CompileLeases {
+ public:
+  using MapStore::MapStore;
+  CompileLeases* leases() override { return writable() ? this : nullptr; }
+  Lease try_lease(const CacheKey&, const std::string&, std::string* token) override {
+    ++tries;
+    if (held_by_other) return Lease::Held;
+    *token = "mine";
+    return Lease::Taken;
+  }
+  bool renew_lease(const CacheKey&, const std::string&, const std::string&) override { return true; }
+  void release_lease(const CacheKey&, const std::string&, const std::string& token) override {
+    released += token == "mine";
+  }
+  void mark_unpublished(const CacheKey&, const std::string&) override {}
+  std::optional<Watch> watch(const CacheKey&, const std::string&) override {
+    if (other_entry) seed(*other_entry);  // the other process finished
+    Watch w;
+    w.entry = other_entry.has_value();
+    w.lease = !other_entry;
+    return w;
+  }
+  double lease_s() const override { return 60; }
+  double wait_limit_s() const override { return 5; }
+
+  bool held_by_other = false;
+  std::optional<Entry> other_entry;
+  int tries = 0, released = 0;
+};
+
+struct Chain3 {
+  std::shared_ptr<MapStore> disk = std::make_shared<MapStore>("disk");
+  std::shared_ptr<MapStore> layer = std::make_shared<MapStore>("layer", false);
+  std::shared_ptr<LeasingStore> remote = std::make_shared<LeasingStore>("remote");
+  StoreChain chain{{{disk, false}, {layer, false}, {remote, true}}};
+};
+
+}  // namespace
+
+TEST(StoreChain, GetAnyAsksALevelForEveryKeyBeforeTheNextLevel) {
+  Chain3 c;
+  const Entry cubin = make_entry("chain-any-cubin"), ptx = make_entry("chain-any-ptx");
+  c.remote->seed(cubin);
+  c.layer->seed(ptx);
+  auto hit = c.chain.get_any({cubin.key, ptx.key}, "sm_90");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->level, 1u) << "the layer's second key, before a round trip for the remote's first";
+  EXPECT_TRUE(same_entry(hit->entry, ptx));
+  EXPECT_FALSE(hit->remote);
+  EXPECT_EQ(c.remote->gets, 0);
+}
+
+TEST(StoreChain, GetOrProduceProducesOnceUnderTheLeaseAndPutsIntoEveryWritableLevel) {
+  Chain3 c;
+  const Entry e = make_entry("chain-produce");
+  int produced = 0;
+  StoreChain::Hit hit = c.chain.get_or_produce(e.key, "sm_90", [&] {
+    ++produced;
+    return e;
+  });
+  EXPECT_EQ(produced, 1);
+  EXPECT_TRUE(hit.produced);
+  EXPECT_FALSE(hit.remote);
+  EXPECT_EQ(c.remote->tries, 1) << "the leasing level's lease was taken";
+  EXPECT_EQ(c.remote->released, 1);
+  EXPECT_EQ(c.disk->puts, 1);
+  EXPECT_EQ(c.layer->puts, 0) << "a read-only level is not written";
+  EXPECT_EQ(c.remote->puts, 1) << "published once, by the lease holder";
+  EXPECT_EQ(c.chain.get(e.key, "sm_90")->level, 0u);
+}
+
+TEST(StoreChain, GetOrProduceTakesWhatAnotherProcessOfTheDeploymentProduced) {
+  Chain3 c;
+  const Entry e = make_entry("chain-other");
+  c.remote->held_by_other = true;
+  c.remote->other_entry = e;
+  StoreChain::Hit hit = c.chain.get_or_produce(e.key, "sm_90", []() -> Entry { throw std::runtime_error("no"); });
+  EXPECT_TRUE(hit.remote);
+  EXPECT_FALSE(hit.produced);
+  EXPECT_EQ(hit.level, 2u);
+  EXPECT_TRUE(same_entry(hit.entry, e));
+  EXPECT_EQ(c.disk->puts, 1) << "kept on the local disk";
+  EXPECT_EQ(c.remote->puts, 0);
+}
+
+TEST(StoreChain, GetOrProduceWithoutSharingNeitherLeasesNorWaits) {
+  Chain3 c;
+  const Entry e = make_entry("chain-unshared");
+  c.remote->held_by_other = true;
+  StoreChain::Hit hit = c.chain.get_or_produce(e.key, "sm_90", [&] { return e; }, /*share=*/false);
+  EXPECT_TRUE(hit.produced);
+  EXPECT_EQ(c.remote->tries, 0);
+  EXPECT_EQ(c.remote->puts, 1) << "a writable remote level is still written";
+}
+
+TEST(StoreChain, AProducerThatAnswersAnotherKeyIsAnErrorAndNothingIsKept) {
+  Chain3 c;
+  const Entry e = make_entry("chain-asked"), other = make_entry("chain-other-key");
+  EXPECT_THROW(c.chain.get_or_produce(e.key, "sm_90", [&] { return other; }), kjit::Error);
+  EXPECT_EQ(c.disk->puts, 0);
+  EXPECT_EQ(c.remote->released, 1) << "the lease is let go";
+}
+
+TEST(StoreChain, PrefetchAsksTheRemoteLevelOnceForWhatNoLocalLevelHas) {
+  Chain3 c;
+  const Entry here = make_entry("chain-pf-here"), there = make_entry("chain-pf-there"),
+              nowhere = make_entry("chain-pf-nowhere");
+  c.layer->seed(here);
+  c.remote->seed(there);
+  const auto r = c.chain.prefetch({{{here.key}, "sm_90"}, {{nowhere.key, there.key}, "sm_90"}, {{nowhere.key}, "sm_90"}});
+  EXPECT_EQ(r.jobs, 3u);
+  EXPECT_EQ(r.on_disk, 1u);
+  EXPECT_EQ(r.fetched, 1u);
+  EXPECT_EQ(r.missing, 1u);
+  EXPECT_TRUE(r.looked_up());
+  EXPECT_EQ(c.disk->puts, 1);
+  EXPECT_EQ(c.chain.get(there.key, "sm_90")->level, 0u);
+  EXPECT_THROW(StoreChain({{c.disk, false}}).prefetch({}), kjit::Error) << "no remote level";
 }

@@ -11,11 +11,13 @@
 
 #include "kjit/engine.hpp"
 #include "kjit/trace.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 using kjit::testing::TempDir;
 
+using kjit::testing::prepared_origin;
 namespace {
 
 std::vector<std::string>* hook_log = nullptr;
@@ -49,10 +51,10 @@ TEST(Trace, CompileAndLoadAreNamedRangesForNvtxAndTheHook) {
   const std::string name = spec.name_expression();
   {
     Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
-    ASSERT_EQ(engine.prepare(spec, Target::parse("sm_80")).origin, Origin::Compiled);
+    ASSERT_EQ(prepared_origin(engine, spec, Target::parse("sm_80")), Origin::Compiled);
   }
   Engine again(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
-  ASSERT_EQ(again.prepare(spec, Target::parse("sm_80")).origin, Origin::Disk);
+  ASSERT_EQ(prepared_origin(again, spec, Target::parse("sm_80")), Origin::Disk);
   trace::set_hook({});
 
   // The miss looks on disk (a short load range), compiles; the second engine loads from disk.

@@ -18,8 +18,10 @@
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "child_process.hpp"
+#include "engine_support.hpp"
 #include "test_support.hpp"
 
+using kjit::testing::prepared_origin;
 namespace {
 
 namespace fs = std::filesystem;
@@ -104,8 +106,9 @@ TEST_F(WarmTest, WarmedEntriesAreWhatTheEngineLooksUp) {
   ASSERT_EQ(kjit({"warm", manifest().string(), "--arch", "sm_90"}).code, 0);
   kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
   const ManifestRecord r = add_constant_record("float32", 4);
-  const kjit::Prepared p = engine.prepare(kjit::specialization_of(r, kjit::template_of(r)), kjit::Target::parse("sm_90"));
-  EXPECT_EQ(p.origin, kjit::Origin::Disk);
+  kjit::Origin p_origin = kjit::Origin::Memory;
+  const auto p = engine.prepare(kjit::specialization_of(r, kjit::template_of(r)), kjit::Target::parse("sm_90"), &p_origin);
+  EXPECT_EQ(p_origin, kjit::Origin::Disk);
 }
 
 // An arch-specific record (a KernelFamily compiled for sm_XYa: the sm_90 GEMM's wgmma) is warmed for
@@ -132,9 +135,9 @@ TEST_F(WarmTest, AnArchSpecificRecordIsWarmedForSmXYaAndSkippedForPtx) {
   EXPECT_TRUE(contains(r.out, "1 compiled, 1 already cached, 0 failed\n")) << r.out;  // the plain one for sm_90a
   // Strict: the arch-specific family's lookup (sm_90a) finds it.
   kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
-  const kjit::Prepared p =
-      engine.prepare(kjit::specialization_of(specific, kjit::template_of(specific)), kjit::Target::parse("sm_90a"));
-  EXPECT_EQ(p.origin, kjit::Origin::Disk);
+  kjit::Origin p_origin = kjit::Origin::Memory;
+  const auto p = engine.prepare(kjit::specialization_of(specific, kjit::template_of(specific)), kjit::Target::parse("sm_90a"), &p_origin);
+  EXPECT_EQ(p_origin, kjit::Origin::Disk);
 }
 
 TEST_F(WarmTest, AStaleBuiltinIsReportedAndTheCurrentOneCompiled) {
@@ -238,7 +241,7 @@ TEST_F(WarmTest, StrictModeFindsExportedEntriesInAReadOnlyLayer) {
                                                 {"KJIT_CACHE_MODE", "strict"}}));
   const ManifestRecord warmed = add_constant_record("float32", 4);
   const kjit::Target sm90 = kjit::Target::parse("sm_90");
-  EXPECT_EQ(engine.prepare(kjit::specialization_of(warmed, kjit::template_of(warmed)), sm90).origin, kjit::Origin::Disk);
+  EXPECT_EQ(prepared_origin(engine, kjit::specialization_of(warmed, kjit::template_of(warmed)), sm90), kjit::Origin::Disk);
   const ManifestRecord cold = add_constant_record("float16", 4);
   try {
     engine.prepare(kjit::specialization_of(cold, kjit::template_of(cold)), sm90);
@@ -445,9 +448,9 @@ TEST_F(WarmTest, AnExportIsReadableByEveryUserWhileTheCacheStaysPrivate) {
                                                   {"KJIT_CACHE_MODE", "strict"}}));
     const ManifestRecord rec = add_constant_record("float32", 4);
     try {
-      const kjit::Prepared p =
-          engine.prepare(kjit::specialization_of(rec, kjit::template_of(rec)), kjit::Target::parse("sm_90"));
-      c.check(p.origin == kjit::Origin::Disk, "a disk hit as nobody");
+      kjit::Origin p_origin = kjit::Origin::Memory;
+  const auto p = engine.prepare(kjit::specialization_of(rec, kjit::template_of(rec)), kjit::Target::parse("sm_90"), &p_origin);
+      c.check(p_origin == kjit::Origin::Disk, "a disk hit as nobody");
     } catch (const std::exception& e) {
       c.fail(std::string("nobody cannot use the export: ") + e.what());
     }

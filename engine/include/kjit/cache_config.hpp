@@ -4,6 +4,7 @@
 
 #include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/disk_cache.hpp"
+#include "kjit/cache/store_chain.hpp"
 #include "kjit/settings.hpp"
 
 namespace kjit {
@@ -20,5 +21,16 @@ cache::ChoiceStoreConfig choice_store_config(const Settings& s);
 // what one compile may take (KJIT_COMPILE_TIMEOUT) plus a lease (KJIT_REMOTE_CACHE_LEASE). 0 when no
 // writable remote tier is configured (no lease is ever waited for).
 double remote_wait_limit_s(const Settings& s);
+
+// The stores of the settings, in lookup order: the writable disk cache, its read-only layers (never
+// backfilled: read in place), and the remote tier (KJIT_REMOTE_CACHE, by URL scheme: store_registry.hpp),
+// whose hits are backfilled to the disk. Mode off means no cache at all; in every other mode the remote
+// tier is read (strict included: it fetches, never compiles); modes readonly and strict write nothing
+// anywhere, the remote tier included.
+struct CacheStores {
+  std::shared_ptr<cache::DiskCache> disk;  // for its maintenance (list, prune, clear) and `kjit info`
+  cache::StoreChain chain;
+};
+CacheStores open_cache_stores(const Settings& s);
 
 }  // namespace kjit

@@ -29,17 +29,17 @@ class KernelFamily {
 
   // `args[i]` binds the i-th template parameter of the kernel (a prefix of them when the rest have
   // defaults). `compile_forbidden_reason` as in Engine::get. `origin` (optional) tells how it was found.
-  std::shared_ptr<const LoadedKernel> get(const TemplateArg* args, std::size_t n, int device,
+  std::shared_ptr<const SpecializedKernel> get(const TemplateArg* args, std::size_t n, int device,
                                           Origin* origin = nullptr,
                                           const char* compile_forbidden_reason = nullptr) const;
-  std::shared_ptr<const LoadedKernel> get(const std::vector<TemplateArg>& args, int device,
+  std::shared_ptr<const SpecializedKernel> get(const std::vector<TemplateArg>& args, int device,
                                           Origin* origin = nullptr,
                                           const char* compile_forbidden_reason = nullptr) const {
     return get(args.data(), args.size(), device, origin, compile_forbidden_reason);
   }
   // The memory-table lookup alone (counted as a memory hit when found); null on a miss. Never blocks on
   // a compile, so callers can release locks (the GIL) only around get() on a miss.
-  std::shared_ptr<const LoadedKernel> find(const TemplateArg* args, std::size_t n, int device) const noexcept;
+  std::shared_ptr<const SpecializedKernel> find(const TemplateArg* args, std::size_t n, int device) const noexcept;
 
   // For a kernel a later get() of the same arguments will want (an op's backward, asked for at its
   // forward): nothing when it is in memory already, else Engine::prepare_ahead (compiled into the disk

@@ -156,16 +156,16 @@ class CompileAheadOnMiss {
 // The kernel of `family` for these template arguments (in the kernel's parameter order) on `device`:
 // a memory hit on the hot path; on a miss (a disk load or a compile) the GIL is released while it waits,
 // when this thread holds it. `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).
-std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
+std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
                                                int device, const char* compile_forbidden);
 template <std::size_t N>
-std::shared_ptr<const LoadedKernel> kernel_for(const KernelFamily& family, const TemplateArg (&args)[N], int device,
+std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg (&args)[N], int device,
                                                const char* compile_forbidden) {
   return kernel_for(family, args, N, device, compile_forbidden);
 }
 
 // The kernel of `family` specialized on (T = dtype, VEC = vec) for `device`.
-std::shared_ptr<const LoadedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
+std::shared_ptr<const SpecializedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
                                                  int device, const char* compile_forbidden);
 
 // A family of a built-in template (kernel_templates/<tmpl>.cuh), made once per process by the caller's

@@ -90,7 +90,7 @@ Dim3 grid(std::int64_t positions, std::int64_t planes) {
   return g;
 }
 
-const std::shared_ptr<const LoadedKernel> pool_kernel(bool backward, const at::Tensor& x, const Pool<std::int64_t>& p,
+const std::shared_ptr<const SpecializedKernel> pool_kernel(bool backward, const at::Tensor& x, const Pool<std::int64_t>& p,
                                                       bool is_max, bool count_pad, int device,
                                                       const LaunchContext& ctx) {
   const TemplateArg targs[] = {type_arg(x.scalar_type()), int_arg(p.kh), int_arg(p.kw), int_arg(p.sh),

@@ -1,5 +1,5 @@
 // Cluster-wide single flight: processes on different machines that miss the same (key, target) compile
-// it once. The first takes the compile lease in the remote tier (RedisStore::try_lease, with an expiry,
+// it once. The first takes the compile lease in the remote tier (CompileLeases::try_lease, with an expiry,
 // renewed while it compiles), produces the entry, stores it there and lets the lease go; the others wait
 // for the entry and take it.
 //  - A lease whose holder died expires, and a waiter takes it over.
@@ -10,15 +10,15 @@
 //  - When the remote tier does not answer, or is read-only, the entry is produced here, unshared: a
 //    remote tier never stops a process from compiling.
 //
-// Within one machine the disk cache's per-key lock already lets one process through (DiskCache::
-// load_or_produce calls this under that lock), so each machine sends at most one process per key here.
+// Within one machine the disk cache's per-key lock already lets one process through (StoreChain::
+// get_or_produce calls this under that lock), so each machine sends at most one process per key here.
 #pragma once
 
 #include <functional>
 #include <string>
 
 #include "kjit/cache/entry.hpp"
-#include "kjit/cache/redis_store.hpp"
+#include "kjit/cache/store.hpp"
 
 namespace kjit::cache {
 
@@ -27,7 +27,9 @@ struct FlightResult {
   bool fetched = false;  // true: another process produced it (taken from the remote tier)
 };
 
-FlightResult produce_once(RedisStore& remote, const CacheKey& key, const std::string& target,
+// `remote` is the shared store; without the CompileLeases capability (remote.leases() null: read-only,
+// or a store that has none) the entry is produced here, unshared.
+FlightResult produce_once(Store& remote, const CacheKey& key, const std::string& target,
                           const std::function<Entry()>& produce);
 
 }  // namespace kjit::cache

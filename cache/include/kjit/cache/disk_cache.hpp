@@ -73,7 +73,7 @@ struct PruneReport {
   std::size_t removed_lock_files = 0;  // abandoned locks (nobody held them)
 };
 
-class DiskCache final : public Store {
+class DiskCache final : public Store, public KeyLocks {
  public:
   explicit DiskCache(DiskCacheConfig config);
   ~DiskCache() override;
@@ -90,6 +90,11 @@ class DiskCache final : public Store {
   // Throws kjit::ValueError when `target` cannot be a directory name.
   std::optional<Entry> get(const CacheKey& key, const std::string& target) override;
   bool put(const Entry& entry) override { return store(entry); }
+  KeyLocks* key_locks() override { return this; }
+  // KeyLocks: the key's flock in the writable root, waited for at most config().lock_timeout_s +
+  // holder_remote_wait_s (then kjit::Error). nullptr, after degrading to memory only (a warning once),
+  // when the lock file cannot be made.
+  std::unique_ptr<KeyLock> lock(const CacheKey& key, const std::string& target) override;
   // The read-only layers of config().layers (empty paths skipped), in order; none in mode off.
   const std::vector<std::shared_ptr<ReadOnlyLayer>>& layers() const noexcept { return layers_; }
 
@@ -109,7 +114,8 @@ class DiskCache final : public Store {
   bool store(const Entry& entry);
 
   // Load, else produce under the per-key lock and store: N processes that miss the same key run
-  // `produce` once between them. `produced` tells whether this call ran it.
+  // `produce` once between them. `produced` tells whether this call ran it. A StoreChain of this disk
+  // and its layers (StoreChain::get_or_produce), for the disk's own callers and tools.
   // In a non-writable cache, `produce` runs without a lock and nothing is stored.
   // Exceptions from `produce` propagate (the lock is released). `produce` must return an entry with
   // `key` and filed_target(meta) == target (else kjit::Error). Waiting longer than

@@ -33,74 +33,47 @@ namespace kjit::cache {
 class RedisConnection;
 struct RedisReply;
 
-class RedisStore final : public Store {
+class RedisStore final : public Store, public CompileLeases {
  public:
+  // Throws kjit::ValueError when config.url is not a redis:// URL (parse_redis_url).
   explicit RedisStore(RemoteConfig config);
   ~RedisStore() override;
 
   std::optional<Entry> get(const CacheKey& key, const std::string& target) override;
+  // Several lookups in one round trip (MGET). An error reply (NOPERM for an ACL user without +mget,
+  // LOADING, OOM) or a reply of another shape is FetchedMany::error.
+  FetchedMany get_many(const std::vector<std::pair<CacheKey, std::string>>& requests) override;
   bool put(const Entry& entry) override;
   // Mode readwrite (whether the server answers is not known until it is asked).
   bool writable() const override;
   std::string describe() const override;
+  std::uint64_t stored() const override { return stored_.load(); }
+  // PING with a fresh connection, ignoring the back-off: for `kjit info`.
+  std::optional<Probe> probe() const override;
+  // Leases are a capability of a writable tier only (mode read writes nothing, leases included).
+  CompileLeases* leases() override { return writable() ? this : nullptr; }
 
   const RemoteConfig& config() const noexcept { return config_; }
-  // How many entries put() has kept in this process (for reports such as `kjit warm`'s).
-  std::uint64_t stored() const noexcept { return stored_.load(); }
+  const RedisEndpoint& endpoint() const noexcept { return endpoint_; }
 
   // The Redis key of an entry, and of its compile lease.
   static std::string entry_name(const CacheKey& key, const std::string& target);
   static std::string lease_name(const CacheKey& key, const std::string& target);
   static std::string unpublished_name(const CacheKey& key, const std::string& target);
 
-  // Several lookups in one round trip (start-up prefetch): one result per request, in order.
-  struct Fetched {
-    std::optional<Entry> entry;
-    bool refused = false;  // a value was there but refused (said by a warning)
-  };
-  struct FetchedMany {
-    std::vector<Fetched> results;  // one per request, in order; empty unless ok()
-    bool answered = true;          // false: the server did not answer (warned, as every outage)
-    // It answered, but not with one value per key: an error reply (NOPERM for an ACL user without +mget,
-    // LOADING, OOM) or a reply of another shape. What it said and what to do; not warned (the caller
-    // reports it: nothing was looked up).
-    std::string error;
-    bool ok() const noexcept { return answered && error.empty(); }
-  };
-  FetchedMany get_many(const std::vector<std::pair<CacheKey, std::string>>& requests);
-
   // Whether the server holds a value under the entry's name (a cheap EXISTS; nullopt: no answer).
   std::optional<bool> contains(const CacheKey& key, const std::string& target);
 
-  // Compile leases. try_lease: Taken (with `token` set), Held by another process, or Unavailable
-  // (mode read, or no answer). release_lease deletes the lease only while it is still this token's.
-  enum class Lease { Taken, Held, Unavailable };
-  Lease try_lease(const CacheKey& key, const std::string& target, std::string* token);
-  // Extends this token's lease to a full lease_s again; false when it is not ours any more or no answer.
-  bool renew_lease(const CacheKey& key, const std::string& target, const std::string& token);
-  // Says, for a while (lease_s), that the holder of the key's lease ended without publishing an entry
-  // (its compile failed, or Redis refused the entry): waiters then compile on their own at once instead
-  // of taking the lease one after another.
-  void mark_unpublished(const CacheKey& key, const std::string& target);
-  // A release that finds the server not answering is kept and made after the next operation that gets
-  // an answer, so that a short outage does not leave the key blocked for the lease's whole lifetime.
-  void release_lease(const CacheKey& key, const std::string& target, const std::string& token);
-  // One round trip: whether the entry and the lease exist (nullopt: no answer).
-  struct Watch {
-    bool entry = false;
-    bool lease = false;
-    bool lease_expires = true;  // false: a lease key without an expiry (not one kjit wrote)
-    bool unpublished = false;   // mark_unpublished() was said for the key
-  };
-  std::optional<Watch> watch(const CacheKey& key, const std::string& target);
-
-  // PING with a fresh connection, ignoring the back-off: for `kjit info`.
-  struct Probe {
-    bool answers = false;
-    double ms = 0;
-    std::string error;
-  };
-  Probe probe() const;
+  // CompileLeases. A release that finds the server not answering is kept and made after the next
+  // operation that gets an answer, so that a short outage does not leave the key blocked for the lease's
+  // whole lifetime.
+  Lease try_lease(const CacheKey& key, const std::string& target, std::string* token) override;
+  bool renew_lease(const CacheKey& key, const std::string& target, const std::string& token) override;
+  void mark_unpublished(const CacheKey& key, const std::string& target) override;
+  void release_lease(const CacheKey& key, const std::string& target, const std::string& token) override;
+  std::optional<Watch> watch(const CacheKey& key, const std::string& target) override;
+  double lease_s() const override { return config_.lease_s; }
+  double wait_limit_s() const override { return config_.wait_limit_s; }
 
  private:
   class Pool;
@@ -123,6 +96,7 @@ class RedisStore final : public Store {
   std::optional<Entry> accept(const CacheKey& key, const std::string& target, const std::string& value);
 
   RemoteConfig config_;
+  RedisEndpoint endpoint_;  // parsed from config_.url
   std::unique_ptr<Pool> pool_;
   std::atomic<std::uint64_t> stored_{0};
   std::mutex state_mu_;

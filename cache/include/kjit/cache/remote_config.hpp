@@ -1,6 +1,7 @@
-// The remote tier's configuration (a Redis server shared by a deployment): where it is, whether this
-// process may write to it, the deployment secret that seals entries, and its time limits. Plain data:
-// the engine fills it from its settings (kjit/cache_config.hpp, KJIT_REMOTE_CACHE*).
+// The remote tier's configuration (a store shared by a deployment, Redis for kjit's own scheme): where
+// it is (a URL whose scheme picks the store: store_registry.hpp), whether this process may write to it,
+// the deployment secret that seals entries, and its time limits. Plain data: the engine fills it from its
+// settings (kjit/cache_config.hpp, KJIT_REMOTE_CACHE*).
 #pragma once
 
 #include <string>
@@ -28,8 +29,11 @@ RedisEndpoint parse_redis_url(const std::string& url);
 // The smallest deployment secret accepted, in bytes.
 inline constexpr std::size_t kMinRemoteSecretBytes = 16;
 
+// Any URL with the password of its user part replaced by "***" (for messages and `kjit info`).
+std::string display_url(const std::string& url);
+
 struct RemoteConfig {
-  RedisEndpoint endpoint;
+  std::string url;         // scheme://...: which store (store_registry.hpp) and where
   RemoteMode mode = RemoteMode::ReadWrite;
   std::string secret;      // HMAC-SHA256 key of every entry (entry_seal.hpp); never printed
   double timeout_s = 1.0;  // each whole request: connecting (with AUTH / SELECT), or a command and its whole
