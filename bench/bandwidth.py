@@ -7,7 +7,7 @@ op must read once and write once (weights included); GPU time per call is the me
 (after warm-up) of CUDA-event timings of 10 back-to-back calls (stats.gpu_ms).
 
 Two parts: a size sweep (each op family from 1 MiB to 1 GiB of input) and the reference table (the
-shapes of the README: 65536x4096, rows of 768 / 1000 / 4096 / 8192 / 50257, the pools), where the
+shapes of docs/performance.md: 65536x4096, rows of 768 / 1000 / 4096 / 8192 / 50257, the pools), where the
 row-shape cases also run kjit's generic variant (row length as a runtime argument, as after
 KJIT_MAX_SPECIALIZATIONS distinct lengths) to show what specializing on the row length buys.
 """

@@ -1,41 +1,28 @@
-"""The README's Python examples run as written: each ```python block in a fresh process with its own
-cache. Blocks that use a CUDA device are GPU tests (skipped with the reason without one)."""
-
-import importlib.util
-import pathlib
-import re
+"""The README's examples run as written: each ```python and ```bash block in a fresh process with its own
+cache (doc_blocks.py: the runner shared with test_docs.py, and its conventions for GPU-only and
+illustrative blocks). Blocks that use a CUDA device are GPU tests (skipped with the reason without one)."""
 
 import pytest
 
-from conftest import run_python
+from doc_blocks import REPO, params, run_block, runnable_blocks
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-
-
-def blocks():
-    text = README.read_text()
-    found = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(found) >= 4, "the README lost its Python examples"
-    return found
+README = REPO / "README.md"
 
 
-def params():
-    out = []
-    for i, code in enumerate(blocks()):
-        marks = [pytest.mark.gpu] if '"cuda"' in code else []
-        # Examples with another framework's arrays: GPU tests, skipped where that framework is missing.
-        frameworks = [m for m in ("cupy", "jax") if re.search(rf"^import {m}\b", code, flags=re.M)]
-        if frameworks:
-            marks.append(pytest.mark.gpu)
-        missing = [m for m in frameworks if importlib.util.find_spec(m) is None]
-        if missing:
-            marks.append(pytest.mark.skip(reason=f"{', '.join(missing)} is not installed"))
-        out.append(pytest.param(code, id=f"block{i}", marks=marks))
-    return out
+def test_readme_keeps_its_examples():
+    langs = [b.lang for b in runnable_blocks(README)]
+    assert langs.count("python") >= 2, "the README lost its Python examples"
+    assert langs.count("bash") >= 2, "the README lost its set-up commands or the warm-deployment recipe"
 
 
-@pytest.mark.parametrize("code", params())
-def test_readme_example_runs(code, tmp_path):
-    script = tmp_path / "example.py"
-    script.write_text(code)
-    run_python([str(script)], env={"KJIT_CACHE_DIR": tmp_path / "cache"}, cwd=tmp_path)
+def test_readme_starts_with_the_setup_commands():
+    # .ci/nonroot.sh and .ci/run run "the README's test command": it must stay the README's first block.
+    first = runnable_blocks(README)[0]
+    assert first.lang == "bash"
+    assert first.code.splitlines()[0].startswith("bash .ci/demo.sh")
+    assert first.code.splitlines()[1].startswith("bash .ci/test.sh")
+
+
+@pytest.mark.parametrize("block", params([README]))
+def test_readme_example_runs(block, tmp_path):
+    run_block(block, tmp_path)

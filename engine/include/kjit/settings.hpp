@@ -27,7 +27,7 @@ enum class CompileIsolation { Untrusted, Always };
 // KJIT_PCH: NVRTC's automatic precompiled header for in-process compiles (Compiler::compile).
 enum class PchMode { Auto, On, Off };
 
-// One documented variable of the registry (for `kjit info` and the README).
+// One documented variable of the registry (for `kjit info` and the settings table of docs/cache.md).
 struct SettingInfo {
   const char* name;
   const char* allowed;
