@@ -8,6 +8,7 @@
 
 #include "kjit/cache/cluster_flight.hpp"
 #include "kjit/cache_config.hpp"
+#include "kjit/compile_command.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
@@ -58,13 +59,6 @@ std::string driver_version_text() {
   std::string why;
   if (!DriverLibrary::available(&why)) return "none";
   return std::to_string(DriverLibrary::get().driver_version());
-}
-
-// The CLI command that would put this specialization into the cache.
-std::string compile_command(const Specialization& spec, const Target& target) {
-  std::string cmd = "kjit compile " + spec.tmpl().name() + " --kernel " + spec.kernel().name;
-  for (const auto& [name, value] : spec.args()) cmd += " --param " + name + "=" + value.describe();
-  return cmd + " --arch " + target.str();
 }
 
 }  // namespace
