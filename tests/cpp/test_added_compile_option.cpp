@@ -15,6 +15,7 @@
 #include "kjit/compile_command.hpp"
 #include "kjit/compile_option_fields.hpp"
 #include "kjit/engine.hpp"
+#include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "test_support.hpp"
 
