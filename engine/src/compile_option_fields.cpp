@@ -83,9 +83,10 @@ std::vector<Field> builtin_fields() {
   return out;
 }
 
+// Never destroyed: a thread still compiling while the process exits (the compiler preload) reads it.
 std::vector<Field>& table() {
-  static std::vector<Field> fields = builtin_fields();
-  return fields;
+  static auto* fields = new std::vector<Field>(builtin_fields());
+  return *fields;
 }
 
 std::size_t kind_index(Kind k) {
