@@ -1,5 +1,6 @@
 #include "kjit/cache/manifest.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -118,17 +119,12 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
     }
     args.push_back({{"name", a.name}, {"kind", kind_name(a.kind)}, {"value", std::move(v)}});
   }
-  const ManifestOptions& o = r.options;
-  Json opts = {{"std", o.std},
-               {"fast_math", o.fast_math},
-               {"line_info", o.line_info},
-               {"device_debug", o.device_debug},
-               {"max_registers", o.max_registers ? Json(*o.max_registers) : Json(nullptr)},
-               {"defines", o.defines}};
-  // Only when set: the id of every record written before the option existed stays what it was.
-  if (o.minimal) opts["minimal"] = true;
-  if (o.default_device) opts["default_device"] = true;
-  if (o.fast_compile != "off") opts["fast_compile"] = o.fast_compile;
+  // The options as the engine wrote them (a JSON object this layer does not read), canonical again.
+  Json opts = Json::parse(r.options, nullptr, false);
+  if (opts.is_discarded() || !opts.is_object())
+    throw ValueError("the manifest record " + r.describe() + " has options that are not a JSON object (" +
+                     (r.options.size() > 80 ? r.options.substr(0, 77) + "..." : r.options) +
+                     "); build records with kjit::to_record");
   Json body = {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
   if (r.arch_specific) body["arch_specific"] = true;  // likewise: only when true
   return body;
@@ -250,22 +246,15 @@ class Reader {
     const Json& args = field(j, "args", Json::value_t::array, where);
     for (std::size_t i = 0; i < args.size(); ++i)
       r.args.push_back(arg(args[i], where + ".args[" + std::to_string(i) + "]"));
+    // The compile options: kept as the canonical text of the object; the engine reads inside it. Options
+    // are values or objects of values: deeper nesting is refused before dump() (which recurses).
     const Json& o = field(j, "options", Json::value_t::object, where);
-    const std::string ow = where + ".options";
-    r.options.std = str(o, "std", ow);
-    r.options.fast_math = boolean(o, "fast_math", ow);
-    r.options.line_info = boolean(o, "line_info", ow);
-    r.options.device_debug = boolean(o, "device_debug", ow);
-    if (o.contains("minimal")) r.options.minimal = boolean(o, "minimal", ow);
-    if (o.contains("default_device")) r.options.default_device = boolean(o, "default_device", ow);
-    if (o.contains("fast_compile")) r.options.fast_compile = str(o, "fast_compile", ow);
-    auto mr = o.find("max_registers");
-    if (mr != o.end() && !mr->is_null()) {
-      const auto n = as_int64(*mr);
-      if (!n || *n < 0 || *n > INT32_MAX) fail(ow, "\"max_registers\" is not an integer in [0, 2^31) or null");
-      r.options.max_registers = static_cast<int>(*n);
-    }
-    r.options.defines = string_map(o, "defines", ow);
+    for (const auto& [name, value] : o.items())
+      if (value.is_array() || (value.is_object() && std::any_of(value.begin(), value.end(), [](const Json& v) {
+                                 return v.is_structured();
+                               })))
+        fail(where + ".options", "\"" + name + "\" is not a value or an object of values");
+    r.options = o.dump();
     if (j.contains("arch_specific")) r.arch_specific = boolean(j, "arch_specific", where);
     auto id = j.find("id");
     if (id != j.end() && (!id->is_string() || id->get<std::string>() != (lines_ ? r.id() : version1_id(r))))

@@ -1,13 +1,19 @@
-// `kjit compile TEMPLATE --kernel NAME [--param NAME=VALUE]... --arch sm_90[,sm_80...]`: puts one
+// `kjit compile TEMPLATE --kernel NAME [--param NAME=VALUE]... --arch sm_90[,sm_80...] [OPTIONS]`: puts one
 // specialization into the cache for each architecture (no GPU needed) and says where each came from.
+// OPTIONS: a flag for each compile option, from the field table (compile_option_fields.hpp).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <deque>
 #include <filesystem>
 
 #include "commands.hpp"
 #include "context.hpp"
 #include "format.hpp"
+#include "kjit/compile_option_fields.hpp"
 #include "kjit/engine.hpp"
 #include "kjit/error.hpp"
 #include "param_text.hpp"
@@ -23,12 +29,15 @@ struct CompileRequest {
   std::vector<std::string> params;
   std::vector<std::string> archs;
   std::vector<std::string> include_dirs;
-  std::vector<std::string> defines;
-  std::string std;  // empty: CompileOptions' default
-  bool fast_math = false;
-  bool minimal = false;
-  bool default_device = false;
-  std::string fast_compile = "off";
+  // One per compile option field (compile_option_fields.hpp), in table order: what CLI11 parses into.
+  struct OptionFlag {
+    const CompileOptionField* field = nullptr;
+    CLI::Option* option = nullptr;
+    bool on = false;                  // Bool
+    std::string text;                 // Int, Enum, String
+    std::vector<std::string> values;  // Defines
+  };
+  std::deque<OptionFlag> options;  // a deque: CLI11 holds references to its elements
   bool json = false;
 };
 
@@ -45,15 +54,51 @@ std::shared_ptr<const Template> load_template(const CompileRequest& r) {
   return Template::builtin(r.template_ref);
 }
 
+// The options given on the command line; a field not given keeps its default.
 CompileOptions options_of(const CompileRequest& r) {
   CompileOptions o;
-  if (!r.std.empty()) o.std = r.std;
-  o.fast_math = r.fast_math;
-  o.minimal = r.minimal;
-  o.default_device = r.default_device;
-  o.fast_compile = r.fast_compile;
-  o.defines = parse_defines(r.defines);
+  for (const auto& flag : r.options) {
+    const CompileOptionField& f = *flag.field;
+    if (flag.option->count() == 0) continue;
+    switch (f.kind) {
+      case CompileOptionField::Kind::Bool: f.set(o, OptionValue(flag.on)); break;
+      case CompileOptionField::Kind::Int: {
+        char* end = nullptr;
+        errno = 0;
+        const long n = std::strtol(flag.text.c_str(), &end, 10);
+        if (flag.text.empty() || *end != '\0' || errno == ERANGE || n < INT_MIN || n > INT_MAX)
+          throw ValueError(f.cli + " '" + flag.text + "' is not an integer; give " + std::to_string(f.min) + ".." +
+                           std::to_string(f.max) + " (or leave it out)");
+        f.set(o, OptionValue(std::optional<int>(static_cast<int>(n))));
+        break;
+      }
+      case CompileOptionField::Kind::Enum:
+      case CompileOptionField::Kind::String: f.set(o, OptionValue(flag.text)); break;
+      case CompileOptionField::Kind::Defines: f.set(o, OptionValue(parse_defines(flag.values))); break;
+    }
+  }
   return o;
+}
+
+// A flag for each compile option field, spelled and explained as its row says.
+void add_option_flags(CLI::App* sub, CompileRequest& r) {
+  for (const CompileOptionField& f : compile_option_fields()) {
+    auto& flag = r.options.emplace_back();
+    flag.field = &f;
+    switch (f.kind) {
+      case CompileOptionField::Kind::Bool: flag.option = sub->add_flag(f.cli, flag.on, f.help); break;
+      case CompileOptionField::Kind::Int:
+      case CompileOptionField::Kind::String:
+        flag.option = sub->add_option(f.cli, flag.text, f.help)->type_name(f.cli_value);
+        break;
+      case CompileOptionField::Kind::Enum:
+        flag.option = sub->add_option(f.cli, flag.text, f.help)->type_name(f.cli_value)->check(CLI::IsMember(f.choices));
+        break;
+      case CompileOptionField::Kind::Defines:
+        flag.option = sub->add_option(f.cli, flag.values, f.help)->type_name(f.cli_value)->allow_extra_args(false);
+        break;
+    }
+  }
 }
 
 std::string padded(const std::string& s, std::size_t width) {
@@ -156,24 +201,7 @@ Command add_compile_command(CLI::App& app, Context& ctx) {
   sub->add_option("--include", r->include_dirs, "Directory searched for the template file's #include (repeatable)")
       ->type_name("DIR")
       ->allow_extra_args(false);
-  sub->add_option("--define", r->defines, "Preprocessor macro (repeatable)")
-      ->type_name("NAME[=VALUE]")
-      ->allow_extra_args(false);
-  sub->add_option("--std", r->std, "C++ standard (default c++20)")
-      ->type_name("STD")
-      ->check(CLI::IsMember({"c++17", "c++20"}));
-  sub->add_flag("--fast-math", r->fast_math, "Compile with --use_fast_math");
-  sub->add_flag("--minimal", r->minimal,
-                "NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or "
-                "launches, no runtime API types; 3-14 ms less per compile (kjit.ops and kjit.elementwise use it)");
-  sub->add_flag("--default-device", r->default_device,
-                "NVRTC's -default-device: a function with no __host__/__device__ is a __device__ one (CuTe and "
-                "CUTLASS headers need it)");
-  sub->add_option("--fast-compile", r->fast_compile,
-                  "NVRTC's --Ofast-compile level: off (default), min, mid or max; a faster compile of a slower "
-                  "binary (kjit.ops and kjit.elementwise compile at KJIT_LIBRARY_FAST_COMPILE, default off)")
-      ->type_name("LEVEL")
-      ->check(CLI::IsMember(CompileOptions::fast_compile_levels()));
+  add_option_flags(sub, *r);
   sub->add_flag("--json", r->json, "Print JSON");
   return {sub, [&ctx, r]() { return run_compile(ctx, *r); }};
 }

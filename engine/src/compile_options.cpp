@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "kjit/compile_option_fields.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"
 
@@ -16,8 +17,7 @@ CompileOptions CompileOptions::library() {
 }
 
 const std::vector<std::string>& CompileOptions::fast_compile_levels() {
-  static const std::vector<std::string> levels{"off", "min", "mid", "max"};
-  return levels;
+  return find_compile_option_field("fast_compile")->choices;
 }
 
 bool CompileOptions::is_fast_compile_level(const std::string& level) {
@@ -25,17 +25,15 @@ bool CompileOptions::is_fast_compile_level(const std::string& level) {
   return std::find(levels.begin(), levels.end(), level) != levels.end();
 }
 
-void CompileOptions::validate() const {
-  if (std != "c++17" && std != "c++20")
-    throw ValueError("compile option std='" + std + "' is not valid: allowed c++17, c++20");
-  if (!is_fast_compile_level(fast_compile)) {
-    std::string allowed;
-    for (const auto& l : fast_compile_levels()) allowed += (allowed.empty() ? "" : ", ") + l;
-    throw ValueError("compile option fast_compile='" + fast_compile + "' is not valid: allowed " + allowed);
-  }
-  if (max_registers && (*max_registers < 16 || *max_registers > 255))
-    throw ValueError("compile option max_registers=" + std::to_string(*max_registers) +
-                     " is not valid: allowed 16..255, or unset");
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+void validate_defines(const std::map<std::string, std::string>& defines) {
   for (const auto& [name, value] : defines) {
     bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
@@ -46,17 +44,53 @@ void CompileOptions::validate() const {
   }
 }
 
+}  // namespace
+
+void CompileOptions::validate() const {
+  for (const CompileOptionField& f : compile_option_fields()) {
+    const OptionValue v = f.get(*this);
+    switch (f.kind) {
+      case CompileOptionField::Kind::Bool: break;
+      case CompileOptionField::Kind::Int:
+        if (const auto& i = std::get<std::optional<int>>(v); i && (*i < f.min || *i > f.max))
+          throw ValueError("compile option " + f.name + "=" + std::to_string(*i) + " is not valid: allowed " +
+                           std::to_string(f.min) + ".." + std::to_string(f.max) + ", or unset");
+        break;
+      case CompileOptionField::Kind::Enum: {
+        const auto& s = std::get<std::string>(v);
+        if (std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
+          throw ValueError("compile option " + f.name + "='" + s + "' is not valid: allowed " + joined(f.choices));
+        break;
+      }
+      case CompileOptionField::Kind::String:
+        if (std::get<std::string>(v).find('\n') != std::string::npos)
+          throw ValueError("compile option " + f.name + " contains a newline; it must be one line");
+        break;
+      case CompileOptionField::Kind::Defines: validate_defines(std::get<std::map<std::string, std::string>>(v)); break;
+    }
+  }
+}
+
 std::vector<std::string> CompileOptions::canonical() const {
   std::vector<std::string> out;
-  out.push_back("--std=" + std);
-  if (fast_math) out.push_back("--use_fast_math");
-  if (line_info) out.push_back("--generate-line-info");
-  if (device_debug) out.push_back("--device-debug");
-  if (minimal) out.push_back("--minimal");
-  if (default_device) out.push_back("-default-device");
-  if (fast_compile != "off") out.push_back("--Ofast-compile=" + fast_compile);
-  if (max_registers) out.push_back("--maxrregcount=" + std::to_string(*max_registers));
-  for (const auto& [name, value] : defines) out.push_back("-D" + name + "=" + value);
+  for (const CompileOptionField& f : compile_option_fields()) {
+    const OptionValue v = f.get(*this);
+    if (!f.flag_at_default && v == f.default_value) continue;
+    switch (f.kind) {
+      case CompileOptionField::Kind::Bool:
+        if (std::get<bool>(v)) out.push_back(f.flag);
+        break;
+      case CompileOptionField::Kind::Int:
+        if (const auto& i = std::get<std::optional<int>>(v)) out.push_back(f.flag + std::to_string(*i));
+        break;
+      case CompileOptionField::Kind::Enum:
+      case CompileOptionField::Kind::String: out.push_back(f.flag + std::get<std::string>(v)); break;
+      case CompileOptionField::Kind::Defines:
+        for (const auto& [name, value] : std::get<std::map<std::string, std::string>>(v))
+          out.push_back(f.flag + name + "=" + value);
+        break;
+    }
+  }
   return out;
 }
 
@@ -75,9 +109,9 @@ std::pair<std::string, std::string> parse_define(const std::string& text) {
 }
 
 bool CompileOptions::operator==(const CompileOptions& o) const {
-  return std == o.std && fast_math == o.fast_math && line_info == o.line_info &&
-         device_debug == o.device_debug && minimal == o.minimal && default_device == o.default_device &&
-         fast_compile == o.fast_compile && max_registers == o.max_registers && defines == o.defines;
+  for (const CompileOptionField& f : compile_option_fields())
+    if (f.get(*this) != f.get(o)) return false;
+  return true;
 }
 
 }  // namespace kjit

@@ -7,6 +7,7 @@
 #include "cache_keys.hpp"
 #include "compiled_entry.hpp"
 #include "kjit/cache_config.hpp"
+#include "kjit/compile_command.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/phase_time.hpp"
@@ -22,13 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// The CLI command that would put this specialization into the cache.
-std::string compile_command(const Specialization& spec, const Target& target) {
-  std::string cmd = "kjit compile " + spec.tmpl().name() + " --kernel " + spec.kernel().name;
-  for (const auto& [name, value] : spec.args()) cmd += " --param " + name + "=" + value.describe();
-  return cmd + " --arch " + target.str();
 }
 
 // Threads for prepare_ahead(): two (an op's backward may want two kernels), none where this process may

@@ -1,5 +1,6 @@
 #include "kjit/spec_record.hpp"
 
+#include "kjit/compile_option_fields.hpp"
 #include "kjit/dtype.hpp"
 #include "kjit/error.hpp"
 
@@ -49,16 +50,7 @@ cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<cons
     }
     r.args.push_back(std::move(a));
   }
-  const CompileOptions& o = spec.options();
-  r.options.std = o.std;
-  r.options.fast_math = o.fast_math;
-  r.options.line_info = o.line_info;
-  r.options.device_debug = o.device_debug;
-  r.options.minimal = o.minimal;
-  r.options.default_device = o.default_device;
-  r.options.fast_compile = o.fast_compile;
-  r.options.max_registers = o.max_registers;
-  r.options.defines = o.defines;
+  r.options = options_to_json(spec.options());
   return r;
 }
 
@@ -102,16 +94,7 @@ Specialization specialization_of(const ManifestRecord& record, std::shared_ptr<c
       case ManifestArg::Kind::Bool: args.emplace_back(a.name, TemplateArg::boolean(a.boolean)); break;
     }
   }
-  CompileOptions o;
-  o.std = record.options.std;
-  o.fast_math = record.options.fast_math;
-  o.line_info = record.options.line_info;
-  o.device_debug = record.options.device_debug;
-  o.minimal = record.options.minimal;
-  o.default_device = record.options.default_device;
-  o.fast_compile = record.options.fast_compile;
-  o.max_registers = record.options.max_registers;
-  o.defines = record.options.defines;
+  CompileOptions o = options_from_json(record.options, "the options of the manifest record " + record.describe());
   return Specialization(std::move(tmpl), record.kernel, args, std::move(o));
 }
 

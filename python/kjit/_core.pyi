@@ -9,7 +9,7 @@ import os
 import pathlib
 import torch
 import typing
-__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'array_info', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'library_compile_options', 'pin_generic_shape', 'register_cutlass_dir', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
+__all__: list[str] = ['CacheMissError', 'CompileError', 'DriverError', 'Error', 'Kernel', 'KernelFamily', 'KjitWarning', 'LaunchError', 'Template', 'TypeError', 'ValueError', 'admit_shape', 'array_info', 'builtin_templates_dir', 'cache_info', 'clear_memory', 'cli_run', 'compile_option_fields', 'library_compile_options', 'pin_generic_shape', 'register_cutlass_dir', 'register_toolkit_root', 'reset_shape_policy', 'reset_stats', 'set_builtin_templates_dir', 'stats', 'toolkit']
 class Error(Exception):
     """
     Base class of every kjit error.
@@ -264,6 +264,10 @@ def clear_memory() -> None:
 def cli_run(args: collections.abc.Sequence[str]) -> int:
     """
     Runs one `kjit` command (args without the program name) with sys.stdout / sys.stderr; returns its exit status.
+    """
+def compile_option_fields() -> list:
+    """
+    The compile options, one dict each (name: the keyword of Template.kernel(); kind: bool, int, enum, string or defines; default; choices; min, max; flag: NVRTC's; cli: the `kjit compile` flag; help).
     """
 def library_compile_options() -> dict:
     """

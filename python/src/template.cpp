@@ -11,6 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "kjit/compile_option_fields.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
 #include "kjit/specialization.hpp"
@@ -401,19 +402,27 @@ std::map<std::string, std::string> read_defines(const py::object& defines) {
   return out;
 }
 
+// Sets the option `name` (a keyword of Template.kernel(), the name of its field) through the field table.
+void set_option(CompileOptions& o, const char* name, OptionValue value) {
+  const CompileOptionField* f = find_compile_option_field(name);
+  if (!f) throw std::logic_error(std::string("Template.kernel() has a keyword with no compile option field: ") + name);
+  f->set(o, value);
+}
+
+// Template.kernel()'s keywords are the fields of the compile option table, by name (test_api.py compares them).
 PyFamily make_family(const PyTemplate& t, const std::string& name, const std::optional<std::string>& std_,
                      bool fast_math, const py::object& defines, std::optional<int> max_registers, bool line_info,
                      bool device_debug, bool minimal, const std::string& fast_compile, bool default_device) {
   CompileOptions o;
-  if (std_) o.std = *std_;
-  o.fast_math = fast_math;
-  o.line_info = line_info;
-  o.device_debug = device_debug;
-  o.minimal = minimal;
-  o.default_device = default_device;
-  o.fast_compile = fast_compile;
-  o.max_registers = max_registers;
-  o.defines = read_defines(defines);
+  if (std_) set_option(o, "std", *std_);
+  set_option(o, "fast_math", fast_math);
+  set_option(o, "defines", read_defines(defines));
+  set_option(o, "max_registers", max_registers);
+  set_option(o, "line_info", line_info);
+  set_option(o, "device_debug", device_debug);
+  set_option(o, "minimal", minimal);
+  set_option(o, "fast_compile", fast_compile);
+  set_option(o, "default_device", default_device);
   Engine& engine = Engine::global();
   auto family = std::make_shared<const KernelFamily>(engine, t.tmpl, name, o);
   return PyFamily{std::move(family)};
@@ -437,22 +446,47 @@ void clear_kernel_objects() {
 
 namespace {
 // CompileOptions as the keyword arguments of Template.kernel(): the same names, the same values.
+// One option value as Python has it: bool, int or None, str, {name: value}.
+py::object to_python(const OptionValue& v) {
+  struct Py {
+    py::object operator()(bool b) const { return py::bool_(b); }
+    py::object operator()(const std::optional<int>& i) const { return i ? py::object(py::int_(*i)) : py::object(py::none()); }
+    py::object operator()(const std::string& s) const { return py::str(s); }
+    py::object operator()(const std::map<std::string, std::string>& m) const { return py::cast(m); }
+  };
+  return std::visit(Py{}, v);
+}
+
 py::dict options_dict(const CompileOptions& o) {
   py::dict d;
-  d["std"] = o.std;
-  d["fast_math"] = o.fast_math;
-  d["line_info"] = o.line_info;
-  d["device_debug"] = o.device_debug;
-  d["minimal"] = o.minimal;
-  d["default_device"] = o.default_device;
-  d["fast_compile"] = o.fast_compile;
-  d["max_registers"] = o.max_registers ? py::object(py::int_(*o.max_registers)) : py::object(py::none());
-  d["defines"] = o.defines;
+  for (const CompileOptionField& f : compile_option_fields()) d[f.name.c_str()] = to_python(f.get(o));
   return d;
+}
+
+// The field table, for tools and tests: one dict per option.
+py::list option_fields() {
+  py::list out;
+  for (const CompileOptionField& f : compile_option_fields()) {
+    py::dict d;
+    d["name"] = f.name;
+    d["kind"] = to_string(f.kind);
+    d["default"] = to_python(f.default_value);
+    d["choices"] = f.choices;
+    d["min"] = f.min;
+    d["max"] = f.max;
+    d["flag"] = f.flag;
+    d["cli"] = f.cli;
+    d["help"] = f.help;
+    out.append(d);
+  }
+  return out;
 }
 }  // namespace
 
 void bind_template(py::module_& m) {
+  m.def("compile_option_fields", &option_fields,
+        "The compile options, one dict each (name: the keyword of Template.kernel(); kind: bool, int, enum, string "
+        "or defines; default; choices; min, max; flag: NVRTC's; cli: the `kjit compile` flag; help).");
   m.def("library_compile_options", [] { return options_dict(CompileOptions::library()); },
         "The compile options kjit's own kernels use (kjit.ops, kjit.elementwise), as Template.kernel() takes them: "
         "compile a built-in kernel with kernel(name, **library_compile_options()) to get the key an op gets.");

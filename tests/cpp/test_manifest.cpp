@@ -115,16 +115,18 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   EXPECT_EQ(b.args[3].floating, 0.1);
   EXPECT_EQ(b.args[2].boolean, true);
   EXPECT_EQ(b.args[1].integer, -3);
-  EXPECT_EQ(b.options.max_registers, 64);
-  EXPECT_TRUE(b.options.fast_math);
-  EXPECT_EQ(b.options.defines.at("A"), "1");
+  const kjit::CompileOptions bo = kjit::specialization_of(b, kjit::template_of(b)).options();
+  EXPECT_EQ(bo.max_registers, 64);
+  EXPECT_TRUE(bo.fast_math);
+  EXPECT_EQ(bo.defines.at("A"), "1");
   EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
 }
 
 // An option added after manifests existed (minimal, fast_compile) is kept by a record and read back into the
 // same options, hence the same key; a record without it has no such field at all, so every record written
 // before the option existed keeps its id. `written` is how the record spells the option's value; a value of
-// the wrong JSON type is a clear error naming the field.
+// the wrong JSON type is a clear error naming the field (the engine's, reading the options through the
+// field table: the cache layer keeps them as a JSON object it does not read inside).
 void expect_recorded_only_when_on(const kjit::CompileOptions& with, const std::string& field,
                                   const std::string& written) {
   const ManifestRecord on = kjit::to_record(add_constant("float32", 4, with));
@@ -151,7 +153,8 @@ void expect_recorded_only_when_on(const kjit::CompileOptions& with, const std::s
   ASSERT_NE(bad.find(spelled), std::string::npos) << text;
   bad.replace(bad.find(spelled), spelled.size(), "\"" + field + "\":[1234]");
   try {
-    kjit::cache::parse_manifest(bad, "m.json");
+    const ManifestRecord r = kjit::cache::parse_manifest(bad, "m.json").records().at(0);
+    kjit::specialization_of(r, kjit::template_of(r));
     FAIL() << "a " << field << " of the wrong type was read";
   } catch (const kjit::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
@@ -186,6 +189,8 @@ TEST(Manifest, AnOldRecordKeepsItsId) {
   vec.name = "VEC";
   vec.integer = 4;
   r.args = {t, vec};
+  // The options as the engine writes the defaults through its field table.
+  r.options = kjit::to_record(add_constant("float32", 4)).options;
   EXPECT_EQ(r.id(), "bc5bd8bfd59f557b9ddf9cc4978fc77c08d7bace911aaf61b08957e6af62a7d8");
   Manifest m;
   m.add(r);
@@ -323,6 +328,19 @@ void expect_parse_error(const std::string& text, const std::string& what) {
   }
 }
 
+// `text` parses, and rebuilding its first record's specialization fails with `what`, naming the record.
+void expect_options_error(const std::string& text, const std::string& what) {
+  const ManifestRecord r = kjit::cache::parse_manifest(text, "/x/m.json").records().at(0);
+  try {
+    kjit::specialization_of(r, kjit::template_of(r));
+    FAIL() << "rebuilt: " << text;
+  } catch (const kjit::ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the options of the manifest record add_constant(T=float32, VEC=4)"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  }
+}
+
 TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   expect_parse_error("{not json", "it is not JSON");
   expect_parse_error("[1]", "not a JSON object");
@@ -346,7 +364,14 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
                      "records[0].args[1]: kind 'string' is not one of type, integer, float, bool");
   expect_parse_error(edit([](auto& r) { r["args"][1]["value"] = "4"; }),
                      "records[0].args[1]: a integer argument cannot have the value \"4\"");
-  expect_parse_error(edit([](auto& r) { r["options"].erase("std"); }), "records[0].options: missing field \"std\"");
+  // The options are the engine's to read (a field missing or of the wrong type: an error of the record's
+  // specialization_of, which `kjit warm` reports for that record); the cache layer refuses only a value nested
+  // deeper than options are.
+  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"].erase("std"); }), "missing field \"std\"");
+  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"]["newer"] = true; }),
+                       "compile option \"newer\" is not one this kjit knows");
+  expect_parse_error(edit([](auto& r) { r.erase("id"); r["options"]["defines"] = {{"A", {1}}}; }),
+                     "records[0].options: \"defines\" is not a value or an object of values");
   expect_parse_error(edit([](auto& r) { r["kernel"] = "other"; }), "its \"id\" does not match its content");
   // Without an id (hand-written) it parses.
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
@@ -361,8 +386,8 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
                 .records()[0]
                 .describe(),
             "add_constant(T=float32, VEC=18446744073709551615) from template add_constant");
-  expect_parse_error(edit([](auto& r) { r.erase("id"); r["options"]["max_registers"] = 4294967360ll; }),
-                     "\"max_registers\" is not an integer in [0, 2^31) or null");
+  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"]["max_registers"] = 4294967360ll; }),
+                       "\"max_registers\" is not an integer in [-2^31, 2^31) or null");
   expect_parse_error("{\"kjit_manifest\": 4294967297, \"records\": []}", "version 4294967297 is not supported");
 }
 
@@ -458,7 +483,8 @@ TEST(Manifest, FourConcurrentProcessesLoseAndDuplicateNothing) {
   std::map<std::string, int> defines;
   for (const auto& r : m.records()) {
     ids.insert(r.id());
-    if (r.options.defines.count("PROC")) ++defines[r.options.defines.at("PROC")];
+    const kjit::CompileOptions o = kjit::specialization_of(r, kjit::template_of(r)).options();
+    if (o.defines.count("PROC")) ++defines[o.defines.at("PROC")];
   }
   EXPECT_EQ(ids.size(), m.records().size());
   for (int p = 0; p < kProcs; ++p) EXPECT_EQ(defines[std::to_string(p)], 3) << p;

@@ -147,9 +147,8 @@ ManifestRecord user_record() {
   neg.name = "NEG", neg.kind = ManifestArg::Kind::Bool, neg.boolean = true;
   f.name = "F", f.kind = ManifestArg::Kind::Float, f.floating = 0.1;
   r.args = {t, n, neg, f};
-  r.options.fast_math = true;
-  r.options.max_registers = 64;
-  r.options.defines = {{"A", "1"}, {"B", ""}};
+  r.options = R"({"defines":{"A":"1","B":""},"device_debug":false,"fast_math":true,"line_info":false,)"
+              R"("max_registers":64,"std":"c++20"})";
   return r;
 }
 

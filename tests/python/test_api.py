@@ -75,6 +75,24 @@ def test_kernel_options():
     assert t.kernel("add_constant", defines=["X", "Y=2", "Z="]).options["defines"] == {"X": "1", "Y": "2", "Z": ""}
 
 
+def kernel_keywords():
+    """The keyword-only parameters of Template.kernel(), from pybind11's signature line."""
+    first = kjit.Template.kernel.__doc__.splitlines()[0]
+    keyword_part = first.split("*, ", 1)[1].rsplit(") ->", 1)[0]
+    return re.findall(r"(?:^|, )(\w+):", keyword_part)
+
+
+def test_kernel_keywords_are_the_compile_option_fields():
+    # One field table (compile_option_fields.hpp) names every option: Template.kernel() takes each as a keyword
+    # (a row without its keyword, or a keyword without its row, fails here) and KernelFamily.options gives them all.
+    fields = [f["name"] for f in kjit._core.compile_option_fields()]
+    assert sorted(kernel_keywords()) == sorted(fields)
+    assert list(kjit.Template.builtin("add_constant").kernel("add_constant").options) == fields
+    assert list(kjit._core.library_compile_options()) == fields
+    for f in kjit._core.compile_option_fields():
+        assert kjit.Template.builtin("add_constant").kernel("add_constant").options[f["name"]] == f["default"], f
+
+
 def test_type_macros_say_which_16_bit_float_types_a_specialization_names():
     # KJIT_USES_HALF / KJIT_USES_BFLOAT16 let a template parse cuda_fp16.h / cuda_bf16.h (1.6 MB) only
     # when the specialization needs them; a wrong value fails the compile (#error), without a GPU.

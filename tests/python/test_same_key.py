@@ -109,3 +109,36 @@ def test_the_librarys_options_follow_kjit_library_fast_compile(run_py, level):
     env = {"KJIT_LIBRARY_FAST_COMPILE": level if level != "off" else None}
     r = run_py("import kjit; print(kjit._core.library_compile_options()['fast_compile'])", env=env)
     assert r.stdout.strip() == level
+
+
+def non_default(field):
+    """A value of `field` (a row of kjit._core.compile_option_fields()) other than its default: for Python,
+    and as `kjit compile` arguments."""
+    kind = field["kind"]
+    if kind == "bool":
+        return True, [field["cli"]]
+    if kind == "int":
+        return field["max"], [field["cli"], str(field["max"])]
+    if kind == "enum":
+        value = next(c for c in field["choices"] if c != field["default"])
+        return value, [field["cli"], value]
+    if kind == "string":
+        return "x", [field["cli"], "x"]
+    assert kind == "defines", field
+    return {"KJIT_A": "1"}, [field["cli"], "KJIT_A=1"]
+
+
+@pytest.mark.parametrize("field", kjit._core.compile_option_fields(), ids=lambda f: f["name"])
+def test_every_option_python_takes_kjit_compile_takes_with_the_same_key(run_kjit, field):
+    # `kjit compile` has every option Template.kernel() has (both come from the field table), and gives it the
+    # same meaning: a value other than the default makes the same key from either.
+    value, cli_args = non_default(field)
+    r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+                 "--arch", "sm_90", "--json", *cli_args)
+    cli = json.loads(r.stdout)
+    fam = kjit.Template.builtin("add_constant").kernel("add_constant", **{field["name"]: value})
+    assert fam.options[field["name"]] == value
+    k = fam.specialize(T=torch.float32, VEC=4, arch="sm_90")
+    assert k.key == cli["results"][0]["key"]
+    default = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90")
+    assert k.key != default.key

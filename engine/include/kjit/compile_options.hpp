@@ -1,16 +1,23 @@
-// CompileOptions: typed NVRTC options, translated to flags in one place. The canonical list (what
-// the cache key hashes) holds no absolute paths.
+// CompileOptions: typed NVRTC options. Every option is one row of the field table
+// (compile_option_fields.hpp), from which validation, the canonical list (what the cache key hashes; it
+// holds no absolute paths), the NVRTC flags, manifest JSON, the CLI's flags, the Python keywords and the
+// strict-miss hint derive: a new option is a member here plus one row there (docs/compile-options.md).
 #pragma once
 
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kjit/target.hpp"
 
 namespace kjit {
+
+// The value of one option, in its field's kind (CompileOptionField::Kind, in this order): a bool, an
+// integer or unset, a string (one of a list, or free), macro definitions NAME -> VALUE.
+using OptionValue = std::variant<bool, std::optional<int>, std::string, std::map<std::string, std::string>>;
 
 struct CompileOptions {
   std::string std = "c++20";   // c++17 or c++20 (C++20 allows floating template arguments)
@@ -33,6 +40,9 @@ struct CompileOptions {
   std::string fast_compile = "off";
   std::optional<int> max_registers;          // --maxrregcount=N
   std::map<std::string, std::string> defines;  // -DNAME=VALUE (sorted by name)
+  // Values of fields added to the table at run time (add_compile_option_field: a field with no member
+  // here), by field name; a field at its default has no entry. Read and write them through the table.
+  std::map<std::string, OptionValue> added;
 
   // The options kjit's own kernels compile with (kjit.ops, kjit.elementwise, in C++ and Python alike):
   // the lean front end, which none of them needs more than, and the fast-compile level of the setting
@@ -42,9 +52,11 @@ struct CompileOptions {
   static const std::vector<std::string>& fast_compile_levels();
   static bool is_fast_compile_level(const std::string& level);
 
+  // Every one of these goes through the field table.
   // Throws ValueError on a bad value (unknown standard, bad macro name, registers out of range).
   void validate() const;
-  // Canonical option list, hashed into cache keys.
+  // Canonical option list, hashed into cache keys: each field's NVRTC flag, in table order, left out at
+  // its default (but --std=, which every key has).
   std::vector<std::string> canonical() const;
   // Everything passed to nvrtcCompileProgram for `target` (canonical + target + include dirs).
   std::vector<std::string> nvrtc_flags(const Target& target) const;

@@ -7,6 +7,7 @@
 //   {"sources":{"id":"<sha256>","source":"...","headers":{"detail.cuh":"..."}}}
 //   {"record":{"id":"<sha256>","template":{"name":"k.cu","builtin":false,"digest":"...","sources":"<sha256>"},
 //              "kernel":"...","args":[...],"options":{...}[,"arch_specific":true]}}
+//   ("options": the compile options, a JSON object the cache layer keeps as it is: see ManifestRecord)
 //   {"choice":{"key":"gemm|sm_90a|bf16|N=4096|K=4096","value":"wgmma:128x256x64:s4"}}
 //
 // A record names its template by identity: a built-in by name (plus the digest it had), any other
@@ -56,18 +57,13 @@ struct ManifestArg {
   bool boolean = false;       // Bool
 };
 
-// The canonical compile options (kjit::CompileOptions, as plain data).
-struct ManifestOptions {
-  std::string std = "c++20";
-  bool fast_math = false;
-  bool line_info = false;
-  bool device_debug = false;
-  bool minimal = false;  // written only when true (records before it have no such field)
-  bool default_device = false;  // likewise
-  std::string fast_compile = "off";  // written only when not "off" (likewise)
-  std::optional<int> max_registers;
-  std::map<std::string, std::string> defines;
-};
+// The compile options of a record (kjit::CompileOptions) as a JSON object, which the cache layer keeps and
+// hashes without reading inside it: the engine writes and reads it through its field table
+// (kjit::options_to_json / options_from_json, compile_option_fields.hpp). This is what every kjit wrote
+// for the default options, and a record's id hashes the object as canonical JSON (keys sorted, no spaces).
+inline constexpr const char* kDefaultManifestOptions =
+    "{\"defines\":{},\"device_debug\":false,\"fast_math\":false,\"line_info\":false,\"max_registers\":null,"
+    "\"std\":\"c++20\"}";
 
 // The sources of a template that is not built in: its source text and the bytes of the non-CUDA
 // headers it includes (by include name), with their id, the hex SHA-256 of their canonical JSON
@@ -97,7 +93,7 @@ struct ManifestRecord {
   std::shared_ptr<const ManifestSources> sources;  // non-built-in templates only (null for a built-in)
   std::string kernel;
   std::vector<ManifestArg> args;  // in parameter order
-  ManifestOptions options;
+  std::string options = kDefaultManifestOptions;  // a JSON object (see kDefaultManifestOptions)
   // Compiled for the arch-specific form of a target (sm_90a, not sm_90): the record of a kernel that uses
   // features only sm_XYa has (wgmma). Written as "arch_specific": true only when true, so the record of
   // every other kernel (and its id) is what it was before the field existed. Another binary, so another id.
