@@ -1,6 +1,7 @@
 """Shared pytest setup for the Python tests.
 
 - The `gpu` marker: such tests are skipped, with the reason, when no CUDA device is usable.
+- Shared fixtures: `add` (the built-in add_constant kernel family), `cache_dir`, `run_py`, `run_kjit`.
 - kjit reads its settings (KJIT_*) once per process. This process uses one fresh cache directory for
   the whole session (set below, before kjit is imported); tests that need a specific cache directory
   or mode run code in a subprocess through the `run_py` fixture, which gets the test's own directory.
@@ -54,6 +55,14 @@ def _background_compiles_end_with_their_test():
     if kjit is not None and hasattr(kjit, "_core"):
         kjit._core._drain_background_jobs()
         kjit._core._wait_for_compiler_preload()
+
+
+@pytest.fixture(scope="module")
+def add():
+    """The built-in add_constant kernel family: add_constant<T, VEC>(x, y, c, n) writes y = x + c."""
+    import kjit
+
+    return kjit.Template.builtin("add_constant").kernel("add_constant")
 
 
 @pytest.fixture
