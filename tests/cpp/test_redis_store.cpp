@@ -711,12 +711,12 @@ TEST(HostileRedis, ATricklingLeaseRenewalDoesNotHoldUpTheCompile) {
     }
     return a;
   });
-  RedisStore store(scripted_config(server, 0.5, /*lease_s=*/0.6));  // renewed every 0.2 s
+  RedisStore store(scripted_config(server, 0.25, /*lease_s=*/0.3));  // renewed every 0.1 s
   const cache::Entry e = make_entry("hostile-renewal");
   WarningCapture warnings;
   const auto t0 = Clock::now();
   const cache::FlightResult r = cache::produce_once(store, e.key, "sm_90", [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // a compile longer than the lease
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a compile longer than the lease
     return e;
   });
   EXPECT_TRUE(testing::same_entry(r.entry, e));
