@@ -8,10 +8,12 @@
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -97,6 +99,41 @@ def run_python(args, env=None, check=True, timeout=300, cwd=None) -> PyResult:
     if check and proc.returncode != 0:
         raise AssertionError(f"python {' '.join(args)} failed: {result!r}")
     return result
+
+
+# A worker started by start_together() runs this before its first step: it says it is ready (creates
+# "<go>.ready-<name>"), then waits for the go file (at most 120 s). `go` and `name` are its own variables.
+WAIT_FOR_GO = textwrap.dedent(
+    """
+    open(go + ".ready-" + name, "w").close()
+    _deadline = time.time() + 120
+    while not os.path.exists(go):  # start together, so that the compiles really race
+        if time.time() > _deadline:
+            sys.exit("never told to start")
+        time.sleep(0.005)
+    """
+)
+
+
+def start_together(procs, go, names, timeout=120.0):
+    """Creates the file `go` once every worker (Popen) of `procs` has created "<go>.ready-<name>" (see
+    WAIT_FOR_GO): a handshake, not a sleep. Fails, after killing them, if one ends or `timeout` passes first."""
+    go = pathlib.Path(go)
+    waiting = {go.parent / f"{go.name}.ready-{n}" for n in names}
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = {f for f in waiting if not f.exists()}
+        if not waiting:
+            go.write_text("")
+            return
+        ended = [p for p in procs if p.poll() is not None]
+        if ended or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            outputs = [p.communicate() for p in (ended or procs)[:1]]
+            why = f"a worker ended (exit {ended[0].returncode})" if ended else f"not ready within {timeout} s"
+            raise AssertionError(f"{why} before the start: {sorted(f.name for f in waiting)}; {outputs}")
+        time.sleep(0.005)
 
 
 @pytest.fixture
