@@ -15,8 +15,6 @@ namespace kjit::cache {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kFirstBackoffS = 1.0;
-constexpr double kMaxBackoffS = 30.0;
 constexpr std::size_t kMaxIdleConnections = 8;
 
 // Deletes the lease only while it holds our token (another process may have taken it over after expiry).
@@ -163,7 +161,7 @@ void RedisStore::failed(const std::string& why, std::uint64_t began) {
     // the current state, after retry_at_) lengthens the back-off, nothing else does.
     if (began != outages_) return;
     first = !down_;
-    backoff_s_ = first ? kFirstBackoffS : std::min(backoff_s_ * 2, kMaxBackoffS);
+    backoff_s_ = first ? config_.backoff_s : std::min(backoff_s_ * 2, config_.backoff_s * kMaxBackoffFactor);
     down_ = true;
     ++outages_;
     retry_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_s_));

@@ -23,9 +23,9 @@
 namespace kjit {
 namespace {
 
-std::string join_archs(const std::vector<int>& archs) {
+std::string join_archs(const std::vector<int>& archs, const char* prefix = "sm_") {
   std::string out;
-  for (int a : archs) out += (out.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  for (int a : archs) out += (out.empty() ? "" : ", ") + (prefix + std::to_string(a));
   return out;
 }
 
@@ -83,13 +83,19 @@ CompilePlan Compiler::plan(const Target& requested) {
   CompilePlan p;
   p.requested = requested;
   p.actual = requested;
+  const NvrtcLibrary& lib = NvrtcLibrary::get();
+  const std::vector<int>& archs = lib.supported_archs();
+  const bool supported = std::find(archs.begin(), archs.end(), requested.arch) != archs.end();
   if (requested.is_ptx()) {
+    // NVRTC makes PTX for the virtual architectures of the real ones it supports, and no other: an
+    // unknown compute_XY (compute_91) is refused here, not by NVRTC's bare NVRTC_ERROR_INVALID_OPTION.
+    if (!supported)
+      throw ValueError("NVRTC " + lib.version() + " cannot compile for " + requested.str() + ": it supports " +
+                       join_archs(archs, "compute_") + " for PTX (or sm_XY for a cubin)");
     p.output = cache::OutputKind::Ptx;
     return p;
   }
-  const NvrtcLibrary& lib = NvrtcLibrary::get();
-  const std::vector<int>& archs = lib.supported_archs();
-  if (std::find(archs.begin(), archs.end(), requested.arch) != archs.end()) return p;
+  if (supported) return p;
   int highest = archs.empty() ? 0 : *std::max_element(archs.begin(), archs.end());
   if (requested.arch > highest && highest > 0) {
     p.actual = Target{highest, Target::Kind::Compute};

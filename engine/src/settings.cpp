@@ -82,6 +82,9 @@ const std::vector<SettingInfo>& setting_registry() {
        "and its whole reply read, however slowly it comes (default 1)"},
       {"KJIT_REMOTE_CACHE_LEASE", "seconds, a number >= 1",
        "how long one process's claim to compile a key lasts before another may take it over (default 60)"},
+      {"KJIT_REMOTE_CACHE_BACKOFF", "seconds, a number > 0",
+       "how long the remote tier is left alone after it fails to answer (its lookups are misses, compiles "
+       "stay local); each retry that fails doubles the wait, up to 30 times this value (default 1)"},
   };
   return registry;
 }
@@ -240,6 +243,8 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
       bad_value("KJIT_REMOTE_CACHE_LEASE", *v, allowed_of("KJIT_REMOTE_CACHE_LEASE"),
                 "A lease is renewed every third of it while its compile runs: give at least 1 second.");
   }
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_BACKOFF"))
+    c.backoff_s = parse_seconds("KJIT_REMOTE_CACHE_BACKOFF", *v, "Example: KJIT_REMOTE_CACHE_BACKOFF=0.25.");
   return c;
 }
 

@@ -392,6 +392,13 @@ TEST_F(CliTest, BadArchListsTheAllowedForms) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" cannot compile for sm_72: it supports sm_75, sm_80, "), std::string::npos) << r.err;
+  // An unknown PTX target: the same kind of error, not NVRTC's NVRTC_ERROR_INVALID_OPTION.
+  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+            "--arch", "compute_91"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(" cannot compile for compute_91: it supports compute_75, compute_80, "), std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliTest, StrictModeCompileOfAnUncachedSpecializationFails) {

@@ -146,6 +146,24 @@ TEST(Compile, UnsupportedTargetIsAClearError) {
   }
 }
 
+TEST(Compile, UnknownPtxTargetIsAValueErrorBeforeNvrtc) {
+  // compute_91 parses (compute_XY) but names no architecture: it used to reach NVRTC and come back as a
+  // CompileError (NVRTC_ERROR_INVALID_OPTION).
+  TempDir dir;
+  Engine engine(settings_for(dir));
+  try {
+    engine.prepare(add_constant(DType::Float32, 4), Target::parse("compute_91"));
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("NVRTC ", 0), 0u) << what;
+    EXPECT_NE(what.find(" cannot compile for compute_91: it supports compute_"), std::string::npos) << what;
+    EXPECT_NE(what.find(", compute_90"), std::string::npos) << what;
+    EXPECT_NE(what.find(" for PTX (or sm_XY for a cubin)"), std::string::npos) << what;
+  }
+  EXPECT_EQ(engine.stats().compiles, 0u);  // compute_90 and the others NVRTC lists: Compile.PtxTarget
+}
+
 TEST(Compile, NewerThanNvrtcFallsBackToPtxAndSaysSo) {
   TempDir dir;
   Engine engine(settings_for(dir));

@@ -41,6 +41,22 @@ const std::string kSecret = "a deployment secret of some length";
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The back-off of the tests' stores (RemoteConfig::backoff_s, KJIT_REMOTE_CACHE_BACKOFF): a store is
+// used again a few milliseconds after an outage instead of the default second.
+constexpr double kShortBackoffS = 0.02;
+
+// Polls `done` every few milliseconds until it is true (true) or `limit_s` has passed (false): waits for
+// an event instead of sleeping for a guess of how long it takes.
+template <class F>
+bool eventually(F done, double limit_s = 10.0) {
+  const auto t0 = Clock::now();
+  while (!done()) {
+    if (seconds_since(t0) > limit_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 // produce_once for `e` on `store` whose produce() counts its calls in *produced and returns `e`.
 cache::FlightResult produce_counting(RedisStore& store, const cache::Entry& e, int* produced) {
   return cache::produce_once(store, e.key, "sm_90", [&] {
@@ -150,6 +166,7 @@ class RedisStoreTest : public ::testing::Test {
     c.secret = kSecret;
     c.timeout_s = 0.5;
     c.lease_s = lease_s;
+    c.backoff_s = kShortBackoffS;
     return c;
   }
   // Another process of the deployment (its own connections, its own back-off).
@@ -161,6 +178,14 @@ class RedisStoreTest : public ::testing::Test {
     return c.command(args);
   }
   long long dbsize() const { return redis({"DBSIZE"}).integer; }
+  // The connections the server has accepted since it started (INFO stats), this one included.
+  long long connections_received() const {
+    const std::string info = redis({"INFO", "stats"}).str;
+    const std::string field = "total_connections_received:";
+    const std::size_t at = info.find(field);
+    if (at == std::string::npos) throw std::runtime_error("INFO stats without " + field + "\n" + info);
+    return std::stoll(info.substr(at + field.size()));
+  }
 
   std::unique_ptr<testing::TempDir> dir_;
   std::unique_ptr<testing::RedisServer> server_;
@@ -232,28 +257,38 @@ TEST_F(RedisStoreTest, AReadOnlyClientNeverWritesAnything) {
 
 TEST_F(RedisStoreTest, AStoppedServerIsAMissWithOneWarningThenABackoffAndItIsUsedAgainOnceBack) {
   const cache::Entry e = make_entry("remote-down");
-  auto a = machine();
+  cache::RemoteConfig c = config();
+  c.backoff_s = 0.5;
+  auto a = std::make_shared<RedisStore>(c);
   ASSERT_TRUE(a->put(e));
   server_->stop();
   WarningCapture warnings;
+  const auto failed_at = Clock::now();  // at most when the back-off began
   EXPECT_FALSE(a->get(e.key, "sm_90"));
   EXPECT_FALSE(a->put(e));
   EXPECT_FALSE(a->contains(e.key, "sm_90"));
-  const auto t0 = Clock::now();
-  for (int i = 0; i < 100; ++i) EXPECT_FALSE(a->get(e.key, "sm_90"));
-  EXPECT_LT(seconds_since(t0), 0.5) << "backing off: no connection attempt per lookup";
   ASSERT_EQ(warnings.count(), 1u) << warnings.all();
   EXPECT_NE(warnings.all().find("does not answer"), std::string::npos) << warnings.all();
   server_->start();  // empty again: no persistence
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the first back-off is 1 s
-  ASSERT_TRUE(a->put(e));
+  // Within the back-off the store leaves the server alone, although it answers again: lookups are misses
+  // and open no connection (the count holds only this test's own two INFO connections).
+  const long long connections = connections_received();
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(a->get(e.key, "sm_90"));
+  const bool within_backoff = seconds_since(failed_at) < 0.4;
+  const long long after = connections_received();
+  if (within_backoff) EXPECT_EQ(after, connections + 1) << "backing off: no connection attempt per lookup";
+  // Then it is used again, not before the back-off ends.
+  ASSERT_TRUE(eventually([&] { return a->put(e); }));
+  EXPECT_GE(seconds_since(failed_at), 0.5) << "used again before its back-off ended";
   EXPECT_TRUE(a->get(e.key, "sm_90"));
   EXPECT_EQ(warnings.count(), 1u) << warnings.all();
 }
 
 TEST_F(RedisStoreTest, AServerThatStopsAnsweringCostsOneTimeoutNotAHang) {
   const cache::Entry e = make_entry("remote-frozen");
-  auto a = machine();
+  cache::RemoteConfig c = config();
+  c.backoff_s = 10;  // the lookups after the timeout back off (no second timeout)
+  auto a = std::make_shared<RedisStore>(c);
   ASSERT_TRUE(a->put(e));
   server_->freeze();
   WarningCapture warnings;
@@ -309,17 +344,17 @@ TEST_F(RedisStoreTest, OneStoreServesEightThreadsThroughAServerRestart) {
       }
     });
   WarningCapture warnings;
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const bool served = eventually([&] { return hits.load() > 0; });
   server_->stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  server_->start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  const bool noticed = eventually([&] { return warnings.count() > 0; });  // the outage's one warning
   const int before = hits.load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server_->start();
+  const bool again = eventually([&] { return hits.load() > before; });  // past the (short) back-off
   stop = true;
   for (auto& t : threads) t.join();
-  EXPECT_GT(before, 0);
-  EXPECT_GT(hits.load(), before) << "it answers again after the restart";
+  EXPECT_TRUE(served);
+  EXPECT_TRUE(noticed) << "no warning for the outage";
+  EXPECT_TRUE(again) << "it does not answer again after the restart";
   EXPECT_EQ(warnings.count(), 1u) << "one warning for the outage: " << warnings.all();
 }
 
@@ -392,15 +427,16 @@ TEST_F(RedisStoreTest, AnErrorReplyIsAMissWithAWarningThatSaysWhatToDo) {
 
 TEST_F(RedisStoreTest, AHolderKeepsItsLeaseWhileItCompilesLongerThanTheLease) {
   const cache::Entry e = make_entry("remote-renewed");
+  constexpr double kLease = 0.4;  // renewed every third of it
   std::atomic<int> produced{0};
   auto slow = [&] {
     produced.fetch_add(1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // 2.5 leases
+    std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kLease));  // the point: 2.5 leases
     return e;
   };
-  std::thread holder([&] { cache::produce_once(*machine(cache::RemoteMode::ReadWrite, 1.0), e.key, "sm_90", slow); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  cache::FlightResult r = cache::produce_once(*machine(cache::RemoteMode::ReadWrite, 1.0), e.key, "sm_90", slow);
+  std::thread holder([&] { cache::produce_once(*machine(cache::RemoteMode::ReadWrite, kLease), e.key, "sm_90", slow); });
+  ASSERT_TRUE(eventually([&] { return produced.load() == 1; })) << "the holder never compiled";  // it holds the lease
+  cache::FlightResult r = cache::produce_once(*machine(cache::RemoteMode::ReadWrite, kLease), e.key, "sm_90", slow);
   holder.join();
   EXPECT_EQ(produced.load(), 1) << "the waiter compiled while the holder's lease was being renewed";
   EXPECT_TRUE(r.fetched);
@@ -409,15 +445,18 @@ TEST_F(RedisStoreTest, AHolderKeepsItsLeaseWhileItCompilesLongerThanTheLease) {
 TEST_F(RedisStoreTest, WhenTheHolderPublishesNothingTheWaitersCompileAtOnceNotInTurn) {
   const cache::Entry e = make_entry("remote-unpublished");
   std::atomic<int> running{0}, most{0}, waiter_produced{0};
+  std::atomic<bool> holding{false};
   std::thread holder([&] {
     EXPECT_THROW(cache::produce_once(*machine(), e.key, "sm_90",
-                                     []() -> cache::Entry {
+                                     [&]() -> cache::Entry {
+                                       holding = true;  // it has the lease
+                                       // long enough for the waiters to be waiting for it
                                        std::this_thread::sleep_for(std::chrono::milliseconds(300));
                                        throw CompileError("does not compile", "", "", {}, "");
                                      }),
                  CompileError);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(eventually([&] { return holding.load(); }));
   std::vector<std::thread> waiters;
   for (int i = 0; i < 4; ++i)
     waiters.emplace_back([&] {
@@ -456,14 +495,14 @@ TEST_F(RedisStoreTest, AWaiterGivesUpAfterItsWaitLimit) {
   auto holder = machine();
   ASSERT_EQ(holder->try_lease(e.key, "sm_90", &token), RedisStore::Lease::Taken);  // alive, never done
   cache::RemoteConfig c = config();
-  c.wait_limit_s = 0.5;
+  c.wait_limit_s = 0.2;
   RedisStore waiter(c);
   WarningCapture warnings;
   int produced = 0;
   const auto t0 = Clock::now();
   produce_counting(waiter, e, &produced);
   EXPECT_EQ(produced, 1);
-  EXPECT_GE(seconds_since(t0), 0.5);
+  EXPECT_GE(seconds_since(t0), 0.2);
   EXPECT_LT(seconds_since(t0), 5.0);
   EXPECT_NE(warnings.all().find("compiling it here"), std::string::npos) << warnings.all();
 }
@@ -507,9 +546,11 @@ TEST_F(RedisStoreTest, ALeaseReleasedDuringAnOutageIsReleasedOnceTheServerAnswer
   a->release_lease(e.key, "sm_90", token);  // refused: kept for later
   server_->start();
   ASSERT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 1) << "the lease survived the restart";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the first back-off
-  a->get(e.key, "sm_90");                                          // any operation that gets an answer
-  EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0);
+  // Any operation that gets an answer, once the (short) back-off has passed, releases it.
+  EXPECT_TRUE(eventually([&] {
+    a->get(e.key, "sm_90");
+    return redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer == 0;
+  })) << "the lease was never released";
   EXPECT_EQ(warnings.count(), 1u) << warnings.all();
 }
 
@@ -605,7 +646,7 @@ cache::RemoteConfig scripted_config(const ScriptedRedis& server, double timeout_
 
 TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
   ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });
-  cache::RedisConnection c(server.endpoint(), 1.0);
+  cache::RedisConnection c(server.endpoint(), 0.3);  // a byte every 50 ms: each read() well within it
   const auto t0 = Clock::now();
   try {
     c.command({"GET", "kjit:v1:sm_90:x"});
@@ -615,8 +656,8 @@ TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
     EXPECT_NE(std::string(e.what()).find("KJIT_REMOTE_CACHE_TIMEOUT"), std::string::npos) << e.what();
   }
   const double took = seconds_since(t0);
-  EXPECT_GE(took, 0.9);
-  EXPECT_LT(took, 4.0) << "the 1 s limit bounds the whole reply, not each read()";
+  EXPECT_GE(took, 0.25);
+  EXPECT_LT(took, 3.0) << "the 0.3 s limit bounds the whole reply, not each read()";
   EXPECT_THROW(c.command({"PING"}), cache::RemoteError) << "a connection that failed is not used again";
 }
 
@@ -628,7 +669,7 @@ TEST(HostileRedis, ATricklingAuthOrSelectCostsOneTimeoutForTheWholeSetUp) {
   e.db = 3;
   const auto t0 = Clock::now();
   try {
-    cache::RedisConnection c(e, 1.0);
+    cache::RedisConnection c(e, 0.3);
     ADD_FAILURE() << "set up through a reply that would take 5000 s";
   } catch (const cache::RemoteError& err) {
     EXPECT_NE(std::string(err.what()).find("AUTH and 1 more command timed out"), std::string::npos) << err.what();
@@ -639,7 +680,7 @@ TEST(HostileRedis, ATricklingAuthOrSelectCostsOneTimeoutForTheWholeSetUp) {
 
 TEST(HostileRedis, ATricklingServerMakesLookupsMissesAndTheCompileLocal) {
   ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });
-  RedisStore store(scripted_config(server, 1.0));
+  RedisStore store(scripted_config(server, 0.3));
   const cache::Entry e = make_entry("hostile-trickle");
   WarningCapture warnings;
   const auto t0 = Clock::now();
@@ -669,12 +710,12 @@ TEST(HostileRedis, ATricklingLeaseRenewalDoesNotHoldUpTheCompile) {
     }
     return a;
   });
-  RedisStore store(scripted_config(server, 0.5, /*lease_s=*/0.6));  // renewed every 0.2 s
+  RedisStore store(scripted_config(server, 0.25, /*lease_s=*/0.3));  // renewed every 0.1 s
   const cache::Entry e = make_entry("hostile-renewal");
   WarningCapture warnings;
   const auto t0 = Clock::now();
   const cache::FlightResult r = cache::produce_once(store, e.key, "sm_90", [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // a compile longer than the lease
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a compile longer than the lease
     return e;
   });
   EXPECT_TRUE(testing::same_entry(r.entry, e));
@@ -682,6 +723,33 @@ TEST(HostileRedis, ATricklingLeaseRenewalDoesNotHoldUpTheCompile) {
   const auto commands = server.received();
   EXPECT_NE(std::find(commands.begin(), commands.end(), "EVAL"), commands.end()) << "no renewal was tried";
   EXPECT_EQ(warnings.count(), 1u) << warnings.all();
+}
+
+TEST(HostileRedis, TheBackoffStartsAtTheSettingAndDoublesWithEachFailedRetry) {
+  // Every reply is refused at its header (8 GiB announced): each try fails at once, and each GET the
+  // server receives is a try.
+  ScriptedRedis server([](const std::vector<std::string>&) {
+    ScriptedRedis::Answer a;
+    a.now = ScriptedRedis::bulk_header(8ull << 30);
+    a.hold = true;
+    return a;
+  });
+  cache::RemoteConfig c = scripted_config(server, 2.0);
+  c.backoff_s = 0.1;
+  RedisStore store(c);
+  const cache::CacheKey key = testing::key_for("hostile-backoff");
+  WarningCapture warnings;
+  const auto t0 = Clock::now();
+  while (seconds_since(t0) < 0.65) {
+    EXPECT_FALSE(store.get(key, "sm_90"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Tries at 0, 0.1 and 0.3 s (the next at 0.7 s); a back-off that stayed at 0.1 s would have made 7.
+  const auto commands = server.received();
+  const auto gets = std::count(commands.begin(), commands.end(), "GET");
+  EXPECT_GE(gets, 2);
+  EXPECT_LE(gets, 4);
+  EXPECT_EQ(warnings.count(), 1u) << "once per outage: " << warnings.all();
 }
 
 TEST(HostileRedis, AValueAnnouncedLargerThanAnyEntryIsRefusedAtItsHeader) {

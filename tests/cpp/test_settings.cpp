@@ -142,17 +142,19 @@ TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
   const std::string secret(32, 's');
   Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://10.1.2.3:7000/2"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
                                    {"KJIT_REMOTE_CACHE_MODE", "read"}, {"KJIT_REMOTE_CACHE_TIMEOUT", "0.25"},
-                                   {"KJIT_REMOTE_CACHE_LEASE", "90"}});
+                                   {"KJIT_REMOTE_CACHE_LEASE", "90"}, {"KJIT_REMOTE_CACHE_BACKOFF", "0.005"}});
   ASSERT_TRUE(s.remote_cache);
   EXPECT_EQ(s.remote_cache->url, "redis://10.1.2.3:7000/2");
   EXPECT_EQ(s.remote_cache->secret, secret);
   EXPECT_EQ(s.remote_cache->mode, cache::RemoteMode::Read);
   EXPECT_EQ(s.remote_cache->timeout_s, 0.25);
   EXPECT_EQ(s.remote_cache->lease_s, 90);
+  EXPECT_EQ(s.remote_cache->backoff_s, 0.005);
   Settings d = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}});
   EXPECT_EQ(d.remote_cache->mode, cache::RemoteMode::ReadWrite);
   EXPECT_EQ(d.remote_cache->timeout_s, 1.0);
   EXPECT_EQ(d.remote_cache->lease_s, 60.0);
+  EXPECT_EQ(d.remote_cache->backoff_s, 1.0);
 
   expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}}, {"KJIT_REMOTE_CACHE_SECRET", "openssl rand"});
   expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", "short"}},
@@ -165,6 +167,11 @@ TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
   expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
                   {"KJIT_REMOTE_CACHE_TIMEOUT", "0"}},
                  {"KJIT_REMOTE_CACHE_TIMEOUT"});
+  for (const char* bad : {"0", "-1", "soon", "1s", "nan"})
+    expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+                    {"KJIT_REMOTE_CACHE_BACKOFF", bad}},
+                   {std::string("KJIT_REMOTE_CACHE_BACKOFF='") + bad + "' is not valid: allowed seconds, a number > 0",
+                    "Example: KJIT_REMOTE_CACHE_BACKOFF=0.25."});
   expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
                   {"KJIT_REMOTE_CACHE_SECRET_FILE", "/x"}},
                  {"both set"});

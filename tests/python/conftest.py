@@ -1,16 +1,19 @@
 """Shared pytest setup for the Python tests.
 
 - The `gpu` marker: such tests are skipped, with the reason, when no CUDA device is usable.
+- Shared fixtures: `add` (the built-in add_constant kernel family), `cache_dir`, `run_py`, `run_kjit`.
 - kjit reads its settings (KJIT_*) once per process. This process uses one fresh cache directory for
   the whole session (set below, before kjit is imported); tests that need a specific cache directory
   or mode run code in a subprocess through the `run_py` fixture, which gets the test's own directory.
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -56,6 +59,14 @@ def _background_compiles_end_with_their_test():
         kjit._core._wait_for_compiler_preload()
 
 
+@pytest.fixture(scope="module")
+def add():
+    """The built-in add_constant kernel family: add_constant<T, VEC>(x, y, c, n) writes y = x + c."""
+    import kjit
+
+    return kjit.Template.builtin("add_constant").kernel("add_constant")
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """This test's own cache directory (KJIT_CACHE_DIR for the subprocesses it starts)."""
@@ -88,6 +99,41 @@ def run_python(args, env=None, check=True, timeout=300, cwd=None) -> PyResult:
     if check and proc.returncode != 0:
         raise AssertionError(f"python {' '.join(args)} failed: {result!r}")
     return result
+
+
+# A worker started by start_together() runs this before its first step: it says it is ready (creates
+# "<go>.ready-<name>"), then waits for the go file (at most 120 s). `go` and `name` are its own variables.
+WAIT_FOR_GO = textwrap.dedent(
+    """
+    open(go + ".ready-" + name, "w").close()
+    _deadline = time.time() + 120
+    while not os.path.exists(go):  # start together, so that the compiles really race
+        if time.time() > _deadline:
+            sys.exit("never told to start")
+        time.sleep(0.005)
+    """
+)
+
+
+def start_together(procs, go, names, timeout=120.0):
+    """Creates the file `go` once every worker (Popen) of `procs` has created "<go>.ready-<name>" (see
+    WAIT_FOR_GO): a handshake, not a sleep. Fails, after killing them, if one ends or `timeout` passes first."""
+    go = pathlib.Path(go)
+    waiting = {go.parent / f"{go.name}.ready-{n}" for n in names}
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = {f for f in waiting if not f.exists()}
+        if not waiting:
+            go.write_text("")
+            return
+        ended = [p for p in procs if p.poll() is not None]
+        if ended or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            outputs = [p.communicate() for p in (ended or procs)[:1]]
+            why = f"a worker ended (exit {ended[0].returncode})" if ended else f"not ready within {timeout} s"
+            raise AssertionError(f"{why} before the start: {sorted(f.name for f in waiting)}; {outputs}")
+        time.sleep(0.005)
 
 
 @pytest.fixture

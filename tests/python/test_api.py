@@ -19,11 +19,6 @@ def unique_source(body: str) -> str:
     return f"// {uuid.uuid4()}\n{body}"
 
 
-@pytest.fixture(scope="module")
-def add():
-    return kjit.Template.builtin("add_constant").kernel("add_constant")
-
-
 def error_of(exc_type, fn):
     with pytest.raises(exc_type) as e:
         fn()

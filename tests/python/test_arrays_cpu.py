@@ -24,11 +24,6 @@ def empty(typestr="<f4", **extra):
     return CAI(shape=(0,), typestr=typestr, data=(0, False), version=3, **extra)
 
 
-@pytest.fixture(scope="module")
-def add():
-    return kjit.Template.builtin("add_constant").kernel("add_constant")
-
-
 def error_of(exc, fn):
     with pytest.raises(exc) as e:
         fn()

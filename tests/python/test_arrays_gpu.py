@@ -17,11 +17,6 @@ N = 4097
 SLEEP = 50_000_000  # cycles of torch.cuda._sleep: long enough that an unordered launch reads stale data
 
 
-@pytest.fixture(scope="module")
-def add():
-    return kjit.Template.builtin("add_constant").kernel("add_constant")
-
-
 def grid(n, vec=4):
     return max(1, kjit.cdiv(n, 256 * vec))
 

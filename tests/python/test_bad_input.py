@@ -528,8 +528,14 @@ OP_VALUE_CASES = [
        r"^kjit\.ops\.amax: dim 1 has size 0 and amax of nothing is undefined; reduce a non-empty dim", category="empty"),
     _v("amin", "empty-dim", lambda m: ops.amin(m.x(0), 0, True), kjit.ValueError,
        r"^kjit\.ops\.amin: dim 0 has size 0 and amin of nothing is undefined", category="empty"),
-    _v("sum", "bool-dim", lambda m: ops.sum(m.x(3, 4), True), kjit.TypeError, r"kjit\.ops\.sum: dim must be an int",
-       known="the dispatcher turns dim=True into 1 (schema int): ops.sum(x, True) reduces dim 1"),
+    # the dispatcher reads True as 1 (schema int): the direct entry refuses a bool before calling it
+    _v("sum", "bool-dim", lambda m: ops.sum(m.x(3, 4), True), kjit.TypeError,
+       r"^kjit\.ops\.sum: dim must be an int, got bool \(True\); pass an int", category="args"),
+    _v("mean", "bool-dim-keyword", lambda m: ops.mean(m.x(3, 4), dim=False, keepdim=True), kjit.TypeError,
+       r"^kjit\.ops\.mean: dim must be an int, got bool \(False\)", category="args"),
+    _v("max_pool2d", "bool-in-int-list", lambda m: ops.max_pool2d(m.x(*IMG), [2, True], [2, 2], [0, 0]),
+       kjit.TypeError, r"^kjit\.ops\.max_pool2d: kernel_size must be an int or a list of ints, got bool \(True\)",
+       category="args"),
     _v("sum", "str-dim", lambda m: ops.sum(m.x(3, 4), "a"), RuntimeError,
        r"^kjit::sum\(\) Expected a value of type 'int' for argument 'dim' but instead found type 'str'",
        category="args"),
@@ -660,9 +666,9 @@ OP_VALUE_CASES = [
        r"\[B, H, W, 3\]"),
     _v("outer_backward", "grad-shape", lambda m: ops.outer_backward(m.x(2, 3, 5), m.x(2, 3), m.x(2, 4)),
        kjit.ValueError, r"^kjit\.ops\.outer_backward: grad has shape \[2, 3, 5\] but outer\(a, b\) has shape "
-       r"\[2, 3, 4\]: pass the gradient of outer's output",
-       known_meta="C++ (python/src/ops/outer.cpp): the Meta kernel of outer_backward does not check grad's shape "
-                  "(torch.compile traces what CUDA rejects)"),
+       r"\[2, 3, 4\]: pass the gradient of outer's output"),
+    _v("outer_backward", "grad-shape-unbatched", lambda m: ops.outer_backward(m.x(4, 3), m.x(3), m.x(4)),
+       kjit.ValueError, r"^kjit\.ops\.outer_backward: grad has shape \[4, 3\] but outer\(a, b\) has shape \[3, 4\]"),
 ]
 
 # ---- the template / kernel API (no GPU needed: compile-only for sm_90) ---------------------------------
@@ -763,9 +769,10 @@ API_CASES = [
     case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_10"),
          kjit.ValueError, r"^target 'sm_10' is older than anything CUDA 12\+ supports \(sm_50 and newer\)", "arch-sm_10"),
     case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="compute_91"),
-         kjit.ValueError, r"cannot compile for compute_91", "arch-compute_91",
-         known="C++ (engine): compute_91 goes to NVRTC and comes back as a CompileError (NVRTC_ERROR_INVALID_OPTION); "
-               "sm_91 is a ValueError listing the supported targets"),
+         kjit.ValueError, r"^NVRTC \S+ cannot compile for compute_91: it supports compute_.*, compute_90\b.* for PTX "
+         r"\(or sm_XY for a cubin\)$", "arch-compute_91"),
+    case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_91"),
+         kjit.ValueError, r"^NVRTC \S+ cannot compile for sm_91: it supports sm_.*, sm_90\b", "arch-sm_91"),
     case("kjit.KernelFamily.specialize", "value", lambda m: kjit.Template(
         '#include "nope_zz.cuh"\n__global__ void k(float* x) {}', name="inc.cu").kernel("k").specialize(arch="sm_90"),
         kjit.CompileError, r"NVRTC could not compile k\(\) from template inc\.cu for sm_90.*kjit did not find 'nope_zz\.cuh'.*(could not|cannot) open source file "

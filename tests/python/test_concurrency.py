@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
+
+from conftest import WAIT_FOR_GO, start_together
 
 PROCESSES = 16
 SPECIALIZATIONS = 50
@@ -19,6 +20,7 @@ WORKER = textwrap.dedent(
     import kjit
 
     go, index, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    name = str(index)
     SRC = '''
     template <int K>
     __global__ void fill(float* y) { y[threadIdx.x] = K; }
@@ -26,11 +28,9 @@ WORKER = textwrap.dedent(
     family = kjit.Template(SRC, name="race").kernel("fill")
     order = list(range(count))
     random.Random(index).shuffle(order)
-    deadline = time.time() + 120
-    while not os.path.exists(go):  # start together, so that the compiles really race
-        if time.time() > deadline:
-            sys.exit("never told to start")
-        time.sleep(0.01)
+    """
+) + WAIT_FOR_GO + textwrap.dedent(
+    r"""
     for k in order:
         family.specialize(arch="sm_90", K=k)
     print(json.dumps(kjit.stats()))
@@ -48,8 +48,7 @@ def test_sixteen_processes_compile_each_of_fifty_keys_exactly_once(tmp_path, cac
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(PROCESSES)
     ]
-    time.sleep(1.0)
-    go.write_text("")
+    start_together(procs, go, [str(i) for i in range(PROCESSES)])
     stats = []
     for p in procs:
         out, err = p.communicate(timeout=600)

@@ -14,11 +14,6 @@ SIZES = [1, 7, 1000, 4097]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.fixture(scope="module")
-def add():
-    return kjit.Template.builtin("add_constant").kernel("add_constant")
-
-
 def launch_add(k, x, y, c, vec):
     n = x.numel()
     k.launch(max(1, kjit.cdiv(n, 256 * vec)), 256, x, y, c, n)

@@ -6,11 +6,6 @@ import torch
 import kjit
 
 
-@pytest.fixture(scope="module")
-def add():
-    return kjit.Template.builtin("add_constant").kernel("add_constant")
-
-
 def make(add, **kw):
     spec = dict(T=kjit.arg("x").dtype, VEC=4)
     spec.update(kw)

@@ -463,7 +463,8 @@ def test_cpu_tensor_that_requires_grad_gets_the_same_error():
 
 def test_ops_are_the_registered_operators():
     names = ["relu", "sigmoid", "tanh", "silu", "gelu", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-             "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d"]
+             "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d",
+             "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update"]
     backward = ["relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
                 "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d"]
     for name in names + [f"{n}_backward" for n in backward]:
@@ -701,6 +702,12 @@ def test_fake_tensor_mode_shapes():
         assert ops.amax(a).shape == (6,)
         assert ops.avg_pool2d(torch.empty(2, 3, 9, 9), 3, 2, 1).shape == (2, 3, 5, 5)
         assert ops.max_pool2d(torch.empty(3, 9, 9), 2).shape == (3, 4, 4)
+        b = torch.empty(6, 32)
+        assert ops.outer(a, b).shape == (6, 10, 32)
+        assert [t.shape for t in ops.outer_backward(torch.empty(6, 10, 32), a, b)] == [(6, 10), (6, 32)]
+        assert ops.fused_update(a, a, a, 1.0, 2.0, 3.0).shape == (6, 10)
+        assert ops.add_constant(a, 1.0).shape == (6, 10)
+        assert ops.rgb_to_gray(torch.empty(4, 5, 3, dtype=torch.uint8)).shape == (4, 5)
 
 
 def _library_graph(x, w, b):

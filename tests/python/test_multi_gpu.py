@@ -9,10 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
+
+from conftest import WAIT_FOR_GO, start_together
 
 pytestmark = [
     pytest.mark.gpu,
@@ -52,12 +53,11 @@ WORK = textwrap.dedent(
 TWO_PROCESSES = WORK + textwrap.dedent(
     r"""
     dev, go = sys.argv[1], sys.argv[2]
+    name = dev
     torch.cuda.set_device(dev)
-    deadline = time.time() + 120
-    while not os.path.exists(go):  # start together, so that the compiles race
-        if time.time() > deadline:
-            sys.exit("never told to start")
-        time.sleep(0.01)
+    """
+) + WAIT_FOR_GO + textwrap.dedent(
+    r"""
     work(torch.device(dev))
     print(json.dumps(kjit.stats()))
     """
@@ -92,8 +92,7 @@ def test_two_processes_on_two_gpus_share_one_cache(tmp_path, cache_dir):
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
     procs = [subprocess.Popen([sys.executable, str(script), f"cuda:{i}", str(go)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    time.sleep(2.0)
-    go.write_text("")
+    start_together(procs, go, [f"cuda:{i}" for i in range(2)])
     stats = []
     for p in procs:
         out, err = p.communicate(timeout=600)

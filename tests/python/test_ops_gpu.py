@@ -264,7 +264,7 @@ def test_runs_on_the_current_side_stream_in_order():
     assert torch.all(z == 4.0)
 
 
-def test_cuda_graph_capture_and_replay():
+def test_cuda_graph_capture_and_replay_of_fused_update_and_add_constant():
     x, m, noise = randn(10_000), randn(10_000), randn(10_000)
     # Warm up (loads the kernels: compiling during capture is an error) on a side stream.
     side = torch.cuda.Stream()

@@ -287,6 +287,19 @@ def write_commands(client) -> dict:
             if name[len("cmdstat_"):].split("|")[0].lower() in writers}
 
 
+def wait_for_command(client, command: str, proc=None, timeout: float = 60) -> None:
+    """Waits until the server has received `command` (INFO commandstats, counted since the last CONFIG
+    RESETSTAT): a handshake with a process instead of a sleep, e.g. its SET NX of a lease, after which it
+    holds its local lock and waits for the lease. Fails at once if `proc` (a Popen) ends meanwhile."""
+    deadline = time.monotonic() + timeout
+    while client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0) == 0:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended before it sent {command.upper()}: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {command.upper()} reached the server within {timeout} s")
+        time.sleep(0.005)
+
+
 def changes(client) -> int:
     """The server's count of changes to the data set since start (its 'dirty' counter)."""
     return int(client.info("persistence")["rdb_changes_since_last_save"])
@@ -394,9 +407,10 @@ def test_32_processes_compile_each_key_exactly_once(manifest, redis_server, redi
 
 @pytest.mark.parametrize("outage", ["stopped", "frozen"])
 def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
-    """stopped: redis-server ends (connections refused) and starts again 1 s later on the same port, empty.
-    frozen: SIGSTOP for 2 s, then SIGCONT: connections hang, every reply times out (KJIT_REMOTE_CACHE_TIMEOUT)."""
-    procs, timeout_s, lease_s = 8, 1.0, 5.0
+    """stopped: redis-server ends (connections refused) and starts again 0.5 s later on the same port, empty.
+    frozen: SIGSTOP for 2 s, then SIGCONT: connections hang, every reply times out (KJIT_REMOTE_CACHE_TIMEOUT).
+    The processes back off for 50 ms after a failure (KJIT_REMOTE_CACHE_BACKOFF), doubling per failed retry."""
+    procs, timeout_s, lease_s, backoff_s = 8, 1.0, 5.0, 0.05
     cpus = os.cpu_count() or 1
     # Baseline: one process warming the 20 keys with no remote tier (start-up + 20 compiles, -j 1).
     base = run(warm_argv(manifest, jobs=1), kjit_env(cache=tmp_path / "baseline"), label="baseline")
@@ -409,7 +423,8 @@ def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
     bound = 1.5 * base.seconds * max(1.0, procs / cpus) + 5 * timeout_s + lease_s + 2.0 + 5.0
 
     caches = [tmp_path / f"machine-{i}" for i in range(procs)]
-    env = dict(KJIT_REMOTE_CACHE_TIMEOUT=timeout_s, KJIT_REMOTE_CACHE_LEASE=lease_s)
+    env = dict(KJIT_REMOTE_CACHE_TIMEOUT=timeout_s, KJIT_REMOTE_CACHE_LEASE=lease_s,
+               KJIT_REMOTE_CACHE_BACKOFF=backoff_s)
     client = redis_server.client(socket_timeout=2, socket_connect_timeout=2)
     state = {}
 
@@ -429,11 +444,11 @@ def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
         state["began"] = time.monotonic()
         if outage == "stopped":
             redis_server.stop()
-            time.sleep(1.0)
+            time.sleep(0.5)  # the outage itself
             redis_server.start()
         else:
             redis_server.pause()
-            time.sleep(2.0)
+            time.sleep(2 * timeout_s)  # the outage itself: long enough for requests to time out
             redis_server.resume()
         state["ended"] = time.monotonic()
 
@@ -565,17 +580,19 @@ def test_stale_lease_is_taken_over(how, sub_manifest, redis_server, redis_client
     assert scratch.summary["compiled"] == 1, scratch
     (key,) = local_entries(tmp_path / "scratch")
     lease = LEASE_PREFIX + key[len("kjit:v1:"):]  # kjit:v1:lease:<target>:<key>
-    lease_s = 2.0 if how == "expires" else 60.0
+    lease_s = 1.0 if how == "expires" else 60.0
     redis_client.set(lease, b"token-of-a-crashed-process", px=int(lease_s * 1000))
     env = kjit_env(cache=tmp_path / "waiter", redis=redis_server)
     if how == "expires":
         r = run(warm_argv(one), env, label="waiter")
         waited = lease_s
-    else:  # deleted 1.5 s after the waiter started (its lease holder gave up without an entry)
+    else:  # deleted once the waiter found it taken (its lease holder gave up without an entry)
+        redis_client.config_resetstat()
         proc = subprocess.Popen(warm_argv(one), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         t = time.monotonic()
-        time.sleep(1.5)
+        wait_for_command(redis_client, "set", proc)  # its SET NX of the lease, refused: it waits now
         assert proc.poll() is None, f"the waiter finished while the lease was live: {proc.communicate()}"
+        waited = time.monotonic() - t
         redis_client.delete(lease)
         try:
             out, err = proc.communicate(timeout=30)
@@ -584,7 +601,6 @@ def test_stale_lease_is_taken_over(how, sub_manifest, redis_server, redis_client
             out, err = proc.communicate()
         r = Run(proc.args, proc.returncode, out, err, time.monotonic() - t, "waiter")
         assert r.returncode == 0, r
-        waited = 1.5
     assert r.summary["compiled"] == 1 and r.summary["failed"] == 0 and r.pushed == 1, r
     assert r.seconds >= 0.9 * waited, f"the waiter compiled while another process's lease was live " \
                                       f"({r.seconds:.2f} s < {waited} s):\n{r!r}"
@@ -605,9 +621,10 @@ def test_a_local_waiter_allows_for_its_peers_remote_wait(sub_manifest, redis_ser
     redis_client.set(lease, b"planted", px=600_000)  # outlives both processes
     env = kjit_env(cache=tmp_path / "machine", redis=redis_server, KJIT_LOCK_TIMEOUT=2, KJIT_COMPILE_TIMEOUT=2,
                    KJIT_REMOTE_CACHE_LEASE=1)
+    redis_client.config_resetstat()
     holder = subprocess.Popen(warm_argv(one, jobs=1), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    time.sleep(0.5)  # the holder has the local lock and waits for the planted lease
+    wait_for_command(redis_client, "set", holder)  # the holder has the local lock and waits for the planted lease
     peer = run(warm_argv(one, jobs=1), env, timeout=60, label="peer", check=False)
     out, err = holder.communicate(timeout=60)
     first = Run(holder.args, holder.returncode, out, err, 0, "holder")
@@ -775,7 +792,9 @@ def test_bad_url_is_an_error(url, redis_available, tmp_path):
 
 @pytest.mark.parametrize("setting, value", [("KJIT_REMOTE_CACHE_MODE", "write"),
                                             ("KJIT_REMOTE_CACHE_TIMEOUT", "soon"),
-                                            ("KJIT_REMOTE_CACHE_LEASE", "-1")])
+                                            ("KJIT_REMOTE_CACHE_LEASE", "-1"),
+                                            ("KJIT_REMOTE_CACHE_BACKOFF", "0"),
+                                            ("KJIT_REMOTE_CACHE_BACKOFF", "1s")])
 def test_bad_remote_setting_is_an_error(setting, value, redis_server, tmp_path):
     r = _info(kjit_env(cache=tmp_path / "c", redis=redis_server, **{setting: value}), f"{setting}={value}")
     assert r.returncode != 0 and setting in r.stdout + r.stderr, r

@@ -59,7 +59,8 @@ struct Settings {
   bool preload_compiler = true;                       // KJIT_PRELOAD_COMPILER (compiler_preload.hpp)
   std::string library_fast_compile = "off";           // KJIT_LIBRARY_FAST_COMPILE (CompileOptions::library())
   // The remote tier: KJIT_REMOTE_CACHE (its URL), KJIT_REMOTE_CACHE_SECRET or _SECRET_FILE (required with
-  // it), KJIT_REMOTE_CACHE_MODE, KJIT_REMOTE_CACHE_TIMEOUT, KJIT_REMOTE_CACHE_LEASE; nullopt: none.
+  // it), KJIT_REMOTE_CACHE_MODE, KJIT_REMOTE_CACHE_TIMEOUT, KJIT_REMOTE_CACHE_LEASE,
+  // KJIT_REMOTE_CACHE_BACKOFF; nullopt: none.
   std::optional<cache::RemoteConfig> remote_cache;
 
   // Reads from an explicit variable map (tests) or the process environment.

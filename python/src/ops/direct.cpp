@@ -75,8 +75,42 @@ DirectSchema parse_direct_schema(const char* name, const char* schema) {
     s.arg_names.push_back(a.name());
     s.defaults.push_back(a.default_value() ? default_value(*a.default_value()).release().ptr() : nullptr);
     s.list_sizes.push_back(a.N() ? static_cast<int>(*a.N()) : 0);
+    c10::TypePtr t = a.type();
+    if (const auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (const auto list = t->cast<c10::ListType>()) t = list->getElementType();
+    s.int_args.push_back(t->kind() == c10::TypeKind::IntType);
+    s.any_int_arg = s.any_int_arg || s.int_args.back();
   }
   return s;
+}
+
+void refuse_bool_ints(const DirectSchema& s, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (!s.any_int_arg) return;
+  auto check = [&](std::size_t i, PyObject* o) {
+    if (i >= s.int_args.size() || !s.int_args[i]) return;
+    PyObject* bad = PyBool_Check(o) ? o : nullptr;
+    if (!bad && (PyList_CheckExact(o) || PyTuple_CheckExact(o))) {
+      const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+      PyObject** items = PySequence_Fast_ITEMS(o);
+      for (Py_ssize_t k = 0; k < n && !bad; ++k)
+        if (PyBool_Check(items[k])) bad = items[k];
+    }
+    if (bad)
+      throw TypeError("kjit.ops." + s.name + ": " + s.arg_names[i] + " must be an int" +
+                      (bad == o ? "" : " or a list of ints") + ", got bool (" + (bad == Py_True ? "True" : "False") +
+                      "); pass an int (kjit refuses a bool there instead of reading True as 1)");
+  };
+  for (Py_ssize_t i = 0; i < nargs; ++i) check(static_cast<std::size_t>(i), args[i]);
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+    if (!key) {
+      PyErr_Clear();
+      continue;
+    }
+    for (std::size_t j = 0; j < s.arg_names.size(); ++j)
+      if (s.arg_names[j] == key) check(j, args[nargs + k]);
+  }
 }
 
 bool plain_cuda_tensor(const at::Tensor& t) noexcept {

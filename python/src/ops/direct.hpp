@@ -39,10 +39,17 @@ struct DirectSchema {
   std::vector<std::string> arg_names;
   std::vector<PyObject*> defaults;  // new references, kept for the process
   std::vector<int> list_sizes;
+  std::vector<bool> int_args;  // int, int? or int[] (a Python bool there is refused, see refuse_bool_ints)
+  bool any_int_arg = false;
 };
 
 // Parses `schema` ("softmax(Tensor x, int dim=-1) -> Tensor") with torch's schema parser.
 DirectSchema parse_direct_schema(const char* name, const char* schema);
+
+// Throws kjit's TypeError when an int argument (or an element of an int list) is a Python bool: the
+// dispatcher would read True as 1 (ops.sum(x, True) would reduce dim 1). Called on the way to the
+// registered op only (the direct conversion already refuses a bool where an int goes).
+void refuse_bool_ints(const DirectSchema& s, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
 // Whether `t` is a plain CUDA tensor that the CUDA function may take directly (see above).
 bool plain_cuda_tensor(const at::Tensor& t) noexcept;
@@ -192,6 +199,7 @@ struct Direct<F> {
         count_direct_call();
         return to_python(invoke(st, std::index_sequence_for<A...>{}));
       }
+      refuse_bool_ints(schema(), args, nargs, kwnames);
     } catch (...) {
       set_error_from_current_exception();
       return nullptr;

@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros_like.h>
 
 #include <tuple>
+#include <vector>
 
 #include "op.hpp"
 
@@ -55,6 +56,22 @@ auto outer_dims(const char* op, const Sizes& a, const Sizes& b) {
                      ": expected a [B, M] and b [B, N] (batched) or a [M] and b [N]");
 }
 
+// outer_dims of outer_backward, and the check that grad has outer(a, b)'s shape (CUDA and Meta kernels).
+template <class Sizes>
+auto outer_backward_dims(const Sizes& a, const Sizes& b, const Sizes& grad) {
+  using Int = std::decay_t<decltype(a[0])>;
+  const auto dims = outer_dims(kBackwardOp, a, b);
+  const auto& [B, M, N] = dims;
+  const bool batched = a.size() == 2;
+  const std::vector<Int> expected = batched ? std::vector<Int>{B, M, N} : std::vector<Int>{M, N};
+  bool same = grad.size() == expected.size();
+  for (std::size_t i = 0; same && i < expected.size(); ++i) same = grad[i] == expected[i];
+  if (!same)
+    fail_value(kBackwardOp, "grad has shape " + shape_str(grad) + " but outer(a, b) has shape " +
+                                shape_str(expected) + ": pass the gradient of outer's output");
+  return dims;
+}
+
 void check_pair(const char* op, const at::Tensor& a, const at::Tensor& b) {
   check_input(op, "a", a, kFloatingTypes);
   check_input(op, "b", b, kFloatingTypes);
@@ -96,13 +113,7 @@ std::tuple<at::Tensor, at::Tensor> outer_backward_cuda(const at::Tensor& grad, c
   check_pair(kBackwardOp, a, b);
   check_input(kBackwardOp, "grad", grad, kFloatingTypes);
   check_same_dtype(kBackwardOp, "grad", grad, "a", a);
-  const auto [B, M, N] = outer_dims(kBackwardOp, a.sizes(), b.sizes());
-  const bool batched = a.dim() == 2;
-  if (grad.dim() != (batched ? 3 : 2) || grad.size(-2) != M || grad.size(-1) != N || (batched && grad.size(0) != B))
-    fail_value(kBackwardOp, "grad has shape " + shape_str(grad.sizes()) + " but outer(a, b) has shape " +
-                                shape_str(batched ? std::vector<std::int64_t>{B, M, N}
-                                                  : std::vector<std::int64_t>{M, N}) +
-                                ": pass the gradient of outer's output");
+  const auto [B, M, N] = outer_backward_dims(a.sizes(), b.sizes(), grad.sizes());
   if (grad.numel() == 0) return {at::zeros_like(a), at::zeros_like(b)};  // sums over nothing
   at::Tensor grad_a = at::empty(a.sizes(), a.options());
   at::Tensor grad_b = at::empty(b.sizes(), b.options());
@@ -158,7 +169,7 @@ std::tuple<at::Tensor, at::Tensor> outer_backward_meta(const at::Tensor& grad, c
   check_dtype(kBackwardOp, "a", a, kFloatingTypes);
   check_same_dtype(kBackwardOp, "b", b, "a", a);
   check_same_dtype(kBackwardOp, "grad", grad, "a", a);
-  outer_dims(kBackwardOp, a.sym_sizes(), b.sym_sizes());
+  outer_backward_dims(a.sym_sizes(), b.sym_sizes(), grad.sym_sizes());
   return {at::empty_symint(a.sym_sizes(), a.options()), at::empty_symint(b.sym_sizes(), b.options())};
 }
 

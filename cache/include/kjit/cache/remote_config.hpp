@@ -42,7 +42,13 @@ struct RemoteConfig {
   // The longest a process waits for another's compile before compiling on its own (a lease that is
   // renewed forever, a paused server that keeps a lease alive): never a hang.
   double wait_limit_s = 360.0;
+  // How long the remote tier is left alone after a failure (its lookups are misses meanwhile); each retry
+  // that fails doubles it, up to kMaxBackoffFactor times this first back-off.
+  double backoff_s = 1.0;
 };
+
+// The longest back-off, as a multiple of RemoteConfig::backoff_s (30 s for the default 1 s).
+inline constexpr double kMaxBackoffFactor = 30.0;
 
 // The shortest lease accepted (Redis counts leases in milliseconds; renewal runs every third of it).
 inline constexpr double kMinLeaseSeconds = 1.0;
