@@ -1,6 +1,6 @@
 #include "common.hpp"
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 
 #include <Python.h>
 #include <ATen/cuda/EmptyTensor.h>

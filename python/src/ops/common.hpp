@@ -23,7 +23,7 @@
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
 #include "kjit/launch_config.hpp"
-#include "launch.hpp"
+#include "torch/launch.hpp"
 
 namespace kjit::ops {
 

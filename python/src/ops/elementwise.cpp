@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 #include "elementwise_fn.hpp"
 #include "op.hpp"
 

@@ -1,6 +1,6 @@
 #include "elementwise_fn.hpp"
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 
 #include <ATen/ExpandUtils.h>
 #include <c10/core/ScalarType.h>

@@ -14,11 +14,11 @@
 
 #include <string>
 
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "dtypes.hpp"
 #include "kjit/error.hpp"
 #include "ops/ops.hpp"
-#include "torch_hooks.hpp"
+#include "core/torch_hooks.hpp"
 
 namespace kjit::python {
 namespace {
