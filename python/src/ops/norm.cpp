@@ -100,12 +100,11 @@ void launch_forward(const char* op, int device, const Rows& r, const at::Tensor&
   int d = static_cast<int>(r.d);
   const void* rp = Residual ? res.const_data_ptr() : nullptr;
   void* hp = Residual ? h.data_ptr() : nullptr;
-  void* args[] = {&xp, &wp, &bp, &yp, &rows, &d, &eps, &rp, &hp};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, wp, bp, yp, rows, d, eps, rp, hp);
 }
 
 template <bool Rms>
@@ -263,12 +262,11 @@ Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const s
     int d = static_cast<int>(gr.d);
     const void* dhp = ghc.defined() ? ghc.const_data_ptr() : nullptr;
     void* dresp = dres.defined() ? dres.data_ptr() : nullptr;
-    void* args[] = {&gp, &xp, &wp, &dxp, &dwp, &dbp, &rows, &d, &eps, &dhp, &dresp};
     LaunchConfig cfg;
     cfg.grid.x = static_cast<unsigned>(blocks);
     cfg.block = g.block();
     cfg.stream = ctx.stream;
-    k->kernel->launch(cfg, args);
+    launch_kernel(*k->kernel, cfg, gp, xp, wp, dxp, dwp, dbp, rows, d, eps, dhp, dresp);
   }
   const at::ScalarType dt = x.scalar_type();
   at::Tensor dw = w ? sum_to_dtype(dw_partial, 0, dt) : new_empty({0}, x);

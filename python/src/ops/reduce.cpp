@@ -90,12 +90,11 @@ void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_
   void* yp = out.data_ptr();
   long long rows = outer;
   int d = static_cast<int>(R);
-  void* args[] = {&xp, &yp, &rows, &d, &scale};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(outer);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, rows, d, scale);
 }
 
 // The reduce_cols kernel from `x` into `y` at vector width `vec`.
@@ -128,12 +127,11 @@ void launch_cols(const at::Tensor& x, const at::Tensor& y, int op, std::int64_t 
   void* yp = y.data_ptr();
   long long o = outer, in = inner;
   int r = static_cast<int>(R), c = static_cast<int>(chunk);
-  void* args[] = {&xp, &yp, &o, &r, &in, &c, &scale};
   LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(std::min<std::int64_t>(outer * col_blocks, INT_MAX)), 1, grid_z};
   cfg.block = {32, 8, 1};
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, o, r, in, c, scale);
 }
 
 void reduce_cols(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,

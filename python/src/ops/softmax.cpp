@@ -65,12 +65,11 @@ at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
   void* yp = y.data_ptr();
   long long rows = r.rows;
   int d = static_cast<int>(r.d);
-  void* args[] = {&xp, &yp, &rows, &d};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, rows, d);
   return y;
 }
 
@@ -121,12 +120,11 @@ at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
   void* dp = dx.data_ptr();
   long long rows = gr.rows;
   int d = static_cast<int>(gr.d);
-  void* args[] = {&gp, &yp, &dp, &rows, &d};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(gr.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, gp, yp, dp, rows, d);
   return dx;
 }
 
