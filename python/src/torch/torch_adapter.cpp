@@ -1,4 +1,4 @@
-// torch's side of the TorchHooks table (torch_hooks.hpp), registered into the torch-free binding when
+// torch's side of the TorchHooks table (core/torch_hooks.hpp), registered into the torch-free binding when
 // kjit._C is imported: tensors, dtypes, devices and streams of torch for Kernel.launch and
 // KernelFamily.specialize, torch's device guard and current stream, torch's errors (c10::Error) and the
 // op call counters of kjit.stats(). Also maps kjit errors for this module's own functions.
