@@ -18,6 +18,8 @@ enum class Act { Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh };
 
 struct ActInfo {
   const char* name;           // the op, and the elementwise function's name
+  const char* op;             // the op's name in messages (a literal: no allocation per call)
+  const char* backward_op;    // its backward's
   const char* expr;           // forward, of x
   const char* backward_expr;  // of g and the saved tensor
   bool through_output;        // the saved tensor is the output (else the input)
@@ -25,12 +27,20 @@ struct ActInfo {
 
 constexpr ActInfo info(Act a) {
   switch (a) {
-    case Act::Relu: return {"relu", "relu(x)", "relu_backward(g, y)", true};
-    case Act::Sigmoid: return {"sigmoid", "sigmoid(x)", "sigmoid_backward(g, y)", true};
-    case Act::Tanh: return {"tanh", "tanh_(x)", "tanh_backward(g, y)", true};
-    case Act::Silu: return {"silu", "silu(x)", "silu_backward(g, x)", false};
-    case Act::Gelu: return {"gelu", "gelu(x)", "gelu_backward(g, x)", false};
-    default: return {"gelu_tanh", "gelu_tanh(x)", "gelu_tanh_backward(g, x)", false};
+    case Act::Relu:
+      return {"relu", "kjit.ops.relu", "kjit.ops.relu_backward", "relu(x)", "relu_backward(g, y)", true};
+    case Act::Sigmoid:
+      return {"sigmoid", "kjit.ops.sigmoid", "kjit.ops.sigmoid_backward", "sigmoid(x)", "sigmoid_backward(g, y)",
+              true};
+    case Act::Tanh:
+      return {"tanh", "kjit.ops.tanh", "kjit.ops.tanh_backward", "tanh_(x)", "tanh_backward(g, y)", true};
+    case Act::Silu:
+      return {"silu", "kjit.ops.silu", "kjit.ops.silu_backward", "silu(x)", "silu_backward(g, x)", false};
+    case Act::Gelu:
+      return {"gelu", "kjit.ops.gelu", "kjit.ops.gelu_backward", "gelu(x)", "gelu_backward(g, x)", false};
+    default:
+      return {"gelu_tanh", "kjit.ops.gelu_tanh", "kjit.ops.gelu_tanh_backward", "gelu_tanh(x)",
+              "gelu_tanh_backward(g, x)", false};
   }
 }
 
@@ -55,10 +65,6 @@ const ElementwiseFn& backward_fn() {
   static const ElementwiseFn f = make_fn(std::string(info(A).name) + "_backward", info(A).backward_expr,
                                          {"g", info(A).through_output ? "y" : "x"});
   return f;
-}
-
-std::string op_name(const char* name, bool backward = false) {
-  return std::string("kjit.ops.") + name + (backward ? "_backward" : "");
 }
 
 template <Act A>
@@ -91,19 +97,19 @@ at::Tensor backward_meta(const char* op, const at::Tensor& grad, const at::Tenso
 // The unary activations (one argument): relu, sigmoid, tanh, silu.
 template <Act A>
 at::Tensor unary_cuda(const at::Tensor& x) {
-  return forward<A>(op_name(info(A).name).c_str(), x);
+  return forward<A>(info(A).op, x);
 }
 template <Act A>
 at::Tensor unary_meta(const at::Tensor& x) {
-  return like_meta(op_name(info(A).name).c_str(), x);
+  return like_meta(info(A).op, x);
 }
 template <Act A>
 at::Tensor unary_backward_cuda(const at::Tensor& grad, const at::Tensor& saved) {
-  return backward<A>(op_name(info(A).name, true).c_str(), grad, saved, "saved");
+  return backward<A>(info(A).backward_op, grad, saved, "saved");
 }
 template <Act A>
 at::Tensor unary_backward_meta(const at::Tensor& grad, const at::Tensor& saved) {
-  return backward_meta(op_name(info(A).name, true).c_str(), grad, saved, "saved");
+  return backward_meta(info(A).backward_op, grad, saved, "saved");
 }
 
 template <Act A>
@@ -129,12 +135,12 @@ bool tanh_approximation(const char* op, c10::string_view approximate) {
 }
 
 at::Tensor gelu_cuda(const at::Tensor& x, c10::string_view approximate) {
-  const std::string op = op_name("gelu");
-  const int device = device_for(op.c_str(), {{"x", x}});
+  constexpr const char* op = info(Act::Gelu).op;
+  const int device = device_for(op, {{"x", x}});
   (void)device;
-  check_dtype(op.c_str(), "x", x, kFloatingTypes);
-  return tanh_approximation(op.c_str(), approximate) ? forward<Act::GeluTanh>(op.c_str(), x)
-                                                     : forward<Act::Gelu>(op.c_str(), x);
+  check_dtype(op, "x", x, kFloatingTypes);
+  return tanh_approximation(op, approximate) ? forward<Act::GeluTanh>(op, x)
+                                                     : forward<Act::Gelu>(op, x);
 }
 at::Tensor gelu_meta(const at::Tensor& x, c10::string_view approximate) {
   at::Tensor y = like_meta("kjit.ops.gelu", x);
@@ -142,9 +148,9 @@ at::Tensor gelu_meta(const at::Tensor& x, c10::string_view approximate) {
   return y;
 }
 at::Tensor gelu_backward_cuda(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
-  const std::string op = op_name("gelu", true);
-  return tanh_approximation(op.c_str(), approximate) ? backward<Act::GeluTanh>(op.c_str(), grad, x, "x")
-                                                     : backward<Act::Gelu>(op.c_str(), grad, x, "x");
+  constexpr const char* op = info(Act::Gelu).backward_op;
+  return tanh_approximation(op, approximate) ? backward<Act::GeluTanh>(op, grad, x, "x")
+                                                     : backward<Act::Gelu>(op, grad, x, "x");
 }
 at::Tensor gelu_backward_meta(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
   tanh_approximation("kjit.ops.gelu_backward", approximate);

@@ -30,12 +30,11 @@ at::Tensor add_constant_cuda(const at::Tensor& x, double c) {
   void* yp = y.data_ptr();
   ElementScalar cv(c, dt);
   long long nn = n;
-  void* args[] = {&xp, &yp, cv.ptr(), &nn};
   LaunchConfig cfg;
   cfg.grid = grid_1d(n / vec, device);
   cfg.block.x = 256;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, cv, nn);
   return y;
 }
 

@@ -1,6 +1,6 @@
 #include "common.hpp"
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 
 #include <Python.h>
 #include <ATen/cuda/EmptyTensor.h>
@@ -191,20 +191,26 @@ std::int64_t normalize_dim(const char* op, std::int64_t dim, std::int64_t ndim) 
 
 ElementScalar::ElementScalar(double value, at::ScalarType dtype) {
   switch (dtype) {
-    case at::ScalarType::Double: std::memcpy(bytes_, &value, sizeof(double)); break;
+    case at::ScalarType::Double:
+      std::memcpy(bytes_, &value, sizeof(double));
+      size_ = sizeof(double);
+      break;
     case at::ScalarType::Float: {
       const float f = static_cast<float>(value);
       std::memcpy(bytes_, &f, sizeof(float));
+      size_ = sizeof(float);
       break;
     }
     case at::ScalarType::Half: {
       const c10::Half h(static_cast<float>(value));
       std::memcpy(bytes_, &h.x, sizeof(h.x));
+      size_ = sizeof(h.x);
       break;
     }
     case at::ScalarType::BFloat16: {
       const c10::BFloat16 b(static_cast<float>(value));
       std::memcpy(bytes_, &b.x, sizeof(b.x));
+      size_ = sizeof(b.x);
       break;
     }
     default:

@@ -23,7 +23,8 @@
 #include "kjit/error.hpp"
 #include "kjit/kernel_family.hpp"
 #include "kjit/launch_config.hpp"
-#include "launch.hpp"
+#include "launch_kernel.hpp"
+#include "torch/launch.hpp"
 
 namespace kjit::ops {
 
@@ -202,23 +203,26 @@ bool needs_grad(const Ts&... ts) {
 }
 
 // A kernel argument of type T (the element type) holding `value`: float, double, or the bits of a
-// __half / __nv_bfloat16. `ptr()` goes into the launch's argument array.
+// __half / __nv_bfloat16. An argument of launch_kernel (arg_data / arg_size).
 class ElementScalar {
  public:
   ElementScalar(double value, at::ScalarType dtype);
-  void* ptr() noexcept { return bytes_; }
+  const void* arg_data() const noexcept { return bytes_; }
+  std::size_t arg_size() const noexcept { return size_; }
 
  private:
   alignas(8) unsigned char bytes_[8] = {};
+  std::size_t size_ = 0;
 };
 
 // A kernel argument of the arithmetic type kjit_detail::acc_t<T> (detail/numeric.cuh): double for
-// float64 elements, float for the others.
+// float64 elements, float for the others. An argument of launch_kernel (arg_data / arg_size).
 class AccScalar {
  public:
   AccScalar(double value, at::ScalarType dtype)
       : d_(value), f_(static_cast<float>(value)), double_(dtype == at::ScalarType::Double) {}
-  void* ptr() noexcept { return double_ ? static_cast<void*>(&d_) : static_cast<void*>(&f_); }
+  const void* arg_data() const noexcept { return double_ ? static_cast<const void*>(&d_) : static_cast<const void*>(&f_); }
+  std::size_t arg_size() const noexcept { return double_ ? sizeof(d_) : sizeof(f_); }
 
  private:
   double d_;

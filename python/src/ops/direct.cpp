@@ -13,7 +13,7 @@
 #include <atomic>
 #include <climits>
 
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "kjit/error.hpp"
 #include "op.hpp"
 #include "ops.hpp"

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 #include "elementwise_fn.hpp"
 #include "op.hpp"
 
@@ -140,7 +140,7 @@ at::Tensor elementwise_autograd(c10::string_view spec, at::TensorList inputs, at
 }  // namespace
 
 // No direct entry: a kjit.elementwise function calls ElementwiseFn::call itself when nothing needs the
-// dispatcher (python/src/elementwise.cpp).
+// dispatcher (python/src/torch/elementwise.cpp).
 KJIT_OP_KERNELS(elementwise, "elementwise(str spec, Tensor[] inputs, float[] scalars) -> Tensor", elementwise_cuda,
                 elementwise_meta);
 KJIT_OP_AUTOGRAD(elementwise, kjit_errors<&elementwise_autograd>)

@@ -1,6 +1,6 @@
 #include "elementwise_fn.hpp"
 
-#include "../dtypes.hpp"
+#include "torch/dtypes.hpp"
 
 #include <ATen/ExpandUtils.h>
 #include <c10/core/ScalarType.h>
@@ -97,10 +97,14 @@ std::string describe(const at::Tensor& t) {
 }
 
 // A kernel argument in an 8-byte slot: 32- or 64-bit integer (the index type I), pointer or double.
+// launch() hands them to launch_kernel_array (their byte sizes are kept and checked in debug builds).
 struct ArgPack {
   static constexpr int kMax = 2 + ElementwiseFn::kMaxRank + ElementwiseFn::kMaxInputs * (1 + ElementwiseFn::kMaxRank) + 32;
   alignas(8) std::uint64_t slots[kMax];
   void* ptrs[kMax];
+#ifndef NDEBUG
+  std::size_t sizes[kMax];
+#endif
   int n = 0;
   template <class T>
   void add(T v) {
@@ -108,7 +112,17 @@ struct ArgPack {
     slots[n] = 0;
     std::memcpy(&slots[n], &v, sizeof(T));
     ptrs[n] = &slots[n];
+#ifndef NDEBUG
+    sizes[n] = sizeof(T);
+#endif
     ++n;
+  }
+  void launch(const Kernel& kernel, const LaunchConfig& config) {
+#ifndef NDEBUG
+    launch_kernel_array(kernel, config, ptrs, sizes, static_cast<std::size_t>(n));
+#else
+    launch_kernel_array(kernel, config, ptrs, nullptr, static_cast<std::size_t>(n));
+#endif
   }
   void index(std::int64_t v, bool wide) {
     if (wide)
@@ -524,7 +538,7 @@ void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor&
   cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n / vec, kBlock)));
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, a.ptrs);
+  a.launch(*k->kernel, cfg);
 }
 
 void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
@@ -600,7 +614,7 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
   cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n, kBlock)));
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, a.ptrs);
+  a.launch(*k->kernel, cfg);
 }
 
 const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {

@@ -43,12 +43,11 @@ at::Tensor fused_update_cuda(const at::Tensor& x, const at::Tensor& model_out, c
 
   AccScalar ca(a, x.scalar_type()), cb(b, x.scalar_type()), cc(c, x.scalar_type());
   long long nn = n;
-  void* args[] = {&xp, &mp, &zp, &op, ca.ptr(), cb.ptr(), cc.ptr(), &nn};
   LaunchConfig cfg;
   cfg.grid = grid_1d(n / vec, device);
   cfg.block.x = 256;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, mp, zp, op, ca, cb, cc, nn);
   return out;
 }
 

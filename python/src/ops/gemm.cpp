@@ -319,17 +319,15 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
     TensorMap ta = tensor_map(op, g, g.a, g.m, c.bm);
     TensorMap tb = tensor_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
     int batch = static_cast<int>(g.batch);
-    void* args[] = {&ta.map, &tb.map, &cp,     &m,     &n,      &kk,        &ldc,       &batch_c, &bias,
-                    &residual, &aux,  &ld_res, &ld_aux, &batch_res, &batch_aux, &scale, &batch};
-    k->kernel->launch(cfg, args);
+    launch_kernel(*k->kernel, cfg, ta.map, tb.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux,
+                  batch_res, batch_aux, scale, batch);
   } else {
     cfg.block.x = 32 * c.wm * c.wn * c.wk;
     const void* ap = g.a.ptr;
     const void* bp = g.b.ptr;
     long long lda = g.a.ld, ldb = g.b.ld, batch_a = g.a.batch, batch_b = g.b.batch;
-    void* args[] = {&ap,   &bp,       &cp,  &m,      &n,      &kk,        &lda,      &ldb,    &ldc, &batch_a,
-                    &batch_b, &batch_c, &bias, &residual, &aux, &ld_res, &ld_aux, &batch_res, &batch_aux, &scale};
-    k->kernel->launch(cfg, args);
+    launch_kernel(*k->kernel, cfg, ap, bp, cp, m, n, kk, lda, ldb, ldc, batch_a, batch_b, batch_c, bias, residual, aux,
+                  ld_res, ld_aux, batch_res, batch_aux, scale);
   }
 }
 

@@ -36,7 +36,16 @@ const KernelFamily& family(bool backward) {
   return backward ? bwd : fwd;
 }
 
-std::string op_name(const char* name) { return std::string("kjit.ops.") + name; }
+// The name of an op of this file in messages ("kjit.ops.add_rms_norm_backward"): a literal, no allocation
+// per call.
+constexpr const char* op_name(bool rms, bool residual, bool backward) {
+  constexpr const char* kNames[2][2][2] = {  // [rms][residual][backward]
+      {{"kjit.ops.layer_norm", "kjit.ops.layer_norm_backward"},
+       {"kjit.ops.add_layer_norm", "kjit.ops.add_layer_norm_backward"}},
+      {{"kjit.ops.rms_norm", "kjit.ops.rms_norm_backward"},
+       {"kjit.ops.add_rms_norm", "kjit.ops.add_rms_norm_backward"}}};
+  return kNames[rms][residual][backward];
+}
 
 RowGeometry geometry(const char* op, std::int64_t d, std::initializer_list<const at::Tensor*> tensors, bool rms) {
   const bool wide = (*tensors.begin())->element_size() >= 4 && !rms;
@@ -100,26 +109,25 @@ void launch_forward(const char* op, int device, const Rows& r, const at::Tensor&
   int d = static_cast<int>(r.d);
   const void* rp = Residual ? res.const_data_ptr() : nullptr;
   void* hp = Residual ? h.data_ptr() : nullptr;
-  void* args[] = {&xp, &wp, &bp, &yp, &rows, &d, &eps, &rp, &hp};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, wp, bp, yp, rows, d, eps, rp, hp);
 }
 
 template <bool Rms>
 at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
                    const std::optional<at::Tensor>& bias, double eps) {
-  const std::string op = op_name(Rms ? "rms_norm" : "layer_norm");
-  const int device = device_for(op.c_str(), {{"x", x},
+  constexpr const char* op = op_name(Rms, false, false);
+  const int device = device_for(op, {{"x", x},
                                              {"weight", weight ? *weight : at::Tensor()},
                                              {"bias", bias ? *bias : at::Tensor()}});
-  check(op.c_str(), x, weight, bias);
+  check(op, x, weight, bias);
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
   if (y.numel() == 0) return y;
-  launch_forward<Rms, false>(op.c_str(), device, r, at::Tensor(), y, at::Tensor(), weight, bias, eps);
+  launch_forward<Rms, false>(op, device, r, at::Tensor(), y, at::Tensor(), weight, bias, eps);
   return y;
 }
 
@@ -129,18 +137,18 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 template <bool Rms>
 Pair add_forward(const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
                  const std::optional<at::Tensor>& bias, double eps) {
-  const std::string op = op_name(Rms ? "add_rms_norm" : "add_layer_norm");
-  const int device = device_for(op.c_str(), {{"x", x},
+  constexpr const char* op = op_name(Rms, true, false);
+  const int device = device_for(op, {{"x", x},
                                              {"residual", residual},
                                              {"weight", weight ? *weight : at::Tensor()},
                                              {"bias", bias ? *bias : at::Tensor()}});
-  check_residual(op.c_str(), x, residual, weight, bias);
+  check_residual(op, x, residual, weight, bias);
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
   at::Tensor h = new_empty(x.sizes(), x);
   if (y.numel() == 0) return {std::move(y), std::move(h)};
   const at::Tensor res = residual.contiguous();
-  launch_forward<Rms, true>(op.c_str(), device, r, res, y, h, weight, bias, eps);
+  launch_forward<Rms, true>(op, device, r, res, y, h, weight, bias, eps);
   return {std::move(y), std::move(h)};
 }
 
@@ -263,12 +271,11 @@ Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const s
     int d = static_cast<int>(gr.d);
     const void* dhp = ghc.defined() ? ghc.const_data_ptr() : nullptr;
     void* dresp = dres.defined() ? dres.data_ptr() : nullptr;
-    void* args[] = {&gp, &xp, &wp, &dxp, &dwp, &dbp, &rows, &d, &eps, &dhp, &dresp};
     LaunchConfig cfg;
     cfg.grid.x = static_cast<unsigned>(blocks);
     cfg.block = g.block();
     cfg.stream = ctx.stream;
-    k->kernel->launch(cfg, args);
+    launch_kernel(*k->kernel, cfg, gp, xp, wp, dxp, dwp, dbp, rows, d, eps, dhp, dresp);
   }
   const at::ScalarType dt = x.scalar_type();
   at::Tensor dw = w ? sum_to_dtype(dw_partial, 0, dt) : new_empty({0}, x);
@@ -279,11 +286,11 @@ Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const s
 template <bool Rms>
 Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
                double eps) {
-  const std::string op = op_name(Rms ? "rms_norm_backward" : "layer_norm_backward");
+  constexpr const char* op = op_name(Rms, false, true);
   const int device =
-      device_for(op.c_str(), {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
-  check_backward(op.c_str(), grad, x, weight);
-  auto [dx, dres, dw, db] = backward_impl<Rms, false>(op.c_str(), device, grad, std::nullopt, x, weight, has_bias, eps);
+      device_for(op, {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
+  check_backward(op, grad, x, weight);
+  auto [dx, dres, dw, db] = backward_impl<Rms, false>(op, device, grad, std::nullopt, x, weight, has_bias, eps);
   return {std::move(dx), std::move(dw), std::move(db)};
 }
 
@@ -291,13 +298,13 @@ Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<
 template <bool Rms>
 Grads4 add_backward(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h, const at::Tensor& h,
                     const std::optional<at::Tensor>& weight, bool has_bias, double eps) {
-  const std::string op = op_name(Rms ? "add_rms_norm_backward" : "add_layer_norm_backward");
-  const int device = device_for(op.c_str(), {{"grad", grad},
+  constexpr const char* op = op_name(Rms, true, true);
+  const int device = device_for(op, {{"grad", grad},
                                              {"grad_h", grad_h ? *grad_h : at::Tensor()},
                                              {"h", h},
                                              {"weight", weight ? *weight : at::Tensor()}});
-  check_residual_backward(op.c_str(), grad, grad_h, h, weight);
-  return backward_impl<Rms, true>(op.c_str(), device, grad, grad_h, h, weight, has_bias, eps);
+  check_residual_backward(op, grad, grad_h, h, weight);
+  return backward_impl<Rms, true>(op, device, grad, grad_h, h, weight, has_bias, eps);
 }
 
 Grads4 add_layer_norm_backward_cuda(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
@@ -323,7 +330,7 @@ Grads rms_norm_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const 
 template <bool Rms>
 Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight,
                     bool has_bias, double) {
-  check_backward(op_name(Rms ? "rms_norm_backward" : "layer_norm_backward").c_str(), grad, x, weight);
+  check_backward(op_name(Rms, false, true), grad, x, weight);
   const c10::SymInt d = x.sym_size(-1);
   const c10::SymInt zero(0);
   return {at::empty_symint(x.sym_sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous)),
@@ -357,14 +364,12 @@ Grads4 add_rms_norm_backward_meta(const at::Tensor& grad, const std::optional<at
 // most often used further on, as the next residual).
 template <bool Rms, bool Residual = false>
 void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias) {
-  const std::string op =
-      op_name(Residual ? (Rms ? "add_rms_norm_backward" : "add_layer_norm_backward")
-                       : (Rms ? "rms_norm_backward" : "layer_norm_backward"));
+  constexpr const char* op = op_name(Rms, Residual, true);
   const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
   if (!rows || !d) return;
   // Only the weight's alignment matters here (the backward reads weight.contiguous()).
-  const RowGeometry g = weight ? geometry(op.c_str(), d, {&x, &x, &x, &*weight}, Rms)
-                               : geometry(op.c_str(), d, {&x, &x, &x}, Rms);
+  const RowGeometry g = weight ? geometry(op, d, {&x, &x, &x, &*weight}, Rms)
+                               : geometry(op, d, {&x, &x, &x}, Rms);
   const int device = x.get_device();
   const auto args = backward_args<Rms, Residual>(x.scalar_type(), g, d, bool(weight), has_bias, true);
   family(true).prepare_ahead(args.args.data(), args.n, device);

@@ -113,12 +113,11 @@ at::Tensor forward(const char* op, const at::Tensor& x, c10::IntArrayRef kernel_
   void* yp = y.data_ptr();
   long long planes = y.numel() / (p.oh * p.ow);
   int H = static_cast<int>(p.H), W = static_cast<int>(p.W), OH = static_cast<int>(p.oh), OW = static_cast<int>(p.ow);
-  void* args[] = {&xp, &yp, &planes, &H, &W, &OH, &OW};
   LaunchConfig cfg;
   cfg.grid = grid(p.oh * p.ow, planes);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, planes, H, W, OH, OW);
   return y;
 }
 
@@ -139,12 +138,11 @@ at::Tensor backward(const char* op, const at::Tensor& grad, const at::Tensor& x,
   void* dp = dx.data_ptr();
   long long planes = dx.numel() / (p.H * p.W);
   int H = static_cast<int>(p.H), W = static_cast<int>(p.W), OH = static_cast<int>(p.oh), OW = static_cast<int>(p.ow);
-  void* args[] = {&gp, &xp, &dp, &planes, &H, &W, &OH, &OW};
   LaunchConfig cfg;
   cfg.grid = grid(p.H * p.W, planes);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, gp, xp, dp, planes, H, W, OH, OW);
   return dx;
 }
 

@@ -7,7 +7,7 @@
 #include <Python.h>
 #include <torch/csrc/Exceptions.h>
 
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "common.hpp"
 
 namespace kjit::ops {

@@ -77,7 +77,15 @@ void check_reduced(const char* op, Reduction red, c10::ArrayRef<Int> sizes, std:
   }
 }
 
-std::string op_name(Reduction r) { return std::string("kjit.ops.") + name_of(r); }
+// The op's name in messages ("kjit.ops.amax"): a literal, no allocation per call.
+constexpr const char* op_name(Reduction r) {
+  switch (r) {
+    case Reduction::Sum: return "kjit.ops.sum";
+    case Reduction::Mean: return "kjit.ops.mean";
+    case Reduction::Amax: return "kjit.ops.amax";
+    default: return "kjit.ops.amin";
+  }
+}
 
 void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,
                  double scale, int device, const LaunchContext& ctx) {
@@ -90,12 +98,11 @@ void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_
   void* yp = out.data_ptr();
   long long rows = outer;
   int d = static_cast<int>(R);
-  void* args[] = {&xp, &yp, &rows, &d, &scale};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(outer);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, rows, d, scale);
 }
 
 // The reduce_cols kernel from `x` into `y` at vector width `vec`.
@@ -128,12 +135,11 @@ void launch_cols(const at::Tensor& x, const at::Tensor& y, int op, std::int64_t 
   void* yp = y.data_ptr();
   long long o = outer, in = inner;
   int r = static_cast<int>(R), c = static_cast<int>(chunk);
-  void* args[] = {&xp, &yp, &o, &r, &in, &c, &scale};
   LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(std::min<std::int64_t>(outer * col_blocks, INT_MAX)), 1, grid_z};
   cfg.block = {32, 8, 1};
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, o, r, in, c, scale);
 }
 
 void reduce_cols(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,
@@ -150,11 +156,11 @@ void reduce_cols(const at::Tensor& x, const at::Tensor& out, int op, std::int64_
 
 // The reduction of `x` over `dim` into a new tensor of dtype `out_dtype`.
 at::Tensor reduce(Reduction red, const at::Tensor& x, std::int64_t dim, bool keepdim, at::ScalarType out_dtype) {
-  const std::string op = op_name(red);
-  const int device = device_for(op.c_str(), {{"x", x}});
-  check_dtype(op.c_str(), "x", x, kFloatingTypes);
-  dim = normalize_dim(op.c_str(), dim, x.dim());
-  check_reduced(op.c_str(), red, x.sizes(), dim);
+  const char* const op = op_name(red);
+  const int device = device_for(op, {{"x", x}});
+  check_dtype(op, "x", x, kFloatingTypes);
+  dim = normalize_dim(op, dim, x.dim());
+  check_reduced(op, red, x.sizes(), dim);
   const std::vector<std::int64_t> shape = x.dim() ? x.sizes().vec() : std::vector<std::int64_t>{1};
   const std::int64_t R = shape[dim];
   std::int64_t outer = 1, inner = 1;
@@ -180,10 +186,10 @@ at::Tensor reduce_cuda(const at::Tensor& x, std::int64_t dim, bool keepdim) {
 
 template <Reduction Red>
 at::Tensor reduce_meta(const at::Tensor& x, std::int64_t dim, bool keepdim) {
-  const std::string op = op_name(Red);
-  check_dtype(op.c_str(), "x", x, kFloatingTypes);
-  dim = normalize_dim(op.c_str(), dim, x.dim());
-  check_reduced(op.c_str(), Red, x.sym_sizes(), dim);
+  constexpr const char* op = op_name(Red);
+  check_dtype(op, "x", x, kFloatingTypes);
+  dim = normalize_dim(op, dim, x.dim());
+  check_reduced(op, Red, x.sym_sizes(), dim);
   return at::empty_symint(out_shape(x.sym_sizes(), dim, keepdim), x.options());
 }
 
@@ -200,7 +206,7 @@ struct ReduceFunction : public torch::autograd::Function<ReduceFunction<Red>> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t dim,
                             bool keepdim) {
     at::Tensor out = call_below_autograd<&reduce_cuda<Red>>(kName, x, dim, keepdim);
-    ctx->saved_data["dim"] = normalize_dim(op_name(Red).c_str(), dim, x.dim());
+    ctx->saved_data["dim"] = normalize_dim(op_name(Red), dim, x.dim());
     ctx->saved_data["keepdim"] = keepdim;
     ctx->saved_data["shape"] = c10::IValue(x.sym_sizes().vec());
     if constexpr (Red == Reduction::Amax || Red == Reduction::Amin) ctx->save_for_backward({x, out});

@@ -56,8 +56,7 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& img) {
     cfg.grid.z = static_cast<unsigned>(std::min(B - b0, kMaxGridYZ));
     const unsigned char* src = rgb + b0 * H * W * 3;
     unsigned char* dst = out + b0 * H * W;
-    void* args[] = {&src, &dst};
-    k->kernel->launch(cfg, args);
+    launch_kernel(*k->kernel, cfg, src, dst);
   }
   return gray;
 }

@@ -24,7 +24,13 @@ const KernelFamily& family(bool backward) {
   return backward ? bwd : fwd;
 }
 
-std::string op_name(const char* name) { return std::string("kjit.ops.") + name; }
+// The name of an op of this file in messages ("kjit.ops.log_softmax_backward"): a literal, no allocation
+// per call.
+constexpr const char* op_name(bool log, bool backward) {
+  constexpr const char* kNames[2][2] = {{"kjit.ops.softmax", "kjit.ops.softmax_backward"},
+                                        {"kjit.ops.log_softmax", "kjit.ops.log_softmax_backward"}};
+  return kNames[log][backward];
+}
 
 template <class Sizes>
 void check_row(const char* op, const Sizes& sizes) {
@@ -47,10 +53,10 @@ void check_dim(const char* op, const Sizes& sizes, std::int64_t dim) {
 
 template <bool Log>
 at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
-  const std::string op = op_name(Log ? "log_softmax" : "softmax");
-  const int device = device_for(op.c_str(), {{"x", x}});
-  check_dtype(op.c_str(), "x", x, kFloatingTypes);
-  check_dim(op.c_str(), x.sizes(), dim);
+  constexpr const char* op = op_name(Log, false);
+  const int device = device_for(op, {{"x", x}});
+  check_dtype(op, "x", x, kFloatingTypes);
+  check_dim(op, x.sizes(), dim);
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
   if (y.numel() == 0) return y;
@@ -65,20 +71,19 @@ at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
   void* yp = y.data_ptr();
   long long rows = r.rows;
   int d = static_cast<int>(r.d);
-  void* args[] = {&xp, &yp, &rows, &d};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, xp, yp, rows, d);
   return y;
 }
 
 template <bool Log>
 at::Tensor forward_meta(const at::Tensor& x, std::int64_t dim) {
-  const std::string op = op_name(Log ? "log_softmax" : "softmax");
-  check_dtype(op.c_str(), "x", x, kFloatingTypes);
-  check_dim(op.c_str(), x.sym_sizes(), dim);
+  constexpr const char* op = op_name(Log, false);
+  check_dtype(op, "x", x, kFloatingTypes);
+  check_dim(op, x.sym_sizes(), dim);
   return at::empty_symint(x.sym_sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
@@ -105,9 +110,9 @@ BackwardPlan backward_plan(at::ScalarType dtype, std::int64_t d, std::initialize
 
 template <bool Log>
 at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
-  const std::string op = op_name(Log ? "log_softmax_backward" : "softmax_backward");
-  const int device = device_for(op.c_str(), {{"grad", grad}, {"output", output}});
-  check_backward<Log>(op.c_str(), grad, output);
+  constexpr const char* op = op_name(Log, true);
+  const int device = device_for(op, {{"grad", grad}, {"output", output}});
+  check_backward<Log>(op, grad, output);
   const Rows gr = as_rows(grad);
   const at::Tensor y = output.contiguous();
   at::Tensor dx = new_empty(output.sizes(), output);
@@ -121,18 +126,17 @@ at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
   void* dp = dx.data_ptr();
   long long rows = gr.rows;
   int d = static_cast<int>(gr.d);
-  void* args[] = {&gp, &yp, &dp, &rows, &d};
   LaunchConfig cfg;
   cfg.grid = g.grid_for(gr.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  k->kernel->launch(cfg, args);
+  launch_kernel(*k->kernel, cfg, gp, yp, dp, rows, d);
   return dx;
 }
 
 template <bool Log>
 at::Tensor backward_meta(const at::Tensor& grad, const at::Tensor& output) {
-  check_backward<Log>(op_name(Log ? "log_softmax_backward" : "softmax_backward").c_str(), grad, output);
+  check_backward<Log>(op_name(Log, true), grad, output);
   return at::empty_symint(output.sym_sizes(), output.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 

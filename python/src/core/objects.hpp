@@ -1,5 +1,5 @@
-// The C++ objects behind kjit.Template, kjit.KernelFamily and kjit.Kernel (shared by template.cpp,
-// which makes kernels, and kernel.cpp, which launches them). No torch headers here.
+// The C++ objects behind kjit.Template, kjit.KernelFamily and kjit.Kernel (shared by template_binding.cpp,
+// which makes kernels, and kernel_binding.cpp, which launches them). No torch headers here.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct PyKernel {
   int device = -1;
 };
 
-// Forgets the Kernel objects kept for memory hits (with Engine::clear_memory; template.cpp).
+// Forgets the Kernel objects kept for memory hits (with Engine::clear_memory; template_binding.cpp).
 void clear_kernel_objects();
 
 }  // namespace kjit::python

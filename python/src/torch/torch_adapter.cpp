@@ -1,4 +1,4 @@
-// torch's side of the TorchHooks table (torch_hooks.hpp), registered into the torch-free binding when
+// torch's side of the TorchHooks table (core/torch_hooks.hpp), registered into the torch-free binding when
 // kjit._C is imported: tensors, dtypes, devices and streams of torch for Kernel.launch and
 // KernelFamily.specialize, torch's device guard and current stream, torch's errors (c10::Error) and the
 // op call counters of kjit.stats(). Also maps kjit errors for this module's own functions.
@@ -14,11 +14,11 @@
 
 #include <string>
 
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "dtypes.hpp"
 #include "kjit/error.hpp"
 #include "ops/ops.hpp"
-#include "torch_hooks.hpp"
+#include "core/torch_hooks.hpp"
 
 namespace kjit::python {
 namespace {

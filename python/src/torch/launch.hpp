@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "device_context.hpp"  // kCaptureForbidsCompile, capture_forbids_compile
+#include "core/device_context.hpp"  // kCaptureForbidsCompile, capture_forbids_compile
 
 namespace kjit {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "kjit/trace.hpp"
 
 namespace kjit::python {

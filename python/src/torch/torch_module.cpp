@@ -2,7 +2,7 @@
 // (tensors, dtypes, devices, streams, errors), kjit.elementwise's C++ path, torch.profiler ranges and
 // the built-in ops (python/src/ops/), which register with torch.library when the module loads.
 // kjit._core is imported first: the core, its classes and its exceptions live there (libkjit_core.so).
-#include "bindings.hpp"
+#include "core/bindings.hpp"
 #include "ops/ops.hpp"
 
 #ifndef KJIT_VERSION

@@ -1,5 +1,5 @@
 // The pieces of the kjit._core module (torch-free; core_module.cpp calls them in order) and of kjit._C
-// (torch; module.cpp), one function per area, and the helpers they share: the C++ -> Python error
+// (torch; torch/torch_module.cpp), one function per area, and the helpers they share: the C++ -> Python error
 // mapping and fast (vectorcall) methods for hot paths.
 #pragma once
 
@@ -19,16 +19,16 @@ namespace py = pybind11;
 
 // kjit._core (torch-free; these live in libkjit_core.so, which kjit._C links too):
 KJIT_PY_EXPORT void bind_errors(py::module_& m);       // errors.cpp: kjit.Error & co., warnings
-KJIT_PY_EXPORT void bind_template(py::module_& m);     // template.cpp: Template, KernelFamily (specialize)
-KJIT_PY_EXPORT void bind_kernel(py::module_& m);       // kernel.cpp: Kernel (launch)
-KJIT_PY_EXPORT void bind_engine(py::module_& m);       // engine.cpp: stats, cache_info, templates, toolkit
-KJIT_PY_EXPORT void bind_cli(py::module_& m);          // cli.cpp: cli_run
+KJIT_PY_EXPORT void bind_template(py::module_& m);     // template_binding.cpp: Template, KernelFamily (specialize)
+KJIT_PY_EXPORT void bind_kernel(py::module_& m);       // kernel_binding.cpp: Kernel (launch)
+KJIT_PY_EXPORT void bind_engine(py::module_& m);       // engine_binding.cpp: stats, cache_info, templates, toolkit
+KJIT_PY_EXPORT void bind_cli(py::module_& m);          // cli_binding.cpp: cli_run
 KJIT_PY_EXPORT void register_logging(py::module_& m);  // logging.cpp: log events -> logging.getLogger("kjit")
 KJIT_PY_EXPORT void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
 // kjit._C (torch):
-void register_torch_hooks(py::module_& m);  // torch_adapter.cpp: torch's TorchHooks table and errors
-void bind_elementwise(py::module_& m);      // elementwise.cpp: ElementwiseFunction (kjit.elementwise)
-void register_profiler(py::module_& m);     // profiler.cpp: compile / load ranges in torch.profiler traces
+void register_torch_hooks(py::module_& m);  // torch/torch_adapter.cpp: torch's TorchHooks table and errors
+void bind_elementwise(py::module_& m);      // torch/elementwise.cpp: ElementwiseFunction (kjit.elementwise)
+void register_profiler(py::module_& m);     // torch/profiler.cpp: compile / load ranges in torch.profiler traces
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
 // the kjit exception classes, with their data as attributes).

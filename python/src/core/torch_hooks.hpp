@@ -1,5 +1,5 @@
 // What the torch-free binding (kjit._core) asks of torch, when torch is there: kjit._C fills this table
-// at import (torch_adapter.cpp) and the launch, specialize, error and stats paths call it. Without
+// at import (torch/torch_adapter.cpp) and the launch, specialize, error and stats paths call it. Without
 // torch (no kjit._C loaded) the table is null and those paths do without: driver calls, no tensors.
 // The table lives in libkjit_core.so next to the core, so both modules see the one copy.
 #pragma once

@@ -15,8 +15,8 @@
 #include <new>
 #include <vector>
 
-#include "bindings.hpp"
-#include "objects.hpp"
+#include "core/bindings.hpp"
+#include "core/objects.hpp"
 #include "ops/direct.hpp"
 #include "ops/elementwise_fn.hpp"
 
