@@ -96,9 +96,10 @@ TEST(AddedCompileOption, KjitCompileTakesItsFlagAndMakesTheEnginesKey) {
   EXPECT_EQ(key({"--test-level", "low"}), key({}));
   EXPECT_NE(cli({"compile", "add_constant", "--kernel", "add_constant", "--arch", "sm_90", "--test-level", "x"}).code, 0);
   kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
-  const kjit::Prepared p = engine.prepare(add_constant(at("high")), kjit::Target::parse("sm_90"));
-  EXPECT_EQ(p.key.hex(), high);
-  EXPECT_EQ(p.origin, kjit::Origin::Disk);  // the CLI's entry
+  kjit::Origin origin = kjit::Origin::Memory;
+  const auto p = engine.prepare(add_constant(at("high")), kjit::Target::parse("sm_90"), &origin);
+  EXPECT_EQ(p->key.hex(), high);
+  EXPECT_EQ(origin, kjit::Origin::Disk);  // the CLI's entry
 }
 
 TEST(AddedCompileOption, ARecordKeepsItAndEarlierRecordsKeepTheirIds) {
