@@ -17,6 +17,7 @@
 #include "kjit/cache/export_dir.hpp"
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/manifest.hpp"
+#include "kjit/cache/remote_config.hpp"
 #include "kjit/error.hpp"
 #include "kjit/usable_cpus.hpp"
 #include "param_text.hpp"
@@ -74,7 +75,9 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
   }
   report.print(ctx.out, manifest.records().size(), targets.size());
   if (cache::Store* remote = engine.remote())
-    ctx.out << remote->describe() << ": " << report.fetched << " fetched, " << report.pushed << " pushed\n";
+    ctx.out << "remote cache: " << cache::display_url(engine.settings().remote_cache->url) << " ("
+            << cache::to_string(remote->writable() ? cache::RemoteMode::ReadWrite : cache::RemoteMode::Read)
+            << "): " << report.fetched << " fetched, " << report.pushed << " pushed\n";
   return report;
 }
 
