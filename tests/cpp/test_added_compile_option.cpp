@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "cli_run.hpp"
 #include "kjit/cache/manifest.hpp"
 #include "kjit/compile_command.hpp"
 #include "kjit/compile_option_fields.hpp"
@@ -18,6 +18,9 @@
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "test_support.hpp"
+
+using kjit::testing::cli;
+using kjit::testing::CliRun;
 
 namespace {
 
@@ -50,20 +53,6 @@ kjit::Specialization add_constant(CompileOptions o) {
   return kjit::Specialization(kjit::Template::builtin("add_constant"), "add_constant",
                               {{"T", TemplateArg::type(kjit::DType::Float32)}, {"VEC", TemplateArg::integer(4)}},
                               std::move(o));
-}
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  CliRun r;
-  r.code = kjit::cli::run(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
 }
 
 TEST(AddedCompileOption, IsInTheKeyOnlyWhenSet) {

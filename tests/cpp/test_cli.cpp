@@ -16,6 +16,7 @@
 #include "kjit/dtype.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/settings.hpp"
+#include "cli_run.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -686,15 +687,10 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
 // ---- the binary ---------------------------------------------------------------------------------
 
 Result run_binary(const std::string& args) {
+  const kjit::testing::CliRun c = kjit::testing::run_shell(std::string(KJIT_CLI_PATH) + " " + args + " 2>&1");
   Result r;
-  const std::string cmd = std::string(KJIT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.code = c.code;
+  r.out = c.out;
   return r;
 }
 

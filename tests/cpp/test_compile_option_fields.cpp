@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "cli_run.hpp"
 #include "kjit/cache/manifest.hpp"
 #include "kjit/compile_command.hpp"
 #include "kjit/compile_option_fields.hpp"
@@ -18,6 +18,10 @@
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "test_support.hpp"
+
+using kjit::testing::cli;
+using kjit::testing::CliRun;
+using kjit::testing::run_shell;
 
 namespace {
 
@@ -128,20 +132,6 @@ TEST(CompileOptionFields, BadValuesAndBadRowsAreClearErrors) {
   EXPECT_EQ(kjit::compile_option_fields().size(), 9u);
 }
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  CliRun r;
-  r.code = kjit::cli::run(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
-
 // `kjit compile` has a flag for every field (so every option Python's Template.kernel() takes: the
 // Python suite compares its keywords with the table), with the row's help.
 TEST(CompileOptionFields, KjitCompileHasAFlagForEveryField) {
@@ -201,18 +191,6 @@ TEST(CompileOptionFields, CompileCommandQuotesWhatAShellWouldSplit) {
 }
 
 // What the binary prints and its exit status (stdout only).
-CliRun run_shell(const std::string& command) {
-  CliRun r;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
 // A strict-mode miss of `spec` names its key and a `kjit compile` command; that command, run by a shell
 // with the built binary into a fresh cache, makes that very key.
 void expect_the_miss_command_reproduces_the_key(const kjit::Specialization& spec) {
