@@ -7,7 +7,6 @@
 #include "cache_keys.hpp"
 #include "compiled_entry.hpp"
 #include "kjit/cache_config.hpp"
-#include "kjit/compile_command.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/phase_time.hpp"
@@ -15,6 +14,7 @@
 #include "kjit/usable_cpus.hpp"
 #include "recorder.hpp"
 #include "single_flight.hpp"
+#include "strict_miss.hpp"
 
 namespace kjit {
 namespace {
@@ -88,23 +88,7 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   }
   if (settings_.cache_mode == CacheMode::Strict) {
     stats_.strict_miss();
-    const std::string key = cands.front().second.hex();
-    log::Event miss;
-    miss.level = log::Level::Warning;
-    miss.kind = "strict_miss";
-    miss.message = "strict cache mode: " + spec.describe() + " for " + dir + " is not cached (key " + key + ")";
-    miss.key = key;
-    miss.template_name = spec.tmpl().name();
-    miss.kernel = spec.name_expression();
-    miss.target = dir;
-    log::emit(std::move(miss));
-    throw CacheMissError(
-        "strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and " + spec.describe() + " for " + dir +
-            " is not cached (key " + key + "; cache " + disk().describe() +
-            "). Produce it on any machine with `kjit warm MANIFEST --arch " + dir +
-            "` (record the manifest with KJIT_RECORD=manifest.json) or `" + compile_command(spec, target) +
-            "`, then ship the cache directory (KJIT_CACHE_DIR or a KJIT_CACHE_PATH layer).",
-        key, spec.describe());
+    raise_strict_miss(spec, target, cands.front().second, disk().describe());
   }
   const bool may_compile = !(forbidden && *forbidden);
   const CompilePlan plan = [&] {
