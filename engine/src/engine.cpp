@@ -8,7 +8,6 @@
 #include "compiled_entry.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/error.hpp"
-#include "kjit/log.hpp"
 #include "kjit/phase_time.hpp"
 #include "kjit/trace.hpp"
 #include "kjit/usable_cpus.hpp"
