@@ -143,7 +143,8 @@ int run_compile(Context& ctx, const CompileRequest& r) {
   }
   for (const Target& target : targets) {
     Origin origin;
-    const SpecializedKernel& p = *prepare(engine, spec, target, &origin);
+    const auto prepared = prepare(engine, spec, target, &origin);  // held: p refers into it
+    const SpecializedKernel& p = *prepared;
     const bool compiled = origin == Origin::Compiled;
     compiled_any = compiled_any || compiled;
     if (compiled && !p.log.empty())
