@@ -77,10 +77,13 @@ whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 echo "== wheel: repaired: $(basename "$whl")"
 "$bpy" -m auditwheel show "$whl"
 # What was grafted, and that libcrypto is among it (kjit's hashes; a user's machine may lack OpenSSL 3).
-"$bpy" -m zipfile -l "$whl" | grep -E "kjit\.libs/" || { echo "nothing grafted into kjit.libs/" >&2; exit 1; }
-"$bpy" -m zipfile -l "$whl" | grep -qE "kjit\.libs/libcrypto" || { echo "libcrypto was not grafted" >&2; exit 1; }
+# The listing is read whole first: `grep -q` stops at its first match, and with pipefail the listing's
+# broken pipe would fail the check for a wheel that has the library.
+listing=$("$bpy" -m zipfile -l "$whl")
+grep -E "kjit\.libs/" <<<"$listing" || { echo "nothing grafted into kjit.libs/" >&2; exit 1; }
+grep -qE "kjit\.libs/libcrypto" <<<"$listing" || { echo "libcrypto was not grafted" >&2; exit 1; }
 # And hiredis (the remote cache tier's client), which no manylinux system is required to have.
-"$bpy" -m zipfile -l "$whl" | grep -qE "kjit\.libs/libhiredis" || { echo "libhiredis was not grafted" >&2; exit 1; }
+grep -qE "kjit\.libs/libhiredis" <<<"$listing" || { echo "libhiredis was not grafted" >&2; exit 1; }
 requires=$(unzip -p "$whl" '*.dist-info/METADATA' | grep '^Requires-Dist: torch')
 echo "== wheel: $requires"
 want=$("$bpy" -c 'import torch; v = torch.__version__.split("."); print(f"torch=={v[0]}.{v[1]}.*")')
