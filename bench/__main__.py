@@ -16,15 +16,23 @@ NO_GPU = "no CUDA device: nothing to measure; use --report FILE.json to render s
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m kjit.bench",
-                                 description="Benchmark kjit against torch eager, torch.compile, Triton, CuPy and "
-                                             "torch.cuda.jiterator; writes JSON, Markdown and PNG plots.")
+    ap = argparse.ArgumentParser(
+        prog="python -m kjit.bench",
+        description="Benchmark kjit against torch eager, torch.compile, Triton, CuPy and "
+        "torch.cuda.jiterator; writes JSON, Markdown and PNG plots.",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer sizes, ops and repetitions (under 2 minutes)")
     ap.add_argument("--out", default="bench-results", help="output directory (default: ./bench-results)")
-    ap.add_argument("--only", default=",".join(SECTIONS),
-                    help=f"comma-separated sections to run (default: all: {','.join(SECTIONS)})")
-    ap.add_argument("--report", metavar="FILE.json",
-                    help="render the Markdown and plots of saved results (no GPU needed); measures nothing")
+    ap.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections to run (default: all: {','.join(SECTIONS)})",
+    )
+    ap.add_argument(
+        "--report",
+        metavar="FILE.json",
+        help="render the Markdown and plots of saved results (no GPU needed); measures nothing",
+    )
     return ap
 
 
@@ -88,6 +96,7 @@ def main(argv=None) -> int:
                 def save(partial: dict, name: str = name) -> None:
                     result[name] = partial
                     report.write_json(result, json_path)
+
                 kwargs["save"] = save
             result[name] = mod.run(args.quick, peer_versions=peer_versions, log=log, **kwargs)
         except Exception as e:  # noqa: BLE001  (one failed section never loses the others)
@@ -101,8 +110,10 @@ def main(argv=None) -> int:
     report.write_json(result, json_path)
     md, md_path, pngs = _render(result, args.out)
     print(md, end="")
-    log(f"kjit.bench: done in {result['elapsed_s']['total']:.0f} s; wrote {json_path}, {md_path}"
-        + "".join(f", {p}" for p in pngs))
+    log(
+        f"kjit.bench: done in {result['elapsed_s']['total']:.0f} s; wrote {json_path}, {md_path}"
+        + "".join(f", {p}" for p in pngs)
+    )
     return 0
 
 

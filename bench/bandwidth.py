@@ -23,8 +23,16 @@ MIB = 1 << 20
 SIZES_FULL = [1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB]
 SIZES_QUICK = [1 * MIB, 32 * MIB, 1024 * MIB]
 ROW = 4096  # row length of the sweep's row ops
-FAMILIES_QUICK = ("x * 0.5", "silu(x) * 0.5", "relu", "softmax", "layer_norm", "rms_norm", "sum(dim=-1)",
-                  "max_pool2d 3x3 s2 p1")
+FAMILIES_QUICK = (
+    "x * 0.5",
+    "silu(x) * 0.5",
+    "relu",
+    "softmax",
+    "layer_norm",
+    "rms_norm",
+    "sum(dim=-1)",
+    "max_pool2d 3x3 s2 p1",
+)
 COMPILE_QUICK = ("x * 0.5", "silu(x) * 0.5", "softmax", "layer_norm")  # compiled at the largest size only
 CUPY_BODIES = {
     "x + 1 (add_constant)": "y = x + 1.0f",
@@ -80,8 +88,16 @@ def _ops():
     sm, nf, rr = ["softmax_forward"], ["norm_forward"], ["reduce_rows"]
 
     def op(eager, kjit_fn, n_out=1, extra=None, row_kernels=(), make=None, kind="row", n_in=1):
-        return dict(eager=eager, kjit=kjit_fn, n_in=n_in, n_out=n_out, extra=extra or (lambda d, e: 0),
-                    row_kernels=list(row_kernels), make=make, kind=kind)
+        return dict(
+            eager=eager,
+            kjit=kjit_fn,
+            n_in=n_in,
+            n_out=n_out,
+            extra=extra or (lambda d, e: 0),
+            row_kernels=list(row_kernels),
+            make=make,
+            kind=kind,
+        )
 
     return {
         "x + 1 (add_constant)": op(lambda x: x + 1.0, lambda x: kjit.ops.add_constant(x, 1.0), kind="elementwise"),
@@ -92,32 +108,72 @@ def _ops():
         "sigmoid": op(torch.sigmoid, kjit.ops.sigmoid, kind="elementwise"),
         "softmax": op(lambda x: torch.softmax(x, -1), kjit.ops.softmax, row_kernels=sm),
         "log_softmax": op(lambda x: torch.log_softmax(x, -1), kjit.ops.log_softmax, row_kernels=sm),
-        "layer_norm": op(lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
-                         lambda x, w, b: kjit.ops.layer_norm(x, w, b, 1e-5), extra=lambda d, e: 2 * d * e,
-                         row_kernels=nf, make=_ln_inputs),
-        "rms_norm": op(lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
-                       lambda x, w, b: kjit.ops.rms_norm(x, w, 1e-6), extra=lambda d, e: d * e, row_kernels=nf,
-                       make=_ln_inputs),
+        "layer_norm": op(
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+            lambda x, w, b: kjit.ops.layer_norm(x, w, b, 1e-5),
+            extra=lambda d, e: 2 * d * e,
+            row_kernels=nf,
+            make=_ln_inputs,
+        ),
+        "rms_norm": op(
+            lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+            lambda x, w, b: kjit.ops.rms_norm(x, w, 1e-6),
+            extra=lambda d, e: d * e,
+            row_kernels=nf,
+            make=_ln_inputs,
+        ),
         # The residual norms: read x and residual, write y and h = x + residual (eager: the add, then the norm).
-        "add_rms_norm": op(_add_rms_norm_eager, lambda x, r, w, b: kjit.ops.add_rms_norm(x, r, w, 1e-6), n_in=2,
-                           n_out=2, extra=lambda d, e: d * e, row_kernels=nf, make=_add_inputs),
-        "add_layer_norm": op(_add_layer_norm_eager, lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5),
-                             n_in=2, n_out=2, extra=lambda d, e: 2 * d * e, row_kernels=nf, make=_add_inputs),
+        "add_rms_norm": op(
+            _add_rms_norm_eager,
+            lambda x, r, w, b: kjit.ops.add_rms_norm(x, r, w, 1e-6),
+            n_in=2,
+            n_out=2,
+            extra=lambda d, e: d * e,
+            row_kernels=nf,
+            make=_add_inputs,
+        ),
+        "add_layer_norm": op(
+            _add_layer_norm_eager,
+            lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5),
+            n_in=2,
+            n_out=2,
+            extra=lambda d, e: 2 * d * e,
+            row_kernels=nf,
+            make=_add_inputs,
+        ),
         "sum(dim=-1)": op(lambda x: x.sum(-1), lambda x: kjit.ops.sum(x, -1), n_out=0, row_kernels=rr),
         "sum(dim=0)": op(lambda x: x.sum(0), lambda x: kjit.ops.sum(x, 0), n_out=0),
         "mean(dim=-1)": op(lambda x: x.mean(-1), lambda x: kjit.ops.mean(x, -1), n_out=0, row_kernels=rr),
         "mean(dim=1)": op(lambda x: x.mean(1), lambda x: kjit.ops.mean(x, 1), n_out=0),
         "amax(dim=-1)": op(lambda x: x.amax(-1), lambda x: kjit.ops.amax(x, -1), n_out=0, row_kernels=rr),
-        "max_pool2d 3x3 s2 p1": op(lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: kjit.ops.max_pool2d(x, 3, 2, 1),
-                                   n_out=0.25, kind="pool"),
-        "avg_pool2d 2x2 s2": op(lambda x: F.avg_pool2d(x, 2, 2), lambda x: kjit.ops.avg_pool2d(x, 2, 2),
-                                n_out=0.25, kind="pool"),
+        "max_pool2d 3x3 s2 p1": op(
+            lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: kjit.ops.max_pool2d(x, 3, 2, 1), n_out=0.25, kind="pool"
+        ),
+        "avg_pool2d 2x2 s2": op(
+            lambda x: F.avg_pool2d(x, 2, 2), lambda x: kjit.ops.avg_pool2d(x, 2, 2), n_out=0.25, kind="pool"
+        ),
     }
 
 
-SWEEP_FAMILIES = ("x + 1 (add_constant)", "x * 0.5", "silu(x) * 0.5", "relu", "gelu", "sigmoid", "softmax", "log_softmax", "layer_norm",
-                  "rms_norm", "add_rms_norm", "add_layer_norm", "sum(dim=-1)", "mean(dim=-1)", "amax(dim=-1)", "max_pool2d 3x3 s2 p1",
-                  "avg_pool2d 2x2 s2")
+SWEEP_FAMILIES = (
+    "x + 1 (add_constant)",
+    "x * 0.5",
+    "silu(x) * 0.5",
+    "relu",
+    "gelu",
+    "sigmoid",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "rms_norm",
+    "add_rms_norm",
+    "add_layer_norm",
+    "sum(dim=-1)",
+    "mean(dim=-1)",
+    "amax(dim=-1)",
+    "max_pool2d 3x3 s2 p1",
+    "avg_pool2d 2x2 s2",
+)
 
 
 def sweep_shape(kind: str, nbytes: int, elem: int) -> tuple:
@@ -214,8 +270,12 @@ def _cupy_fn(family, x):
 
     if x.dtype != torch.float32:
         raise TypeError(f"the CuPy peer runs float32 only, not {x.dtype}")
-    k = cupy.ElementwiseKernel("float32 x, float32 s", "float32 y", CUPY_BODIES[family],
-                               "kjit_bench_" + "".join(ch if ch.isalnum() else "_" for ch in family))
+    k = cupy.ElementwiseKernel(
+        "float32 x, float32 s",
+        "float32 y",
+        CUPY_BODIES[family],
+        "kjit_bench_" + "".join(ch if ch.isalnum() else "_" for ch in family),
+    )
     y = torch.empty_like(x)
     xc, yc, s = cupy.asarray(x), cupy.asarray(y), cupy.float32(0.5)
     cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream).use()  # launch on torch's stream
@@ -223,8 +283,18 @@ def _cupy_fn(family, x):
 
 
 # -- measuring one point ---------------------------------------------------------------------------------
-def measure(family: str, op: dict, dtype, shape, *, warmup: int, reps: int, compile_: bool, peer_versions: dict,
-            generic: bool = False) -> dict:
+def measure(
+    family: str,
+    op: dict,
+    dtype,
+    shape,
+    *,
+    warmup: int,
+    reps: int,
+    compile_: bool,
+    peer_versions: dict,
+    generic: bool = False,
+) -> dict:
     import torch
 
     inputs = op["make"](dtype, shape) if op["make"] else (torch.randn(shape, device="cuda", dtype=dtype),)
@@ -234,15 +304,22 @@ def measure(family: str, op: dict, dtype, shape, *, warmup: int, reps: int, comp
     ref = op["eager"](*inputs)
     if op["n_out"] == 0:  # reductions: the output is small but counted
         nbytes += int(ref.numel() * elem)
-    row = {"op": family, "dtype": str(dtype).replace("torch.", ""), "shape": list(shape), "bytes": nbytes,
-           "ms": {}, "errors": {}}
+    row = {
+        "op": family,
+        "dtype": str(dtype).replace("torch.", ""),
+        "shape": list(shape),
+        "bytes": nbytes,
+        "ms": {},
+        "errors": {},
+    }
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     summed = family.startswith(("sum", "mean"))  # long float sums differ in the last bits
 
     def check(got):
         for g, r in zip(got, ref, strict=True) if isinstance(ref, tuple) else ((got, ref),):  # (y, h) or y
-            torch.testing.assert_close(g.float(), r.float(), rtol=tol * (10 if summed else 1),
-                                       atol=1e-2 if summed else tol)
+            torch.testing.assert_close(
+                g.float(), r.float(), rtol=tol * (10 if summed else 1), atol=1e-2 if summed else tol
+            )
 
     def timed(name, fn, result=None):
         """Checks the result (a benchmark of a wrong result is worthless) then times; errors are kept."""
@@ -319,29 +396,57 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
             shape = sweep_shape(op["kind"], size, 4)
             compile_ = compile_ok and (not quick or (family in COMPILE_QUICK and size == sizes[-1]))
             try:
-                r = measure(family, op, torch.float32, shape, warmup=warmup, reps=reps, compile_=compile_,
-                            peer_versions=peer_versions)
+                r = measure(
+                    family,
+                    op,
+                    torch.float32,
+                    shape,
+                    warmup=warmup,
+                    reps=reps,
+                    compile_=compile_,
+                    peer_versions=peer_versions,
+                )
                 r["size_bytes"] = size
             except Exception as e:  # noqa: BLE001  (e.g. kjit wrong or out of memory: the point is reported)
-                r = {"op": family, "dtype": "float32", "shape": list(shape), "size_bytes": size,
-                     "error": error_text(e)}
+                r = {"op": family, "dtype": "float32", "shape": list(shape), "size_bytes": size, "error": error_text(e)}
                 torch.cuda.empty_cache()
             sweep.append(r)
             if log:
-                log(f"  sweep {family} {size // MIB} MiB: " + (
-                    f"kjit {r['gbps'].get('kjit', float('nan')):.0f} GB/s, copy {r['gbps']['copy']:.0f}"
-                    if "gbps" in r else r["error"]) + f" ({time.perf_counter() - t0:.0f} s)")
+                log(
+                    f"  sweep {family} {size // MIB} MiB: "
+                    + (
+                        f"kjit {r['gbps'].get('kjit', float('nan')):.0f} GB/s, copy {r['gbps']['copy']:.0f}"
+                        if "gbps" in r
+                        else r["error"]
+                    )
+                    + f" ({time.perf_counter() - t0:.0f} s)"
+                )
     for c in reference_cases(quick):
         try:
-            r = measure(c["family"], ops[c["family"]], c["dtype"], c["shape"], warmup=warmup, reps=reps,
-                        compile_=compile_ok and not quick, peer_versions=peer_versions, generic=True)
+            r = measure(
+                c["family"],
+                ops[c["family"]],
+                c["dtype"],
+                c["shape"],
+                warmup=warmup,
+                reps=reps,
+                compile_=compile_ok and not quick,
+                peer_versions=peer_versions,
+                generic=True,
+            )
         except Exception as e:  # noqa: BLE001
-            r = {"op": c["family"], "dtype": str(c["dtype"]).replace("torch.", ""), "shape": list(c["shape"]),
-                 "error": error_text(e)}
+            r = {
+                "op": c["family"],
+                "dtype": str(c["dtype"]).replace("torch.", ""),
+                "shape": list(c["shape"]),
+                "error": error_text(e),
+            }
             torch.cuda.empty_cache()
         reference.append(r)
         if log:
-            log(f"  reference {r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))}: " + (
-                f"kjit {r['gbps'].get('kjit', float('nan')):.0f} GB/s" if "gbps" in r else r["error"]) +
-                f" ({time.perf_counter() - t0:.0f} s)")
+            log(
+                f"  reference {r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))}: "
+                + (f"kjit {r['gbps'].get('kjit', float('nan')):.0f} GB/s" if "gbps" in r else r["error"])
+                + f" ({time.perf_counter() - t0:.0f} s)"
+            )
     return {"warmup": warmup, "reps": reps, "inner": 10, "sizes": sizes, "sweep": sweep, "reference": reference}

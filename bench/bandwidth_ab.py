@@ -5,6 +5,7 @@ ratio to the device copy measured beside it.
 
     python -m kjit.bench.bandwidth_ab --family "x + 1 (add_constant)" --label after
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,9 @@ def main() -> None:
         elem = torch.empty((), dtype=dt).element_size()
         for mib in (int(m) for m in args.mib.split(",")):
             shape = bandwidth.sweep_shape(op["kind"], mib * MIB, elem)
-            row = bandwidth.measure(args.family, op, dt, shape, warmup=10, reps=args.reps, compile_=False,
-                                    peer_versions=versions)
+            row = bandwidth.measure(
+                args.family, op, dt, shape, warmup=10, reps=args.reps, compile_=False, peer_versions=versions
+            )
             row["label"] = args.label
             row["gpu"] = torch.cuda.get_device_name()
             print(json.dumps(row), flush=True)

@@ -63,6 +63,7 @@ class Failed(Exception):
 
 # --- the machine --------------------------------------------------------------------------------------
 
+
 def cpu_model() -> str:
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -99,8 +100,12 @@ def torch_free() -> bool:
     """Whether kjit imports with torch hidden (sys.modules['torch'] = None): a quick start-up."""
     if not _TORCH_FREE:
         try:
-            ok = subprocess.run([sys.executable, "-c", HIDE_TORCH + "; import kjit"], capture_output=True,
-                                timeout=120).returncode == 0
+            ok = (
+                subprocess.run(
+                    [sys.executable, "-c", HIDE_TORCH + "; import kjit"], capture_output=True, timeout=120
+                ).returncode
+                == 0
+            )
         except subprocess.TimeoutExpired:
             ok = False
         _TORCH_FREE.append(ok)
@@ -128,8 +133,9 @@ def run_one(argv, env, timeout) -> dict:
     try:
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise Failed(f"{' '.join(map(str, argv[-6:]))} did not finish within {timeout} s; stderr: "
-                     f"{(e.stderr or b'')[-2000:]!r}") from None
+        raise Failed(
+            f"{' '.join(map(str, argv[-6:]))} did not finish within {timeout} s; stderr: {(e.stderr or b'')[-2000:]!r}"
+        ) from None
     seconds = time.perf_counter() - t
     if p.returncode != 0:
         raise Failed(f"{' '.join(map(str, argv[-6:]))} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
@@ -157,11 +163,13 @@ def cold_start(cli, manifest, arch, procs, workdir, remote_url, timeout) -> dict
     t0 = time.perf_counter()
     for i in range(procs):
         cache = workdir / f"machine-{i:02d}"
-        env = clean_env(KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url,
-                        KJIT_REMOTE_CACHE_SECRET=SECRET if remote_url else None)
+        env = clean_env(
+            KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url, KJIT_REMOTE_CACHE_SECRET=SECRET if remote_url else None
+        )
         out, err = open(workdir / f"{i}.out", "w+"), open(workdir / f"{i}.err", "w+")
-        p = subprocess.Popen([*cli, "warm", str(manifest), "--arch", arch, "-j", "1"], env=env, stdout=out,
-                             stderr=err, text=True)
+        p = subprocess.Popen(
+            [*cli, "warm", str(manifest), "--arch", arch, "-j", "1"], env=env, stdout=out, stderr=err, text=True
+        )
         running.append((p, out, err))
     deadline = t0 + timeout
     ends: dict[int, float] = {}
@@ -207,6 +215,7 @@ def cold_start(cli, manifest, arch, procs, workdir, remote_url, timeout) -> dict
 
 # --- the manifest -------------------------------------------------------------------------------------
 
+
 def record_manifest(cli, path: pathlib.Path, keys: int, arch: str, timeout: float) -> None:
     """`keys` specializations rgb_to_gray(H=64+i, W=96+2i), recorded with KJIT_RECORD (one process)."""
     code = f"""{python_prelude()}
@@ -216,8 +225,7 @@ for i in range({keys}):
     k.specialize(H=64 + i, W=96 + 2 * i, arch={arch!r})
 """
     with tempfile.TemporaryDirectory() as d:
-        run_one([sys.executable, "-c", code], clean_env(KJIT_CACHE_DIR=os.path.join(d, "c"), KJIT_RECORD=path),
-                timeout)
+        run_one([sys.executable, "-c", code], clean_env(KJIT_CACHE_DIR=os.path.join(d, "c"), KJIT_RECORD=path), timeout)
     records = sum(1 for line in path.read_text().splitlines() if '"record"' in line)
     if records != keys:
         raise Failed(f"the recorded manifest has {records} records, expected {keys}")
@@ -243,16 +251,22 @@ def hit_cost(cli, arch, keys, workdir, remote_url, timeout) -> dict:
     code = HIT_TIMING.format(hide=python_prelude(), arch=arch, keys=keys)
     cache = workdir / "hits"
     out = {}
-    for name, env in (("remote_hit", clean_env(KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url,
-                                               KJIT_REMOTE_CACHE_SECRET=SECRET)),
-                      ("disk_hit", clean_env(KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url,
-                                             KJIT_REMOTE_CACHE_SECRET=SECRET)),
-                      ("disk_hit_no_remote_tier", clean_env(KJIT_CACHE_DIR=cache))):
+    for name, env in (
+        ("remote_hit", clean_env(KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url, KJIT_REMOTE_CACHE_SECRET=SECRET)),
+        ("disk_hit", clean_env(KJIT_CACHE_DIR=cache, KJIT_REMOTE_CACHE=remote_url, KJIT_REMOTE_CACHE_SECRET=SECRET)),
+        ("disk_hit_no_remote_tier", clean_env(KJIT_CACHE_DIR=cache)),
+    ):
         r = json.loads(run_one([sys.executable, "-c", code], env, timeout)["stdout"].strip().splitlines()[-1])
         # The untimed first call (H=1, W=1) is compiled in the first run, a disk hit afterwards.
-        out[name] = {"median_ms": round(statistics.median(r["ms"]), 3), "mean_ms": round(statistics.mean(r["ms"]), 3),
-                     "min_ms": round(min(r["ms"]), 3), "max_ms": round(max(r["ms"]), 3),
-                     "compiles": r["compiles"], "disk_hits": r["disk_hits"], "remote_hits": r["remote_hits"]}
+        out[name] = {
+            "median_ms": round(statistics.median(r["ms"]), 3),
+            "mean_ms": round(statistics.mean(r["ms"]), 3),
+            "min_ms": round(min(r["ms"]), 3),
+            "max_ms": round(max(r["ms"]), 3),
+            "compiles": r["compiles"],
+            "disk_hits": r["disk_hits"],
+            "remote_hits": r["remote_hits"],
+        }
     expected = {"remote_hit": keys, "disk_hit": 0, "disk_hit_no_remote_tier": None}
     for name, want in expected.items():
         got = out[name]["remote_hits"]
@@ -268,8 +282,9 @@ def warm_hit_cost(cli, manifest, arch, keys, workdir, remote_url, timeout, repea
     Best of `repeats` runs each (a fresh empty cache per remote run)."""
     fetch, disk = [], []
     for i in range(repeats):
-        env = clean_env(KJIT_CACHE_DIR=workdir / f"warm-hits-{i}", KJIT_REMOTE_CACHE=remote_url,
-                        KJIT_REMOTE_CACHE_SECRET=SECRET)
+        env = clean_env(
+            KJIT_CACHE_DIR=workdir / f"warm-hits-{i}", KJIT_REMOTE_CACHE=remote_url, KJIT_REMOTE_CACHE_SECRET=SECRET
+        )
         argv = [*cli, "warm", str(manifest), "--arch", arch, "-j", "1"]
         r = run_one(argv, env, timeout)
         got = parse_warm(r["stdout"], r["stderr"])
@@ -277,42 +292,56 @@ def warm_hit_cost(cli, manifest, arch, keys, workdir, remote_url, timeout, repea
             raise Failed(f"the warm into an empty cache fetched {got.get('fetched')} of {keys}: {r['stdout'][-500:]}")
         fetch.append(r["seconds"])
         disk.append(run_one(argv, env, timeout)["seconds"])
-    return {"warm_all_fetched_seconds": round(min(fetch), 4), "warm_all_on_disk_seconds": round(min(disk), 4),
-            "remote_minus_disk_ms_per_entry": round((min(fetch) - min(disk)) * 1000 / keys, 3)}
+    return {
+        "warm_all_fetched_seconds": round(min(fetch), 4),
+        "warm_all_on_disk_seconds": round(min(disk), 4),
+        "remote_minus_disk_ms_per_entry": round((min(fetch) - min(disk)) * 1000 / keys, 3),
+    }
 
 
 def prefetch_cost(cli, manifest, arch, keys, workdir, remote_url, timeout) -> dict:
-    env = clean_env(KJIT_CACHE_DIR=workdir / "prefetch", KJIT_REMOTE_CACHE=remote_url,
-                    KJIT_REMOTE_CACHE_SECRET=SECRET)
+    env = clean_env(KJIT_CACHE_DIR=workdir / "prefetch", KJIT_REMOTE_CACHE=remote_url, KJIT_REMOTE_CACHE_SECRET=SECRET)
     startup = min(run_one([*cli, "--version"], env, timeout)["seconds"] for _ in range(3))
     r = run_one([*cli, "prefetch", str(manifest), "--arch", arch], env, timeout)
     m = re.search(r"prefetched (\d+) of (\d+)", r["stdout"] + r["stderr"])
     line = next((ln for ln in (r["stdout"] + r["stderr"]).splitlines() if "prefetched" in ln), "")
     fetched = int(m.group(1)) if m else None
-    return {"seconds": round(r["seconds"], 4), "startup_seconds": round(startup, 4), "fetched": fetched,
-            "line": line.strip(),
-            "ms_per_entry": round((r["seconds"] - startup) * 1000 / fetched, 3) if fetched else None}
+    return {
+        "seconds": round(r["seconds"], 4),
+        "startup_seconds": round(startup, 4),
+        "fetched": fetched,
+        "line": line.strip(),
+        "ms_per_entry": round((r["seconds"] - startup) * 1000 / fetched, 3) if fetched else None,
+    }
 
 
 # --- report -------------------------------------------------------------------------------------------
 
+
 def short(text: str, limit: int = 300) -> str:
     """One line of at most `limit` characters (Markdown cells and notes)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"# kjit remote cache (Redis): cold start of {result['procs']} machines x {result['keys']} keys",
-             "",
-             f"{m['date']}, {m['cpus']} CPUs ({m['cpu_model']}), redis-server {m['redis_server']}, {m['kjit']}, "
-             f"compile-only for {result['arch']}; each machine: one process, its own empty local cache, "
-             "`kjit warm MANIFEST -j 1`, all started at once.", "",
-             "| phase | status | wall s | compiles (sum) | fetched (sum) | pushed (sum) | slowest process s | "
-             "failed processes |", "|---|---|---|---|---|---|---|---|"]
-    names = {"no_remote": "(a) no remote tier", "redis_cold": "(b) one Redis, empty",
-             "redis_warm": "(c) one Redis holding every entry"}
+    lines = [
+        f"# kjit remote cache (Redis): cold start of {result['procs']} machines x {result['keys']} keys",
+        "",
+        f"{m['date']}, {m['cpus']} CPUs ({m['cpu_model']}), redis-server {m['redis_server']}, {m['kjit']}, "
+        f"compile-only for {result['arch']}; each machine: one process, its own empty local cache, "
+        "`kjit warm MANIFEST -j 1`, all started at once.",
+        "",
+        "| phase | status | wall s | compiles (sum) | fetched (sum) | pushed (sum) | slowest process s | "
+        "failed processes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names = {
+        "no_remote": "(a) no remote tier",
+        "redis_cold": "(b) one Redis, empty",
+        "redis_warm": "(c) one Redis holding every entry",
+    }
     notes: list[str] = []
     for key, label in names.items():
         p = result["phases"].get(key)
@@ -321,27 +350,36 @@ def markdown(result: dict) -> str:
         if p.get("status") != "ok" and "wall_seconds" not in p:
             lines.append(f"| {label} | failed: {p.get('error', '')[:120]} | | | | | | |")
             continue
-        lines.append(f"| {label} | {p['status']} | {p['wall_seconds']:.2f} | {p['compiled']} | {p['fetched']} | "
-                     f"{p['pushed']} | {p['slowest_process_seconds']:.2f} | {p['failed_processes']} |")
+        lines.append(
+            f"| {label} | {p['status']} | {p['wall_seconds']:.2f} | {p['compiled']} | {p['fetched']} | "
+            f"{p['pushed']} | {p['slowest_process_seconds']:.2f} | {p['failed_processes']} |"
+        )
         notes += [f"{label}: {w}" for w in p.get("warnings", []) + p.get("errors", [])[:2]]
     if notes:
         lines += [""] + [f"- {short(n)}" for n in notes]
     if "error" in result:
         lines += ["", f"The run failed: {short(result['error'])}"]
     h = result.get("hit_cost", {})
-    lines += ["", "Cost of one hit, inside one process (`specialize`, median over "
-              f"{result['keys']} distinct keys, a fresh process per row: no memory hits):", ""]
+    lines += [
+        "",
+        "Cost of one hit, inside one process (`specialize`, median over "
+        f"{result['keys']} distinct keys, a fresh process per row: no memory hits):",
+        "",
+    ]
     if "error" in h:
         lines.append(f"failed: {short(h['error'])}")
     else:
         lines += ["| hit | median ms | mean ms | min ms | max ms |", "|---|---|---|---|---|"]
-        for name, label in (("remote_hit", "Redis (local cache empty; includes the write to disk)"),
-                            ("disk_hit", "local disk (remote tier configured)"),
-                            ("disk_hit_no_remote_tier", "local disk (no remote tier)")):
+        for name, label in (
+            ("remote_hit", "Redis (local cache empty; includes the write to disk)"),
+            ("disk_hit", "local disk (remote tier configured)"),
+            ("disk_hit_no_remote_tier", "local disk (no remote tier)"),
+        ):
             r = h.get(name)
             if r:
-                lines.append(f"| {label} | {r['median_ms']:.3f} | {r['mean_ms']:.3f} | {r['min_ms']:.3f} | "
-                             f"{r['max_ms']:.3f} |")
+                lines.append(
+                    f"| {label} | {r['median_ms']:.3f} | {r['mean_ms']:.3f} | {r['min_ms']:.3f} | {r['max_ms']:.3f} |"
+                )
         warnings = [f"- {name}: {h[name]['warning']}" for name in h if h[name].get("warning")]
         lines += [""] + warnings if warnings else []
     w = result.get("warm_hit_cost", {})
@@ -350,19 +388,23 @@ def markdown(result: dict) -> str:
         if "error" in w:
             lines.append(f"warm, remote against disk hits: failed: {short(w['error'])}")
         else:
-            lines.append(f"One `kjit warm -j 1` of the {result['keys']} keys: {w['warm_all_fetched_seconds']:.3f} s "
-                         f"with an empty local cache (every entry fetched from Redis) against "
-                         f"{w['warm_all_on_disk_seconds']:.3f} s with every entry on the local disk (best of 3 "
-                         f"each): a remote hit costs {w['remote_minus_disk_ms_per_entry']} ms more than a disk hit.")
+            lines.append(
+                f"One `kjit warm -j 1` of the {result['keys']} keys: {w['warm_all_fetched_seconds']:.3f} s "
+                f"with an empty local cache (every entry fetched from Redis) against "
+                f"{w['warm_all_on_disk_seconds']:.3f} s with every entry on the local disk (best of 3 "
+                f"each): a remote hit costs {w['remote_minus_disk_ms_per_entry']} ms more than a disk hit."
+            )
     p = result.get("prefetch", {})
     if p:
         lines += [""]
         if "error" in p:
             lines.append(f"prefetch: failed: {short(p['error'])}")
         else:
-            lines.append(f"`kjit prefetch` of the manifest into an empty local cache: {p['seconds']:.3f} s "
-                         f"({p['startup_seconds']:.3f} s of it process start-up), {p['fetched']} entries, "
-                         f"{p['ms_per_entry']} ms per entry. Its line: `{p['line']}`")
+            lines.append(
+                f"`kjit prefetch` of the manifest into an empty local cache: {p['seconds']:.3f} s "
+                f"({p['startup_seconds']:.3f} s of it process start-up), {p['fetched']} entries, "
+                f"{p['ms_per_entry']} ms per entry. Its line: `{p['line']}`"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -383,8 +425,14 @@ def main(argv=None) -> int:
         print(f"bench_remote_cache: {reason}", file=sys.stderr)
         return 2
     cli = [args.cli] if args.cli else light_cli()
-    result = {"bench": "bench_remote_cache", "procs": args.procs, "keys": args.keys, "arch": args.arch,
-              "machine": machine(cli), "phases": {}}
+    result = {
+        "bench": "bench_remote_cache",
+        "procs": args.procs,
+        "keys": args.keys,
+        "arch": args.arch,
+        "machine": machine(cli),
+        "phases": {},
+    }
 
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -403,31 +451,39 @@ def main(argv=None) -> int:
                 continue
             log(f"phase {name}: {args.procs} processes x {args.keys} keys")
             try:
-                result["phases"][name] = cold_start(cli, manifest, args.arch, args.procs, work / name, remote,
-                                                    args.timeout)
+                result["phases"][name] = cold_start(
+                    cli, manifest, args.arch, args.procs, work / name, remote, args.timeout
+                )
             except Exception as e:  # noqa: BLE001  (reported, the other phases still run)
-                result["phases"][name] = {"status": "failed", "error": f"{type(e).__name__}: {e}",
-                                          "traceback": traceback.format_exc()}
+                result["phases"][name] = {
+                    "status": "failed",
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(),
+                }
             phase = result["phases"][name]
             if phase.get("status") == "ok" and remote:
                 want = args.keys if name == "redis_cold" else 0
                 if phase["compiled"] != want:
                     phase.setdefault("warnings", []).append(
-                        f"{phase['compiled']} compiles in total, expected {want} with the remote tier")
+                        f"{phase['compiled']} compiles in total, expected {want} with the remote tier"
+                    )
                 if phase["fetched"] + phase["pushed"] == 0:
-                    phase.setdefault("warnings", []).append("nothing fetched or pushed: is the remote tier on "
-                                                            "(a 'remote cache:' line in warm's output)?")
+                    phase.setdefault("warnings", []).append(
+                        "nothing fetched or pushed: is the remote tier on (a 'remote cache:' line in warm's output)?"
+                    )
             log(f"  {json.dumps({k: v for k, v in phase.items() if k != 'traceback'})}")
         if "hits" in only:
             if "b" not in only:  # the entries must be in Redis: one warm puts them there
-                run_one([*cli, "warm", str(manifest), "--arch", args.arch],
-                        clean_env(KJIT_CACHE_DIR=work / "seed", KJIT_REMOTE_CACHE=url,
-                                  KJIT_REMOTE_CACHE_SECRET=SECRET), args.timeout)
-            for name, fn in (("hit_cost", lambda: hit_cost(cli, args.arch, args.keys, work, url, args.timeout)),
-                             ("warm_hit_cost", lambda: warm_hit_cost(cli, manifest, args.arch, args.keys, work, url,
-                                                                     args.timeout)),
-                             ("prefetch", lambda: prefetch_cost(cli, manifest, args.arch, args.keys, work, url,
-                                                                args.timeout))):
+                run_one(
+                    [*cli, "warm", str(manifest), "--arch", args.arch],
+                    clean_env(KJIT_CACHE_DIR=work / "seed", KJIT_REMOTE_CACHE=url, KJIT_REMOTE_CACHE_SECRET=SECRET),
+                    args.timeout,
+                )
+            for name, fn in (
+                ("hit_cost", lambda: hit_cost(cli, args.arch, args.keys, work, url, args.timeout)),
+                ("warm_hit_cost", lambda: warm_hit_cost(cli, manifest, args.arch, args.keys, work, url, args.timeout)),
+                ("prefetch", lambda: prefetch_cost(cli, manifest, args.arch, args.keys, work, url, args.timeout)),
+            ):
                 log(f"{name}")
                 try:
                     result[name] = fn()
@@ -452,8 +508,11 @@ def main(argv=None) -> int:
         (out / f"{stem}.json").write_text(text + "\n")
         (out / f"{stem}.md").write_text(md)
         print(f"wrote {out / stem}.json and .md", file=sys.stderr)
-    failed = "error" in result or any(p.get("status") != "ok" for p in result["phases"].values()) or \
-        any("error" in result.get(k, {}) for k in ("hit_cost", "warm_hit_cost", "prefetch"))
+    failed = (
+        "error" in result
+        or any(p.get("status") != "ok" for p in result["phases"].values())
+        or any("error" in result.get(k, {}) for k in ("hit_cost", "warm_hit_cost", "prefetch"))
+    )
     return 1 if failed else 0
 
 

@@ -24,8 +24,24 @@ def builtin_digest(cli: list[str]) -> str:
     """The recorded digest of the built-in rgb_to_gray, as the timed kjit sees it (KJIT_RECORD)."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, KJIT_CACHE_DIR=os.path.join(d, "c"), KJIT_RECORD=os.path.join(d, "m.json"))
-        subprocess.run([*cli, "compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=1", "--param",
-                        "W=1", "--arch", "sm_90"], env=env, capture_output=True, check=True)
+        subprocess.run(
+            [
+                *cli,
+                "compile",
+                "rgb_to_gray",
+                "--kernel",
+                "rgb_to_gray",
+                "--param",
+                "H=1",
+                "--param",
+                "W=1",
+                "--arch",
+                "sm_90",
+            ],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
         with open(os.path.join(d, "m.json")) as f:  # JSON lines: the version, then the record
             return json.loads(f.read().splitlines()[1])["record"]["template"]["digest"]
 
@@ -33,14 +49,24 @@ def builtin_digest(cli: list[str]) -> str:
 def manifest(count: int, digest: str) -> dict:
     records = []
     for i in range(count):
-        records.append({
-            "template": {"builtin": True, "name": "rgb_to_gray", "digest": digest},
-            "kernel": "rgb_to_gray",
-            "args": [{"name": "H", "kind": "integer", "value": 64 + i},
-                     {"name": "W", "kind": "integer", "value": 96 + 2 * i}],
-            "options": {"std": "c++20", "fast_math": False, "line_info": False, "device_debug": False,
-                        "max_registers": None, "defines": {}},
-        })
+        records.append(
+            {
+                "template": {"builtin": True, "name": "rgb_to_gray", "digest": digest},
+                "kernel": "rgb_to_gray",
+                "args": [
+                    {"name": "H", "kind": "integer", "value": 64 + i},
+                    {"name": "W", "kind": "integer", "value": 96 + 2 * i},
+                ],
+                "options": {
+                    "std": "c++20",
+                    "fast_math": False,
+                    "line_info": False,
+                    "device_debug": False,
+                    "max_registers": None,
+                    "defines": {},
+                },
+            }
+        )
     return {"kjit_manifest": 1, "records": records}
 
 
@@ -49,8 +75,9 @@ def warm(cli: list[str], path: str, arch: str, jobs: int) -> float:
         env = dict(os.environ, KJIT_CACHE_DIR=cache)
         env.pop("KJIT_CACHE_MODE", None)
         t = time.perf_counter()
-        r = subprocess.run([*cli, "warm", path, "--arch", arch, "-j", str(jobs)],
-                           env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            [*cli, "warm", path, "--arch", arch, "-j", str(jobs)], env=env, capture_output=True, text=True
+        )
         seconds = time.perf_counter() - t
         if r.returncode != 0:
             raise SystemExit(f"kjit warm -j {jobs} failed:\n{r.stdout}\n{r.stderr}")
@@ -78,13 +105,17 @@ def main() -> None:
         seconds = {j: warm(cli, path, args.arch, j) for j in jobs}
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-        "specializations": args.count, "arch": args.arch,
-        "cli": " ".join(cli), "startup_seconds": startup,
+        "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "specializations": args.count,
+        "arch": args.arch,
+        "cli": " ".join(cli),
+        "startup_seconds": startup,
         "seconds": seconds,
         "speedup_vs_j1": {j: seconds[min(jobs)] / s for j, s in seconds.items()},
         "speedup_vs_j1_without_startup": {
-            j: (seconds[min(jobs)] - startup) / max(s - startup, 1e-9) for j, s in seconds.items()},
+            j: (seconds[min(jobs)] - startup) / max(s - startup, 1e-9) for j, s in seconds.items()
+        },
     }
     text = json.dumps(result, indent=2)
     print(text)

@@ -10,6 +10,7 @@ kernel's own time, not the per-call path, is what is compared.
 
     python -m kjit.bench.fast_compile_ab [--levels off,min,mid] [--rounds 2] [--out FILE.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,12 @@ def _child() -> None:
                             fn()
                 torch.cuda.synchronize()
                 per_replay_ms = stats.gpu_ms(graph.replay, warmup=0, reps=REPLAYS, inner=1)["median"]
-                print(json.dumps({"case": name, "dtype": dt_name, "rows": rows,
-                                  "us": per_replay_ms * 1e3 / CALLS_PER_GRAPH}), flush=True)
+                print(
+                    json.dumps(
+                        {"case": name, "dtype": dt_name, "rows": rows, "us": per_replay_ms * 1e3 / CALLS_PER_GRAPH}
+                    ),
+                    flush=True,
+                )
                 del graph
 
 
@@ -101,8 +106,13 @@ def main() -> None:
         for lvl in levels:
             with tempfile.TemporaryDirectory(prefix="kjit-ab-") as cache:
                 env = dict(os.environ, KJIT_LIBRARY_FAST_COMPILE=lvl, KJIT_CACHE_DIR=cache)
-                p = subprocess.run([sys.executable, "-m", "kjit.bench.fast_compile_ab", "--child"], env=env,
-                                   capture_output=True, text=True, timeout=600)
+                p = subprocess.run(
+                    [sys.executable, "-m", "kjit.bench.fast_compile_ab", "--child"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 if p.returncode != 0:
                     sys.exit(f"level {lvl}: the child failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
                 runs[lvl].append([json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")])
@@ -115,17 +125,29 @@ def main() -> None:
                 table.setdefault(k, {}).setdefault(lvl, []).append(r["us"])
     gpu = torch.cuda.get_device_name()
     out = {"gpu": gpu, "levels": levels, "rounds": args.rounds, "rows_of": ROW, "results": []}
-    print(f"# KJIT_LIBRARY_FAST_COMPILE A/B on {gpu}: us per call (CUDA graph), best of {args.rounds} rounds; "
-          f"ratio = level / off")
-    print("| case | dtype | rows x 4096 | " + " | ".join(f"{lvl} us" for lvl in levels) + " | " +
-          " | ".join(f"{lvl} / off" for lvl in levels if lvl != "off") + " |")
+    print(
+        f"# KJIT_LIBRARY_FAST_COMPILE A/B on {gpu}: us per call (CUDA graph), best of {args.rounds} rounds; "
+        f"ratio = level / off"
+    )
+    print(
+        "| case | dtype | rows x 4096 | "
+        + " | ".join(f"{lvl} us" for lvl in levels)
+        + " | "
+        + " | ".join(f"{lvl} / off" for lvl in levels if lvl != "off")
+        + " |"
+    )
     print("|---|---|---|" + "---|" * (2 * len(levels) - 1))
     for (case, dt, rows), per in table.items():
         best = {lvl: min(v) for lvl, v in per.items()}
         ratios = {lvl: best[lvl] / best["off"] for lvl in levels if lvl != "off" and "off" in best}
         out["results"].append({"case": case, "dtype": dt, "rows": rows, "us": best, "ratio_to_off": ratios})
-        print(f"| {case} | {dt} | {rows} | " + " | ".join(f"{best[lvl]:.1f}" for lvl in levels) + " | " +
-              " | ".join(f"{ratios[lvl]:.3f}" for lvl in ratios) + " |")
+        print(
+            f"| {case} | {dt} | {rows} | "
+            + " | ".join(f"{best[lvl]:.1f}" for lvl in levels)
+            + " | "
+            + " | ".join(f"{ratios[lvl]:.3f}" for lvl in ratios)
+            + " |"
+        )
     for lvl in levels:
         if lvl == "off":
             continue

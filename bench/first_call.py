@@ -105,17 +105,25 @@ assert float(y[0]) == 2.0 and out["add"]["compiles"] == 0, out
 # Each probe prints one JSON line: {"name": {"ms": ..., ...}, ...}.
 PROBES = {
     "kjit": {
-        "empty": _KJIT_PRELUDE + r"""
+        "empty": _KJIT_PRELUDE
+        + r"""
 # The compiler preload (kjit/compiler_preload.hpp) started on a background thread when the prelude started CUDA:
 # how long it took, if it ended before the clock (-1: still running at the first call, which then waited for it).
 preload = kjit._core._compiler_preload()
 out["compiler preload (background, since CUDA started)"] = {"ms": -1.0 if preload is None else preload["ms"]}
-""" + _KJIT_ADD + r"""
+"""
+        + _KJIT_ADD
+        + r"""
 OPS = %r
-""" % (OPS,) + _KJIT_OPS + r"""
+"""
+        % (OPS,)
+        + _KJIT_OPS
+        + r"""
 print(json.dumps(out))
 """,
-        "warm": _KJIT_PRELUDE + _KJIT_ADD_WARM + r"""
+        "warm": _KJIT_PRELUDE
+        + _KJIT_ADD_WARM
+        + r"""
 h = torch.randn(64, 4096, device="cuda"); torch.cuda.synchronize()
 timed("softmax", lambda: ops.softmax(h, -1))
 assert out["softmax"]["compiles"] == 0, out
@@ -139,7 +147,8 @@ torch.cuda.synchronize()
 ms = (time.perf_counter() - t) * 1e3
 assert float(y[0]) == 2.0
 print(json.dumps({"add": {"ms": ms}}))
-""" % ADD_SRC,
+"""
+    % ADD_SRC,
     "triton": r"""
 import json, time, torch
 from kjit.bench._triton_kernels import add_c  # the kernel of the overhead section (imported, not compiled)
@@ -159,12 +168,18 @@ y = f(x, c=1.0); torch.cuda.synchronize()
 ms = (time.perf_counter() - t) * 1e3
 assert float(y[0]) == 2.0
 print(json.dumps({"add": {"ms": ms}}))
-""" % JITERATOR_SRC,
+"""
+    % JITERATOR_SRC,
 }
 
 # The environment variable that moves each peer's disk cache.
-CACHE_ENV = {"kjit": "KJIT_CACHE_DIR", "kjit, no preload": "KJIT_CACHE_DIR", "cupy": "CUPY_CACHE_DIR",
-             "triton": "TRITON_CACHE_DIR", "jiterator": "PYTORCH_KERNEL_CACHE_PATH"}
+CACHE_ENV = {
+    "kjit": "KJIT_CACHE_DIR",
+    "kjit, no preload": "KJIT_CACHE_DIR",
+    "cupy": "CUPY_CACHE_DIR",
+    "triton": "TRITON_CACHE_DIR",
+    "jiterator": "PYTORCH_KERNEL_CACHE_PATH",
+}
 # Further environment of a probe.
 PROBE_ENV = {"kjit, no preload": {"KJIT_PRELOAD_COMPILER": "0"}}
 
@@ -191,8 +206,10 @@ def probe(script: str, env: dict, timeout_s: float = PROBE_TIMEOUT_S) -> dict:
 
 def _pair(peer: str, cold_src: str, warm_src: str, timeout_s: float) -> tuple[dict, dict]:
     """One empty-cache process, then one warm-cache process on the same cache directory."""
-    with tempfile.TemporaryDirectory(prefix="kjit-bench-") as cache, \
-            tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache:
+    with (
+        tempfile.TemporaryDirectory(prefix="kjit-bench-") as cache,
+        tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache,
+    ):
         env = dict(os.environ, **{CACHE_ENV[peer]: cache}, CUDA_CACHE_PATH=cuda_cache, **PROBE_ENV.get(peer, {}))
         env.pop("KJIT_CACHE_PATH", None)
         env.pop("KJIT_REMOTE_CACHE", None)
@@ -212,8 +229,9 @@ def _summaries(runs: list[dict]) -> dict:
         vals = [r[case] for r in runs if case in r]
         entry = {"ms": stats.summarize([v["ms"] for v in vals])}
         if "phase_ms" in vals[0]:
-            entry["phase_ms"] = {p: round(stats.summarize([v["phase_ms"][p] for v in vals])["median"], 3)
-                                 for p in vals[0]["phase_ms"]}
+            entry["phase_ms"] = {
+                p: round(stats.summarize([v["phase_ms"][p] for v in vals])["median"], 3) for p in vals[0]["phase_ms"]
+            }
             entry["compiles"] = vals[-1]["compiles"]
         out[case] = entry
     return out
@@ -233,8 +251,11 @@ def measure(peer: str, repeats: int, timeout_s: float = PROBE_TIMEOUT_S) -> dict
 def _line(peer: str, v) -> str:
     if not isinstance(v, dict):
         return f"  {peer}: {v}"
-    parts = [f"{case} {e['ms']['median']:.1f} ms" for kind in ("empty_cache", "warm_cache_new_process")
-             for case, e in v[kind].items()]
+    parts = [
+        f"{case} {e['ms']['median']:.1f} ms"
+        for kind in ("empty_cache", "warm_cache_new_process")
+        for case, e in v[kind].items()
+    ]
     return f"  {peer}: " + "; ".join(parts)
 
 
@@ -242,11 +263,14 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> 
     peer_versions = peer_versions or machine.peers()
     repeats = 1 if quick else 3
     res: dict = {}
-    out = {"repeats": repeats, "probe_timeout_s": PROBE_TIMEOUT_S,
-           "method": "each probe a fresh process (torch and kjit imported, CUDA context up before the clock), "
-                     "its own empty cache directory and empty CUDA_CACHE_PATH; kjit passes --no-cache to NVRTC "
-                     "12.9+, so every empty-cache figure is a real compile",
-           "results": res}
+    out = {
+        "repeats": repeats,
+        "probe_timeout_s": PROBE_TIMEOUT_S,
+        "method": "each probe a fresh process (torch and kjit imported, CUDA context up before the clock), "
+        "its own empty cache directory and empty CUDA_CACHE_PATH; kjit passes --no-cache to NVRTC "
+        "12.9+, so every empty-cache figure is a real compile",
+        "results": res,
+    }
     for peer in PROBES:
         if not peer.startswith("kjit") and not machine.available(peer_versions, peer):
             res[peer] = peer_versions.get(peer) or f"skipped: {peer} not detected"

@@ -54,19 +54,43 @@ KERNELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "library_
 
 # name -> file, kernel, kernel() options, whether it needs CUTLASS's include dir, specializations A, B, C.
 KERNELS = {
-    "cub_block_reduce": {"file": "cub_block_reduce.cu", "kernel": "block_sum", "options": {}, "cutlass": False,
-                         "specs": ({"BLOCK": 256, "T": "float32"}, {"BLOCK": 128, "T": "float32"},
-                                   {"BLOCK": 512, "T": "float32"})},
-    "cub_warp_scan": {"file": "cub_warp_scan.cu", "kernel": "scan_plus_warp_sum", "options": {}, "cutlass": False,
-                      "specs": ({"BLOCK": 128}, {"BLOCK": 256}, {"BLOCK": 64})},
-    "thrust": {"file": "thrust_functional.cu", "kernel": "max_plus", "options": {}, "cutlass": False,
-               "specs": ({"T": "float32"}, {"T": "float64"}, {"T": "int32"})},
-    "libcudacxx": {"file": "libcudacxx.cu", "kernel": "complex_norm_clamped", "options": {}, "cutlass": False,
-                   # cuda::std::complex<int> does not compile under NVRTC (an ambiguous ::copysign): a float C.
-                   "specs": ({"T": "float32"}, {"T": "float64"}, {"T": "float32", "SCALE": 2})},
+    "cub_block_reduce": {
+        "file": "cub_block_reduce.cu",
+        "kernel": "block_sum",
+        "options": {},
+        "cutlass": False,
+        "specs": ({"BLOCK": 256, "T": "float32"}, {"BLOCK": 128, "T": "float32"}, {"BLOCK": 512, "T": "float32"}),
+    },
+    "cub_warp_scan": {
+        "file": "cub_warp_scan.cu",
+        "kernel": "scan_plus_warp_sum",
+        "options": {},
+        "cutlass": False,
+        "specs": ({"BLOCK": 128}, {"BLOCK": 256}, {"BLOCK": 64}),
+    },
+    "thrust": {
+        "file": "thrust_functional.cu",
+        "kernel": "max_plus",
+        "options": {},
+        "cutlass": False,
+        "specs": ({"T": "float32"}, {"T": "float64"}, {"T": "int32"}),
+    },
+    "libcudacxx": {
+        "file": "libcudacxx.cu",
+        "kernel": "complex_norm_clamped",
+        "options": {},
+        "cutlass": False,
+        # cuda::std::complex<int> does not compile under NVRTC (an ambiguous ::copysign): a float C.
+        "specs": ({"T": "float32"}, {"T": "float64"}, {"T": "float32", "SCALE": 2}),
+    },
     # CuTe's unannotated constexpr helpers need NVRTC's -default-device.
-    "cute": {"file": "cute_mma.cu", "kernel": "mma_16x8x16", "options": {"default_device": True}, "cutlass": True,
-             "specs": ({"SCALE": 1}, {"SCALE": 2}, {"SCALE": 3})},
+    "cute": {
+        "file": "cute_mma.cu",
+        "kernel": "mma_16x8x16",
+        "options": {"default_device": True},
+        "cutlass": True,
+        "specs": ({"SCALE": 1}, {"SCALE": 2}, {"SCALE": 3}),
+    },
 }
 
 MISSING_CUTLASS = "skipped: CuTe's headers are not installed (pip install nvidia-cutlass)"
@@ -177,8 +201,13 @@ def plan(name: str, cutlass_dir: str | None) -> dict | str:
         return f"skipped: {path} is missing"
     if k["cutlass"] and not cutlass_dir:
         return MISSING_CUTLASS
-    return {"file": path, "kernel": k["kernel"], "options": dict(k["options"]),
-            "include": [cutlass_dir] if k["cutlass"] else [], "specs": dict(zip(STEPS, k["specs"]))}
+    return {
+        "file": path,
+        "kernel": k["kernel"],
+        "options": dict(k["options"]),
+        "include": [cutlass_dir] if k["cutlass"] else [],
+        "specs": dict(zip(STEPS, k["specs"])),
+    }
 
 
 def probe_env(base: dict, cache_dir: str, cuda_cache_dir: str, setting: str) -> dict:
@@ -197,8 +226,9 @@ def probe(args: dict, env: dict, timeout_s: float = PROBE_TIMEOUT_S) -> dict:
     printed any (a warning about KJIT_PCH, say). ProbeFailed with the reason when it fails, prints no
     result or runs past `timeout_s` (then it is killed)."""
     try:
-        r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], env=env, capture_output=True, text=True,
-                           timeout=timeout_s)
+        r = subprocess.run(
+            [sys.executable, "-c", PROBE, json.dumps(args)], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"timed out after {timeout_s:g} s (killed)") from None
     if r.returncode != 0:
@@ -217,11 +247,12 @@ def measure_once(p: dict, arch: str, setting: str, timeout_s: float = PROBE_TIME
     """One repetition of one kernel under one setting: the first process (steps first and second_spec) and
     the warm-index process (warm_index_first) on one fresh cache directory. {"steps": {step: {...} or
     {"error"}}, "headers", "pch_reported", "stderr"}."""
-    common = {"arch": arch, "file": p["file"], "kernel": p["kernel"], "options": p["options"],
-              "include": p["include"]}
+    common = {"arch": arch, "file": p["file"], "kernel": p["kernel"], "options": p["options"], "include": p["include"]}
     out: dict = {"steps": {}}
-    with tempfile.TemporaryDirectory(prefix="kjit-bench-libs-") as cache, \
-            tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache:
+    with (
+        tempfile.TemporaryDirectory(prefix="kjit-bench-libs-") as cache,
+        tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache,
+    ):
         env = probe_env(os.environ, cache, cuda_cache, setting)
         for steps in (("first", "second_spec"), ("warm_index_first",)):
             args = dict(common, nonce=random.randrange(1, 1 << 30), steps=[[s, p["specs"][s]] for s in steps])
@@ -256,8 +287,10 @@ def aggregate(runs: list[dict]) -> dict:
             e["ms"] = stats.summarize([g["ms"] for g in ok])
             e["compile_ms"] = stats.summarize([g.get("compile_ms") or 0.0 for g in ok])
             phases = ok[0].get("phase_ms") or {}
-            e["phase_ms"] = {ph: round(stats.summarize([(g.get("phase_ms") or {}).get(ph, 0.0) for g in ok])["median"],
-                                       3) for ph in phases}
+            e["phase_ms"] = {
+                ph: round(stats.summarize([(g.get("phase_ms") or {}).get(ph, 0.0) for g in ok])["median"], 3)
+                for ph in phases
+            }
             e["compiles"] = ok[-1].get("compiles")
             e["origin"] = sorted({g.get("origin") for g in ok if g.get("origin")})
             if ok[-1].get("pch") is not None:
@@ -281,8 +314,13 @@ def headers_of(runs: list[dict]) -> dict | None:
 def _setting_entry(setting: str, runs: list[dict]) -> dict:
     reported = [v for r in runs for v in (r.get("pch_reported") or {}).values() if v]
     warnings = sorted({v for r in runs for v in (r.get("stderr") or {}).values() if v})
-    return {"env": f"{ENV}={setting}", "kjit_reported": reported[-1] if reported else None,
-            "stderr": warnings, "steps": aggregate(runs), "runs": runs}
+    return {
+        "env": f"{ENV}={setting}",
+        "kjit_reported": reported[-1] if reported else None,
+        "stderr": warnings,
+        "steps": aggregate(runs),
+        "runs": runs,
+    }
 
 
 def reason(error: str, limit: int = 400) -> str:
@@ -292,7 +330,7 @@ def reason(error: str, limit: int = 400) -> str:
     if not lines:
         return "?"
     why = next((ln for ln in lines[1:] if ln.startswith("kjit ") or " error" in ln), None)
-    return (lines[0][:limit // 2] + (" | " + why if why else ""))[:limit]
+    return (lines[0][: limit // 2] + (" | " + why if why else ""))[:limit]
 
 
 def cause(error: str) -> str:
@@ -314,20 +352,34 @@ def _line(name: str, setting: str, r: dict) -> str:
     return f"  {name}, {ENV}={setting}: " + "; ".join(parts) + (f" ({'; '.join(causes)})" if causes else "")
 
 
-def run(quick: bool, peer_versions: dict | None = None, log=None, save=None, kernels: list[str] | None = None,
-        reps: int | None = None, arch: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> dict:
+def run(
+    quick: bool,
+    peer_versions: dict | None = None,
+    log=None,
+    save=None,
+    kernels: list[str] | None = None,
+    reps: int | None = None,
+    arch: str | None = None,
+    timeout_s: float = PROBE_TIMEOUT_S,
+) -> dict:
     reps = reps or (1 if quick else 3)
     arch = arch or target_arch()
     names = kernels or selected(os.environ.get("KJIT_BENCH_LIBRARY_KERNELS"))
     cutlass_dir = cutlass_include_dir()
     res: dict = {}
-    out = {"arch": arch, "reps": reps, "env": ENV, "settings": list(SETTINGS), "cutlass_include": cutlass_dir,
-           "probe_timeout_s": timeout_s,
-           "method": "compile-only (specialize(arch=...)); per kernel, setting and repetition a fresh cache "
-                     "directory and empty CUDA_CACHE_PATH; first and second_spec in one new process, "
-                     "warm_index_first in a second new process on the same cache; NVRTC started off the clock; "
-                     "ms: wall time from Template.from_file (second_spec: from specialize) to the kernel",
-           "kernels": res}
+    out = {
+        "arch": arch,
+        "reps": reps,
+        "env": ENV,
+        "settings": list(SETTINGS),
+        "cutlass_include": cutlass_dir,
+        "probe_timeout_s": timeout_s,
+        "method": "compile-only (specialize(arch=...)); per kernel, setting and repetition a fresh cache "
+        "directory and empty CUDA_CACHE_PATH; first and second_spec in one new process, "
+        "warm_index_first in a second new process on the same cache; NVRTC started off the clock; "
+        "ms: wall time from Template.from_file (second_spec: from specialize) to the kernel",
+        "kernels": res,
+    }
     plans = {n: plan(n, cutlass_dir) for n in names}
     raw: dict = {}
     for n, p in plans.items():
@@ -336,8 +388,14 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None, ker
             if log:
                 log(f"  {n}: {p}")
             continue
-        res[n] = {"file": os.path.basename(p["file"]), "kernel": p["kernel"], "options": p["options"],
-                  "specs": p["specs"], "headers": None, "pch": {}}
+        res[n] = {
+            "file": os.path.basename(p["file"]),
+            "kernel": p["kernel"],
+            "options": p["options"],
+            "specs": p["specs"],
+            "headers": None,
+            "pch": {},
+        }
         raw[n] = {s: [] for s in SETTINGS}
     if save:
         save(out)

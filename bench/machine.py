@@ -42,7 +42,7 @@ def detect_torch_compile() -> str:
     except Exception:  # noqa: BLE001  (older torch: fall back to importing triton)
         t = detect_module("triton")
         if t.startswith("skipped"):
-            return "skipped: inductor needs triton: " + t[len("skipped: "):]
+            return "skipped: inductor needs triton: " + t[len("skipped: ") :]
     return torch.__version__
 
 
@@ -78,8 +78,9 @@ def driver_version() -> str | None:
     if exe is None:
         return None
     try:
-        r = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
     except Exception:  # noqa: BLE001
         return None
     lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]

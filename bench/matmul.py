@@ -55,15 +55,24 @@ M_FUSED = (16, 2048, 8192)
 SQUARE = 8192
 KINDS = ("plain", "gelu", "swiglu")
 # Contenders by kind; the first peer is the one of the kind's main ratio.
-CONTENDERS = {"plain": ("kjit", "cuBLAS", "torch.compile"),
-              "gelu": ("kjit", "eager", "torch.compile"),
-              "swiglu": ("kjit", "eager", "torch.compile")}
+CONTENDERS = {
+    "plain": ("kjit", "cuBLAS", "torch.compile"),
+    "gelu": ("kjit", "eager", "torch.compile"),
+    "swiglu": ("kjit", "eager", "torch.compile"),
+}
 RATIO_KEYS = {"cuBLAS": "kjit_over_cublas", "eager": "kjit_over_eager", "torch.compile": "kjit_over_compiled"}
-TARGETS = {"cublas_median_min": 0.95, "cublas_min": 0.85, "small_m_median_min": 1.0, "gelu_eager_min": 1.15,
-           "gelu_compiled_min": 1.2, "swiglu_eager_min": 1.25, "first_call_max_s": 1.5,
-           "second_tile_max_s": 0.8}
-LARGE_M = 128   # "M >= 128": the LLM shapes of the cuBLAS median and minimum
-SMALL_M = 16    # "M <= 16": decode
+TARGETS = {
+    "cublas_median_min": 0.95,
+    "cublas_min": 0.85,
+    "small_m_median_min": 1.0,
+    "gelu_eager_min": 1.15,
+    "gelu_compiled_min": 1.2,
+    "swiglu_eager_min": 1.25,
+    "first_call_max_s": 1.5,
+    "second_tile_max_s": 0.8,
+}
+LARGE_M = 128  # "M >= 128": the LLM shapes of the cuBLAS median and minimum
+SMALL_M = 16  # "M <= 16": decode
 FUSED_M = 2048  # "M >= 2048": the fused gelu target
 L2_FACTOR = 2
 INNER = 10
@@ -78,9 +87,10 @@ TOL = dict(rtol=5e-2, atol=5e-2)  # bf16 outputs of magnitude ~1 (w is scaled by
 def points(quick: bool) -> list[dict]:
     """[{kind, m, n, k}] in the order they are measured (quick: a few only, for a smoke test)."""
     if quick:
-        return ([{"kind": "plain", "m": m, "n": n, "k": k} for m in (16, 2048) for n, k in NK[:2]]
-                + [{"kind": "gelu", "m": 2048, "n": 4096, "k": 4096},
-                   {"kind": "swiglu", "m": 2048, "n": 11008, "k": 4096}])
+        return [{"kind": "plain", "m": m, "n": n, "k": k} for m in (16, 2048) for n, k in NK[:2]] + [
+            {"kind": "gelu", "m": 2048, "n": 4096, "k": 4096},
+            {"kind": "swiglu", "m": 2048, "n": 11008, "k": 4096},
+        ]
     out = [{"kind": "plain", "m": SQUARE, "n": SQUARE, "k": SQUARE}]
     out += [{"kind": "plain", "m": m, "n": n, "k": k} for m in M_PLAIN for n, k in NK]
     for kind in ("gelu", "swiglu"):
@@ -102,7 +112,7 @@ def is_square(p: dict) -> bool:
 
 
 def where(p: dict) -> str:
-    """"plain M=16 N=4096 K=4096": how a point is named in lists."""
+    """ "plain M=16 N=4096 K=4096": how a point is named in lists."""
     return f"{p['kind']} M={p['m']} N={p['n']} K={p['k']}"
 
 
@@ -198,37 +208,70 @@ def verdicts(sec: dict) -> list[dict]:
         add(text, v, None if v is None else v >= limit, detail)
 
     big = s["cublas_large_m"]
-    at_least(f"kjit / cuBLAS median >= {t['cublas_median_min']:.2f}x (LLM shapes, M >= {LARGE_M})", big, "median",
-             t["cublas_median_min"])
-    add(f"kjit / cuBLAS none under {t['cublas_min']:.2f}x (LLM shapes, M >= {LARGE_M})",
-        big["min"] if big else None, None if not big else big["min"] >= t["cublas_min"],
-        f"at {big['min_at']}" if big else "")
-    at_least(f"kjit / cuBLAS median >= {t['small_m_median_min']:.2f}x (M <= {SMALL_M})", s["cublas_small_m"],
-             "median", t["small_m_median_min"])
-    at_least(f"fused gelu: kjit / eager median >= {t['gelu_eager_min']:.2f}x (M >= {FUSED_M})", s["gelu_eager"],
-             "median", t["gelu_eager_min"])
-    at_least(f"fused gelu: kjit / torch.compile median >= {t['gelu_compiled_min']:.2f}x (M >= {FUSED_M})",
-             s["gelu_compiled"], "median", t["gelu_compiled_min"])
-    at_least(f"swiglu: kjit / eager median >= {t['swiglu_eager_min']:.2f}x", s["swiglu_eager"], "median",
-             t["swiglu_eager_min"])
+    at_least(
+        f"kjit / cuBLAS median >= {t['cublas_median_min']:.2f}x (LLM shapes, M >= {LARGE_M})",
+        big,
+        "median",
+        t["cublas_median_min"],
+    )
+    add(
+        f"kjit / cuBLAS none under {t['cublas_min']:.2f}x (LLM shapes, M >= {LARGE_M})",
+        big["min"] if big else None,
+        None if not big else big["min"] >= t["cublas_min"],
+        f"at {big['min_at']}" if big else "",
+    )
+    at_least(
+        f"kjit / cuBLAS median >= {t['small_m_median_min']:.2f}x (M <= {SMALL_M})",
+        s["cublas_small_m"],
+        "median",
+        t["small_m_median_min"],
+    )
+    at_least(
+        f"fused gelu: kjit / eager median >= {t['gelu_eager_min']:.2f}x (M >= {FUSED_M})",
+        s["gelu_eager"],
+        "median",
+        t["gelu_eager_min"],
+    )
+    at_least(
+        f"fused gelu: kjit / torch.compile median >= {t['gelu_compiled_min']:.2f}x (M >= {FUSED_M})",
+        s["gelu_compiled"],
+        "median",
+        t["gelu_compiled_min"],
+    )
+    at_least(
+        f"swiglu: kjit / eager median >= {t['swiglu_eager_min']:.2f}x",
+        s["swiglu_eager"],
+        "median",
+        t["swiglu_eager_min"],
+    )
     c = s["compile"] or {}
     first = c.get("first_s")
-    add(f"first call of kjit.ops.linear, new (N, K), empty cache <= {t['first_call_max_s']:g} s", first,
+    add(
+        f"first call of kjit.ops.linear, new (N, K), empty cache <= {t['first_call_max_s']:g} s",
+        first,
         None if first is None else first <= t["first_call_max_s"],
-        "" if c.get("first_compiles") is None else f"{c['first_compiles']} compile(s)")
+        "" if c.get("first_compiles") is None else f"{c['first_compiles']} compile(s)",
+    )
     second, n2 = c.get("second_s"), c.get("second_compiles")
     if second is not None and n2 == 0:  # nothing compiled: not a measure of a new tile configuration
-        add(f"another tile configuration of the same (N, K) <= {t['second_tile_max_s']:g} s", second, None,
-            "no compile: the second M ran the first call's kernel, so this figure says nothing of the target")
+        add(
+            f"another tile configuration of the same (N, K) <= {t['second_tile_max_s']:g} s",
+            second,
+            None,
+            "no compile: the second M ran the first call's kernel, so this figure says nothing of the target",
+        )
     else:
-        add(f"another tile configuration of the same (N, K) <= {t['second_tile_max_s']:g} s", second,
+        add(
+            f"another tile configuration of the same (N, K) <= {t['second_tile_max_s']:g} s",
+            second,
             None if second is None else second <= t["second_tile_max_s"],
-            "" if n2 is None else f"{n2} compile(s)")
+            "" if n2 is None else f"{n2} compile(s)",
+        )
     return out
 
 
 def verdict_text(v: dict) -> str:
-    """"met (1.02x)" / "missed (0.91x)" / "no figure"; seconds for the compile targets."""
+    """ "met (1.02x)" / "missed (0.91x)" / "no figure"; seconds for the compile targets."""
     if v["value"] is None:
         return "no figure"
     fig = f"{v['value']:.3f} s" if v["target"].startswith(("first call", "another tile")) else f"{v['value']:.2f}x"
@@ -280,8 +323,10 @@ def _functions():
 
     return {
         "plain": (lambda x, w, b: kjit.ops.linear(x, w), lambda x, w, b: F.linear(x, w)),
-        "gelu": (lambda x, w, b: kjit.ops.linear(x, w, b, activation="gelu"),
-                 lambda x, w, b: F.gelu(F.linear(x, w, b))),
+        "gelu": (
+            lambda x, w, b: kjit.ops.linear(x, w, b, activation="gelu"),
+            lambda x, w, b: F.gelu(F.linear(x, w, b)),
+        ),
         "swiglu": (lambda x, w_gate_up, wg, wu: kjit.ops.linear_swiglu(x, w_gate_up), swiglu_eager),
     }
 
@@ -294,10 +339,10 @@ def _operands(kind: str, m: int, n: int, k: int, copies: int) -> list[tuple]:
     for _ in range(copies):
         x = torch.randn(m, k, device="cuda", dtype=dt)
         if kind == "swiglu":
-            w = torch.randn(2 * n, k, device="cuda", dtype=dt) * k ** -0.5
+            w = torch.randn(2 * n, k, device="cuda", dtype=dt) * k**-0.5
             out.append((x, w, w[:n], w[n:]))
         else:
-            w = torch.randn(n, k, device="cuda", dtype=dt) * k ** -0.5
+            w = torch.randn(n, k, device="cuda", dtype=dt) * k**-0.5
             out.append((x, w, torch.randn(n, device="cuda", dtype=dt) * 0.1))
     return out
 
@@ -308,8 +353,9 @@ def _operand_bytes(kind: str, m: int, n: int, k: int) -> int:
     return 2 * (m * k + nw * k + m * n + (0 if kind == "swiglu" else n))
 
 
-def measure(p: dict, fns: dict, *, timing: dict, compile_skip: str | None, budget: CompileBudget,
-            l2_bytes: int) -> dict:
+def measure(
+    p: dict, fns: dict, *, timing: dict, compile_skip: str | None, budget: CompileBudget, l2_bytes: int
+) -> dict:
     """One point: checks kjit and torch.compile against eager (cuBLAS) once, then times each contender."""
     import torch
 
@@ -352,8 +398,7 @@ def measure(p: dict, fns: dict, *, timing: dict, compile_skip: str | None, budge
         if name != CONTENDERS[kind][1] and not admit(name, fn):
             continue
         try:
-            point["ms"][name] = gpu_ms_rotating(lambda i, fn=fn: fn(*ops[i]), copies, timing["warmup"],
-                                                timing["reps"])
+            point["ms"][name] = gpu_ms_rotating(lambda i, fn=fn: fn(*ops[i]), copies, timing["warmup"], timing["reps"])
         except Exception as e:  # noqa: BLE001
             point["skipped"][name] = f"failed: {error_text(e)}"
     if not point["skipped"]:
@@ -373,7 +418,9 @@ def probe_script(n: int = PROBE_NK[0], k: int = PROBE_NK[1], ms: tuple = PROBE_M
     from .first_call import _KJIT_PRELUDE
 
     first, second = PROBE_FIRST.format(m=ms[0]), PROBE_SECOND.format(m=ms[1])
-    return _KJIT_PRELUDE + f"""
+    return (
+        _KJIT_PRELUDE
+        + f"""
 # kjit's first compile of the process (NVRTC's start-up): paid here, before the clock.
 y = ops.add_constant(x, 1.0); torch.cuda.synchronize()
 w = torch.randn({n}, {k}, device="cuda", dtype=torch.bfloat16) * {k} ** -0.5
@@ -386,6 +433,7 @@ y = timed({second!r}, lambda: ops.linear(b, w))
 torch.testing.assert_close(y.float(), torch.nn.functional.linear(b, w).float(), rtol=5e-2, atol=5e-2)
 print(json.dumps(out))
 """
+    )
 
 
 def compile_probe(repeats: int, timeout_s: float | None = None) -> dict:
@@ -397,8 +445,10 @@ def compile_probe(repeats: int, timeout_s: float | None = None) -> dict:
     runs = []
     src = probe_script()
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory(prefix="kjit-bench-matmul-") as cache, \
-                tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache:
+        with (
+            tempfile.TemporaryDirectory(prefix="kjit-bench-matmul-") as cache,
+            tempfile.TemporaryDirectory(prefix="kjit-bench-cuda-cache-") as cuda_cache,
+        ):
             env = dict(os.environ, KJIT_CACHE_DIR=cache, CUDA_CACHE_PATH=cuda_cache)
             env.pop("KJIT_CACHE_PATH", None)
             env.pop("KJIT_REMOTE_CACHE", None)
@@ -406,9 +456,15 @@ def compile_probe(repeats: int, timeout_s: float | None = None) -> dict:
             with open(script, "w") as f:
                 f.write(src)
             runs.append(first_call.probe(script, env, timeout_s or first_call.PROBE_TIMEOUT_S))
-    return {"repeats": repeats, "n": PROBE_NK[0], "k": PROBE_NK[1], "m": list(PROBE_M),
-            "first_case": PROBE_FIRST.format(m=PROBE_M[0]), "second_case": PROBE_SECOND.format(m=PROBE_M[1]),
-            "cases": first_call._summaries(runs)}
+    return {
+        "repeats": repeats,
+        "n": PROBE_NK[0],
+        "k": PROBE_NK[1],
+        "m": list(PROBE_M),
+        "first_case": PROBE_FIRST.format(m=PROBE_M[0]),
+        "second_case": PROBE_SECOND.format(m=PROBE_M[1]),
+        "cases": first_call._summaries(runs),
+    }
 
 
 # -- the section -----------------------------------------------------------------------------------------
@@ -416,24 +472,37 @@ def _log_line(p: dict) -> str:
     tf = p.get("tflops") or {}
     parts = [f"{c} {tf[c]:.1f}" for c in CONTENDERS[p["kind"]] if c in tf]
     ratios = [f"kjit/{peer} {p[key]:.2f}x" for peer, key in RATIO_KEYS.items() if p.get(key) is not None]
-    return f"  matmul {where(p)}: TFLOP/s " + ", ".join(parts + ratios) + (
-        f" ({'; '.join(f'{k}: {v}' for k, v in p['skipped'].items())})" if p.get("skipped") else "")
+    return (
+        f"  matmul {where(p)}: TFLOP/s "
+        + ", ".join(parts + ratios)
+        + (f" ({'; '.join(f'{k}: {v}' for k, v in p['skipped'].items())})" if p.get("skipped") else "")
+    )
 
 
 def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> dict:
     import torch
 
     peer_versions = peer_versions or machine.peers()
-    compile_skip = None if machine.available(peer_versions, "torch.compile") else (
-        peer_versions.get("torch.compile") or "skipped: torch.compile not detected")
+    compile_skip = (
+        None
+        if machine.available(peer_versions, "torch.compile")
+        else (peer_versions.get("torch.compile") or "skipped: torch.compile not detected")
+    )
     timing = TIMING[quick]
     budget = CompileBudget(COMPILE_BUDGET_S[quick])
-    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
-             or 50 << 20)
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 50 << 20)
     pts: list[dict] = []
-    sec: dict = {"dtype": DTYPE, **timing, "inner": INNER, "l2_bytes": l2, "l2_factor": L2_FACTOR,
-                 "kjit_tune": os.environ.get("KJIT_TUNE", ""), "targets": dict(TARGETS),
-                 "compile_budget_s": budget.limit_s, "points": pts}
+    sec: dict = {
+        "dtype": DTYPE,
+        **timing,
+        "inner": INNER,
+        "l2_bytes": l2,
+        "l2_factor": L2_FACTOR,
+        "kjit_tune": os.environ.get("KJIT_TUNE", ""),
+        "targets": dict(TARGETS),
+        "compile_budget_s": budget.limit_s,
+        "points": pts,
+    }
     import kjit
 
     missing = [name for name in ("linear", "linear_swiglu") if not hasattr(kjit.ops, name)]
@@ -450,8 +519,10 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> 
             torch.cuda.empty_cache()
         pts.append(r)
         if log:
-            log((_log_line(r) if "error" not in r else f"  matmul {where(r)}: error: {r['error']}")
-                + f" ({time.perf_counter() - t0:.0f} s)")
+            log(
+                (_log_line(r) if "error" not in r else f"  matmul {where(r)}: error: {r['error']}")
+                + f" ({time.perf_counter() - t0:.0f} s)"
+            )
         if save:
             save(sec)
     try:
@@ -467,10 +538,18 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> 
         sec["compile"] = {"error": error_text(e)}
     if log:
         c = compile_figures(sec["compile"])
-        log("  matmul compile probe: " + (sec["compile"].get("error") or (
-            f"first call {c['first_s']:.3f} s ({c['first_compiles']} compiles), another tile configuration "
-            f"{c['second_s']:.3f} s ({c['second_compiles']} compiles)" if c and c["first_s"] is not None
-            and c["second_s"] is not None else "no figure")))
+        log(
+            "  matmul compile probe: "
+            + (
+                sec["compile"].get("error")
+                or (
+                    f"first call {c['first_s']:.3f} s ({c['first_compiles']} compiles), another tile configuration "
+                    f"{c['second_s']:.3f} s ({c['second_compiles']} compiles)"
+                    if c and c["first_s"] is not None and c["second_s"] is not None
+                    else "no figure"
+                )
+            )
+        )
     sec["summary"] = summary(sec)
     sec["verdicts"] = verdicts(sec)
     return sec

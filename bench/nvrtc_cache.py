@@ -8,6 +8,7 @@ the log still has ptxas's lines. Needs a GPU machine (the cache needs the driver
 
     python bench/nvrtc_cache.py [--out bench/results]
 """
+
 import argparse
 import ctypes
 import glob
@@ -36,8 +37,14 @@ def find_nvrtc():
     home = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     found = [home / "lib64" / name for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")]
     found += [pathlib.Path(p) for p in sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"))]
-    found += [pathlib.Path(p) for p in sorted(glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages",
-                                                                      "nvidia", "cu*", "lib", "libnvrtc.so*")))]
+    found += [
+        pathlib.Path(p)
+        for p in sorted(
+            glob.glob(
+                os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu*", "lib", "libnvrtc.so*")
+            )
+        )
+    ]
     for p in found:
         if p.exists():
             return str(p), str(p.parent.parent / "include")
@@ -61,8 +68,16 @@ def compile_once(options):
     lib.nvrtcGetProgramLog(prog, log)
     major, minor = ctypes.c_int(), ctypes.c_int()
     lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    print(json.dumps({"status": status, "ms": ms, "ptxas_lines": "ptxas info" in log.value.decode(errors="replace"),
-                      "nvrtc": f"{major.value}.{minor.value}"}))
+    print(
+        json.dumps(
+            {
+                "status": status,
+                "ms": ms,
+                "ptxas_lines": "ptxas info" in log.value.decode(errors="replace"),
+                "nvrtc": f"{major.value}.{minor.value}",
+            }
+        )
+    )
 
 
 def main():
@@ -76,19 +91,31 @@ def main():
         with tempfile.TemporaryDirectory() as cache_dir:
             env = dict(os.environ, CUDA_CACHE_PATH=cache_dir)
             for process in (1, 2):
-                out = subprocess.run([sys.executable, __file__, "--child", *options], env=env, capture_output=True,
-                                     text=True, timeout=300)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", *options],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 rows.append({"mode": label, "process": process, **r})
     try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True).stdout.strip().splitlines()
+        gpu = (
+            subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()
+        )
     except FileNotFoundError:
         gpu = []
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu[0] if gpu else "none", "rows": rows}
-    lines = [f"NVRTC {rows[0]['nvrtc']} on {result['gpu']}, {result['date']}: one program, two fresh processes "
-             "per mode, each mode with an empty CUDA_CACHE_PATH", "",
-             "| mode | process | compile ms | ptxas lines in the log |", "|---|---|---|---|"]
+    lines = [
+        f"NVRTC {rows[0]['nvrtc']} on {result['gpu']}, {result['date']}: one program, two fresh processes "
+        "per mode, each mode with an empty CUDA_CACHE_PATH",
+        "",
+        "| mode | process | compile ms | ptxas lines in the log |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(f"| {r['mode']} | {r['process']} | {r['ms']:.1f} | {'yes' if r['ptxas_lines'] else 'no'} |")
     print("\n".join(lines))

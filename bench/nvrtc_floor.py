@@ -11,6 +11,7 @@ whether leaving ptxas to the driver saves anything.
 
     python bench/nvrtc_floor.py [--arch 90]
 """
+
 import argparse
 import ctypes
 import os
@@ -35,11 +36,13 @@ def main() -> None:
     kt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernel_templates")
     if not os.path.isdir(kt):
         import kjit
+
         kt = os.path.join(os.path.dirname(kjit.__file__), "kernel_templates")
     incs = [b"-I" + kt.encode()] + [b"-I" + d.encode() for d in tk["include_dirs"]]
     driver = None
     try:
         import torch
+
         if torch.cuda.is_available():
             torch.zeros(1, device="cuda")  # the primary context, current on this thread
             cc = torch.cuda.get_device_capability()
@@ -68,7 +71,9 @@ def main() -> None:
             nvrtc.nvrtcGetProgramLog(prog, log)
             sys.exit(f"{name}: NVRTC failed: {log.value.decode()[:2000]}")
         size = ctypes.c_size_t()
-        get_size, get = (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX) if ptx else (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+        get_size, get = (
+            (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX) if ptx else (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+        )
         get_size(prog, ctypes.byref(size))
         image = ctypes.create_string_buffer(size.value)
         get(prog, image)
@@ -88,8 +93,12 @@ def main() -> None:
     cases = {
         "empty": (EMPTY, "empty.cu", None, []),
         "raw add": (ADD_SRC.encode(), "add_c.cu", None, []),
-        "kjit add": (add, "add_constant.cuh", "add_constant<float, 4>",
-                     incs + [b"-DKJIT_USES_HALF=0", b"-DKJIT_USES_BFLOAT16=0"]),
+        "kjit add": (
+            add,
+            "add_constant.cuh",
+            "add_constant<float, 4>",
+            incs + [b"-DKJIT_USES_HALF=0", b"-DKJIT_USES_BFLOAT16=0"],
+        ),
     }
     compile_once(EMPTY, "warmup.cu", None, [f"-arch=sm_{arch}".encode()], False)
     print(f"# NVRTC {tk.get('nvrtc_version', '?')}, sm_{arch}, median of {args.repeats} compiles (ms)", flush=True)

@@ -62,8 +62,9 @@ def main() -> None:
     chunks = [list(range(n, 2 * n))[k::t] for k in range(t)]
     start = time.perf_counter()
     statuses: list[int] = []  # list.extend is atomic under the GIL
-    threads = [threading.Thread(target=lambda c=c: statuses.extend(compile_one(lib, source, i) for i in c))
-               for c in chunks]
+    threads = [
+        threading.Thread(target=lambda c=c: statuses.extend(compile_one(lib, source, i) for i in c)) for c in chunks
+    ]
     for th in threads:
         th.start()
     for th in threads:
@@ -79,13 +80,20 @@ def main() -> None:
         on_processes = time.perf_counter() - start
     assert {s for part in parts for s in part} == {0}
 
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "cpus": os.cpu_count(), "nvrtc": path, "compiles": n, "workers": t,
-              "seconds": {"1 thread": one, f"{t} threads": on_threads, f"{t} processes": on_processes},
-              "speedup": {f"{t} threads": one / on_threads, f"{t} processes": one / on_processes}}
-    print(f"NVRTC {path}, {os.cpu_count()} CPUs, {n} compiles: 1 thread {one:.2f} s ({1e3 * one / n:.1f} ms each); "
-          f"{t} threads {on_threads:.2f} s ({one / on_threads:.2f}x); {t} processes {on_processes:.2f} s "
-          f"({one / on_processes:.2f}x)")
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "nvrtc": path,
+        "compiles": n,
+        "workers": t,
+        "seconds": {"1 thread": one, f"{t} threads": on_threads, f"{t} processes": on_processes},
+        "speedup": {f"{t} threads": one / on_threads, f"{t} processes": one / on_processes},
+    }
+    print(
+        f"NVRTC {path}, {os.cpu_count()} CPUs, {n} compiles: 1 thread {one:.2f} s ({1e3 * one / n:.1f} ms each); "
+        f"{t} threads {on_threads:.2f} s ({one / on_threads:.2f}x); {t} processes {on_processes:.2f} s "
+        f"({one / on_processes:.2f}x)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -40,8 +40,12 @@ def _nvrtc_candidates() -> list[str]:
 
     site = os.path.dirname(os.path.dirname(torch.__file__))
     major = (torch.version.cuda or "").split(".")[0]
-    dirs = [os.path.join(site, "nvidia", f"cu{major}", "lib"), os.path.join(site, "nvidia", "cu13", "lib"),
-            os.path.join(site, "nvidia", "cu12", "lib"), os.path.join(site, "nvidia", "cuda_nvrtc", "lib")]
+    dirs = [
+        os.path.join(site, "nvidia", f"cu{major}", "lib"),
+        os.path.join(site, "nvidia", "cu13", "lib"),
+        os.path.join(site, "nvidia", "cu12", "lib"),
+        os.path.join(site, "nvidia", "cuda_nvrtc", "lib"),
+    ]
     for env in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(env):
             dirs += [os.path.join(os.environ[env], "lib64"), os.path.join(os.environ[env], "lib")]
@@ -64,15 +68,20 @@ def _load_nvrtc():
             return ctypes.CDLL(path)
         except OSError as e:
             errors.append(str(e))
-    raise RuntimeError("libnvrtc not found next to torch, in CUDA_HOME or by ctypes.util" +
-                       (f" ({'; '.join(errors)[:200]})" if errors else ""))
+    raise RuntimeError(
+        "libnvrtc not found next to torch, in CUDA_HOME or by ctypes.util"
+        + (f" ({'; '.join(errors)[:200]})" if errors else "")
+    )
 
 
 def _nvrtc_cubin(src: str, arch: str) -> bytes:
     nvrtc = _load_nvrtc()
     prog = ctypes.c_void_p()
-    _check_nvrtc(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"add_c.cu", 0, None, None),
-                 "nvrtcCreateProgram")
+    _check_nvrtc(
+        nvrtc,
+        nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"add_c.cu", 0, None, None),
+        "nvrtcCreateProgram",
+    )
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"-default-device"]
         arr = (ctypes.c_char_p * len(opts))(*opts)
@@ -179,12 +188,15 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
             return
         res[name] = _entry(fn, kind, vs, calls, reps)
         if log:
-            log(f"  {name}: {res[name]['us']['median']:.2f} us" if isinstance(res[name], dict) else
-                f"  {name}: {res[name]}")
+            log(
+                f"  {name}: {res[name]['us']['median']:.2f} us"
+                if isinstance(res[name], dict)
+                else f"  {name}: {res[name]}"
+            )
 
-    add("torch.add(x, c, out=y)", lambda: (lambda: torch.add(x, 1.0, out=y)), "peer", KJIT_LAUNCH)
-    add("torch x + c", lambda: (lambda: x + 1.0), "peer", KJIT_OP)
-    add(KJIT_OP, lambda: (lambda: kjit.ops.add_constant(x, 1.0)), "kjit", None)
+    add("torch.add(x, c, out=y)", lambda: lambda: torch.add(x, 1.0, out=y), "peer", KJIT_LAUNCH)
+    add("torch x + c", lambda: lambda: x + 1.0, "peer", KJIT_OP)
+    add(KJIT_OP, lambda: lambda: kjit.ops.add_constant(x, 1.0), "kjit", None)
     grid = (N // 4 + 255) // 256
 
     def kernel_launch():
@@ -207,6 +219,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
     add("kjit.launcher call", launcher_call, "kjit", None)
 
     if machine.available(peer_versions, "jiterator"):
+
         def jiterator():
             from torch.cuda.jiterator import _create_jit_fn
 
@@ -218,6 +231,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
         res["torch.cuda.jiterator call"] = peer_versions.get("jiterator") or "skipped: jiterator not detected"
 
     if machine.available(peer_versions, "cupy"):
+
         def cupy_launch():
             import cupy
 
@@ -232,6 +246,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
         res["cupy RawKernel launch"] = peer_versions.get("cupy") or "skipped: cupy not detected"
 
     if machine.available(peer_versions, "triton"):
+
         def triton_launch():
             from ._triton_kernels import add_c
 

@@ -14,8 +14,15 @@ import sys
 from .report import first_call_add_ms
 
 MIB = 1 << 20
-COLORS = {"kjit": "#d62728", "copy": "#7f7f7f", "eager": "#1f77b4", "torch.compile": "#2ca02c",
-          "triton": "#9467bd", "cupy": "#ff7f0e", "jiterator": "#8c564b"}
+COLORS = {
+    "kjit": "#d62728",
+    "copy": "#7f7f7f",
+    "eager": "#1f77b4",
+    "torch.compile": "#2ca02c",
+    "triton": "#9467bd",
+    "cupy": "#ff7f0e",
+    "jiterator": "#8c564b",
+}
 
 
 def _save(plt, fig, path: str) -> str:
@@ -48,13 +55,22 @@ def bandwidth(plt, sweep: list[dict], path: str) -> str | None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, (name, pts) in zip(axes.flat, ops.items()):
         pts = sorted(pts, key=lambda r: r["size_bytes"])
-        peers = [p for p in ("copy", "eager", "torch.compile", "triton", "cupy", "kjit")
-                 if any(p in r["gbps"] for r in pts)]
+        peers = [
+            p for p in ("copy", "eager", "torch.compile", "triton", "cupy", "kjit") if any(p in r["gbps"] for r in pts)
+        ]
         for p in peers:
             xs = [r["size_bytes"] / MIB for r in pts if p in r["gbps"]]
             ys = [r["gbps"][p] for r in pts if p in r["gbps"]]
-            ax.plot(xs, ys, marker="o", ms=3, label=p, color=COLORS.get(p),
-                    lw=2.2 if p == "kjit" else 1.2, ls="--" if p == "copy" else "-")
+            ax.plot(
+                xs,
+                ys,
+                marker="o",
+                ms=3,
+                label=p,
+                color=COLORS.get(p),
+                lw=2.2 if p == "kjit" else 1.2,
+                ls="--" if p == "copy" else "-",
+            )
         ax.set_xscale("log", base=2)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("input MiB", fontsize=8)
@@ -62,7 +78,7 @@ def bandwidth(plt, sweep: list[dict], path: str) -> str | None:
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(ops):]:
+    for ax in list(axes.flat)[len(ops) :]:
         ax.axis("off")
     return _save(plt, fig, path)
 
@@ -85,8 +101,11 @@ def overhead(plt, res: dict, path: str) -> str | None:
 
 
 def first_call(plt, res: dict, path: str) -> str | None:
-    items = [(p, first_call_add_ms(v, "empty_cache"), first_call_add_ms(v, "warm_cache_new_process")) for p, v in res.items()
-             if isinstance(v, dict)]
+    items = [
+        (p, first_call_add_ms(v, "empty_cache"), first_call_add_ms(v, "warm_cache_new_process"))
+        for p, v in res.items()
+        if isinstance(v, dict)
+    ]
     items = [(p, e, w) for p, e, w in items if e is not None and w is not None]
     if not items:
         return None
@@ -116,8 +135,15 @@ def small_ratio(plt, points: list[dict], path: str, dtype: str) -> str | None:
     markers = "os^vD<>pPX*h"
     for i, (op, pts) in enumerate(ops.items()):
         pts.sort()
-        ax.plot([r for r, _ in pts], [v for _, v in pts], marker=markers[i % len(markers)], ms=4, lw=1.4,
-                label=op, color=plt.get_cmap("tab10")(i % 10))
+        ax.plot(
+            [r for r, _ in pts],
+            [v for _, v in pts],
+            marker=markers[i % len(markers)],
+            ms=4,
+            lw=1.4,
+            label=op,
+            color=plt.get_cmap("tab10")(i % 10),
+        )
     ax.axhline(1.0, color="black", lw=1.2, ls="--", label="eager (1.0)")
     ax.set_xscale("log", base=2)
     rows = sorted({r for pts in ops.values() for r, _ in pts})
@@ -142,9 +168,11 @@ def render(result: dict, out_dir: str, prefix: str) -> list[str]:
         return []
     os.makedirs(out_dir, exist_ok=True)
     out = []
-    jobs = [("bandwidth", bandwidth, (result.get("bandwidth") or {}).get("sweep") or []),
-            ("overhead", overhead, (result.get("overhead") or {}).get("results") or {}),
-            ("first_call", first_call, (result.get("first_call") or {}).get("results") or {})]
+    jobs = [
+        ("bandwidth", bandwidth, (result.get("bandwidth") or {}).get("sweep") or []),
+        ("overhead", overhead, (result.get("overhead") or {}).get("results") or {}),
+        ("first_call", first_call, (result.get("first_call") or {}).get("results") or {}),
+    ]
     small_points = (result.get("small") or {}).get("points") or []
     for dt in dict.fromkeys(p.get("dtype") for p in small_points):
         jobs.append((f"small-{dt}", lambda plt_, pts, path, dt=dt: small_ratio(plt_, pts, path, dt), small_points))

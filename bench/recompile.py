@@ -47,9 +47,17 @@ def kjit_runtime(x, changes: int) -> dict:
     torch.cuda.synchronize()
     secs = time.perf_counter() - t
     d = _delta(_kjit_counts(), before)
-    return {"kind": "kjit", "mode": "runtime", "changes": changes, "distinct_values": changes,
-            "compiles": d["compiles"], "disk_hits": d["disk_hits"], "compile_ms": d["compile_ms"], "seconds": secs,
-            "expected": "0 compiles"}
+    return {
+        "kind": "kjit",
+        "mode": "runtime",
+        "changes": changes,
+        "distinct_values": changes,
+        "compiles": d["compiles"],
+        "disk_hits": d["disk_hits"],
+        "compile_ms": d["compile_ms"],
+        "seconds": secs,
+        "expected": "0 compiles",
+    }
 
 
 def kjit_specialized(x, values: list[float]) -> dict:
@@ -67,9 +75,17 @@ def kjit_specialized(x, values: list[float]) -> dict:
     torch.cuda.synchronize()
     secs = time.perf_counter() - t
     d = _delta(_kjit_counts(), before)
-    return {"kind": "kjit", "mode": "specialized", "changes": len(values), "distinct_values": len(values),
-            "compiles": d["compiles"], "disk_hits": d["disk_hits"], "compile_ms": d["compile_ms"], "seconds": secs,
-            "expected": f"{len(values)} compiles"}
+    return {
+        "kind": "kjit",
+        "mode": "specialized",
+        "changes": len(values),
+        "distinct_values": len(values),
+        "compiles": d["compiles"],
+        "disk_hits": d["disk_hits"],
+        "compile_ms": d["compile_ms"],
+        "seconds": secs,
+        "expected": f"{len(values)} compiles",
+    }
 
 
 def torch_compile_float(x, changes: int) -> dict:
@@ -93,9 +109,16 @@ def torch_compile_float(x, changes: int) -> dict:
     secs = time.perf_counter() - t
     cfg = torch._dynamo.config
     limit = getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", None))
-    out = {"kind": "peer", "mode": "runtime", "changes": changes, "distinct_values": changes,
-           "compiles": counters["stats"]["unique_graphs"] - before, "seconds": secs, "recompile_limit": limit,
-           "expected": "Python float: specialized or made dynamic"}
+    out = {
+        "kind": "peer",
+        "mode": "runtime",
+        "changes": changes,
+        "distinct_values": changes,
+        "compiles": counters["stats"]["unique_graphs"] - before,
+        "seconds": secs,
+        "recompile_limit": limit,
+        "expected": "Python float: specialized or made dynamic",
+    }
     torch._dynamo.reset()
     return out
 
@@ -117,9 +140,15 @@ def triton_runtime(x, changes: int) -> dict:
     torch.cuda.synchronize()
     secs = time.perf_counter() - t
     after = cache_size(add_c)
-    return {"kind": "peer", "mode": "runtime", "changes": changes, "distinct_values": changes,
-            "compiles": None if before is None or after is None else after - before, "seconds": secs,
-            "expected": "0 compiles"}
+    return {
+        "kind": "peer",
+        "mode": "runtime",
+        "changes": changes,
+        "distinct_values": changes,
+        "compiles": None if before is None or after is None else after - before,
+        "seconds": secs,
+        "expected": "0 compiles",
+    }
 
 
 def triton_constexpr(x, values: list[float]) -> dict:
@@ -139,9 +168,15 @@ def triton_constexpr(x, values: list[float]) -> dict:
     torch.cuda.synchronize()
     secs = time.perf_counter() - t
     after = cache_size(add_c_constexpr)
-    return {"kind": "peer", "mode": "specialized", "changes": len(values), "distinct_values": len(values),
-            "compiles": None if before is None or after is None else after - before, "seconds": secs,
-            "expected": f"{len(values)} compiles"}
+    return {
+        "kind": "peer",
+        "mode": "specialized",
+        "changes": len(values),
+        "distinct_values": len(values),
+        "compiles": None if before is None or after is None else after - before,
+        "seconds": secs,
+        "expected": f"{len(values)} compiles",
+    }
 
 
 def distinct_values(count: int, seed: int | None = None) -> list[float]:
@@ -159,11 +194,13 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
     values = distinct_values(n_specialized)
     x = torch.randn(1 << 16, device="cuda")
     res: dict = {}
-    cases = [("kjit runtime scalar", lambda: kjit_runtime(x, RUNTIME_CHANGES), None),
-             ("kjit specialized scalar", lambda: kjit_specialized(x, values), None),
-             ("torch.compile Python float", lambda: torch_compile_float(x, RUNTIME_CHANGES), "torch.compile"),
-             ("triton runtime argument", lambda: triton_runtime(x, RUNTIME_CHANGES), "triton"),
-             ("triton tl.constexpr", lambda: triton_constexpr(x, values), "triton")]
+    cases = [
+        ("kjit runtime scalar", lambda: kjit_runtime(x, RUNTIME_CHANGES), None),
+        ("kjit specialized scalar", lambda: kjit_specialized(x, values), None),
+        ("torch.compile Python float", lambda: torch_compile_float(x, RUNTIME_CHANGES), "torch.compile"),
+        ("triton runtime argument", lambda: triton_runtime(x, RUNTIME_CHANGES), "triton"),
+        ("triton tl.constexpr", lambda: triton_constexpr(x, values), "triton"),
+    ]
     for name, fn, peer in cases:
         if peer and not machine.available(peer_versions, peer):
             res[name] = peer_versions.get(peer) or f"skipped: {peer} not detected"
@@ -175,6 +212,13 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
         if log:
             v = res[name]
             log(f"  {name}: " + (f"{v['compiles']} compiles in {v['seconds']:.2f} s" if isinstance(v, dict) else v))
-    return {"runtime_changes": RUNTIME_CHANGES, "specialized_values": n_specialized, "results": res,
-            "vs": {"torch.compile Python float": "kjit runtime scalar", "triton runtime argument": "kjit runtime scalar",
-                   "triton tl.constexpr": "kjit specialized scalar"}}
+    return {
+        "runtime_changes": RUNTIME_CHANGES,
+        "specialized_values": n_specialized,
+        "results": res,
+        "vs": {
+            "torch.compile Python float": "kjit runtime scalar",
+            "triton runtime argument": "kjit runtime scalar",
+            "triton tl.constexpr": "kjit specialized scalar",
+        },
+    }

@@ -80,19 +80,33 @@ def behind(result: dict) -> list[dict]:
         if _is(v) and v.get("kind") == "peer" and _is(ov.get(v.get("vs"))):
             k, p = ov[v["vs"]]["us"]["median"], v["us"]["median"]
             if p < k:
-                out.append(dict(section="overhead", figure=f"CPU cost per call: {v['vs']} vs {name}", peer=name,
-                                kjit=k, peer_value=p, unit="us", ratio=p / k))
+                out.append(
+                    dict(
+                        section="overhead",
+                        figure=f"CPU cost per call: {v['vs']} vs {name}",
+                        peer=name,
+                        kjit=k,
+                        peer_value=p,
+                        unit="us",
+                        ratio=p / k,
+                    )
+                )
     fc = (result.get("first_call") or {}).get("results") or {}
     if _is(fc.get("kjit")):
         for peer, v in fc.items():
             if peer.startswith("kjit") or not _is(v):  # kjit itself, and its variants (no preload)
                 continue
-            for kind, label in (("empty_cache", "first call of the add kernel, empty cache"),
-                                ("warm_cache_new_process", "first call of the add kernel, new process, warm cache")):
+            for kind, label in (
+                ("empty_cache", "first call of the add kernel, empty cache"),
+                ("warm_cache_new_process", "first call of the add kernel, new process, warm cache"),
+            ):
                 k, p = first_call_add_ms(fc["kjit"], kind), first_call_add_ms(v, kind)
                 if k is not None and p is not None and p < k:
-                    out.append(dict(section="first_call", figure=label, peer=peer, kjit=k, peer_value=p,
-                                    unit="ms", ratio=p / k))
+                    out.append(
+                        dict(
+                            section="first_call", figure=label, peer=peer, kjit=k, peer_value=p, unit="ms", ratio=p / k
+                        )
+                    )
     bw = result.get("bandwidth") or {}
     for part in ("sweep", "reference"):
         for r in bw.get(part) or []:
@@ -104,8 +118,17 @@ def behind(result: dict) -> list[dict]:
                     continue
                 if v > g["kjit"]:
                     where = _size(r.get("size_bytes")) if part == "sweep" else _shape(r["shape"])
-                    out.append(dict(section="bandwidth", figure=f"{r['op']} {r['dtype']} {where} ({part})",
-                                    peer=peer, kjit=g["kjit"], peer_value=v, unit="GB/s", ratio=g["kjit"] / v))
+                    out.append(
+                        dict(
+                            section="bandwidth",
+                            figure=f"{r['op']} {r['dtype']} {where} ({part})",
+                            peer=peer,
+                            kjit=g["kjit"],
+                            peer_value=v,
+                            unit="GB/s",
+                            ratio=g["kjit"] / v,
+                        )
+                    )
     for p in (result.get("small") or {}).get("points") or []:
         us = p.get("us") or {}
         if not _is(us.get("kjit")):
@@ -113,16 +136,34 @@ def behind(result: dict) -> list[dict]:
         for peer in small.PEERS:
             if _is(us.get(peer)) and us[peer]["median"] < us["kjit"]["median"]:
                 k, v = us["kjit"]["median"], us[peer]["median"]
-                out.append(dict(section="small", figure=f"time per call: {small.where(p)}", peer=peer, kjit=k,
-                                peer_value=v, unit="us", ratio=v / k))
+                out.append(
+                    dict(
+                        section="small",
+                        figure=f"time per call: {small.where(p)}",
+                        peer=peer,
+                        kjit=k,
+                        peer_value=v,
+                        unit="us",
+                        ratio=v / k,
+                    )
+                )
     for p in (result.get("matmul") or {}).get("points") or []:
         tf = p.get("tflops") or {}
         if "kjit" not in tf:
             continue
         for peer in matmul.CONTENDERS.get(p.get("kind"), ())[1:]:
             if peer in tf and tf[peer] > tf["kjit"]:
-                out.append(dict(section="matmul", figure=f"TFLOP/s: {matmul.where(p)}", peer=peer, kjit=tf["kjit"],
-                                peer_value=tf[peer], unit="TFLOP/s", ratio=tf["kjit"] / tf[peer]))
+                out.append(
+                    dict(
+                        section="matmul",
+                        figure=f"TFLOP/s: {matmul.where(p)}",
+                        peer=peer,
+                        kjit=tf["kjit"],
+                        peer_value=tf[peer],
+                        unit="TFLOP/s",
+                        ratio=tf["kjit"] / tf[peer],
+                    )
+                )
     rc = result.get("recompile") or {}
     res = rc.get("results") or {}
     for peer, ref in (rc.get("vs") or {}).items():
@@ -130,12 +171,29 @@ def behind(result: dict) -> list[dict]:
         if not (_is(p) and _is(k)) or p.get("compiles") is None or k.get("compiles") is None:
             continue
         if p["compiles"] < k["compiles"]:
-            out.append(dict(section="recompile", figure=f"new compiles over {p['changes']} changes ({ref})",
-                            peer=peer, kjit=k["compiles"], peer_value=p["compiles"], unit="compiles",
-                            ratio=(p["compiles"] / k["compiles"]) if k["compiles"] else 0.0))
+            out.append(
+                dict(
+                    section="recompile",
+                    figure=f"new compiles over {p['changes']} changes ({ref})",
+                    peer=peer,
+                    kjit=k["compiles"],
+                    peer_value=p["compiles"],
+                    unit="compiles",
+                    ratio=(p["compiles"] / k["compiles"]) if k["compiles"] else 0.0,
+                )
+            )
         elif p["compiles"] == k["compiles"] and p["seconds"] < k["seconds"]:
-            out.append(dict(section="recompile", figure=f"seconds for {p['changes']} changes ({ref})", peer=peer,
-                            kjit=k["seconds"], peer_value=p["seconds"], unit="s", ratio=p["seconds"] / k["seconds"]))
+            out.append(
+                dict(
+                    section="recompile",
+                    figure=f"seconds for {p['changes']} changes ({ref})",
+                    peer=peer,
+                    kjit=k["seconds"],
+                    peer_value=p["seconds"],
+                    unit="s",
+                    ratio=p["seconds"] / k["seconds"],
+                )
+            )
     return out
 
 
@@ -145,17 +203,23 @@ NOISE = 0.02
 
 def _behind_line(b: dict) -> str:
     fmt = "{:.0f}" if b["unit"] in ("GB/s", "compiles") else "{:.1f}" if b["unit"] == "TFLOP/s" else "{:.3g}"
-    return (f"- {b['section']}: {b['figure']}: {b['peer']} is faster, kjit at {b['ratio']:.2f}x "
-            f"({fmt.format(b['kjit'])} {b['unit']} for kjit, {fmt.format(b['peer_value'])} {b['unit']} for "
-            f"{b['peer']})")
+    return (
+        f"- {b['section']}: {b['figure']}: {b['peer']} is faster, kjit at {b['ratio']:.2f}x "
+        f"({fmt.format(b['kjit'])} {b['unit']} for kjit, {fmt.format(b['peer_value'])} {b['unit']} for "
+        f"{b['peer']})"
+    )
 
 
 # -- sections --------------------------------------------------------------------------------------------
 def _overhead_md(sec: dict) -> list[str]:
     res = sec.get("results") or {}
-    out = [f"## CPU cost per cached call ({sec.get('n')} {sec.get('dtype')} elements, add a constant)", "",
-           f"Median / min / max over {sec.get('reps')} batches of {sec.get('calls')} calls. "
-           "\"kjit / peer\": peer time / kjit time against the kjit entry named (above 1: kjit faster).", ""]
+    out = [
+        f"## CPU cost per cached call ({sec.get('n')} {sec.get('dtype')} elements, add a constant)",
+        "",
+        f"Median / min / max over {sec.get('reps')} batches of {sec.get('calls')} calls. "
+        '"kjit / peer": peer time / kjit time against the kjit entry named (above 1: kjit faster).',
+        "",
+    ]
     rows = []
     for name, v in res.items():
         if not _is(v):
@@ -164,17 +228,32 @@ def _overhead_md(sec: dict) -> list[str]:
         us = v["us"]
         ref = res.get(v.get("vs")) if v.get("vs") else None
         r = us["median"] / ref["us"]["median"] if _is(ref) and ref["us"]["median"] else None
-        rows.append([name, f"{us['median']:.2f} us", f"{us['min']:.2f}-{us['max']:.2f}",
-                     _x(v.get("ratio_vs_torch_add_out")), v.get("vs") or "(kjit)", _x(r), v.get("kind", "")])
-    return out + _table(["call", "median", "min-max", "vs torch.add(out=)", "compared with", "kjit / peer", "kind"],
-                        rows)
+        rows.append(
+            [
+                name,
+                f"{us['median']:.2f} us",
+                f"{us['min']:.2f}-{us['max']:.2f}",
+                _x(v.get("ratio_vs_torch_add_out")),
+                v.get("vs") or "(kjit)",
+                _x(r),
+                v.get("kind", ""),
+            ]
+        )
+    return out + _table(
+        ["call", "median", "min-max", "vs torch.add(out=)", "compared with", "kjit / peer", "kind"], rows
+    )
 
 
 # The add kernel's case in each probe: kjit's first compile of a process is what a peer's first call is.
 _ADD_CASE = {"empty_cache": "add, first kjit compile of the process", "warm_cache_new_process": "add"}
 # Targets (issue 17), by case; "<op> forward + backward" rows are computed from the two cases.
-FIRST_CALL_TARGETS_MS = {"add, first kjit compile of the process": 60.0, "add, new specialization": 25.0,
-                         "forward": 60.0, "forward + backward": 100.0, "warm": 2.0}
+FIRST_CALL_TARGETS_MS = {
+    "add, first kjit compile of the process": 60.0,
+    "add, new specialization": 25.0,
+    "forward": 60.0,
+    "forward + backward": 100.0,
+    "warm": 2.0,
+}
 
 
 def _add_case(v: dict, kind: str) -> dict | None:
@@ -220,7 +299,8 @@ def _with_pairs(cases: dict) -> dict:
             out[case[:-9] + " forward + backward"] = {
                 "ms": {"median": f["ms"]["median"] + e["ms"]["median"]},
                 "phase_ms": {p: fp[p] + ep[p] for p in fp if p in ep},
-                "compiles": (f.get("compiles") or 0) + (e.get("compiles") or 0)}
+                "compiles": (f.get("compiles") or 0) + (e.get("compiles") or 0),
+            }
     return out
 
 
@@ -228,10 +308,15 @@ def _first_call_md(sec: dict) -> list[str]:
     res = sec.get("results") or {}
     k = res.get("kjit") if _is(res.get("kjit")) else None
     method = f" Method: {sec['method']}." if sec.get("method") else ""
-    out = ["## First calls (import and CUDA context excluded)", "",
-           f"Median (min-max) over {sec.get('repeats')} fresh cache directories; each time a first process "
-           f"(empty cache) and a second one (warm disk cache).{method}", "",
-           "### The add kernel, against the peers", ""]
+    out = [
+        "## First calls (import and CUDA context excluded)",
+        "",
+        f"Median (min-max) over {sec.get('repeats')} fresh cache directories; each time a first process "
+        f"(empty cache) and a second one (warm disk cache).{method}",
+        "",
+        "### The add kernel, against the peers",
+        "",
+    ]
     rows = []
     for peer, v in res.items():
         if not _is(v):
@@ -245,12 +330,23 @@ def _first_call_md(sec: dict) -> list[str]:
             kv, pv = (first_call_add_ms(k, kind) if k else None), first_call_add_ms(v, kind)
             ratios.append(_x(pv / kv) if kv and pv is not None else "-")
         rows.append(cells + ratios)
-    out += _table(["peer", "empty cache (kjit: first compile of the process)", "new process, warm cache",
-                   "kjit / peer (empty)", "kjit / peer (warm)"], rows)
+    out += _table(
+        [
+            "peer",
+            "empty cache (kjit: first compile of the process)",
+            "new process, warm cache",
+            "kjit / peer (empty)",
+            "kjit / peer (warm)",
+        ],
+        rows,
+    )
     if not k or not any(_is(k.get(kind)) for kind in ("empty_cache", "warm_cache_new_process")):
         return out
-    out += ["", "### kjit: every first call, and where its time went (ms; other = the rest: Python, launch, "
-            "the op's own work)", ""]
+    out += [
+        "",
+        "### kjit: every first call, and where its time went (ms; other = the rest: Python, launch, the op's own work)",
+        "",
+    ]
     phases = ["template", "key", "store", "compile", "module_load"]
     rows = []
     for kind, title in (("empty_cache", "empty cache"), ("warm_cache_new_process", "warm cache, new process")):
@@ -261,8 +357,11 @@ def _first_call_md(sec: dict) -> list[str]:
             other = ms["median"] - sum(ph.get(p, 0.0) for p in phases)
             t = _target(kind, case)
             verdict = "-" if t is None else (f"<= {t:g}: met" if ms["median"] <= t else f"<= {t:g}: over")
-            rows.append([title, case, f"{ms['median']:.1f}{spread}"] + [_num(ph.get(p), "{:.1f}") for p in phases]
-                        + [f"{other:.1f}", str(e.get("compiles", "-")), verdict])
+            rows.append(
+                [title, case, f"{ms['median']:.1f}{spread}"]
+                + [_num(ph.get(p), "{:.1f}") for p in phases]
+                + [f"{other:.1f}", str(e.get("compiles", "-")), verdict]
+            )
     return out + _table(["cache", "call", "ms"] + phases + ["other", "compiles", "target ms"], rows)
 
 
@@ -275,8 +374,12 @@ def _peers_in(rows: list[dict]) -> list[str]:
 def _bandwidth_rows(rows: list[dict], part: str) -> list[str]:
     peers = _peers_in(rows)
     others = [p for p in peers if p not in ("copy", "kjit", "kjit generic")]
-    header = ["op", "dtype", "size" if part == "sweep" else "shape"] + [f"{p} GB/s" for p in peers] + \
-        ["kjit min-max", "kjit / copy"] + [f"kjit / {p}" for p in others]
+    header = (
+        ["op", "dtype", "size" if part == "sweep" else "shape"]
+        + [f"{p} GB/s" for p in peers]
+        + ["kjit min-max", "kjit / copy"]
+        + [f"kjit / {p}" for p in others]
+    )
     if "kjit generic" in peers:
         header.append("specialized / generic")
     body = []
@@ -297,18 +400,25 @@ def _bandwidth_rows(rows: list[dict], part: str) -> list[str]:
             cells.append(_x(g["kjit"] / g["kjit generic"]) if "kjit" in g and "kjit generic" in g else "-")
         body.append(cells)
     out = _table(header, body)
-    errs = [f"- {r['op']} {r['dtype']} {_shape(r['shape'])}: {p}: {e}" for r in rows
-            for p, e in (r.get("errors") or {}).items()]
+    errs = [
+        f"- {r['op']} {r['dtype']} {_shape(r['shape'])}: {p}: {e}"
+        for r in rows
+        for p, e in (r.get("errors") or {}).items()
+    ]
     if errs:
         out += ["", "Peers that failed:", ""] + errs
     return out
 
 
 def _bandwidth_md(sec: dict) -> list[str]:
-    out = ["## Bandwidth of the kernel library", "",
-           f"GB/s of the bytes each op reads and writes once; median of {sec.get('reps')} CUDA-event timings of "
-           f"{sec.get('inner', 10)} back-to-back calls; a device copy of the same bytes in the same run. "
-           "\"kjit / peer\": kjit GB/s over the peer's (above 1: kjit faster).", ""]
+    out = [
+        "## Bandwidth of the kernel library",
+        "",
+        f"GB/s of the bytes each op reads and writes once; median of {sec.get('reps')} CUDA-event timings of "
+        f"{sec.get('inner', 10)} back-to-back calls; a device copy of the same bytes in the same run. "
+        '"kjit / peer": kjit GB/s over the peer\'s (above 1: kjit faster).',
+        "",
+    ]
     if sec.get("sweep"):
         out += ["### Size sweep", ""] + _bandwidth_rows(sec["sweep"], "sweep") + [""]
     if sec.get("reference"):
@@ -318,19 +428,33 @@ def _bandwidth_md(sec: dict) -> list[str]:
 
 def _recompile_md(sec: dict) -> list[str]:
     res = sec.get("results") or {}
-    out = ["## Changing a scalar: new compiles", "",
-           f"{sec.get('runtime_changes')} changes of a runtime scalar; {sec.get('specialized_values')} distinct values "
-           "of a specialized one (counts exclude the warm-up call).", ""]
+    out = [
+        "## Changing a scalar: new compiles",
+        "",
+        f"{sec.get('runtime_changes')} changes of a runtime scalar; {sec.get('specialized_values')} distinct values "
+        "of a specialized one (counts exclude the warm-up call).",
+        "",
+    ]
     rows = []
     for name, v in res.items():
         if not _is(v):
             rows.append([name, v, "-", "-", "-", "-", "-"])
             continue
-        rows.append([name, str(v["changes"]), str(v["distinct_values"]),
-                     "?" if v.get("compiles") is None else str(v["compiles"]), f"{v['seconds']:.3f}",
-                     _num(v.get("compile_ms"), "{:.0f}"), v.get("expected", "")])
-    return out + _table(["case", "value changes", "distinct values", "new compiles", "seconds",
-                         "compile ms (kjit.stats)", "expected"], rows)
+        rows.append(
+            [
+                name,
+                str(v["changes"]),
+                str(v["distinct_values"]),
+                "?" if v.get("compiles") is None else str(v["compiles"]),
+                f"{v['seconds']:.3f}",
+                _num(v.get("compile_ms"), "{:.0f}"),
+                v.get("expected", ""),
+            ]
+        )
+    return out + _table(
+        ["case", "value changes", "distinct values", "new compiles", "seconds", "compile ms (kjit.stats)", "expected"],
+        rows,
+    )
 
 
 def _small_cell(p: dict, contender: str) -> str:
@@ -361,9 +485,11 @@ def small_summary_line(sec: dict) -> str:
     eager = _small_spread(s["vs_eager"], "eager")
     if s["vs_eager"]:
         eager += f" (median target <= {t['eager_median_max']:.2f}x: {'met' if s['median_met'] else 'missed'})"
-    line = (f"{eager}; {_small_spread(s['vs_compiled'], 'torch.compile')}; misses: {s['misses_vs_eager']} vs "
-            f"eager (> {t['eager_max']:.2f}x), {s['misses_vs_compiled']} vs torch.compile "
-            f"(> {t['compiled_max']:.2f}x), over {s['points']} points")
+    line = (
+        f"{eager}; {_small_spread(s['vs_compiled'], 'torch.compile')}; misses: {s['misses_vs_eager']} vs "
+        f"eager (> {t['eager_max']:.2f}x), {s['misses_vs_compiled']} vs torch.compile "
+        f"(> {t['compiled_max']:.2f}x), over {s['points']} points"
+    )
     if s["kjit_failed"]:
         line += f"; kjit has no figure at {s['kjit_failed']} points"
     return line + "."
@@ -373,18 +499,23 @@ def _small_md(sec: dict) -> list[str]:
     t = {**small.TARGETS, **(sec.get("targets") or {})}
     points = sec.get("points") or []
     s = small.summary(sec)  # from the points, never a stale copy
-    out = [f"## Time per call at small sizes (rows x {sec.get('cols', small.COLS)})", "",
-           f"Microseconds per call of back-to-back calls synchronized at the end: median of {sec.get('reps')} "
-           f"batches of {sec.get('calls')} calls, the contenders taking turns after {sec.get('warmup')} warm-up "
-           "calls each. torch.compile: mode default, dynamic=False, compiled once per shape before timing "
-           f"({sec.get('compile_s', 0):.0f} s of compiles, budget {sec.get('compile_budget_s', 0):.0f} s). "
-           f"`{small.POOL}` runs on NCHW [rows, 4, 32, 32]. \"kjit / peer\": kjit's time over the peer's "
-           "(below 1: kjit faster; bold: a miss).", "",
-           f"Targets: kjit <= {t['eager_max']:.2f}x eager at every size, median <= {t['eager_median_max']:.2f}x; "
-           f"kjit <= {t['compiled_max']:.2f}x torch.compile.", "",
-           "**Summary**: " + small_summary_line(sec), ""]
-    by_dtype = [f"{d} {v['median']:.2f}x (worst {v['worst']:.2f}x)" for d, v in (s.get("by_dtype") or {}).items()
-                if v]
+    out = [
+        f"## Time per call at small sizes (rows x {sec.get('cols', small.COLS)})",
+        "",
+        f"Microseconds per call of back-to-back calls synchronized at the end: median of {sec.get('reps')} "
+        f"batches of {sec.get('calls')} calls, the contenders taking turns after {sec.get('warmup')} warm-up "
+        "calls each. torch.compile: mode default, dynamic=False, compiled once per shape before timing "
+        f"({sec.get('compile_s', 0):.0f} s of compiles, budget {sec.get('compile_budget_s', 0):.0f} s). "
+        f"`{small.POOL}` runs on NCHW [rows, 4, 32, 32]. \"kjit / peer\": kjit's time over the peer's "
+        "(below 1: kjit faster; bold: a miss).",
+        "",
+        f"Targets: kjit <= {t['eager_max']:.2f}x eager at every size, median <= {t['eager_median_max']:.2f}x; "
+        f"kjit <= {t['compiled_max']:.2f}x torch.compile.",
+        "",
+        "**Summary**: " + small_summary_line(sec),
+        "",
+    ]
+    by_dtype = [f"{d} {v['median']:.2f}x (worst {v['worst']:.2f}x)" for d, v in (s.get("by_dtype") or {}).items() if v]
     if by_dtype:
         out += ["Median kjit / eager by dtype: " + ", ".join(by_dtype) + ".", ""]
     order = {op: i for i, op in enumerate(sec.get("ops") or small.OPS)}
@@ -394,15 +525,29 @@ def _small_md(sec: dict) -> list[str]:
             if "error" in p:
                 rows.append([p["op"], str(p["rows"]), "error: " + str(p["error"]), "-", "-", "-", "-"])
                 continue
-            rows.append([p["op"], str(p["rows"])] + [_small_cell(p, c) for c in small.CONTENDERS] +
-                        [_small_ratio(p, "eager", t["eager_max"]), _small_ratio(p, "torch.compile", t["compiled_max"])])
-        out += [f"### {d}", ""] + _table(["op", "rows", "kjit us", "eager us", "torch.compile us", "kjit / eager",
-                                          "kjit / torch.compile"], rows) + [""]
+            rows.append(
+                [p["op"], str(p["rows"])]
+                + [_small_cell(p, c) for c in small.CONTENDERS]
+                + [_small_ratio(p, "eager", t["eager_max"]), _small_ratio(p, "torch.compile", t["compiled_max"])]
+            )
+        out += (
+            [f"### {d}", ""]
+            + _table(
+                ["op", "rows", "kjit us", "eager us", "torch.compile us", "kjit / eager", "kjit / torch.compile"], rows
+            )
+            + [""]
+        )
     m = small.misses(sec)
     out += ["### Misses", ""]
-    out += [f"- vs {x['peer']} (target <= {x['limit']:.2f}x): {x['op']} {x['dtype']} rows {x['rows']}: "
-            f"{x['ratio']:.2f}x ({x['kjit_us']:.2f} us for kjit, {x['peer_us']:.2f} us for {x['peer']})" for x in m] \
-        if m else ["- none: every point with figures meets its target"]
+    out += (
+        [
+            f"- vs {x['peer']} (target <= {x['limit']:.2f}x): {x['op']} {x['dtype']} rows {x['rows']}: "
+            f"{x['ratio']:.2f}x ({x['kjit_us']:.2f} us for kjit, {x['peer_us']:.2f} us for {x['peer']})"
+            for x in m
+        ]
+        if m
+        else ["- none: every point with figures meets its target"]
+    )
     skipped = [f"- {small.where(p)}: {c}: {r}" for p in points for c, r in (p.get("skipped") or {}).items()]
     if skipped:
         out += ["", "Skipped or failed:", ""] + skipped
@@ -421,8 +566,10 @@ def matmul_summary_lines(sec: dict) -> list[str]:
     """The matmul section's targets, each "met" / "missed" with its figure (from the points, never a stale
     copy), and the figures without a target."""
     s = matmul.summary(sec)
-    out = [f"- {v['target']}: **{matmul.verdict_text(v)}**" + (f" ({v['detail']})" if v["detail"] else "")
-           for v in matmul.verdicts(sec)]
+    out = [
+        f"- {v['target']}: **{matmul.verdict_text(v)}**" + (f" ({v['detail']})" if v["detail"] else "")
+        for v in matmul.verdicts(sec)
+    ]
     if s["square"] is not None:
         out.append(f"- kjit / cuBLAS at {matmul.SQUARE}^3: {s['square']:.2f}x (no target)")
     if s["swiglu_compiled"]:
@@ -435,19 +582,31 @@ def matmul_summary_lines(sec: dict) -> list[str]:
 def _matmul_md(sec: dict) -> list[str]:
     points = sec.get("points") or []
     tune = sec.get("kjit_tune")
-    out = [f"## Matrix ops ({sec.get('dtype', matmul.DTYPE)}, TFLOP/s)", "",
-           f"TFLOP/s = 2 M N K / time (swiglu: 2 M 2F K); time: median of {sec.get('reps')} CUDA-event timings of "
-           f"{sec.get('inner', matmul.INNER)} back-to-back calls after {sec.get('warmup')} warm-up calls, each "
-           f"contender cycling through copies of its operands spanning >= {sec.get('l2_factor', matmul.L2_FACTOR)}x "
-           f"the L2 ({(sec.get('l2_bytes') or 0) / MIB:.0f} MiB): no call finds its weights in L2. torch.compile: "
-           f"mode default, dynamic=False ({sec.get('compile_s', 0):.0f} s of compiles, budget "
-           f"{sec.get('compile_budget_s', 0):.0f} s). \"kjit / peer\": kjit TFLOP/s over the peer's (above 1: "
-           f"kjit faster). KJIT_TUNE={tune!r}" + (" (kjit tuned its configurations)" if tune not in ("", "0", None)
-                                                 else " (no tuning)") + ".", "",
-           "**Targets**:", ""] + matmul_summary_lines(sec) + [""]
-    titles = {"plain": "GEMM: kjit.ops.linear(x, w) vs F.linear (cuBLAS)",
-              "gelu": "Fused bias + gelu: kjit.ops.linear(x, w, b, activation=\"gelu\") vs F.gelu(F.linear(x, w, b))",
-              "swiglu": "Gated MLP: kjit.ops.linear_swiglu(x, w_gate_up) vs F.silu(F.linear(x, wg)) * F.linear(x, wu)"}
+    out = (
+        [
+            f"## Matrix ops ({sec.get('dtype', matmul.DTYPE)}, TFLOP/s)",
+            "",
+            f"TFLOP/s = 2 M N K / time (swiglu: 2 M 2F K); time: median of {sec.get('reps')} CUDA-event timings of "
+            f"{sec.get('inner', matmul.INNER)} back-to-back calls after {sec.get('warmup')} warm-up calls, each "
+            f"contender cycling through copies of its operands spanning >= {sec.get('l2_factor', matmul.L2_FACTOR)}x "
+            f"the L2 ({(sec.get('l2_bytes') or 0) / MIB:.0f} MiB): no call finds its weights in L2. torch.compile: "
+            f"mode default, dynamic=False ({sec.get('compile_s', 0):.0f} s of compiles, budget "
+            f'{sec.get("compile_budget_s", 0):.0f} s). "kjit / peer": kjit TFLOP/s over the peer\'s (above 1: '
+            f"kjit faster). KJIT_TUNE={tune!r}"
+            + (" (kjit tuned its configurations)" if tune not in ("", "0", None) else " (no tuning)")
+            + ".",
+            "",
+            "**Targets**:",
+            "",
+        ]
+        + matmul_summary_lines(sec)
+        + [""]
+    )
+    titles = {
+        "plain": "GEMM: kjit.ops.linear(x, w) vs F.linear (cuBLAS)",
+        "gelu": 'Fused bias + gelu: kjit.ops.linear(x, w, b, activation="gelu") vs F.gelu(F.linear(x, w, b))',
+        "swiglu": "Gated MLP: kjit.ops.linear_swiglu(x, w_gate_up) vs F.silu(F.linear(x, wg)) * F.linear(x, wu)",
+    }
     for kind in matmul.KINDS:
         pts = [p for p in points if p.get("kind") == kind]
         if not pts:
@@ -456,14 +615,25 @@ def _matmul_md(sec: dict) -> list[str]:
         rows = []
         for p in pts:
             if "error" in p:
-                rows.append([str(p["m"]), str(p["n"]), str(p["k"]), "error: " + str(p["error"])]
-                            + ["-"] * (2 * len(peers)))
+                rows.append(
+                    [str(p["m"]), str(p["n"]), str(p["k"]), "error: " + str(p["error"])] + ["-"] * (2 * len(peers))
+                )
                 continue
-            rows.append([str(p["m"]), str(p["n"]), str(p["k"])] + [_matmul_cell(p, c) for c in matmul.CONTENDERS[kind]]
-                        + [_x(p.get(matmul.RATIO_KEYS[peer])) for peer in peers])
-        out += [f"### {titles[kind]}", ""] + _table(
-            ["M", "F" if kind == "swiglu" else "N", "K"] + [f"{c} TFLOP/s" for c in matmul.CONTENDERS[kind]]
-            + [f"kjit / {peer}" for peer in peers], rows) + [""]
+            rows.append(
+                [str(p["m"]), str(p["n"]), str(p["k"])]
+                + [_matmul_cell(p, c) for c in matmul.CONTENDERS[kind]]
+                + [_x(p.get(matmul.RATIO_KEYS[peer])) for peer in peers]
+            )
+        out += (
+            [f"### {titles[kind]}", ""]
+            + _table(
+                ["M", "F" if kind == "swiglu" else "N", "K"]
+                + [f"{c} TFLOP/s" for c in matmul.CONTENDERS[kind]]
+                + [f"kjit / {peer}" for peer in peers],
+                rows,
+            )
+            + [""]
+        )
     c = sec.get("compile")
     if isinstance(c, dict):
         out += ["### Compile time of the first calls (fresh process, empty cache)", ""]
@@ -474,10 +644,19 @@ def _matmul_md(sec: dict) -> list[str]:
             for case, e in (c.get("cases") or {}).items():
                 ms = e["ms"]
                 ph = e.get("phase_ms") or {}
-                rows.append([case, f"{ms['median']:.0f} ({ms['min']:.0f}-{ms['max']:.0f})",
-                             str(e.get("compiles", "-")), _num(ph.get("compile"), "{:.0f}")])
-            out += [f"Median (min-max) over {c.get('repeats')} fresh processes, N={c.get('n')} K={c.get('k')}; "
-                    "kjit's first compile of the process (an add_constant) is paid before the clock.", ""]
+                rows.append(
+                    [
+                        case,
+                        f"{ms['median']:.0f} ({ms['min']:.0f}-{ms['max']:.0f})",
+                        str(e.get("compiles", "-")),
+                        _num(ph.get("compile"), "{:.0f}"),
+                    ]
+                )
+            out += [
+                f"Median (min-max) over {c.get('repeats')} fresh processes, N={c.get('n')} K={c.get('k')}; "
+                "kjit's first compile of the process (an add_constant) is paid before the clock.",
+                "",
+            ]
             out += _table(["call", "ms", "compiles", "NVRTC compile ms"], rows) + [""]
     skipped = [f"- {matmul.where(p)}: {k}: {r}" for p in points for k, r in (p.get("skipped") or {}).items()]
     if skipped:
@@ -486,7 +665,7 @@ def _matmul_md(sec: dict) -> list[str]:
 
 
 def _spec_labels(specs: dict) -> str:
-    """"A / B / C" of the template arguments that differ between the specializations ("BLOCK=256 / 128 /
+    """ "A / B / C" of the template arguments that differ between the specializations ("BLOCK=256 / 128 /
     512"), or all of them when none differs."""
     steps = [s for s in library_headers.STEPS if _is(specs.get(s))]
     keys = list(dict.fromkeys(k for s in steps for k in specs[s]))
@@ -515,14 +694,18 @@ def _lib_cell(e: dict | None, ref: dict | None = None) -> str:
 def _library_headers_md(sec: dict) -> list[str]:
     lh = library_headers
     env = sec.get("env", lh.ENV)
-    out = [f"## Kernels on CUDA's C++ libraries: compiles with NVRTC's PCH off and on ({sec.get('arch')})", "",
-           f"Milliseconds, median (min-max) over {sec.get('reps')} fresh cache directories per kernel and setting "
-           f"of {env}, compile-only: **first**: a new process, empty cache, from Template.from_file to "
-           "specialization A (the passes that learn the macro-computed includes included); **second spec**: "
-           "specialization B in the same process; **warm-index first**: a new process on the same cache (the "
-           "header index knows the learned includes), from Template.from_file to specialization C. NVRTC's "
-           "start-up is paid before the clock. The ratio after a PCH-on figure: on / off of the medians (below 1: "
-           "PCH faster). headers: the template's headers, and the bytes of those found on the include path.", ""]
+    out = [
+        f"## Kernels on CUDA's C++ libraries: compiles with NVRTC's PCH off and on ({sec.get('arch')})",
+        "",
+        f"Milliseconds, median (min-max) over {sec.get('reps')} fresh cache directories per kernel and setting "
+        f"of {env}, compile-only: **first**: a new process, empty cache, from Template.from_file to "
+        "specialization A (the passes that learn the macro-computed includes included); **second spec**: "
+        "specialization B in the same process; **warm-index first**: a new process on the same cache (the "
+        "header index knows the learned includes), from Template.from_file to specialization C. NVRTC's "
+        "start-up is paid before the clock. The ratio after a PCH-on figure: on / off of the medians (below 1: "
+        "PCH faster). headers: the template's headers, and the bytes of those found on the include path.",
+        "",
+    ]
     rows, failed = [], {}
     for name, v in (sec.get("kernels") or {}).items():
         if not _is(v):
@@ -537,8 +720,9 @@ def _library_headers_md(sec: dict) -> list[str]:
             for setting, e in (("off", off), ("on", on)):
                 for err in (e or {}).get("errors") or []:
                     # One note per kernel and cause: the same cause in several steps and settings is listed once.
-                    g = failed.setdefault((name, lh.cause(err)),
-                                          {"reason": lh.reason(err), "steps": {}, "settings": {}})
+                    g = failed.setdefault(
+                        (name, lh.cause(err)), {"reason": lh.reason(err), "steps": {}, "settings": {}}
+                    )
                     g["steps"][lh.STEP_TITLES[step]] = g["settings"][setting] = None
         h = v.get("headers") if _is(v.get("headers")) else {}
         cells += [str(h.get("count", "-")), f"{h['bytes'] / 1024:.0f} KiB" if h.get("bytes") is not None else "-"]
@@ -549,34 +733,53 @@ def _library_headers_md(sec: dict) -> list[str]:
     out += _table(header + ["headers", "header bytes"], rows)
     reported = []
     for setting in sec.get("settings") or lh.SETTINGS:
-        got = [(name, ((v.get("pch") or {}).get(setting) or {})) for name, v in (sec.get("kernels") or {}).items()
-               if _is(v)]
+        got = [
+            (name, ((v.get("pch") or {}).get(setting) or {}))
+            for name, v in (sec.get("kernels") or {}).items()
+            if _is(v)
+        ]
         said = [json.dumps(e["kjit_reported"], sort_keys=True) for _, e in got if e.get("kjit_reported")]
         warned = [w.splitlines()[-1][:200] for _, e in got for w in e.get("stderr") or []]
-        line = f"- {env}={setting}: " + ("kjit reported " + "; ".join(dict.fromkeys(said)) if said else
-                                         "kjit reported no PCH setting (the figures are under the variable's value "
-                                         "only; a kjit that does not know it ignores it)")
+        line = f"- {env}={setting}: " + (
+            "kjit reported " + "; ".join(dict.fromkeys(said))
+            if said
+            else "kjit reported no PCH setting (the figures are under the variable's value "
+            "only; a kjit that does not know it ignores it)"
+        )
         if warned:
             line += "; the processes printed: " + "; ".join(dict.fromkeys(warned))
         reported.append(line)
     if reported:
         out += ["", "The setting as kjit ran it:", ""] + reported
     if failed:
-        out += ["", "Failed:", ""] + [f"- {name} ({', '.join(g['steps'])}; {env}={', '.join(g['settings'])}): "
-                                       f"{g['reason']}" for (name, _), g in failed.items()]
+        out += ["", "Failed:", ""] + [
+            f"- {name} ({', '.join(g['steps'])}; {env}={', '.join(g['settings'])}): {g['reason']}"
+            for (name, _), g in failed.items()
+        ]
     return out
 
 
 def markdown(result: dict) -> str:
     m = result.get("machine", {})
     peers = m.get("peers") or {}
-    lines = [f"# kjit bench: {m.get('gpu') or 'no GPU'} ({m.get('date')})", "",
-             f"driver {m.get('driver')}, CUDA {m.get('cuda')}, torch {m.get('torch')}, kjit {m.get('kjit')}"
-             + ("; quick run" if result.get("quick") else ""), "",
-             "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()), ""]
-    for key, fn in (("overhead", _overhead_md), ("first_call", _first_call_md), ("bandwidth", _bandwidth_md),
-                    ("recompile", _recompile_md), ("small", _small_md), ("matmul", _matmul_md),
-                    ("library_headers", _library_headers_md)):
+    lines = [
+        f"# kjit bench: {m.get('gpu') or 'no GPU'} ({m.get('date')})",
+        "",
+        f"driver {m.get('driver')}, CUDA {m.get('cuda')}, torch {m.get('torch')}, kjit {m.get('kjit')}"
+        + ("; quick run" if result.get("quick") else ""),
+        "",
+        "Peers: " + ", ".join(f"{k} {v}" for k, v in peers.items()),
+        "",
+    ]
+    for key, fn in (
+        ("overhead", _overhead_md),
+        ("first_call", _first_call_md),
+        ("bandwidth", _bandwidth_md),
+        ("recompile", _recompile_md),
+        ("small", _small_md),
+        ("matmul", _matmul_md),
+        ("library_headers", _library_headers_md),
+    ):
         sec = result.get(key)
         if sec is None:
             continue
@@ -592,6 +795,10 @@ def markdown(result: dict) -> str:
     lines += ["## Where kjit is behind", ""]
     lines += [_behind_line(b) for b in clear] if clear else ["- nowhere in these figures"]
     if close:
-        lines += ["", f"Peers ahead by less than {NOISE:.0%} (within run-to-run spread): "
-                  + "; ".join(f"{b['figure']}: {b['peer']} {b['ratio']:.3f}x" for b in close) + "."]
+        lines += [
+            "",
+            f"Peers ahead by less than {NOISE:.0%} (within run-to-run spread): "
+            + "; ".join(f"{b['figure']}: {b['peer']} {b['ratio']:.3f}x" for b in close)
+            + ".",
+        ]
     return "\n".join(lines) + "\n"

@@ -33,8 +33,20 @@ ROWS_FULL = (1, 8, 64, 512, 4096)
 ROWS_QUICK = (1, 64, 4096)
 DTYPES_FULL = ("bfloat16", "float32")
 DTYPES_QUICK = ("bfloat16",)
-OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "add_rms_norm", "add_layer_norm", "silu", "gelu",
-       "sum(dim=-1)", "amax(dim=-1)", "silu(x) * s", "max_pool2d 2x2 s2")
+OPS = (
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "rms_norm",
+    "add_rms_norm",
+    "add_layer_norm",
+    "silu",
+    "gelu",
+    "sum(dim=-1)",
+    "amax(dim=-1)",
+    "silu(x) * s",
+    "max_pool2d 2x2 s2",
+)
 POOL = "max_pool2d 2x2 s2"
 CONTENDERS = ("kjit", "eager", "torch.compile")
 PEERS = ("eager", "torch.compile")
@@ -73,7 +85,7 @@ def _targets(sec: dict) -> dict:
 
 
 def where(point: dict) -> str:
-    """"softmax bfloat16 rows 64": how a point is named in lists."""
+    """ "softmax bfloat16 rows 64": how a point is named in lists."""
     return f"{point['op']} {point['dtype']} rows {point['rows']}"
 
 
@@ -87,8 +99,18 @@ def misses(sec: dict) -> list[dict]:
         for peer in PEERS:
             r = p.get(RATIO_KEYS[peer])
             if r is not None and r > limits[peer]:
-                out.append(dict(op=p["op"], dtype=p["dtype"], rows=p["rows"], peer=peer, ratio=r,
-                                limit=limits[peer], kjit_us=_median_us(p, "kjit"), peer_us=_median_us(p, peer)))
+                out.append(
+                    dict(
+                        op=p["op"],
+                        dtype=p["dtype"],
+                        rows=p["rows"],
+                        peer=peer,
+                        ratio=r,
+                        limit=limits[peer],
+                        kjit_us=_median_us(p, "kjit"),
+                        peer_us=_median_us(p, peer),
+                    )
+                )
     return out
 
 
@@ -97,8 +119,7 @@ def _spread(points: list[dict], key: str) -> dict | None:
     if not vals:
         return None
     worst, wp = max(vals, key=lambda v: v[0])
-    return {"median": statistics.median(v for v, _ in vals), "worst": worst, "worst_at": where(wp),
-            "n": len(vals)}
+    return {"median": statistics.median(v for v, _ in vals), "worst": worst, "worst_at": where(wp), "n": len(vals)}
 
 
 def summary(sec: dict) -> dict:
@@ -143,8 +164,9 @@ def _ops() -> dict:
     rms_eager = (lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)) if has_rms else None
 
     def op(kjit_fn, eager, weights=0, ref=None, missing=None, residual=False):
-        return dict(kjit=kjit_fn, eager=eager, weights=weights, ref=ref or eager, eager_missing=missing,
-                    residual=residual)
+        return dict(
+            kjit=kjit_fn, eager=eager, weights=weights, ref=ref or eager, eager_missing=missing, residual=residual
+        )
 
     def add_rms_eager(x, r, w):
         h = x + r
@@ -161,18 +183,33 @@ def _ops() -> dict:
     return {
         "softmax": op(lambda x: kjit.ops.softmax(x, -1), lambda x: torch.softmax(x, -1)),
         "log_softmax": op(lambda x: kjit.ops.log_softmax(x, -1), lambda x: F.log_softmax(x, -1)),
-        "layer_norm": op(lambda x, w, b: kjit.ops.layer_norm(x, w, b, 1e-5),
-                         lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5), weights=2),
-        "rms_norm": op(lambda x, w: kjit.ops.rms_norm(x, w, 1e-6), rms_eager, weights=1,
-                       ref=None if has_rms else (lambda x, w: _rms_norm_ref(x, w, 1e-6)),
-                       missing=None if has_rms else f"torch.nn.functional.rms_norm needs torch >= 2.4 "
-                                                    f"(this is torch {torch.__version__})"),
-        "add_rms_norm": op(lambda x, r, w: kjit.ops.add_rms_norm(x, r, w, 1e-6), add_rms_eager if has_rms else None,
-                           weights=1, residual=True, ref=None if has_rms else add_rms_ref,
-                           missing=None if has_rms else f"torch.nn.functional.rms_norm needs torch >= 2.4 "
-                                                        f"(this is torch {torch.__version__})"),
-        "add_layer_norm": op(lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5), add_ln_eager, weights=2,
-                             residual=True),
+        "layer_norm": op(
+            lambda x, w, b: kjit.ops.layer_norm(x, w, b, 1e-5),
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+            weights=2,
+        ),
+        "rms_norm": op(
+            lambda x, w: kjit.ops.rms_norm(x, w, 1e-6),
+            rms_eager,
+            weights=1,
+            ref=None if has_rms else (lambda x, w: _rms_norm_ref(x, w, 1e-6)),
+            missing=None
+            if has_rms
+            else f"torch.nn.functional.rms_norm needs torch >= 2.4 (this is torch {torch.__version__})",
+        ),
+        "add_rms_norm": op(
+            lambda x, r, w: kjit.ops.add_rms_norm(x, r, w, 1e-6),
+            add_rms_eager if has_rms else None,
+            weights=1,
+            residual=True,
+            ref=None if has_rms else add_rms_ref,
+            missing=None
+            if has_rms
+            else f"torch.nn.functional.rms_norm needs torch >= 2.4 (this is torch {torch.__version__})",
+        ),
+        "add_layer_norm": op(
+            lambda x, r, w, b: kjit.ops.add_layer_norm(x, r, w, b, 1e-5), add_ln_eager, weights=2, residual=True
+        ),
         "silu": op(kjit.ops.silu, F.silu),
         "gelu": op(kjit.ops.gelu, F.gelu),
         "sum(dim=-1)": op(lambda x: kjit.ops.sum(x, -1), lambda x: torch.sum(x, -1)),
@@ -192,12 +229,15 @@ class CompileBudget:
     def reason(self) -> str | None:
         if self.spent_s < self.limit_s:
             return None
-        return (f"skipped: the section's torch.compile budget of {self.limit_s:.0f} s is spent "
-                f"({self.spent_s:.0f} s of compiles so far)")
+        return (
+            f"skipped: the section's torch.compile budget of {self.limit_s:.0f} s is spent "
+            f"({self.spent_s:.0f} s of compiles so far)"
+        )
 
 
-def measure(name: str, op: dict, dtype_name: str, rows: int, *, timing: dict, compile_skip: str | None,
-            budget: CompileBudget) -> dict:
+def measure(
+    name: str, op: dict, dtype_name: str, rows: int, *, timing: dict, compile_skip: str | None, budget: CompileBudget
+) -> dict:
     """One point: checks each contender against the reference, then times them together. A contender that
     cannot run is in point["skipped"] with the reason; kjit's failure is kept there too."""
     import torch
@@ -214,8 +254,9 @@ def measure(name: str, op: dict, dtype_name: str, rows: int, *, timing: dict, co
 
     def check(got):
         for g, r in zip(got, ref, strict=True) if isinstance(ref, tuple) else ((got, ref),):  # (y, h) or y
-            torch.testing.assert_close(g.float(), r.float(), rtol=tol * (10 if summed else 1),
-                                       atol=1e-2 if summed else tol)
+            torch.testing.assert_close(
+                g.float(), r.float(), rtol=tol * (10 if summed else 1), atol=1e-2 if summed else tol
+            )
 
     fns: dict = {}
 
@@ -266,16 +307,22 @@ def _log_line(p: dict) -> str:
     us = p.get("us") or {}
     parts = [f"{c} {us[c]['median']:.1f} us" for c in CONTENDERS if c in us]
     ratios = [f"kjit/{peer} {p[RATIO_KEYS[peer]]:.2f}x" for peer in PEERS if p.get(RATIO_KEYS[peer]) is not None]
-    return f"  small {where(p)}: " + ", ".join(parts + ratios) + (
-        f" ({'; '.join(f'{k}: {v}' for k, v in p['skipped'].items())})" if p.get("skipped") else "")
+    return (
+        f"  small {where(p)}: "
+        + ", ".join(parts + ratios)
+        + (f" ({'; '.join(f'{k}: {v}' for k, v in p['skipped'].items())})" if p.get("skipped") else "")
+    )
 
 
 def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
     import torch
 
     peer_versions = peer_versions or machine.peers()
-    compile_skip = None if machine.available(peer_versions, "torch.compile") else (
-        peer_versions.get("torch.compile") or "skipped: torch.compile not detected")
+    compile_skip = (
+        None
+        if machine.available(peer_versions, "torch.compile")
+        else (peer_versions.get("torch.compile") or "skipped: torch.compile not detected")
+    )
     rows_list = ROWS_QUICK if quick else ROWS_FULL
     dtypes = DTYPES_QUICK if quick else DTYPES_FULL
     timing = TIMING[quick]
@@ -288,24 +335,41 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
         for dtype_name in dtypes:
             for name in OPS:
                 try:
-                    p = measure(name, ops[name], dtype_name, rows, timing=timing, compile_skip=compile_skip,
-                                budget=budget)
+                    p = measure(
+                        name, ops[name], dtype_name, rows, timing=timing, compile_skip=compile_skip, budget=budget
+                    )
                 except Exception as e:  # noqa: BLE001  (e.g. out of memory: the point is reported)
-                    p = {"op": name, "dtype": dtype_name, "rows": rows, "shape": list(input_shape(name, rows)),
-                         "us": {}, "error": error_text(e)}
+                    p = {
+                        "op": name,
+                        "dtype": dtype_name,
+                        "rows": rows,
+                        "shape": list(input_shape(name, rows)),
+                        "us": {},
+                        "error": error_text(e),
+                    }
                     torch.cuda.empty_cache()
                 points.append(p)
                 if log:
-                    log((_log_line(p) if "error" not in p else f"  small {where(p)}: error: {p['error']}")
-                        + f" ({time.perf_counter() - t0:.0f} s)")
+                    log(
+                        (_log_line(p) if "error" not in p else f"  small {where(p)}: error: {p['error']}")
+                        + f" ({time.perf_counter() - t0:.0f} s)"
+                    )
     try:
         import torch._dynamo
 
         torch._dynamo.reset()
     except Exception:  # noqa: BLE001
         pass
-    sec = {"cols": COLS, "rows": list(rows_list), "dtypes": list(dtypes), "ops": list(OPS), **timing,
-           "targets": dict(TARGETS), "compile_budget_s": budget.limit_s, "compile_s": round(budget.spent_s, 2),
-           "points": points}
+    sec = {
+        "cols": COLS,
+        "rows": list(rows_list),
+        "dtypes": list(dtypes),
+        "ops": list(OPS),
+        **timing,
+        "targets": dict(TARGETS),
+        "compile_budget_s": budget.limit_s,
+        "compile_s": round(budget.spent_s, 2),
+        "points": points,
+    }
     sec["summary"] = summary(sec)
     return sec

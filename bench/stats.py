@@ -21,8 +21,12 @@ def gbps(nbytes: float, ms: float) -> float:
 
 def gbps_summary(nbytes: float, ms: dict) -> dict:
     """GB/s of a summary of milliseconds: the median, and min/max from the slowest/fastest sample."""
-    return {"median": gbps(nbytes, ms["median"]), "min": gbps(nbytes, ms["max"]),
-            "max": gbps(nbytes, ms["min"]), "n": ms.get("n")}
+    return {
+        "median": gbps(nbytes, ms["median"]),
+        "min": gbps(nbytes, ms["max"]),
+        "max": gbps(nbytes, ms["min"]),
+        "n": ms.get("n"),
+    }
 
 
 def speedup(peer_time: float, kjit_time: float) -> float:

@@ -112,15 +112,21 @@ class _GateUp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return grad[:ctx.rows], grad[ctx.rows:], None
+        return grad[: ctx.rows], grad[ctx.rows :], None
 
 
 def _halves_of(fused, gate, up) -> bool:
     """Whether gate and up are still the two halves of `fused` (same memory, in that order)."""
-    return (fused is not None and fused.dtype == gate.dtype == up.dtype and fused.device == gate.device
-            and gate.is_contiguous() and up.is_contiguous() and fused.shape[0] == gate.shape[0] + up.shape[0]
-            and gate.data_ptr() == fused.data_ptr()
-            and up.data_ptr() == fused.data_ptr() + gate.numel() * gate.element_size())
+    return (
+        fused is not None
+        and fused.dtype == gate.dtype == up.dtype
+        and fused.device == gate.device
+        and gate.is_contiguous()
+        and up.is_contiguous()
+        and fused.shape[0] == gate.shape[0] + up.shape[0]
+        and gate.data_ptr() == fused.data_ptr()
+        and up.data_ptr() == fused.data_ptr() + gate.numel() * gate.element_size()
+    )
 
 
 def fuse_gate_up(mlp) -> None:
@@ -132,7 +138,7 @@ def fuse_gate_up(mlp) -> None:
         return
     with torch.no_grad():
         fused = torch.cat([g, u]).detach()
-    g.data, u.data = fused[:g.shape[0]], fused[g.shape[0]:]
+    g.data, u.data = fused[: g.shape[0]], fused[g.shape[0] :]
     mlp._kjit_gate_up = fused
 
 
@@ -213,9 +219,14 @@ def decoder_layer_fusable() -> str | None:
     except (OSError, TypeError) as e:
         return f"the source of LlamaDecoderLayer.forward is not available ({e})"
     src = " ".join(src.split())
-    needed = ("residual = hidden_states", "hidden_states = self.input_layernorm(hidden_states)", "self.self_attn(",
-              "hidden_states = residual + hidden_states",
-              "hidden_states = self.post_attention_layernorm(hidden_states)", "hidden_states = self.mlp(hidden_states)")
+    needed = (
+        "residual = hidden_states",
+        "hidden_states = self.input_layernorm(hidden_states)",
+        "self.self_attn(",
+        "hidden_states = residual + hidden_states",
+        "hidden_states = self.post_attention_layernorm(hidden_states)",
+        "hidden_states = self.mlp(hidden_states)",
+    )
     missing = [n for n in needed if n not in src]
     if missing or src.count("hidden_states = residual + hidden_states") != 2:
         return f"LlamaDecoderLayer.forward differs from the structure this example fuses (missing: {missing})"
@@ -234,8 +245,11 @@ def _swap_forward(module, forward, **methods) -> None:
     key = (cls, forward, tuple(sorted(methods.items())))
     sub = _SUBCLASSES.get(key)
     if sub is None:
-        sub = type(f"Kjit{cls.__name__}", (cls,), {"forward": forward, **methods, "__module__": __name__,
-                                                   "__doc__": f"{cls.__name__} running kjit kernels."})
+        sub = type(
+            f"Kjit{cls.__name__}",
+            (cls,),
+            {"forward": forward, **methods, "__module__": __name__, "__doc__": f"{cls.__name__} running kjit kernels."},
+        )
         _SUBCLASSES[key] = sub
     module.__class__ = sub
 
@@ -264,16 +278,20 @@ def patch_llama(model, mlp: str = "swiglu") -> dict:
             norms += 1
         elif type(m) is LlamaMLP:
             if not _is_silu(m.act_fn):
-                raise ValueError(f"{name}: the MLP's activation is {type(m.act_fn).__name__}, not SiLU; "
-                                 "the fused kernels compute silu(gate) * up only")
+                raise ValueError(
+                    f"{name}: the MLP's activation is {type(m.act_fn).__name__}, not SiLU; "
+                    "the fused kernels compute silu(gate) * up only"
+                )
             if getattr(getattr(m, "config", None), "pretraining_tp", 1) != 1:
                 raise ValueError(f"{name}: pretraining_tp > 1 splits the MLP; patch models with pretraining_tp=1")
             if mlp == "silu_mul":
                 _swap_forward(m, _mlp_silu_mul_forward)
             else:
                 if m.gate_proj.bias is not None or m.up_proj.bias is not None:
-                    raise ValueError(f"{name}: gate_proj / up_proj have biases (mlp_bias), which linear_swiglu "
-                                     "does not add; use mlp='silu_mul'")
+                    raise ValueError(
+                        f"{name}: gate_proj / up_proj have biases (mlp_bias), which linear_swiglu "
+                        "does not add; use mlp='silu_mul'"
+                    )
                 fuse_gate_up(m)
                 _swap_forward(m, _mlp_forward, _apply=_mlp_apply, __setstate__=_mlp_setstate)
             mlps += 1
@@ -300,11 +318,20 @@ def build_base(args):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads or args.heads, max_position_embeddings=args.max_positions,
-                         hidden_act="silu", rms_norm_eps=1e-6, use_cache=False, tie_word_embeddings=False,
-                         attn_implementation="sdpa")
+    config = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads or args.heads,
+        max_position_embeddings=args.max_positions,
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+        use_cache=False,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
     model = LlamaForCausalLM(config).eval()
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
@@ -333,8 +360,7 @@ def _diff(a, b) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def check_correctness(base, dtype, device, batch: int, seq: int, vocab: int, seed: int,
-                      mlp: str = "swiglu") -> dict:
+def check_correctness(base, dtype, device, batch: int, seq: int, vocab: int, seed: int, mlp: str = "swiglu") -> dict:
     """Logits and gradients of the patched model against the unpatched one; {"failures": [...], ...}."""
     name = str(dtype).replace("torch.", "")
     out: dict = {"dtype": name, "tokens": [batch, seq], "failures": []}
@@ -379,8 +405,9 @@ def check_correctness(base, dtype, device, batch: int, seq: int, vocab: int, see
         if scale and d / scale > worst[0]:
             worst = (d / scale, pname)
         try:
-            torch.testing.assert_close(p.grad.float(), r.grad.float(), rtol=tol["rtol"],
-                                       atol=tol["atol_frac"] * scale + 1e-12)
+            torch.testing.assert_close(
+                p.grad.float(), r.grad.float(), rtol=tol["rtol"], atol=tol["atol_frac"] * scale + 1e-12
+            )
         except AssertionError as e:
             wrong.append(f"{pname} ({str(e).splitlines()[0]}; max abs diff {d:.3g}, max |grad| {scale:.3g})")
     out["params"] = len(ref_params)
@@ -411,8 +438,11 @@ def graph_breaks(model, ids) -> dict:
         lines = [ln.strip() for ln in str(r.reason).splitlines() if ln.strip()]
         text = (lines[0] if lines else "?") + "".join(f" ({ln})" for ln in lines[1:2] if ln.startswith("Explanation"))
         reasons[text + where] = reasons.get(text + where, 0) + 1
-    return {"graphs": ex.graph_count, "graph_breaks": ex.graph_break_count,
-            "reasons": [k + (f" [{n} times]" if n > 1 else "") for k, n in reasons.items()]}
+    return {
+        "graphs": ex.graph_count,
+        "graph_breaks": ex.graph_break_count,
+        "reasons": [k + (f" [{n} times]" if n > 1 else "") for k, n in reasons.items()],
+    }
 
 
 # -- timing ----------------------------------------------------------------------------------------------
@@ -438,8 +468,10 @@ def time_forwards(fns: dict, device, iters: int, warmup: int) -> dict:
                 fn()
                 _sync(device)
                 samples[n].append((time.perf_counter() - t) * 1e3)
-    return {n: {"median_ms": statistics.median(s), "min_ms": min(s), "max_ms": max(s), "n": len(s)}
-            for n, s in samples.items()}
+    return {
+        n: {"median_ms": statistics.median(s), "min_ms": min(s), "max_ms": max(s), "n": len(s)}
+        for n, s in samples.items()
+    }
 
 
 def count_kernels(fn, device, forwards: int = 3) -> float:
@@ -455,13 +487,27 @@ def count_kernels(fn, device, forwards: int = 3) -> float:
             for _ in range(forwards):
                 fn()
             _sync(device)
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
-               and not e.name.lower().startswith(("memcpy", "memset"))]
+    kernels = [
+        e
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and not e.name.lower().startswith(("memcpy", "memset"))
+    ]
     return len(kernels) / forwards
 
 
-def run_timing(base, device, shapes: list[tuple], vocab: int, seed: int, iters: int, warmup: int,
-               compile_: bool, log, mlp: str = "swiglu", kernels: bool = True) -> dict:
+def run_timing(
+    base,
+    device,
+    shapes: list[tuple],
+    vocab: int,
+    seed: int,
+    iters: int,
+    warmup: int,
+    compile_: bool,
+    log,
+    mlp: str = "swiglu",
+    kernels: bool = True,
+) -> dict:
     import torch._dynamo
 
     ref, patched, _ = model_pair(base, torch.bfloat16, device, mlp)
@@ -486,7 +532,7 @@ def run_timing(base, device, shapes: list[tuple], vocab: int, seed: int, iters: 
                 continue
             if "compile" in name:
                 log(f"  compiled {name} for {key} tokens in {time.perf_counter() - t:.1f} s")
-            fns[name] = (lambda m=m: m(input_ids=ids))
+            fns[name] = lambda m=m: m(input_ids=ids)
         res = time_forwards(fns, device, iters, warmup)
         row = {"ms": res, "errors": errors, "speedup": {}, "kernels": {}}
         for name, fn in fns.items() if kernels else ():
@@ -535,8 +581,12 @@ def timing_table(t: dict) -> str:
 
 
 def timing_misses(t: dict) -> list[str]:
-    return [f"{kind} at {s} tokens: {r:.2f}x (target >= {TARGETS[kind]}x)" for s, row in t["shapes"].items()
-            for kind, r in row["speedup"].items() if r < TARGETS[kind]]
+    return [
+        f"{kind} at {s} tokens: {r:.2f}x (target >= {TARGETS[kind]}x)"
+        for s, row in t["shapes"].items()
+        for kind, r in row["speedup"].items()
+        if r < TARGETS[kind]
+    ]
 
 
 # -- main ------------------------------------------------------------------------------------------------
@@ -551,9 +601,11 @@ def _shape(text: str) -> tuple:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description="A small Hugging Face Llama with kjit's rms_norm, its fused gated MLP "
-                                             "(linear_swiglu, down_proj with the residual) and add_rms_norm: "
-                                             "correctness, graph breaks, kernel counts and timings.")
+    ap = argparse.ArgumentParser(
+        description="A small Hugging Face Llama with kjit's rms_norm, its fused gated MLP "
+        "(linear_swiglu, down_proj with the residual) and add_rms_norm: "
+        "correctness, graph breaks, kernel counts and timings."
+    )
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--intermediate", type=int, default=1408)
     ap.add_argument("--layers", type=int, default=4)
@@ -561,17 +613,26 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--max-positions", type=int, default=2048)
-    ap.add_argument("--check-tokens", type=_shape, default=(2, 64), metavar="BxS",
-                    help="batch x sequence length of the correctness and graph-break checks (default 2x64)")
+    ap.add_argument(
+        "--check-tokens",
+        type=_shape,
+        default=(2, 64),
+        metavar="BxS",
+        help="batch x sequence length of the correctness and graph-break checks (default 2x64)",
+    )
     ap.add_argument("--shapes", default="1x1,8x512", help="batch x sequence lengths to time (default 1x1,8x512)")
     ap.add_argument("--iters", type=int, default=30, help="timed forwards per model and shape (median)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-timing", action="store_true", help="correctness and graph breaks only")
     ap.add_argument("--no-compile", action="store_true", help="time eager only (no torch.compile)")
-    ap.add_argument("--mlp", choices=MLP_MODES, default="swiglu",
-                    help="swiglu (default): kjit.ops.linear_swiglu, down_proj on kjit.ops.linear with the residual "
-                         "fused, add_rms_norm in the decoder layer; silu_mul: cuBLAS GEMMs and one fused "
-                         "kjit.elementwise silu(a) * b (the example before the matrix ops)")
+    ap.add_argument(
+        "--mlp",
+        choices=MLP_MODES,
+        default="swiglu",
+        help="swiglu (default): kjit.ops.linear_swiglu, down_proj on kjit.ops.linear with the residual "
+        "fused, add_rms_norm in the decoder layer; silu_mul: cuBLAS GEMMs and one fused "
+        "kjit.elementwise silu(a) * b (the example before the matrix ops)",
+    )
     ap.add_argument("--no-kernel-count", action="store_true", help="time without counting kernels (torch.profiler)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
@@ -592,8 +653,10 @@ def main(argv=None) -> int:
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print(f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}); kjit needs one",
-              file=sys.stderr)
+        print(
+            f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}); kjit needs one",
+            file=sys.stderr,
+        )
         return 2
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
@@ -604,16 +667,28 @@ def main(argv=None) -> int:
         return 2
     import kjit
 
-    result: dict = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                 "kjit": kjit.__version__, "cuda": torch.version.cuda,
-                                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-                    "model": {k: getattr(args, k) for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
-                                                            "vocab", "seed", "mlp")}}
-    log(f"llama_kjit: torch {torch.__version__}, transformers {transformers.__version__}, kjit {kjit.__version__}"
-        + (f", {result['versions']['gpu']}" if result["versions"]["gpu"] else f", {device}"))
+    result: dict = {
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "kjit": kjit.__version__,
+            "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        },
+        "model": {
+            k: getattr(args, k)
+            for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab", "seed", "mlp")
+        },
+    }
+    log(
+        f"llama_kjit: torch {torch.__version__}, transformers {transformers.__version__}, kjit {kjit.__version__}"
+        + (f", {result['versions']['gpu']}" if result["versions"]["gpu"] else f", {device}")
+    )
     base = build_base(args)
-    log(f"model: {args.layers} layers, hidden {args.hidden}, intermediate {args.intermediate}, {args.heads} heads, "
-        f"vocab {args.vocab}: {sum(p.numel() for p in base.parameters()) / 1e6:.1f} M parameters")
+    log(
+        f"model: {args.layers} layers, hidden {args.hidden}, intermediate {args.intermediate}, {args.heads} heads, "
+        f"vocab {args.vocab}: {sum(p.numel() for p in base.parameters()) / 1e6:.1f} M parameters"
+    )
 
     failures: list[str] = []
     result["correctness"] = []
@@ -623,10 +698,16 @@ def main(argv=None) -> int:
         result["correctness"].append(c)
         failures += c["failures"]
         worst = c.get("grad_worst_rel_diff") or {}
-        log(f"correctness {c['dtype']} ({b}x{s} tokens): patched {c['patched_modules']}, logits max abs diff "
-            f"{c['logits_max_abs_diff']:.3g}" + (f", worst gradient diff {worst['value']:.3g} of max |grad| "
-                                                 f"({worst['param']})" if worst.get("param") else "")
-            + (": ok" if not c["failures"] else f": {len(c['failures'])} failure(s)"))
+        log(
+            f"correctness {c['dtype']} ({b}x{s} tokens): patched {c['patched_modules']}, logits max abs diff "
+            f"{c['logits_max_abs_diff']:.3g}"
+            + (
+                f", worst gradient diff {worst['value']:.3g} of max |grad| ({worst['param']})"
+                if worst.get("param")
+                else ""
+            )
+            + (": ok" if not c["failures"] else f": {len(c['failures'])} failure(s)")
+        )
 
     ids = _tokens((b, s), args.vocab, device, args.seed)
     ref, patched, _ = model_pair(base, torch.bfloat16, device, args.mlp)
@@ -644,12 +725,25 @@ def main(argv=None) -> int:
     if "error" in gb["patched"]:
         failures.append(f"torch._dynamo.explain of the patched model failed: {gb['patched']['error']}")
     elif gb["patched"]["graph_breaks"]:
-        failures.append(f"the patched model has {gb['patched']['graph_breaks']} graph break(s): "
-                        + "; ".join(gb["patched"]["reasons"]))
+        failures.append(
+            f"the patched model has {gb['patched']['graph_breaks']} graph break(s): "
+            + "; ".join(gb["patched"]["reasons"])
+        )
 
     if not args.no_timing:
-        t = run_timing(base, device, shapes, args.vocab, args.seed, args.iters, args.warmup, not args.no_compile, log,
-                       args.mlp, not args.no_kernel_count)
+        t = run_timing(
+            base,
+            device,
+            shapes,
+            args.vocab,
+            args.seed,
+            args.iters,
+            args.warmup,
+            not args.no_compile,
+            log,
+            args.mlp,
+            not args.no_kernel_count,
+        )
         result["timing"] = t
         result["timing_misses"] = timing_misses(t)
         log(timing_table(t))

@@ -7,8 +7,8 @@
 
 template <typename T, int VEC>
 __global__ void add_constant(const T* __restrict__ x, T* __restrict__ y, T c, long long n) {
-  using kjit_detail::Vec;
   using kjit_detail::narrow;
+  using kjit_detail::Vec;
   using kjit_detail::widen;
   static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
   const auto cc = widen(c);

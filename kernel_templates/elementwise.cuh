@@ -32,19 +32,28 @@ using kjit_detail::Vec;
 // bit 0 the result, bit 1 the compute type, bit 2 + i input i. So a real call's name expression names its
 // types as before (and the 16-bit float headers are parsed only where a name expression asks for them), and
 // a complex call differs in kjit_cx alone.
-template <typename T, bool CX> struct Elem { using type = T; };
-template <typename T> struct Elem<T, true> { using type = kjit_complex::complex<T>; };
+template <typename T, bool CX>
+struct Elem {
+  using type = T;
+};
+template <typename T>
+struct Elem<T, true> {
+  using type = kjit_complex::complex<T>;
+};
 template <typename T, unsigned long long CX, int BIT>
 using elem_t = typename Elem<T, ((CX >> BIT) & 1ull) != 0>::type;
 // The kernel's pointer parameter as a pointer to its elements.
 template <unsigned long long CX, int BIT, typename T>
-__device__ __forceinline__ elem_t<T, CX, BIT>* as(T* p) { return reinterpret_cast<elem_t<T, CX, BIT>*>(p); }
+__device__ __forceinline__ elem_t<T, CX, BIT>* as(T* p) {
+  return reinterpret_cast<elem_t<T, CX, BIT>*>(p);
+}
 template <unsigned long long CX, int BIT, typename T>
 __device__ __forceinline__ const elem_t<T, CX, BIT>* as(const T* p) {
   return reinterpret_cast<const elem_t<T, CX, BIT>*>(p);
 }
 // The type of a scalar in an expression computed in C: C's real type (a complex constant is C(re, im)).
-template <typename C> using scalar_t = typename kjit_complex::real_of<C>::type;
+template <typename C>
+using scalar_t = typename kjit_complex::real_of<C>::type;
 
 // Enumerators, not constexpr variables: those have internal linkage here, and NVRTC emits them into the cubin
 // under a name with a per-compile hash, so that two compiles of one kernel would differ byte for byte.

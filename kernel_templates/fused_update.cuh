@@ -9,9 +9,9 @@
 #include "detail/numeric.cuh"
 
 template <typename T, int VEC>
-__global__ void fused_update(const T* __restrict__ x, const T* __restrict__ model_out,
-                             const T* __restrict__ noise, T* __restrict__ out, kjit_detail::acc_t<T> a,
-                             kjit_detail::acc_t<T> b, kjit_detail::acc_t<T> c, long long n) {
+__global__ void fused_update(const T* __restrict__ x, const T* __restrict__ model_out, const T* __restrict__ noise,
+                             T* __restrict__ out, kjit_detail::acc_t<T> a, kjit_detail::acc_t<T> b,
+                             kjit_detail::acc_t<T> c, long long n) {
   using kjit_detail::acc_t;
   using kjit_detail::narrow;
   using kjit_detail::Vec;

@@ -44,13 +44,25 @@
 namespace kjit_gemm_mma {
 
 // The mma flavour of an element type: 1 half, 2 bfloat16, 3 float as TF32.
-template <typename T> struct Kind { static constexpr int value = 0; };
-template <> struct Kind<float> { static constexpr int value = 3; };
+template <typename T>
+struct Kind {
+  static constexpr int value = 0;
+};
+template <>
+struct Kind<float> {
+  static constexpr int value = 3;
+};
 #ifdef KJIT_DETAIL_HALF
-template <> struct Kind<__half> { static constexpr int value = 1; };
+template <>
+struct Kind<__half> {
+  static constexpr int value = 1;
+};
 #endif
 #ifdef KJIT_DETAIL_BFLOAT16
-template <> struct Kind<__nv_bfloat16> { static constexpr int value = 2; };
+template <>
+struct Kind<__nv_bfloat16> {
+  static constexpr int value = 2;
+};
 #endif
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -112,7 +124,7 @@ __device__ __forceinline__ unsigned swizzle(int r, int c) {
 // Dynamic shared memory of a specialization (the formula of the file comment; red = BM * BN * SETS).
 __host__ __device__ constexpr int smem_bytes(int stages, int bm, int bnt, int bk, int elem, int wk, int red) {
   return stages * (bm + bnt) * bk * elem > (wk > 1 ? (wk - 1) * red * 4 : 0) ? stages * (bm + bnt) * bk * elem
-                                                                              : (wk - 1) * red * 4;
+                                                                             : (wk - 1) * red * 4;
 }
 
 // The most m16 slabs (a divisor of MI) the epilogue can stage at once in SMEM bytes, SLAB bytes each.
@@ -126,13 +138,13 @@ __host__ __device__ constexpr int slabs_per_pass() {
 
 }  // namespace kjit_gemm_mma
 
-template <typename T, int N, int K, int BM, int BN, int BK, int WM, int WN, int WK, int STAGES, int ACT,
-          bool HAS_BIAS, bool HAS_RESIDUAL, bool AUX, bool SWIGLU>
+template <typename T, int N, int K, int BM, int BN, int BK, int WM, int WN, int WK, int STAGES, int ACT, bool HAS_BIAS,
+          bool HAS_RESIDUAL, bool AUX, bool SWIGLU>
 __global__ void __launch_bounds__(32 * WM * WN * WK)
-    gemm_mma(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int m, int n_runtime,
-             int k_runtime, long long lda, long long ldb, long long ldc, long long batch_a, long long batch_b,
-             long long batch_c, const T* __restrict__ bias, const T* residual, T* aux, long long ld_residual,
-             long long ld_aux, long long batch_residual, long long batch_aux, float scale) {
+    gemm_mma(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int m, int n_runtime, int k_runtime,
+             long long lda, long long ldb, long long ldc, long long batch_a, long long batch_b, long long batch_c,
+             const T* __restrict__ bias, const T* residual, T* aux, long long ld_residual, long long ld_aux,
+             long long batch_residual, long long batch_aux, float scale) {
   namespace g = kjit_gemm_mma;
   constexpr int KIND = g::Kind<T>::value;
   constexpr int THREADS = 32 * WM * WN * WK;
@@ -309,7 +321,9 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     float* red = reinterpret_cast<float*>(kjit_gemm_smem);
     const int gt = tid % GROUP_THREADS;
     // Register q of fragment (s, i, j) of thread gt of group w: red[((w * SETS + s) * MI + i) * NI + j) * 4 + q]
-    auto slot = [&](int w, int s, int i, int j, int q) { return ((((w * SETS + s) * MI + i) * NI + j) * 4 + q) * GROUP_THREADS + gt; };
+    auto slot = [&](int w, int s, int i, int j, int q) {
+      return ((((w * SETS + s) * MI + i) * NI + j) * 4 + q) * GROUP_THREADS + gt;
+    };
     if (kg > 0) {
 #pragma unroll
       for (int s = 0; s < SETS; ++s)
@@ -371,8 +385,8 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
         kjit_gemm::finish_swiglu_pair<T, HAS_RESIDUAL, AUX>(e, c, ldc, row_base + r, col_base + col, m, n, v.x, v.y,
                                                             u.x, u.y);
       } else {
-        kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, c, ldc, row_base + r, col_base + col, m, n,
-                                                                    v.x, v.y);
+        kjit_gemm::finish_pair<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, c, ldc, row_base + r, col_base + col, m, n, v.x,
+                                                                    v.y);
       }
     }
     __syncwarp();

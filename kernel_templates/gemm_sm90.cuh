@@ -51,11 +51,10 @@ __device__ __forceinline__ void barrier_arrive(unsigned bar) {
 __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
   unsigned done = 0;
   while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
 }
 
 // One box of a 3-D tensor map into shared memory; completes `bar`'s transaction bytes.
@@ -152,8 +151,7 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
           kjit_sm90::barrier_expect_bytes(full_s, STAGE_BYTES);
           kjit_sm90::tma_load(dst, &tma_a, full_s, kt * BK, tl.m0, tl.z);
           kjit_sm90::tma_load(dst + A_BYTES, &tma_b, full_s, kt * BK, tl.n0, tl.z);
-          if constexpr (SWIGLU)
-            kjit_sm90::tma_load(dst + A_BYTES + B_BYTES, &tma_b, full_s, kt * BK, n + tl.n0, tl.z);
+          if constexpr (SWIGLU) kjit_sm90::tma_load(dst + A_BYTES + B_BYTES, &tma_b, full_s, kt * BK, n + tl.n0, tl.z);
         }
       }
     }
@@ -199,8 +197,12 @@ __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)
 
     // The accumulator layout of wgmma m64nN: thread t holds, for each 8 columns i, rows
     // 16 * warp + lane / 4 (+ 8) at columns 8 * i + 2 * (lane % 4) (+ 1).
-    const kjit_gemm::Epilogue<T> e{bias, residual ? residual + tl.z * batch_residual : residual,
-                                   aux ? aux + tl.z * batch_aux : aux, ld_residual, ld_aux, scale};
+    const kjit_gemm::Epilogue<T> e{bias,
+                                   residual ? residual + tl.z * batch_residual : residual,
+                                   aux ? aux + tl.z * batch_aux : aux,
+                                   ld_residual,
+                                   ld_aux,
+                                   scale};
     T* cz = c + tl.z * batch_c;
     const int row = tl.m0 + consumer * 64 + warp * 16 + lane / 4;
 #pragma unroll

@@ -25,13 +25,16 @@ __device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
 
 // Complex values (kjit.elementwise with torch.complex64 / complex128): sigmoid, silu and tanh_ work through
 // these (PyTorch has them for complex too); the arithmetic and the other functions are kjit_complex's.
-template <typename T> __device__ __forceinline__ kjit_complex::complex<T> exp_(kjit_complex::complex<T> z) {
+template <typename T>
+__device__ __forceinline__ kjit_complex::complex<T> exp_(kjit_complex::complex<T> z) {
   return kjit_complex::exp(z);
 }
-template <typename T> __device__ __forceinline__ kjit_complex::complex<T> log_(kjit_complex::complex<T> z) {
+template <typename T>
+__device__ __forceinline__ kjit_complex::complex<T> log_(kjit_complex::complex<T> z) {
   return kjit_complex::log(z);
 }
-template <typename T> __device__ __forceinline__ kjit_complex::complex<T> tanh_(kjit_complex::complex<T> z) {
+template <typename T>
+__device__ __forceinline__ kjit_complex::complex<T> tanh_(kjit_complex::complex<T> z) {
   return kjit_complex::tanh(z);
 }
 
@@ -40,22 +43,34 @@ using kjit_complex::polar;
 
 // real, imag, conj and angle of a real value, as torch.real / imag / conj / angle give them (angle: pi for
 // a negative value, NaN for NaN, else 0), so that one expression serves real and complex inputs.
-template <typename T> using if_real = typename kjit_complex::enable_if<!kjit_complex::is_complex<T>::value, T>::type;
-template <typename T> __device__ __forceinline__ if_real<T> real(T x) { return x; }
-template <typename T> __device__ __forceinline__ if_real<T> imag(T) { return T(0); }
-template <typename T> __device__ __forceinline__ if_real<T> conj(T x) { return x; }
-template <typename T> __device__ __forceinline__ if_real<T> angle(T x) {
+template <typename T>
+using if_real = typename kjit_complex::enable_if<!kjit_complex::is_complex<T>::value, T>::type;
+template <typename T>
+__device__ __forceinline__ if_real<T> real(T x) {
+  return x;
+}
+template <typename T>
+__device__ __forceinline__ if_real<T> imag(T) {
+  return T(0);
+}
+template <typename T>
+__device__ __forceinline__ if_real<T> conj(T x) {
+  return x;
+}
+template <typename T>
+__device__ __forceinline__ if_real<T> angle(T x) {
   return x != x ? x : x < T(0) ? T(3.14159265358979323846) : T(0);
 }
 
 // Activations PyTorch has no complex form of (relu and gelu refuse complex tensors there too).
-#define KJIT_MATH_NO_COMPLEX(NAME, PARAMS)                                                             \
-  template <typename T>                                                                               \
-  __device__ kjit_complex::complex<T> NAME PARAMS {                                                   \
-    static_assert(kjit_complex::always_false<T>::value, "kjit.elementwise: " #NAME                     \
+#define KJIT_MATH_NO_COMPLEX(NAME, PARAMS)                                                               \
+  template <typename T>                                                                                  \
+  __device__ kjit_complex::complex<T> NAME PARAMS {                                                      \
+    static_assert(kjit_complex::always_false<T>::value,                                                  \
+                  "kjit.elementwise: " #NAME                                                             \
                   " of a complex value: PyTorch has no complex form of it either; apply it to real(z), " \
-                  "imag(z) or abs(z)");                                                              \
-    return {};                                                                                        \
+                  "imag(z) or abs(z)");                                                                  \
+    return {};                                                                                           \
   }
 KJIT_MATH_NO_COMPLEX(erf_, (kjit_complex::complex<T>))
 KJIT_MATH_NO_COMPLEX(relu, (kjit_complex::complex<T>))
@@ -67,26 +82,47 @@ KJIT_MATH_NO_COMPLEX(gelu_tanh_backward, (kjit_complex::complex<T>, kjit_complex
 #undef KJIT_MATH_NO_COMPLEX
 
 // NaN propagates as in PyTorch: relu(NaN) = NaN, and the gradient through a NaN output is g (threshold_backward).
-template <typename C> __device__ __forceinline__ C relu(C x) { return (x > C(0) || x != x) ? x : C(0); }
-template <typename C> __device__ __forceinline__ C relu_backward(C g, C y) { return y <= C(0) ? C(0) : g; }
+template <typename C>
+__device__ __forceinline__ C relu(C x) {
+  return (x > C(0) || x != x) ? x : C(0);
+}
+template <typename C>
+__device__ __forceinline__ C relu_backward(C g, C y) {
+  return y <= C(0) ? C(0) : g;
+}
 
-template <typename C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp_(-x)); }
-template <typename C> __device__ __forceinline__ C sigmoid_backward(C g, C y) { return g * y * (C(1) - y); }
+template <typename C>
+__device__ __forceinline__ C sigmoid(C x) {
+  return C(1) / (C(1) + exp_(-x));
+}
+template <typename C>
+__device__ __forceinline__ C sigmoid_backward(C g, C y) {
+  return g * y * (C(1) - y);
+}
 
-template <typename C> __device__ __forceinline__ C tanh_backward(C g, C y) { return g * (C(1) - y * y); }
+template <typename C>
+__device__ __forceinline__ C tanh_backward(C g, C y) {
+  return g * (C(1) - y * y);
+}
 
-template <typename C> __device__ __forceinline__ C silu(C x) { return x / (C(1) + exp_(-x)); }
-template <typename C> __device__ __forceinline__ C silu_backward(C g, C x) {
+template <typename C>
+__device__ __forceinline__ C silu(C x) {
+  return x / (C(1) + exp_(-x));
+}
+template <typename C>
+__device__ __forceinline__ C silu_backward(C g, C x) {
   const C s = sigmoid(x);
   return g * s * (C(1) + x * (C(1) - s));
 }
 
 // gelu(x) = x * Phi(x), Phi the standard normal CDF (PyTorch's approximate='none').
-template <typename C> __device__ __forceinline__ C gelu(C x) {
+template <typename C>
+__device__ __forceinline__ C gelu(C x) {
   constexpr C kInvSqrt2 = C(0.70710678118654752440);
   return C(0.5) * x * (C(1) + erf_(x * kInvSqrt2));
 }
-template <typename C> __device__ __forceinline__ C gelu_backward(C g, C x) {
+template <typename C>
+__device__ __forceinline__ C gelu_backward(C g, C x) {
   constexpr C kInvSqrt2 = C(0.70710678118654752440);
   constexpr C kInvSqrt2Pi = C(0.39894228040143267794);
   const C cdf = C(0.5) * (C(1) + erf_(x * kInvSqrt2));
@@ -95,13 +131,15 @@ template <typename C> __device__ __forceinline__ C gelu_backward(C g, C x) {
 }
 
 // gelu with the tanh approximation (PyTorch's approximate='tanh').
-template <typename C> __device__ __forceinline__ C gelu_tanh(C x) {
+template <typename C>
+__device__ __forceinline__ C gelu_tanh(C x) {
   constexpr C kBeta = C(0.79788456080286535588);  // sqrt(2 / pi)
   constexpr C kKappa = C(0.044715);
   const C inner = kBeta * (x + kKappa * x * x * x);
   return C(0.5) * x * (C(1) + tanh_(inner));
 }
-template <typename C> __device__ __forceinline__ C gelu_tanh_backward(C g, C x) {
+template <typename C>
+__device__ __forceinline__ C gelu_tanh_backward(C g, C x) {
   constexpr C kBeta = C(0.79788456080286535588);
   constexpr C kKappa = C(0.044715);
   const C x2 = x * x;

@@ -27,7 +27,7 @@
 
 template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B,
           bool RESIDUAL = false>
-__global__ void __launch_bounds__(TPR * ROWS)
+__global__ void __launch_bounds__(TPR* ROWS)
     norm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                  long long rows, int d_runtime, double eps, const T* __restrict__ residual, T* __restrict__ h) {
   using A = kjit_detail::acc_t<T>;
@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(TPR * ROWS)
   if constexpr (HAS_W) wv.load(w, d, A(0));
   if constexpr (HAS_B) bv.load(b, d, A(0));
   const A inv_d = A(1) / static_cast<A>(d);
-  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows; r0 += static_cast<long long>(gridDim.x) * ROWS) {
+  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows;
+       r0 += static_cast<long long>(gridDim.x) * ROWS) {
     const long long r = r0 + threadIdx.y;
     const bool live = r < rows;
     const long long off = (live ? r : 0) * d;
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(TPR * ROWS)
 
 template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B,
           bool RESIDUAL = false, bool ADD_DH = false>
-__global__ void __launch_bounds__(TPR * ROWS)
+__global__ void __launch_bounds__(TPR* ROWS)
     norm_backward(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ dx,
                   kjit_detail::acc_t<T>* __restrict__ dw_partial, kjit_detail::acc_t<T>* __restrict__ db_partial,
                   long long rows, int d_runtime, double eps, const T* __restrict__ dh, T* __restrict__ dres) {
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(TPR * ROWS)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) dw[it][k] = db[it][k] = A(0);
   const A inv_d = A(1) / static_cast<A>(d);
-  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows; r0 += static_cast<long long>(gridDim.x) * ROWS) {
+  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows;
+       r0 += static_cast<long long>(gridDim.x) * ROWS) {
     const long long r = r0 + threadIdx.y;
     const bool live = r < rows;
     const long long off = (live ? r : 0) * d;
@@ -154,9 +156,8 @@ __global__ void __launch_bounds__(TPR * ROWS)
         reinterpret_cast<VT*>(dres + off)[j] = o;
       }
     } else {
-      kjit_rows::store_regs<T, TPR, VEC, ITEMS>(dx + off, d, [&](int it, int k) {
-        return rstd * (wg(it, k) - s1 - xv.v[it][k] * s2);
-      });
+      kjit_rows::store_regs<T, TPR, VEC, ITEMS>(
+          dx + off, d, [&](int it, int k) { return rstd * (wg(it, k) - s1 - xv.v[it][k] * s2); });
     }
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it)

@@ -37,8 +37,8 @@ __device__ __forceinline__ A warp_sum(A v) {
 }  // namespace kjit_outer
 
 template <typename T, int VEC>
-__global__ void outer(const T* __restrict__ a, const T* __restrict__ c, T* __restrict__ out, long long B,
-                      long long M, long long N) {
+__global__ void outer(const T* __restrict__ a, const T* __restrict__ c, T* __restrict__ out, long long B, long long M,
+                      long long N) {
   using kjit_detail::narrow;
   using kjit_detail::Vec;
   using kjit_detail::widen;
@@ -62,8 +62,8 @@ __global__ void outer(const T* __restrict__ a, const T* __restrict__ c, T* __res
 }
 
 template <typename T, int VEC>
-__global__ void outer_backward_a(const T* __restrict__ g, const T* __restrict__ c, T* __restrict__ grad_a,
-                                 long long B, long long M, long long N) {
+__global__ void outer_backward_a(const T* __restrict__ g, const T* __restrict__ c, T* __restrict__ grad_a, long long B,
+                                 long long M, long long N) {
   using kjit_detail::acc_t;
   using kjit_detail::narrow;
   using kjit_detail::Vec;
@@ -106,8 +106,8 @@ __global__ void outer_backward_a(const T* __restrict__ g, const T* __restrict__ 
 }
 
 template <typename T, int VEC>
-__global__ void outer_backward_c(const T* __restrict__ g, const T* __restrict__ a, T* __restrict__ grad_c,
-                                 long long B, long long M, long long N) {
+__global__ void outer_backward_c(const T* __restrict__ g, const T* __restrict__ a, T* __restrict__ grad_c, long long B,
+                                 long long M, long long N) {
   using kjit_detail::acc_t;
   using kjit_detail::narrow;
   using kjit_detail::Vec;

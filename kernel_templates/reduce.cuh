@@ -17,21 +17,32 @@
 
 namespace kjit_reduce {
 
-template <int OP> struct OpOf;
-template <> struct OpOf<0> { using type = kjit_rows::Sum; };
-template <> struct OpOf<1> { using type = kjit_rows::Max; };
-template <> struct OpOf<2> { using type = kjit_rows::Min; };
+template <int OP>
+struct OpOf;
+template <>
+struct OpOf<0> {
+  using type = kjit_rows::Sum;
+};
+template <>
+struct OpOf<1> {
+  using type = kjit_rows::Max;
+};
+template <>
+struct OpOf<2> {
+  using type = kjit_rows::Min;
+};
 
 }  // namespace kjit_reduce
 
 template <typename T, typename TO, int OP, int TPR, int ROWS, int VEC, int ITEMS, int D>
-__global__ void __launch_bounds__(TPR * ROWS)
+__global__ void __launch_bounds__(TPR* ROWS)
     reduce_rows(const T* __restrict__ x, TO* __restrict__ y, long long rows, int d_runtime, double scale) {
   using C = kjit_detail::acc_t<T>;
   using Op = typename kjit_reduce::OpOf<OP>::type;
   const int d = D > 0 ? D : d_runtime;
   const Op op;
-  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows; r0 += static_cast<long long>(gridDim.x) * ROWS) {
+  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows;
+       r0 += static_cast<long long>(gridDim.x) * ROWS) {
     const long long r = r0 + threadIdx.y;
     const bool live = r < rows;
     const T* row = x + (live ? r : 0) * d;
@@ -54,9 +65,8 @@ __global__ void __launch_bounds__(TPR * ROWS)
 }
 
 template <typename T, typename TO, int OP, int VEC>
-__global__ void __launch_bounds__(256)
-    reduce_cols(const T* __restrict__ x, TO* __restrict__ y, long long outer, int R, long long inner, int chunk,
-                double scale) {
+__global__ void __launch_bounds__(256) reduce_cols(const T* __restrict__ x, TO* __restrict__ y, long long outer, int R,
+                                                   long long inner, int chunk, double scale) {
   using C = kjit_detail::acc_t<T>;
   using Op = typename kjit_reduce::OpOf<OP>::type;
   using kjit_detail::Vec;

@@ -18,14 +18,16 @@ namespace kjit_softmax {
 // float) is far below the output's rounding.
 template <typename T, typename C>
 __device__ __forceinline__ C exp_of(C x) {
-  if constexpr (sizeof(T) == 2) return __expf(x);
-  else return kjit_math::exp_(x);
+  if constexpr (sizeof(T) == 2)
+    return __expf(x);
+  else
+    return kjit_math::exp_(x);
 }
 
 }  // namespace kjit_softmax
 
 template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool LOG>
-__global__ void __launch_bounds__(TPR * ROWS)
+__global__ void __launch_bounds__(TPR* ROWS)
     softmax_forward(const T* __restrict__ x, T* __restrict__ y, long long rows, int d_runtime) {
   using C = kjit_detail::acc_t<T>;
   using kjit_math::log_;
@@ -33,7 +35,8 @@ __global__ void __launch_bounds__(TPR * ROWS)
   const int d = D > 0 ? D : d_runtime;
   const kjit_rows::Max max_op;
   const kjit_rows::Sum sum_op;
-  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows; r0 += static_cast<long long>(gridDim.x) * ROWS) {
+  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows;
+       r0 += static_cast<long long>(gridDim.x) * ROWS) {
     const long long r = r0 + threadIdx.y;
     const bool live = r < rows;
     const long long off = (live ? r : 0) * d;
@@ -91,14 +94,14 @@ __global__ void __launch_bounds__(TPR * ROWS)
 }
 
 template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool LOG>
-__global__ void __launch_bounds__(TPR * ROWS)
-    softmax_backward(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ dx, long long rows,
-                     int d_runtime) {
+__global__ void __launch_bounds__(TPR* ROWS) softmax_backward(const T* __restrict__ g, const T* __restrict__ y,
+                                                              T* __restrict__ dx, long long rows, int d_runtime) {
   using C = kjit_detail::acc_t<T>;
   const auto exp_ = [](C e) { return kjit_softmax::exp_of<T>(e); };
   const int d = D > 0 ? D : d_runtime;
   const kjit_rows::Sum sum_op;
-  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows; r0 += static_cast<long long>(gridDim.x) * ROWS) {
+  for (long long r0 = static_cast<long long>(blockIdx.x) * ROWS; r0 < rows;
+       r0 += static_cast<long long>(gridDim.x) * ROWS) {
     const long long r = r0 + threadIdx.y;
     const bool live = r < rows;
     const long long off = (live ? r : 0) * d;

@@ -14,9 +14,7 @@
 namespace kjit::cache {
 namespace fs = std::filesystem;
 
-std::string PublishFailure::message() const {
-  return step + " " + path.string() + ": " + errno_text(err);
-}
+std::string PublishFailure::message() const { return step + " " + path.string() + ": " + errno_text(err); }
 
 namespace {
 

@@ -128,7 +128,7 @@ std::vector<fs::path> choice_files(const fs::path& root) {
   std::error_code ec;
   fs::directory_iterator it(choices_dir(root), fs::directory_options::skip_permission_denied, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
-    struct stat st {};
+    struct stat st{};
     if (ends_with(it->path().filename().string(), kChoiceSuffix) && ::lstat(it->path().c_str(), &st) == 0 &&
         S_ISREG(st.st_mode))
       out.push_back(it->path());
@@ -178,10 +178,10 @@ std::optional<std::string> ChoiceStore::load_from(const fs::path& root, bool rea
   FileRead r = read_regular_file(file, kMaxChoiceFileBytes, Links::Refuse);
   if (r.absent) return std::nullopt;
   auto unusable = [&](const std::string& why) -> std::optional<std::string> {
-    log::warn_once("choice:" + file.string() + ":" + why, "kjit cache: not using the tuned choice " + file.string() + " (key " + shown(key) +
-                                                  "): " + why +
-                                                  ". It counts as not tuned; `kjit clear` removes the writable "
-                                                  "cache's choices, a later tuning run writes it again.");
+    log::warn_once("choice:" + file.string() + ":" + why,
+                   "kjit cache: not using the tuned choice " + file.string() + " (key " + shown(key) + "): " + why +
+                       ". It counts as not tuned; `kjit clear` removes the writable "
+                       "cache's choices, a later tuning run writes it again.");
     return std::nullopt;
   };
   if (!r.ok()) return unusable(r.error);
@@ -204,7 +204,7 @@ std::string ChoiceStore::save(const std::string& key, const std::string& value) 
   const fs::path file = path_of(config_.root, key);
   // Never into a root that others may write to (the disk cache refuses it too, with a warning).
   auto root_problem = [&]() -> std::string {
-    struct stat st {};
+    struct stat st{};
     if (::stat(config_.root.c_str(), &st) != 0) return "cannot stat " + config_.root.string();
     return ownership_problem(config_.root, st, uid_);
   };
@@ -226,10 +226,12 @@ std::size_t ChoiceStore::clear(const fs::path& root) {
   fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    struct stat st {};
+    struct stat st{};
     if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (ends_with(name, kChoiceSuffix)) choices.push_back(it->path());
-    else if (name.find(std::string(kChoiceSuffix) + ".tmp.") != std::string::npos) temps.push_back(it->path());
+    if (ends_with(name, kChoiceSuffix))
+      choices.push_back(it->path());
+    else if (name.find(std::string(kChoiceSuffix) + ".tmp.") != std::string::npos)
+      temps.push_back(it->path());
   }
   std::size_t removed = 0;
   for (const auto& p : choices)

@@ -79,13 +79,12 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
   CompileLeases& remote = *leases;
   auto delay = std::chrono::milliseconds(10);
   const auto max_delay = std::chrono::milliseconds(250);
-  const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(remote.wait_limit_s()));
+  const auto give_up =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(remote.wait_limit_s()));
   for (;;) {
     std::string token;
     switch (remote.try_lease(key, target, &token)) {
-      case CompileLeases::Lease::Unavailable:
-        return {produce(), false};
+      case CompileLeases::Lease::Unavailable: return {produce(), false};
       case CompileLeases::Lease::Taken:
         // Someone may have finished between our lookup and the lease: take theirs rather than redo it.
         if (auto e = store.get(key, target)) {
@@ -93,8 +92,7 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
           return {std::move(*e), true};
         }
         return {produce_and_publish(store, remote, key, target, token, produce), false};
-      case CompileLeases::Lease::Held:
-        break;
+      case CompileLeases::Lease::Held: break;
     }
     // Another process compiles it: wait for its entry, or for its lease to end without one.
     for (;;) {
@@ -107,7 +105,7 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
         if (!w->lease) break;  // a refused value and nobody at work: compile it (and replace it)
       }
       if (w->unpublished) return {produce(), false};  // its compile failed, or Redis refused its entry
-      if (!w->lease) break;                            // its holder died: try for the lease again
+      if (!w->lease) break;                           // its holder died: try for the lease again
       if (!w->lease_expires || Clock::now() >= give_up) {
         log::warn_once("remote-wait:" + target + ":" + key.hex(),
                        "kjit " + store.describe() + ": " +

@@ -50,7 +50,7 @@ DiskCache::DiskCache(DiskCacheConfig config)
     degrade(config_.root.string() + " is not writable: " + errno_text(errno));
     return;
   }
-  struct stat st {};
+  struct stat st{};
   if (::stat(config_.root.c_str(), &st) != 0) {
     degrade("cannot stat " + config_.root.string() + ": " + errno_text(errno));
     return;
@@ -58,7 +58,8 @@ DiskCache::DiskCache(DiskCacheConfig config)
   why = ownership_problem(config_.root, st, uid_);
   if (!why.empty()) {
     root_untrusted_ = true;
-    degrade(why + ", so others could plant kernels in it: kjit neither writes to it nor loads from "
+    degrade(why +
+            ", so others could plant kernels in it: kjit neither writes to it nor loads from "
             "it (chmod go-w, or chown it, or pick another KJIT_CACHE_DIR)");
     return;
   }
@@ -78,8 +79,10 @@ std::string DiskCache::describe() const {
   std::string out = config_.root.string() + " (" + to_string(config_.mode);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (config_.mode == CacheMode::ReadWrite) out += ", " + state_;
-    else if (config_.mode == CacheMode::Off) out += ": no disk cache";
+    if (config_.mode == CacheMode::ReadWrite)
+      out += ", " + state_;
+    else if (config_.mode == CacheMode::Off)
+      out += ": no disk cache";
   }
   if (config_.max_bytes) out += ", max " + std::to_string(*config_.max_bytes) + " bytes";
   out += ")";
@@ -209,8 +212,8 @@ std::unique_ptr<KeyLock> DiskCache::lock(const CacheKey& key, const std::string&
   return std::make_unique<HeldFileLock>(std::move(lock));
 }
 
-Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target,
-                                 const std::function<Entry()>& produce, bool* produced) {
+Entry DiskCache::load_or_produce(const CacheKey& key, const std::string& target, const std::function<Entry()>& produce,
+                                 bool* produced) {
   if (produced) *produced = false;
   // This disk and its read-only layers, as the engine's chain has them (owned by the caller: no deleter).
   std::vector<StoreChain::Level> levels{{std::shared_ptr<Store>(std::shared_ptr<Store>(), this), false}};

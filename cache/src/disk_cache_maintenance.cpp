@@ -45,7 +45,7 @@ DecodeResult check_scanned_entry(const ScannedFile& f, struct stat* st = nullptr
 // Unlinks `path` only while it still names the file identified by `st` (which may have been replaced
 // by a fresh entry since it was read).
 bool unlink_if_same(const fs::path& path, const struct stat& st) {
-  struct stat now {};
+  struct stat now{};
   if (st.st_ino == 0 || ::stat(path.c_str(), &now) != 0) return false;
   if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) return false;
   return ::unlink(path.c_str()) == 0;
@@ -71,7 +71,7 @@ std::size_t remove_abandoned_index_temps(const fs::path& root) {
   std::error_code ec;
   fs::directory_iterator it(index.parent_path(), fs::directory_options::skip_permission_denied, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
-    struct stat st {};
+    struct stat st{};
     if (!layout::is_temp_of(it->path().filename().string(), index_name) || ::lstat(it->path().c_str(), &st) != 0 ||
         !S_ISREG(st.st_mode))
       continue;
@@ -88,8 +88,8 @@ bool mtime_before(const ScannedFile* a, const ScannedFile* b) {
 
 // Removes least recently used entries (oldest mtime first) until `total` <= max_bytes;
 // `keep` is never removed. Returns how many were removed.
-std::size_t evict_lru(std::vector<const ScannedFile*> entries, std::uint64_t& total,
-                      std::uint64_t max_bytes, const fs::path& keep) {
+std::size_t evict_lru(std::vector<const ScannedFile*> entries, std::uint64_t& total, std::uint64_t max_bytes,
+                      const fs::path& keep) {
   std::sort(entries.begin(), entries.end(), mtime_before);
   std::size_t removed = 0;
   for (const ScannedFile* f : entries) {
@@ -162,7 +162,7 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {
         break;
       case layout::FileKind::Entry: {
         report.bytes_before += f.size;
-        struct stat st {};
+        struct stat st{};
         if (check_scanned_entry(f, &st).entry) {
           entries.push_back(&f);
           total += f.size;
@@ -173,8 +173,7 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes) {
         }
         break;
       }
-      case layout::FileKind::Other:
-        break;
+      case layout::FileKind::Other: break;
     }
   }
   report.removed_temp_files += remove_abandoned_index_temps(config_.root);
@@ -195,8 +194,7 @@ std::size_t DiskCache::clear() {
       case layout::FileKind::Lock:  // a held lock is a compile in progress
         remove_if_abandoned(f.path);
         break;
-      case layout::FileKind::Other:
-        break;  // not ours: leave it
+      case layout::FileKind::Other: break;  // not ours: leave it
     }
   }
   // Not an entry, and cheap to learn again: a clear cache starts over.

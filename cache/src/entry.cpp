@@ -10,10 +10,9 @@ namespace kjit::cache {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'J', 'I', 'T', 'E', 'N', 'T', '\0'};
-constexpr std::size_t kOffVersion = 8, kOffMetaLen = 12, kOffPayloadLen = 16, kOffKey = 24,
-                      kOffMetaSum = 88, kOffPayloadSum = 120, kHeaderSize = 152;
-static_assert(kOffKey + 64 == kOffMetaSum && kOffMetaSum + 32 == kOffPayloadSum &&
-              kOffPayloadSum + 32 == kHeaderSize);
+constexpr std::size_t kOffVersion = 8, kOffMetaLen = 12, kOffPayloadLen = 16, kOffKey = 24, kOffMetaSum = 88,
+                      kOffPayloadSum = 120, kHeaderSize = 152;
+static_assert(kOffKey + 64 == kOffMetaSum && kOffMetaSum + 32 == kOffPayloadSum && kOffPayloadSum + 32 == kHeaderSize);
 
 void put_le(std::string& out, std::size_t at, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -21,8 +20,7 @@ void put_le(std::string& out, std::size_t at, std::uint64_t v, int bytes) {
 
 std::uint64_t get_le(std::string_view in, std::size_t at, int bytes) {
   std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
   return v;
 }
 
@@ -61,10 +59,9 @@ DecodeResult decode_entry(std::string_view bytes, const CacheKey* expected_key) 
   const std::size_t size = bytes.size();
   if (size == 0) return reject("empty file (0 bytes)");
   if (size < kHeaderSize)
-    return reject("truncated: " + std::to_string(size) + " bytes, shorter than the " +
-                  std::to_string(kHeaderSize) + "-byte header");
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-    return reject("bad magic: not a kjit cache entry");
+    return reject("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderSize) +
+                  "-byte header");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return reject("bad magic: not a kjit cache entry");
   const std::uint64_t version = get_le(bytes, kOffVersion, 4);
   if (version != static_cast<std::uint64_t>(CacheKey::kSchemaVersion))
     return reject("unsupported format version " + std::to_string(version) + " (this kjit reads " +
@@ -78,8 +75,8 @@ DecodeResult decode_entry(std::string_view bytes, const CacheKey* expected_key) 
   const bool fits = meta_len <= body && payload_len <= body - meta_len;
   if (!fits || meta_len + payload_len != body) {
     std::string declared = "header declares " + std::to_string(meta_len) + " metadata bytes and " +
-                           std::to_string(payload_len) + " payload bytes, file has " +
-                           std::to_string(body) + " bytes after the header";
+                           std::to_string(payload_len) + " payload bytes, file has " + std::to_string(body) +
+                           " bytes after the header";
     return reject((fits ? "trailing bytes: " : "truncated: ") + declared);
   }
 

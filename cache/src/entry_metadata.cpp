@@ -20,12 +20,16 @@ bool nesting_within(std::string_view text, int max_depth) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '{' || c == '[') {
       if (++depth > max_depth) return false;
     } else if (c == '}' || c == ']') {
@@ -37,8 +41,7 @@ bool nesting_within(std::string_view text, int max_depth) {
 
 [[noreturn]] void bad_field(const char* field, const char* expected, const json& j) {
   std::string got = j.contains(field) ? std::string(j[field].type_name()) : "nothing (missing)";
-  throw ValueError(std::string("entry metadata field '") + field + "' must be " + expected +
-                   ", got " + got);
+  throw ValueError(std::string("entry metadata field '") + field + "' must be " + expected + ", got " + got);
 }
 
 std::string get_string(const json& j, const char* field) {
@@ -80,8 +83,7 @@ EntryMetadata metadata_from_json(std::string_view text) {
   } catch (const json::exception& e) {
     throw ValueError(std::string("entry metadata is not valid JSON: ") + e.what());
   }
-  if (!j.is_object())
-    throw ValueError(std::string("entry metadata must be a JSON object, got ") + j.type_name());
+  if (!j.is_object()) throw ValueError(std::string("entry metadata must be a JSON object, got ") + j.type_name());
 
   EntryMetadata m;
   m.template_name = get_string(j, "template");
@@ -99,10 +101,13 @@ EntryMetadata metadata_from_json(std::string_view text) {
   m.requested_target = get_string(j, "requested_target");
   m.nvrtc_version = get_string(j, "nvrtc_version");
   std::string output = get_string(j, "output");
-  if (output == "cubin") m.output = OutputKind::Cubin;
-  else if (output == "ptx") m.output = OutputKind::Ptx;
-  else throw ValueError("entry metadata field 'output' must be \"cubin\" or \"ptx\", got \"" +
-                        output.substr(0, 40) + "\"");
+  if (output == "cubin")
+    m.output = OutputKind::Cubin;
+  else if (output == "ptx")
+    m.output = OutputKind::Ptx;
+  else
+    throw ValueError("entry metadata field 'output' must be \"cubin\" or \"ptx\", got \"" + output.substr(0, 40) +
+                     "\"");
   m.note = get_string(j, "note");
   auto ms = j.find("compile_ms");
   if (ms == j.end() || !ms->is_number()) bad_field("compile_ms", "a number", j);

@@ -37,16 +37,17 @@ std::optional<Entry> EntryReader::read(const CacheKey& key, const std::string& t
                      "kjit cache: not loading " + path.string() + ": " + d.why +
                          ". kjit loads only entries written by you, or listed with their SHA-256 in "
                          "the kjit.lock of a read-only layer (KJIT_CACHE_PATH; `kjit export DIR` "
-                         "writes one); " + miss_consequence(policy.mode) +
-                         (d.topic.rfind("cache-untrusted-layer:", 0) == 0
-                              ? " (said once for this layer)."
-                              : "."));
+                         "writes one); " +
+                         miss_consequence(policy.mode) +
+                         (d.topic.rfind("cache-untrusted-layer:", 0) == 0 ? " (said once for this layer)." : "."));
       return std::nullopt;
     }
   }
   DecodeResult decoded;
-  if (file.ok()) decoded = check_entry_bytes(file.bytes, key, target);
-  else decoded.error = file.error;
+  if (file.ok())
+    decoded = check_entry_bytes(file.bytes, key, target);
+  else
+    decoded.error = file.error;
   if (decoded.entry) {
     if (policy.may_modify) ::futimens(file.fd.get(), nullptr);  // LRU: a hit is a use
     return std::move(decoded.entry);
@@ -56,12 +57,11 @@ std::optional<Entry> EntryReader::read(const CacheKey& key, const std::string& t
   // may have just published a good entry under the same name.
   bool removed = false;
   if (policy.may_modify && file.fd && S_ISREG(file.st.st_mode)) {
-    struct stat now {};
-    if (::stat(path.c_str(), &now) == 0 && now.st_dev == file.st.st_dev &&
-        now.st_ino == file.st.st_ino)
+    struct stat now{};
+    if (::stat(path.c_str(), &now) == 0 && now.st_dev == file.st.st_dev && now.st_ino == file.st.st_ino)
       removed = ::unlink(path.c_str()) == 0;
   }
-  std::string what = removed                  ? "it was removed"
+  std::string what = removed                 ? "it was removed"
                      : policy.writable_layer ? "it was left in place"
                                              : "it is in a read-only layer and was left in place";
   log::Event damaged;
@@ -82,23 +82,24 @@ void EntryReader::warn_unreadable(const Policy& policy, const fs::path& path, co
   if (!denied) {
     log::warn_once("cache-unopenable:" + root_.string(),
                    "kjit cache: cannot open " + path.string() + ": " + error + "; " + miss_consequence(policy.mode) +
-                       ". Nothing in " + root_.string() + " can be loaded while this lasts; if the path is too "
+                       ". Nothing in " + root_.string() +
+                       " can be loaded while this lasts; if the path is too "
                        "long, pick a shorter KJIT_CACHE_DIR or KJIT_CACHE_PATH entry (said once for this folder).");
     return;
   }
   // The user's own cache was written into by someone else; any other folder (a layer, or the root in
   // readonly / strict mode: a deployed cache) was made by someone else and is to be opened to readers.
   const bool own_cache = policy.writable_layer && policy.mode == CacheMode::ReadWrite;
-  const std::string fix =
-      own_cache
-          ? "another user wrote into your cache folder (a run with sudo, say): give it back with "
-            "`chown -R " + std::to_string(uid_) + " " + root_.string() + "`, or run `kjit clear`"
-          : "if another user made this layer (a `kjit export` run as root makes owner-only files), "
-            "make it readable to everyone: `chmod -R a+rX " + root_.string() + "`";
+  const std::string fix = own_cache
+                              ? "another user wrote into your cache folder (a run with sudo, say): give it back with "
+                                "`chown -R " +
+                                    std::to_string(uid_) + " " + root_.string() + "`, or run `kjit clear`"
+                              : "if another user made this layer (a `kjit export` run as root makes owner-only files), "
+                                "make it readable to everyone: `chmod -R a+rX " +
+                                    root_.string() + "`";
   log::warn_once("cache-unreadable:" + root_.string(),
                  "kjit cache: not loading " + path.string() + ": " + error + "; " + miss_consequence(policy.mode) +
-                     ". The file is there but this user may not read it: " + fix +
-                     " (said once for this folder).");
+                     ". The file is there but this user may not read it: " + fix + " (said once for this folder).");
 }
 
 std::shared_ptr<const LayerLock> EntryReader::layer_lock() const {

@@ -28,7 +28,8 @@ Tag tag_of(std::string_view secret, std::string_view name, std::string_view entr
   std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx(mac ? EVP_MAC_CTX_new(mac.get()) : nullptr);
   if (!ctx) throw Error("kjit cache: OpenSSL has no HMAC (EVP_MAC_fetch failed)");
   char digest[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
   const unsigned char zero = 0;
   Tag tag{};
   std::size_t len = 0;
@@ -64,8 +65,9 @@ Unsealed unseal_entry(std::string_view secret, std::string_view name, std::strin
   const std::string_view entry = value.substr(kSealHeaderBytes);
   const Tag expected = tag_of(secret, name, entry);
   if (CRYPTO_memcmp(expected.data(), value.data() + kSealMagic.size(), expected.size()) != 0) {
-    u.error = "its authentication tag does not match (changed or truncated after sealing, sealed under another "
-              "name, or sealed with another KJIT_REMOTE_CACHE_SECRET)";
+    u.error =
+        "its authentication tag does not match (changed or truncated after sealing, sealed under another "
+        "name, or sealed with another KJIT_REMOTE_CACHE_SECRET)";
     return u;
   }
   u.entry = entry;

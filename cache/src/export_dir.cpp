@@ -24,8 +24,8 @@ void set_mode(const fs::path& path, mode_t mode) {
     const int err = errno;
     char octal[8];
     std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
-    throw Error("cannot make the export readable by other users: chmod " + std::string(octal) + " " +
-                path.string() + ": " + errno_text(err));
+    throw Error("cannot make the export readable by other users: chmod " + std::string(octal) + " " + path.string() +
+                ": " + errno_text(err));
   }
 }
 
@@ -59,7 +59,8 @@ void prepare_export_dir(const fs::path& dir) {
   throw ValueError("--out " + dir.string() + " is not empty (it holds " + held +
                    "). `kjit export` writes a fresh cache whose kjit.lock vouches for every entry in it, so it "
                    "does not add to a directory holding files it did not write. Give a new or empty directory, "
-                   "or remove this one first (e.g. rm -r " + dir.string() + ")");
+                   "or remove this one first (e.g. rm -r " +
+                   dir.string() + ")");
 }
 
 void make_export_readable(const fs::path& dir) {
@@ -69,10 +70,13 @@ void make_export_readable(const fs::path& dir) {
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::file_type type = it->symlink_status(ec).type();
     if (ec) break;
-    if (type == fs::file_type::directory) set_mode(it->path(), kExportDirMode);
-    else if (type == fs::file_type::regular) set_mode(it->path(), kExportFileMode);
+    if (type == fs::file_type::directory)
+      set_mode(it->path(), kExportDirMode);
+    else if (type == fs::file_type::regular)
+      set_mode(it->path(), kExportFileMode);
   }
-  if (ec) throw Error("cannot make the export readable by other users: cannot list " + dir.string() + ": " + ec.message());
+  if (ec)
+    throw Error("cannot make the export readable by other users: cannot list " + dir.string() + ": " + ec.message());
 }
 
 }  // namespace kjit::cache

@@ -50,7 +50,7 @@ std::string link_on_the_way(const fs::path& root, const std::string& rel) {
   for (const auto& part : fs::path(rel)) {
     at /= part;
     walked /= part;
-    struct stat st {};
+    struct stat st{};
     if (::lstat(at.c_str(), &st) != 0) return {};  // not there: reading it says so
     if (S_ISLNK(st.st_mode)) return walked.generic_string();
   }
@@ -136,7 +136,8 @@ std::vector<std::string> verify_lock(const fs::path& root, const std::vector<Loc
   std::set<std::string> expected, links;
   const std::string not_followed =
       ": a symbolic link, not followed (an export holds only regular files and directories; a link could "
-      "make the check read, and vouch for, a file outside " + root.string() + ")";
+      "make the check read, and vouch for, a file outside " +
+      root.string() + ")";
   for (const auto& f : locked) expected.insert(f.path);
   for (const auto& f : locked) {
     // A link on the way is reported, never read through: what it reaches is outside the export.
@@ -153,7 +154,7 @@ std::vector<std::string> verify_lock(const fs::path& root, const std::vector<Loc
       continue;
     }
     // A link swapped in between the walk and the open: the file opened is not the one that lies there.
-    struct stat there {};
+    struct stat there{};
     link = link_on_the_way(root, f.path);
     if (!link.empty() || ::lstat(file.c_str(), &there) != 0 || there.st_dev != r.st.st_dev ||
         there.st_ino != r.st.st_ino) {

@@ -22,7 +22,7 @@ namespace {
 
 // True when `path` currently names the file open as `fd`.
 bool still_names(const fs::path& path, int fd) {
-  struct stat by_fd {}, by_path {};
+  struct stat by_fd{}, by_path{};
   if (::fstat(fd, &by_fd) != 0 || ::stat(path.c_str(), &by_path) != 0) return false;
   return by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino;
 }
@@ -44,8 +44,7 @@ std::string seconds_text(double s) {
 
 FileLock FileLock::acquire(const fs::path& path, double timeout_s, std::string* error) {
   const auto start = Clock::now();
-  const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     int raw;
@@ -64,8 +63,7 @@ FileLock FileLock::acquire(const fs::path& path, double timeout_s, std::string* 
       }
       if (Clock::now() >= deadline) {
         const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-        throw Error("timed out after " + seconds_text(waited) + " waiting for the kjit cache lock " +
-                    path.string() +
+        throw Error("timed out after " + seconds_text(waited) + " waiting for the kjit cache lock " + path.string() +
                     ": another process or thread is compiling the same kernel and has not "
                     "finished. A holder that died releases the lock by itself; if one is stuck, "
                     "stop it. To wait longer, raise KJIT_LOCK_TIMEOUT (this wait allowed " +
@@ -93,4 +91,3 @@ void FileLock::release() noexcept {
 }
 
 }  // namespace kjit::cache
-

@@ -28,7 +28,7 @@ std::uint64_t ns_of(const struct timespec& t) noexcept {
 }
 
 std::uint64_t now_ns() noexcept {
-  struct timespec t {};
+  struct timespec t{};
   ::clock_gettime(CLOCK_REALTIME, &t);
   return ns_of(t);
 }
@@ -64,15 +64,14 @@ FileIdentity FileIdentity::of(const struct stat& st) noexcept {
 }
 
 bool FileIdentity::operator==(const FileIdentity& o) const noexcept {
-  return size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns && inode == o.inode &&
-         device == o.device;
+  return size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns && inode == o.inode && device == o.device;
 }
 
 HeaderIndex::HeaderIndex(fs::path root, bool writable, std::string tag, std::chrono::nanoseconds racy_window)
     : root_(std::move(root)), writable_(writable && !root_.empty()), tag_(std::move(tag)), racy_window_(racy_window) {}
 
 bool HeaderIndex::on_local_filesystem(const std::string& path) {
-  struct statfs fs {};
+  struct statfs fs{};
   if (::statfs(path.c_str(), &fs) != 0) return false;
   switch (static_cast<unsigned long>(fs.f_type)) {
     case 0xEF53:      // ext2/3/4
@@ -90,9 +89,7 @@ bool HeaderIndex::on_local_filesystem(const std::string& path) {
   }
 }
 
-fs::path HeaderIndex::file() const {
-  return root_.empty() ? fs::path{} : layout::header_index_path(root_);
-}
+fs::path HeaderIndex::file() const { return root_.empty() ? fs::path{} : layout::header_index_path(root_); }
 
 std::size_t HeaderIndex::size() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -227,8 +224,8 @@ void HeaderIndex::forget(const std::string& path) {
 std::string HeaderIndex::serialize_locked() const {
   json files = json::object();
   for (const auto& [path, rec] : records_)
-    files[path] = {{"size", rec.id.size},         {"mtime_ns", rec.id.mtime_ns}, {"ctime_ns", rec.id.ctime_ns},
-                   {"inode", rec.id.inode},       {"device", rec.id.device},     {"sha256", rec.facts.sha256},
+    files[path] = {{"size", rec.id.size},           {"mtime_ns", rec.id.mtime_ns}, {"ctime_ns", rec.id.ctime_ns},
+                   {"inode", rec.id.inode},         {"device", rec.id.device},     {"sha256", rec.facts.sha256},
                    {"includes", rec.facts.includes}};
   json learned = json::object();
   for (const auto& [sha, l] : learned_) learned[sha] = l.directives;
@@ -251,7 +248,7 @@ void HeaderIndex::save_locked() {
   const fs::path f = file();
   // Never into a root that others may write to (the disk cache refuses it too, with a warning).
   auto root_is_ours = [&] {
-    struct stat st {};
+    struct stat st{};
     return ::stat(root_.c_str(), &st) == 0 && ownership_problem(root_, st, ::geteuid()).empty();
   };
   std::error_code ec;

@@ -36,7 +36,7 @@ std::vector<ScannedFile> scan_layer(const fs::path& root) {
     std::error_code ec;
     fs::directory_iterator it(shard, fs::directory_options::skip_permission_denied, ec), end;
     for (; !ec && it != end; it.increment(ec)) {
-      struct stat st {};
+      struct stat st{};
       if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       ScannedFile f;
       f.path = it->path();
@@ -48,8 +48,7 @@ std::vector<ScannedFile> scan_layer(const fs::path& root) {
       out.push_back(std::move(f));
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const ScannedFile& a, const ScannedFile& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(), [](const ScannedFile& a, const ScannedFile& b) { return a.path < b.path; });
   return out;
 }
 

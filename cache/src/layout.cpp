@@ -22,8 +22,8 @@ bool ends_with(const std::string& s, const char* suffix) {
 void check_target(const std::string& target) {
   bool ok = !target.empty() && target.size() <= 64 && target != "." && target != "..";
   for (char c : target) {
-    bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                   c == '_' || c == '-' || c == '.';
+    bool allowed =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     ok = ok && allowed;
   }
   if (!ok)

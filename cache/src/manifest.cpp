@@ -125,7 +125,8 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
     throw ValueError("the manifest record " + r.describe() + " has options that are not a JSON object (" +
                      (r.options.size() > 80 ? r.options.substr(0, 77) + "..." : r.options) +
                      "); build records with kjit::to_record");
-  Json body = {{"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
+  Json body = {
+      {"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
   if (r.arch_specific) body["arch_specific"] = true;  // likewise: only when true
   return body;
 }
@@ -250,9 +251,8 @@ class Reader {
     // are values or objects of values: deeper nesting is refused before dump() (which recurses).
     const Json& o = field(j, "options", Json::value_t::object, where);
     for (const auto& [name, value] : o.items())
-      if (value.is_array() || (value.is_object() && std::any_of(value.begin(), value.end(), [](const Json& v) {
-                                 return v.is_structured();
-                               })))
+      if (value.is_array() || (value.is_object() && std::any_of(value.begin(), value.end(),
+                                                                [](const Json& v) { return v.is_structured(); })))
         fail(where + ".options", "\"" + name + "\" is not a value or an object of values");
     r.options = o.dump();
     if (j.contains("arch_specific")) r.arch_specific = boolean(j, "arch_specific", where);
@@ -354,13 +354,15 @@ class Reader {
   }
   void check_version(const Json& v, int expected) const {
     if (expected == 1 && as_int64(v) == std::optional<std::int64_t>(kManifestVersion))
-      fail("the file", "version " + std::to_string(kManifestVersion) + " is not supported as one JSON object: it is "
-                       "JSON lines, the first of them {\"kjit_manifest\":" + std::to_string(kManifestVersion) + "} alone");
+      fail("the file", "version " + std::to_string(kManifestVersion) +
+                           " is not supported as one JSON object: it is "
+                           "JSON lines, the first of them {\"kjit_manifest\":" +
+                           std::to_string(kManifestVersion) + "} alone");
     if (as_int64(v) != std::optional<std::int64_t>(expected))
       fail(expected == 1 ? "the file" : "line 1",
            "version " + value_text(v) + " is not supported (this kjit reads version 1, one JSON object, and version " +
-               std::to_string(kManifestVersion) + ", JSON lines starting with {\"kjit_manifest\":" +
-               std::to_string(kManifestVersion) + "})");
+               std::to_string(kManifestVersion) +
+               ", JSON lines starting with {\"kjit_manifest\":" + std::to_string(kManifestVersion) + "})");
   }
   std::string where() const { return "line " + std::to_string(line_no_); }
   // The id of a version 1 record as version 1 defined it (over its sources inline, which a version 1
@@ -373,9 +375,9 @@ class Reader {
   std::string origin_;
   bool lines_ = false;  // version 2: records reference sources by id
   std::size_t line_no_ = 0;
-  std::size_t record_lines_ = 0;  // record lines read (for messages)
+  std::size_t record_lines_ = 0;                                           // record lines read (for messages)
   std::map<std::string, std::shared_ptr<const ManifestSources>> sources_;  // by id
-  std::map<std::string, std::string> choices_;  // "choice" lines, key -> value
+  std::map<std::string, std::string> choices_;                             // "choice" lines, key -> value
 };
 
 bool read_text(const fs::path& file, std::string& out) {
@@ -399,8 +401,7 @@ std::string ManifestRecord::id() const { return to_hex(Sha256::of(record_body(*t
 
 std::string ManifestRecord::describe() const {
   std::string s = kernel + "(";
-  for (std::size_t i = 0; i < args.size(); ++i)
-    s += (i ? ", " : "") + args[i].name + "=" + arg_value_text(args[i]);
+  for (std::size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i].name + "=" + arg_value_text(args[i]);
   return s + ") from template " + template_name;
 }
 
@@ -456,7 +457,8 @@ Manifest read_manifest(const fs::path& file) {
   if (!fs::is_regular_file(file, ec) || !read_text(file, text))
     throw ValueError("cannot read manifest " + file.string() +
                      ": it does not exist or is not readable. Record one by running the workload with "
-                     "KJIT_RECORD=" + file.string() + ".");
+                     "KJIT_RECORD=" +
+                     file.string() + ".");
   return parse_manifest(text, file.string());
 }
 
@@ -468,8 +470,8 @@ struct ManifestWriter::State {
   ino_t ino = 0;
   std::uint64_t read_to = 0;
   std::unique_ptr<Reader> reader;  // holds each sources line read once, for the records that name it
-  std::set<std::string> records;  // record ids in the file
-  std::set<std::string> sources;  // sources ids in the file
+  std::set<std::string> records;   // record ids in the file
+  std::set<std::string> sources;   // sources ids in the file
 };
 
 ManifestWriter::ManifestWriter(fs::path file, double lock_timeout_s)
@@ -588,10 +590,13 @@ std::size_t ManifestWriter::append_lines(const std::vector<ManifestRecord>& reco
     const std::string text = read_at(fd.get(), s.read_to, static_cast<std::uint64_t>(st.st_size) - s.read_to, file_);
     std::size_t used = 0;
     try {
-      s.reader->for_each_line(text, [&](const Json& j) {
-        if (auto r = s.reader->line(j)) s.records.insert(r->id());
-        if (j.contains("sources")) s.sources.insert(j["sources"]["id"].get<std::string>());
-      }, &used);
+      s.reader->for_each_line(
+          text,
+          [&](const Json& j) {
+            if (auto r = s.reader->line(j)) s.records.insert(r->id());
+            if (j.contains("sources")) s.sources.insert(j["sources"]["id"].get<std::string>());
+          },
+          &used);
     } catch (...) {
       s = State{};  // read it again next time
       throw;

@@ -12,9 +12,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string existing_dir_or_error(const fs::path& dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0)
-    return "cannot create " + dir.string() + ": " + errno_text(errno);
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return "cannot create " + dir.string() + ": " + errno_text(errno);
   if (!S_ISDIR(st.st_mode)) return "cannot create " + dir.string() + ": it exists and is not a directory";
   return {};
 }
@@ -23,8 +22,7 @@ std::string existing_dir_or_error(const fs::path& dir) {
 std::string make_one(const fs::path& dir, int* err_out) {
   *err_out = 0;
   if (::mkdir(dir.c_str(), 0700) == 0) {
-    if (::chmod(dir.c_str(), 0700) != 0)
-      return "cannot set mode 0700 on " + dir.string() + ": " + errno_text(errno);
+    if (::chmod(dir.c_str(), 0700) != 0) return "cannot set mode 0700 on " + dir.string() + ": " + errno_text(errno);
     return {};
   }
   *err_out = errno;

@@ -135,13 +135,11 @@ void RedisConnection::fail(const std::string& what, bool connection_lost) {
   throw RemoteError(what, connection_lost);
 }
 
-RedisReply RedisConnection::command(const Command& args) {
-  return std::move(pipeline({args}).front());
-}
+RedisReply RedisConnection::command(const Command& args) { return std::move(pipeline({args}).front()); }
 
 std::vector<RedisReply> RedisConnection::pipeline(const std::vector<Command>& commands) {
-  return exchange(commands, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(timeout_s_)));
+  return exchange(
+      commands, Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)));
 }
 
 std::vector<RedisReply> RedisConnection::exchange(const std::vector<Command>& commands, Deadline deadline) {
@@ -218,7 +216,8 @@ std::vector<RedisReply> RedisConnection::exchange(const std::vector<Command>& co
     if (!scanner.feed(chunk.get(), static_cast<std::size_t>(got)))
       fail(name + ": refused the reply of " + where_ + " at its header, before reading the rest: " + scanner.error() +
            ". kjit accepts values of at most its largest entry sealed and arrays of one element per argument "
-           "sent plus " + std::to_string(kRespElementSlack) +
+           "sent plus " +
+           std::to_string(kRespElementSlack) +
            "; is something other than a Redis that kjit fills at this address? (the connection was dropped)");
     if (scanner.replies() > commands.size())
       fail(name + ": " + where_ + " sent more replies than the " + std::to_string(commands.size()) +

@@ -293,8 +293,7 @@ std::optional<Entry> RedisStore::accept(const CacheKey& key, const std::string& 
   e.key = key.hex();
   e.target = target;
   e.message = "kjit " + describe() + ": refused the value of " + name + " (" + std::to_string(value.size()) +
-              " bytes): " + error + "; it is a miss" +
-              (writable() ? ", and the entry compiled here replaces it" : "") +
+              " bytes): " + error + "; it is a miss" + (writable() ? ", and the entry compiled here replaces it" : "") +
               ". If this repeats, check that every writer uses the same KJIT_REMOTE_CACHE_SECRET and that "
               "nothing else writes kjit:* keys (said once per key)";
   log::warn_once("remote-refused:" + name, std::move(e));
@@ -367,7 +366,8 @@ FetchedMany RedisStore::get_many(const std::vector<std::pair<CacheKey, std::stri
     const RedisReply::Type t = reply->elements[i].type;
     if (t != RedisReply::Type::String && t != RedisReply::Type::Nil) {
       out.error = std::string("it answered MGET of ") + asked + " with " + type_name(t) + " as value " +
-                  std::to_string(i + 1) + " (a string or nil expected): not Redis, or a proxy that does not "
+                  std::to_string(i + 1) +
+                  " (a string or nil expected): not Redis, or a proxy that does not "
                   "pass MGET through";
       return out;
     }
@@ -419,8 +419,7 @@ void RedisStore::release_lease(const CacheKey& key, const std::string& target, c
 
 bool RedisStore::renew_lease(const CacheKey& key, const std::string& target, const std::string& token) {
   const std::string name = lease_name(key, target), px = ms_text(config_.lease_s);
-  auto r = with_connection(
-      [&](RedisConnection& c) { return c.command({"EVAL", kRenewScript, "1", name, token, px}); });
+  auto r = with_connection([&](RedisConnection& c) { return c.command({"EVAL", kRenewScript, "1", name, token, px}); });
   return r && reply_ok(*r, "EVAL (lease renewal)") && r->type == RedisReply::Type::Integer && r->integer == 1;
 }
 
@@ -434,9 +433,8 @@ void RedisStore::mark_unpublished(const CacheKey& key, const std::string& target
 std::optional<CompileLeases::Watch> RedisStore::watch(const CacheKey& key, const std::string& target) {
   const std::string entry = entry_name(key, target), lease = lease_name(key, target),
                     unpublished = unpublished_name(key, target);
-  auto r = with_connection([&](RedisConnection& c) {
-    return c.pipeline({{"EXISTS", entry}, {"PTTL", lease}, {"EXISTS", unpublished}});
-  });
+  auto r = with_connection(
+      [&](RedisConnection& c) { return c.pipeline({{"EXISTS", entry}, {"PTTL", lease}, {"EXISTS", unpublished}}); });
   if (!r || r->size() != 3) return std::nullopt;
   for (const auto& reply : *r)
     if (!reply_ok(reply, "EXISTS / PTTL") || reply.type != RedisReply::Type::Integer) return std::nullopt;

@@ -6,9 +6,7 @@
 
 namespace kjit::cache {
 
-const char* to_string(RemoteMode mode) noexcept {
-  return mode == RemoteMode::Read ? "read" : "readwrite";
-}
+const char* to_string(RemoteMode mode) noexcept { return mode == RemoteMode::Read ? "read" : "readwrite"; }
 
 std::string RedisEndpoint::display() const {
   std::string out = "redis://";
@@ -49,8 +47,8 @@ int parse_number(const std::string& url, const std::string& text, int lo, int hi
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, n);
   if (text.empty() || ec != std::errc() || p != end || n < lo || n > hi)
-    bad_url(url, std::string("the ") + what + " '" + text + "' is not an integer from " + std::to_string(lo) +
-                     " to " + std::to_string(hi));
+    bad_url(url, std::string("the ") + what + " '" + text + "' is not an integer from " + std::to_string(lo) + " to " +
+                     std::to_string(hi));
   return n;
 }
 
@@ -60,9 +58,11 @@ RedisEndpoint parse_redis_url(const std::string& url) {
   const std::string scheme = "redis://";
   if (url.compare(0, scheme.size(), scheme) != 0) {
     const auto colon = url.find("://");
-    bad_url(url, colon == std::string::npos ? "it has no redis:// scheme"
-                                            : "the scheme '" + url.substr(0, colon) + "' is not supported (only redis://; "
-                                              "TLS (rediss://) is not: reach Redis through a private network or a tunnel)");
+    bad_url(url, colon == std::string::npos
+                     ? "it has no redis:// scheme"
+                     : "the scheme '" + url.substr(0, colon) +
+                           "' is not supported (only redis://; "
+                           "TLS (rediss://) is not: reach Redis through a private network or a tunnel)");
   }
   std::string rest = url.substr(scheme.size());
   RedisEndpoint e;

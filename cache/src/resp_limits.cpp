@@ -48,9 +48,7 @@ bool RespScanner::header_value(long long* value) {
   return true;
 }
 
-std::string RespScanner::header_name() const {
-  return kind_ == LineKind::Bulk ? "bulk string length" : "array count";
-}
+std::string RespScanner::header_name() const { return kind_ == LineKind::Bulk ? "bulk string length" : "array count"; }
 
 void RespScanner::item_done() {
   state_ = State::Type;
@@ -92,8 +90,7 @@ bool RespScanner::end_of_line() {
     return refuse("an array of " + text + " elements announced" +
                   (elements_ ? " after " + std::to_string(elements_) + " others" : std::string()) + ", over the " +
                   std::to_string(limits_.max_elements) + " elements allowed");
-  if (depth_ == kMaxRespDepth)
-    return refuse("arrays nested more than " + std::to_string(kMaxRespDepth) + " deep");
+  if (depth_ == kMaxRespDepth) return refuse("arrays nested more than " + std::to_string(kMaxRespDepth) + " deep");
   elements_ += static_cast<std::uint64_t>(v);
   open_[depth_++] = v;
   state_ = State::Type;
@@ -154,8 +151,7 @@ bool RespScanner::feed(const char* data, std::size_t size) {
                                   std::to_string(max) + " bytes)");
         break;
       }
-      case State::Body:
-        break;
+      case State::Body: break;
     }
   }
   return true;

@@ -19,8 +19,9 @@ Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {
   ctx_->md.reset(EVP_MD_CTX_new());
   if (!ctx_->md) throw Error("SHA-256: OpenSSL could not allocate a digest context (out of memory?)");
   if (EVP_DigestInit_ex(ctx_->md.get(), EVP_sha256(), nullptr) != 1)
-    throw Error("SHA-256: OpenSSL refused to initialise the digest (EVP_DigestInit_ex failed); "
-                "check that the OpenSSL default provider is available");
+    throw Error(
+        "SHA-256: OpenSSL refused to initialise the digest (EVP_DigestInit_ex failed); "
+        "check that the OpenSSL default provider is available");
 }
 
 Sha256::~Sha256() = default;
@@ -28,8 +29,7 @@ Sha256::~Sha256() = default;
 Sha256& Sha256::update(const void* data, std::size_t size) {
   if (ctx_->finished) throw Error("SHA-256: update() after finish(); create a new Sha256 object");
   if (size == 0) return *this;
-  if (EVP_DigestUpdate(ctx_->md.get(), data, size) != 1)
-    throw Error("SHA-256: EVP_DigestUpdate failed");
+  if (EVP_DigestUpdate(ctx_->md.get(), data, size) != 1) throw Error("SHA-256: EVP_DigestUpdate failed");
   return *this;
 }
 

@@ -13,9 +13,10 @@ struct Registry {
   std::mutex mu;
   std::vector<RemoteStoreScheme> schemes;
   Registry() {
-    schemes.push_back({"redis", "redis://[user:password@]host[:port][/db]",
-                       [](const std::string& url) { (void)parse_redis_url(url); },
-                       [](const RemoteConfig& c) -> std::shared_ptr<Store> { return std::make_shared<RedisStore>(c); }});
+    schemes.push_back(
+        {"redis", "redis://[user:password@]host[:port][/db]",
+         [](const std::string& url) { (void)parse_redis_url(url); },
+         [](const RemoteConfig& c) -> std::shared_ptr<Store> { return std::make_shared<RedisStore>(c); }});
   }
 };
 
@@ -52,8 +53,10 @@ RemoteStoreScheme find_scheme(const std::string& url) {
 void register_remote_store(RemoteStoreScheme scheme) {
   if (scheme.scheme.empty() || scheme.scheme.find(':') != std::string::npos ||
       scheme.scheme.find('/') != std::string::npos || scheme.form.empty())
-    throw ValueError("a remote store scheme needs a non-empty name without ':' or '/' (e.g. \"redis\") and the form "
-                     "of its URLs for messages; got '" + scheme.scheme + "' with form '" + scheme.form + "'");
+    throw ValueError(
+        "a remote store scheme needs a non-empty name without ':' or '/' (e.g. \"redis\") and the form "
+        "of its URLs for messages; got '" +
+        scheme.scheme + "' with form '" + scheme.form + "'");
   if (!scheme.check || !scheme.make)
     throw ValueError("the remote store scheme '" + scheme.scheme + "' needs both a check and a make function");
   Registry& r = registry();

@@ -24,7 +24,10 @@ std::string mode_text(mode_t mode) {
 std::string writable_by_others(const fs::path& path, const struct stat& st) {
   const bool group = st.st_mode & S_IWGRP, others = st.st_mode & S_IWOTH;
   if (!group && !others) return {};
-  return path.string() + " is writable by " + (group && others ? "group and others" : group ? "group" : "others") +
+  return path.string() + " is writable by " +
+         (group && others ? "group and others"
+          : group         ? "group"
+                          : "others") +
          " (mode " + mode_text(st.st_mode) + ")";
 }
 
@@ -32,20 +35,19 @@ std::string writable_by_others(const fs::path& path, const struct stat& st) {
 
 std::string ownership_problem(const fs::path& path, const struct stat& st, uid_t uid) {
   if (st.st_uid != uid)
-    return path.string() + " belongs to uid " + std::to_string(st.st_uid) + ", not to you (uid " +
-           std::to_string(uid) + ")";
+    return path.string() + " belongs to uid " + std::to_string(st.st_uid) + ", not to you (uid " + std::to_string(uid) +
+           ")";
   return writable_by_others(path, st);
 }
 
-std::string owned_path_problem(const fs::path& root, const fs::path& file, const struct stat& file_st,
-                               uid_t uid) {
+std::string owned_path_problem(const fs::path& root, const fs::path& file, const struct stat& file_st, uid_t uid) {
   std::string why = ownership_problem(file, file_st, uid);
   if (!why.empty()) return why;
   const fs::path rel = file.lexically_relative(root);
   if (!layout::stays_inside(rel)) return file.string() + " is not under " + root.string();
   fs::path dir = root;
   auto check_dir = [&](const fs::path& d) {
-    struct stat st {};
+    struct stat st{};
     if (::stat(d.c_str(), &st) != 0) return "cannot stat " + d.string() + ": " + errno_text(errno);
     return ownership_problem(d, st, uid);
   };
@@ -90,7 +92,7 @@ LayerLock LayerLock::read(const fs::path& layer_root, uid_t uid) {
     lock.problem_ = "cannot read " + file.string() + ": " + r.error;
     return lock;
   }
-  struct stat root_st {};
+  struct stat root_st{};
   if (::stat(layer_root.c_str(), &root_st) != 0) {
     lock.problem_ = "cannot stat " + layer_root.string() + ": " + errno_text(errno);
     return lock;
@@ -111,7 +113,7 @@ LayerLock LayerLock::read(const fs::path& layer_root, uid_t uid) {
 }
 
 bool LayerLock::current(const fs::path& layer_root) const {
-  struct stat st {};
+  struct stat st{};
   if (::stat((layer_root / kLockFileName).c_str(), &st) != 0) return absent_ && errno == ENOENT;
   return !absent_ && st.st_dev == dev_ && st.st_ino == ino_ && st.st_size == size_ &&
          st.st_mtim.tv_sec == mtime_.tv_sec && st.st_mtim.tv_nsec == mtime_.tv_nsec;

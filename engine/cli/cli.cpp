@@ -24,9 +24,8 @@ namespace {
 class WarningsTo {
  public:
   explicit WarningsTo(std::ostream& err)
-      : previous_(log::set_warning_sink([&err](const std::string& m) {
-          err << "kjit: warning: " << printable(m, Newlines::Keep) << '\n';
-        })) {}
+      : previous_(log::set_warning_sink(
+            [&err](const std::string& m) { err << "kjit: warning: " << printable(m, Newlines::Keep) << '\n'; })) {}
   ~WarningsTo() { log::set_warning_sink(std::move(previous_)); }
   WarningsTo(const WarningsTo&) = delete;
   WarningsTo& operator=(const WarningsTo&) = delete;
@@ -36,8 +35,8 @@ class WarningsTo {
 };
 
 void configure(CLI::App& app, Context& ctx) {
-  app.description(
-      "kjit " KJIT_VERSION ": JIT CUDA kernels from C++ templates, compiled with NVRTC and cached on disk.");
+  app.description("kjit " KJIT_VERSION
+                  ": JIT CUDA kernels from C++ templates, compiled with NVRTC and cached on disk.");
   app.set_version_flag("--version", std::string("kjit ") + KJIT_VERSION);
   app.add_option("--cache-dir", ctx.cache_dir, "Cache directory for this command (overrides KJIT_CACHE_DIR)")
       ->type_name("DIR");
@@ -48,14 +47,16 @@ void configure(CLI::App& app, Context& ctx) {
 // The first word that is neither an option nor an option's value: what was meant as the command.
 std::string first_word(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--cache-dir") ++i;  // its value
-    else if (args[i].empty() || args[i][0] != '-') return args[i];
+    if (args[i] == "--cache-dir")
+      ++i;  // its value
+    else if (args[i].empty() || args[i][0] != '-')
+      return args[i];
   }
   return {};
 }
 
-int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::vector<std::string>& args,
-                std::ostream& out, std::ostream& err) {
+int parse_error(const CLI::App& app, const CLI::ParseError& e, const std::vector<std::string>& args, std::ostream& out,
+                std::ostream& err) {
   // --help, --help-all and --version are "errors" that succeed.
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e, out, err);
   std::string message = e.what();

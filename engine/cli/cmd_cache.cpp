@@ -104,9 +104,10 @@ int run_verify_lock(Context& ctx, const VerifyRequest& r) {
   fs::path dir = r.dir.empty() ? lock.parent_path() : fs::path(r.dir);
   if (dir.empty()) dir = ".";
   // The default lock lies in DIR, which holds no links (verify_lock reports every one): not even read.
-  struct stat st {};
+  struct stat st{};
   if (r.lock.empty() && ::lstat(lock.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-    throw Error(lock.string() + " is a symbolic link, and `kjit verify --dir` does not follow links out of DIR "
+    throw Error(lock.string() +
+                " is a symbolic link, and `kjit verify --dir` does not follow links out of DIR "
                 "(an export holds only regular files); to check against a lock kept elsewhere, pass it with "
                 "--lock FILE");
   const std::vector<cache::LockedFile> locked = cache::read_lock(lock);
@@ -150,11 +151,13 @@ int run_prune(Context& ctx, const std::string& max_bytes_text) {
   if (!limit) limit = disk.config().max_bytes;
   const cache::PruneReport r = disk.prune(limit);
   ctx.out << "pruned " << printable(disk.config().root.string());
-  if (limit) ctx.out << " to at most " << human_bytes(*limit) << '\n';
-  else ctx.out << " (no size limit: only damaged entries and abandoned files are removed)\n";
+  if (limit)
+    ctx.out << " to at most " << human_bytes(*limit) << '\n';
+  else
+    ctx.out << " (no size limit: only damaged entries and abandoned files are removed)\n";
   Fields f;
-  f.add("removed", count_of(r.removed_entries, "least recently used entry", "least recently used entries") +
-                       ", " + count_of(r.removed_damaged, "damaged entry", "damaged entries") + ", " +
+  f.add("removed", count_of(r.removed_entries, "least recently used entry", "least recently used entries") + ", " +
+                       count_of(r.removed_damaged, "damaged entry", "damaged entries") + ", " +
                        count_of(r.removed_temp_files, "stale temp file", "stale temp files") + ", " +
                        count_of(r.removed_lock_files, "abandoned lock file", "abandoned lock files"));
   f.add("size", human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after));

@@ -44,13 +44,14 @@ struct CompileRequest {
 // A file when the reference looks like a path or names an existing file, else a built-in name.
 std::shared_ptr<const Template> load_template(const CompileRequest& r) {
   std::error_code ec;
-  const bool is_file = r.template_ref.find_first_of("/.") != std::string::npos ||
-                       fs::is_regular_file(r.template_ref, ec);
+  const bool is_file =
+      r.template_ref.find_first_of("/.") != std::string::npos || fs::is_regular_file(r.template_ref, ec);
   if (is_file) return Template::from_file(r.template_ref, {r.include_dirs.begin(), r.include_dirs.end()});
   if (!r.include_dirs.empty())
     throw ValueError("--include applies to template files; '" + r.template_ref +
                      "' is a built-in template, which includes only kjit's own headers. Pass a file path "
-                     "(e.g. ./" + r.template_ref + ".cu) to compile a template of your own.");
+                     "(e.g. ./" +
+                     r.template_ref + ".cu) to compile a template of your own.");
   return Template::builtin(r.template_ref);
 }
 
@@ -92,7 +93,8 @@ void add_option_flags(CLI::App* sub, CompileRequest& r) {
         flag.option = sub->add_option(f.cli, flag.text, f.help)->type_name(f.cli_value);
         break;
       case CompileOptionField::Kind::Enum:
-        flag.option = sub->add_option(f.cli, flag.text, f.help)->type_name(f.cli_value)->check(CLI::IsMember(f.choices));
+        flag.option =
+            sub->add_option(f.cli, flag.text, f.help)->type_name(f.cli_value)->check(CLI::IsMember(f.choices));
         break;
       case CompileOptionField::Kind::Defines:
         flag.option = sub->add_option(f.cli, flag.values, f.help)->type_name(f.cli_value)->allow_extra_args(false);
@@ -108,8 +110,8 @@ std::string padded(const std::string& s, std::size_t width) {
 // One line per architecture, printed as each finishes (all columns but the last have fixed widths).
 void print_row(std::ostream& out, const std::string& key, const std::string& target, const std::string& origin,
                const std::string& ms) {
-  out << padded(printable(key), 64) << "  " << padded(printable(target), 11) << "  " << padded(origin, 8) << "  "
-      << ms << '\n';
+  out << padded(printable(key), 64) << "  " << padded(printable(target), 11) << "  " << padded(origin, 8) << "  " << ms
+      << '\n';
 }
 
 // Engine::prepare; a compile error of a template with #include files that were not found says so.
@@ -185,8 +187,8 @@ int run_compile(Context& ctx, const CompileRequest& r) {
 
 Command add_compile_command(CLI::App& app, Context& ctx) {
   auto r = std::make_shared<CompileRequest>();
-  CLI::App* sub = app.add_subcommand(
-      "compile", "Compile a specialization into the cache for each --arch (no GPU needed)");
+  CLI::App* sub =
+      app.add_subcommand("compile", "Compile a specialization into the cache for each --arch (no GPU needed)");
   sub->add_option("TEMPLATE", r->template_ref, "Built-in template name (e.g. add_constant) or a template file path")
       ->required()
       ->type_name("");

@@ -82,8 +82,9 @@ Json not_found_json(const std::string& hint) {
 Json cccl_facts() {
   const CudaToolkit& tk = cuda_toolkit();
   if (!tk.cccl.found())
-    return not_found_json("install a CUDA toolkit with CCCL (CUDA 13: <root>/include/cccl), or pip install "
-                          "nvidia-cuda-cccl (CUDA 13) / nvidia-cuda-cccl-cu12 (CUDA 12) and use kjit from Python");
+    return not_found_json(
+        "install a CUDA toolkit with CCCL (CUDA 13: <root>/include/cccl), or pip install "
+        "nvidia-cuda-cccl (CUDA 13) / nvidia-cuda-cccl-cu12 (CUDA 12) and use kjit from Python");
   Json j = library_json(tk.cccl);
   j["hint"] = nullptr;
   return j;
@@ -180,7 +181,8 @@ Json remote_facts(Context& ctx) {
   }
   j["used"] = true;
   if (c.mode == cache::RemoteMode::ReadWrite && !remote->writable())  // KJIT_CACHE_MODE=readonly / strict
-    j["mode"] = std::string(cache::to_string(cache::RemoteMode::Read)) + ", as KJIT_CACHE_MODE=" + to_string(s.cache_mode);
+    j["mode"] =
+        std::string(cache::to_string(cache::RemoteMode::Read)) + ", as KJIT_CACHE_MODE=" + to_string(s.cache_mode);
   const cache::Store::Probe p = remote->probe().value_or(cache::Store::Probe{true, 0, ""});
   j["answers"] = p.answers;
   j["ms"] = p.ms;
@@ -255,8 +257,8 @@ void print_human(std::ostream& out, const Json& j) {
     f.add("library", nv["library"].get<std::string>() + " (from " + text_or(nv["from"], "?") + ")");
     f.add("identity", nv["identity"].get<std::string>());
     if (nv["loaded"].get<bool>())
-      f.add("loaded", "version " + nv["runtime_version"].get<std::string>() + ", supported archs " +
-                          join(nv["supported_archs"]));
+      f.add("loaded",
+            "version " + nv["runtime_version"].get<std::string>() + ", supported archs " + join(nv["supported_archs"]));
     else
       f.add("loaded", "not loaded (" + nv["not_loaded_reason"].get<std::string>() + ")");
   } else {
@@ -264,7 +266,7 @@ void print_human(std::ostream& out, const Json& j) {
   }
   const Json& h = j["cuda_headers"];
   f.add("CUDA headers", h["found"].get<bool>() ? join(h["include_dirs"]) + " (from " + text_or(h["from"], "?") + ")"
-                                                : std::string("not found"));
+                                               : std::string("not found"));
   f.add("CCCL", library_line(j["cccl"]));
   f.add("CUTLASS", library_line(j["cutlass"]));
   f.print(out);
@@ -276,9 +278,12 @@ void print_human(std::ostream& out, const Json& j) {
                       ? d["version"].get<std::string>() + " (" + d["library"].get<std::string>() + ")"
                       : "none: " + d["error"].get<std::string>());
   const Json& gpus = j["gpus"];
-  if (!d["available"].get<bool>()) g.add("GPUs", "none (no driver)");
-  else if (!gpus["error"].is_null()) g.add("GPUs", "none: " + gpus["error"].get<std::string>());
-  else if (gpus["devices"].empty()) g.add("GPUs", "none");
+  if (!d["available"].get<bool>())
+    g.add("GPUs", "none (no driver)");
+  else if (!gpus["error"].is_null())
+    g.add("GPUs", "none: " + gpus["error"].get<std::string>());
+  else if (gpus["devices"].empty())
+    g.add("GPUs", "none");
   for (const auto& dev : gpus["devices"])
     g.add("GPU " + std::to_string(dev["index"].get<int>()),
           dev["name"].get<std::string>() + " (" + dev["target"].get<std::string>() + ")");
@@ -291,19 +296,21 @@ void print_human(std::ostream& out, const Json& j) {
   k.add("mode", c["mode"].get<std::string>());
   k.add("state", c["state"].get<std::string>());
   k.add("read-only layers", c["layers"].empty() ? std::string("(none)") : join(c["layers"], ":"));
-  k.add("max bytes", c["max_bytes"].is_null()
-                         ? std::string("(no limit)")
-                         : std::to_string(c["max_bytes"].get<std::uint64_t>()) + " (" +
-                               human_bytes(c["max_bytes"].get<std::uint64_t>()) + ")");
+  k.add("max bytes", c["max_bytes"].is_null() ? std::string("(no limit)")
+                                              : std::to_string(c["max_bytes"].get<std::uint64_t>()) + " (" +
+                                                    human_bytes(c["max_bytes"].get<std::uint64_t>()) + ")");
   k.add("tuned choices", std::to_string(c["tuned_choices"].get<std::size_t>()));
   const Json& r = j["remote_cache"];
   if (!r["configured"].get<bool>()) {
     k.add("remote cache", "(none: KJIT_REMOTE_CACHE is not set)");
   } else {
     std::string line = r["url"].get<std::string>() + " (" + r["mode"].get<std::string>() + "): ";
-    if (!r["used"].get<bool>()) line += "not used (KJIT_CACHE_MODE=off)";
-    else if (r["answers"].get<bool>()) line += "answers (PING " + human_ms(r["ms"].get<double>()) + ")";
-    else line += "does not answer: " + r["error"].get<std::string>();
+    if (!r["used"].get<bool>())
+      line += "not used (KJIT_CACHE_MODE=off)";
+    else if (r["answers"].get<bool>())
+      line += "answers (PING " + human_ms(r["ms"].get<double>()) + ")";
+    else
+      line += "does not answer: " + r["error"].get<std::string>();
     k.add("remote cache", line);
   }
   k.print(out);
@@ -323,8 +330,10 @@ Command add_info_command(CLI::App& app, Context& ctx) {
   sub->add_flag("--json", *as_json, "Print JSON");
   return {sub, [&ctx, as_json]() {
             const Json facts = gather(ctx);
-            if (*as_json) print_json(ctx.out, facts);
-            else print_human(ctx.out, facts);
+            if (*as_json)
+              print_json(ctx.out, facts);
+            else
+              print_human(ctx.out, facts);
             return 0;
           }};
 }

@@ -43,8 +43,8 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
       }
   const auto r = engine.prefetch(jobs);
   const std::string remote = engine.remote()->describe();
-  ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from " << remote
-          << ": " << r.on_disk << " already on disk, ";
+  ctx.out << "prefetched " << r.fetched << " of " << count_of(r.jobs, "entry", "entries") << " from " << remote << ": "
+          << r.on_disk << " already on disk, ";
   if (r.looked_up())
     ctx.out << r.missing << " not in the remote cache, " << r.refused << " refused"
             << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";

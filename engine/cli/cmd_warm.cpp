@@ -1,10 +1,10 @@
 // `kjit warm MANIFEST --arch sm_80,sm_90 [-j N] [--remote]`: compiles every recorded specialization into
 // the cache for each architecture (no GPU needed; --remote: and into the remote tier, KJIT_REMOTE_CACHE).
-// `kjit export MANIFEST --out DIR --arch ...`: the same into DIR as a fresh cache root, then DIR/kjit.lock (checked by `kjit verify --dir DIR --lock DIR/kjit.lock`).
-// A record of an arch-specific kernel ("arch_specific", e.g. the sm_90 GEMM's wgmma) is compiled for sm_XYa
-// whether sm_XY or sm_XYa is asked, and skipped (not failed) for compute_XY: kjit::warm_target (target.hpp).
-// Every job must have stored its entry (else exit status 1); an export starts from an empty DIR, locks
-// exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
+// `kjit export MANIFEST --out DIR --arch ...`: the same into DIR as a fresh cache root, then DIR/kjit.lock (checked by
+// `kjit verify --dir DIR --lock DIR/kjit.lock`). A record of an arch-specific kernel ("arch_specific", e.g. the sm_90
+// GEMM's wgmma) is compiled for sm_XYa whether sm_XY or sm_XYa is asked, and skipped (not failed) for compute_XY:
+// kjit::warm_target (target.hpp). Every job must have stored its entry (else exit status 1); an export starts from an
+// empty DIR, locks exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -52,12 +52,14 @@ WarmReport warm_into(Context& ctx, Settings settings, const WarmRequest& r) {
     settings.compile_isolation = CompileIsolation::Always;
   Engine engine(std::move(settings));
   if (r.remote && !engine.remote())
-    throw Error(engine.settings().remote_cache
-                    ? std::string("--remote: KJIT_CACHE_MODE=off turns every cache off, the remote tier included")
-                    : std::string("--remote: there is no remote cache tier to push to; set "
-                                  "KJIT_REMOTE_CACHE=redis://host:port and KJIT_REMOTE_CACHE_SECRET (see `kjit info`)"));
+    throw Error(
+        engine.settings().remote_cache
+            ? std::string("--remote: KJIT_CACHE_MODE=off turns every cache off, the remote tier included")
+            : std::string("--remote: there is no remote cache tier to push to; set "
+                          "KJIT_REMOTE_CACHE=redis://host:port and KJIT_REMOTE_CACHE_SECRET (see `kjit info`)"));
   if (r.remote && !engine.remote()->writable())
-    throw Error("--remote: the " + engine.remote()->describe() + " is read-only (KJIT_REMOTE_CACHE_MODE=read, or "
+    throw Error("--remote: the " + engine.remote()->describe() +
+                " is read-only (KJIT_REMOTE_CACHE_MODE=read, or "
                 "KJIT_CACHE_MODE readonly / strict, which write nothing anywhere); a writer (CI) runs with both unset "
                 "or readwrite");
   if (!engine.disk().writable())
@@ -100,8 +102,8 @@ int run_export(Context& ctx, const WarmRequest& r) {
   s.cache_max_bytes.reset();            // and none is evicted
   const WarmReport report = warm_into(ctx, std::move(s), r);
   if (!report.failed.empty()) {
-    ctx.err << "kjit: error: export incomplete: " << count_of(report.failed.size(), "job", "jobs")
-            << " failed, so no " << cache::kLockFileName << " was written\n";
+    ctx.err << "kjit: error: export incomplete: " << count_of(report.failed.size(), "job", "jobs") << " failed, so no "
+            << cache::kLockFileName << " was written\n";
     return kExitFailure;
   }
   const fs::path lock = dir / cache::kLockFileName;
@@ -121,7 +123,10 @@ void add_shared_options(CLI::App* sub, WarmRequest& r) {
       ->type_name("ARCH[,ARCH...]")
       ->delimiter(',')
       ->allow_extra_args(false);
-  sub->add_option("-j,--jobs", r.jobs, "Compile N at once (default: the CPUs this process may use); above 1, compiles run in N child processes (each kept for its thread's next kernels of the same template and options), every compile bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
+  sub->add_option("-j,--jobs", r.jobs,
+                  "Compile N at once (default: the CPUs this process may use); above 1, compiles run in N child "
+                  "processes (each kept for its thread's next kernels of the same template and options), every compile "
+                  "bounded by KJIT_COMPILE_TIMEOUT and KJIT_COMPILE_MEMORY")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
 }

@@ -14,8 +14,8 @@ namespace kjit::cli {
 class Context;
 
 struct Command {
-  CLI::App* app = nullptr;         // the subcommand
-  std::function<int()> run;        // returns the exit status; may throw kjit::Error
+  CLI::App* app = nullptr;   // the subcommand
+  std::function<int()> run;  // returns the exit status; may throw kjit::Error
 };
 
 Command add_info_command(CLI::App& app, Context& ctx);     // cmd_info.cpp

@@ -30,10 +30,14 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i, char32_t* cp) {
   const unsigned char b0 = byte(0);
   std::size_t n;
   char32_t min, value;
-  if (b0 >= 0xc2 && b0 <= 0xdf) n = 2, min = 0x80, value = b0 & 0x1f;
-  else if (b0 >= 0xe0 && b0 <= 0xef) n = 3, min = 0x800, value = b0 & 0x0f;
-  else if (b0 >= 0xf0 && b0 <= 0xf4) n = 4, min = 0x10000, value = b0 & 0x07;
-  else return 0;
+  if (b0 >= 0xc2 && b0 <= 0xdf)
+    n = 2, min = 0x80, value = b0 & 0x1f;
+  else if (b0 >= 0xe0 && b0 <= 0xef)
+    n = 3, min = 0x800, value = b0 & 0x0f;
+  else if (b0 >= 0xf0 && b0 <= 0xf4)
+    n = 4, min = 0x10000, value = b0 & 0x07;
+  else
+    return 0;
   if (s.size() - i < n) return 0;
   for (std::size_t k = 1; k < n; ++k) {
     if ((byte(k) & 0xc0) != 0x80) return 0;
@@ -60,9 +64,12 @@ std::string printable(std::string_view text, Newlines newlines) {
     if (b < 0x80) {
       const bool layout = b == '\n' || b == '\t';
       const bool kept = (b >= 0x20 && b != 0x7f) || (layout && newlines == Newlines::Keep);
-      if (kept) out += static_cast<char>(b);
-      else if (layout) out += b == '\n' ? "\\n" : "\\t";
-      else escape_byte(out, b);
+      if (kept)
+        out += static_cast<char>(b);
+      else if (layout)
+        out += b == '\n' ? "\\n" : "\\t";
+      else
+        escape_byte(out, b);
       ++i;
       continue;
     }
@@ -72,8 +79,10 @@ std::string printable(std::string_view text, Newlines newlines) {
       escape_byte(out, b);  // not UTF-8: this byte alone, then resynchronise on the next
       ++i;
     } else {
-      if (is_hidden_control(cp)) escape_code_point(out, cp);
-      else out.append(text.substr(i, n));
+      if (is_hidden_control(cp))
+        escape_code_point(out, cp);
+      else
+        out.append(text.substr(i, n));
       i += n;
     }
   }
@@ -149,8 +158,7 @@ void Fields::add(std::string key, std::string value) { rows_.emplace_back(printa
 void Fields::print(std::ostream& out, const std::string& indent) const {
   std::size_t width = 0;
   for (const auto& [k, v] : rows_) width = std::max(width, k.size());
-  for (const auto& [k, v] : rows_)
-    out << indent << k << ':' << std::string(width - k.size() + 2, ' ') << v << '\n';
+  for (const auto& [k, v] : rows_) out << indent << k << ':' << std::string(width - k.size() + 2, ' ') << v << '\n';
 }
 
 void print_json(std::ostream& out, const Json& value) {

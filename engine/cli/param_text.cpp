@@ -15,9 +15,7 @@
 namespace kjit::cli {
 namespace {
 
-std::string prefix(const std::string& name, const std::string& value) {
-  return "--param " + name + "=" + value + ": ";
-}
+std::string prefix(const std::string& name, const std::string& value) { return "--param " + name + "=" + value + ": "; }
 
 std::string parameter(const KernelDecl& kernel, const TemplateParam& p) {
   return "template parameter '" + p.name + "' of kernel '" + kernel.name + "'";
@@ -80,15 +78,14 @@ TemplateArg parse_param_value(const KernelDecl& kernel, const std::string& name,
       if (value == "false" || value == "0") return TemplateArg::boolean(false);
       throw ValueError(prefix(name, value) + parameter(kernel, *p) + " is a bool and '" + value +
                        "' is not one of true, false, 1, 0");
-    case TemplateParam::Kind::Unsupported:
-      break;
+    case TemplateParam::Kind::Unsupported: break;
   }
-  throw ValueError(prefix(name, value) + parameter(kernel, *p) + " has a kind kjit cannot specialize ('" +
-                   p->cpp_type + "'); its parameters are " + kernel.describe_params());
+  throw ValueError(prefix(name, value) + parameter(kernel, *p) + " has a kind kjit cannot specialize ('" + p->cpp_type +
+                   "'); its parameters are " + kernel.describe_params());
 }
 
 std::vector<std::pair<std::string, TemplateArg>> parse_params(const KernelDecl& kernel,
-                                                               const std::vector<std::string>& params) {
+                                                              const std::vector<std::string>& params) {
   std::vector<std::pair<std::string, TemplateArg>> out;
   for (const auto& text : params) {
     auto [name, value] = split_assignment(text, "--param", "T=float32");

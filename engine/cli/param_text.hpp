@@ -26,7 +26,7 @@ TemplateArg parse_param_value(const KernelDecl& kernel, const std::string& name,
 
 // Every --param NAME=VALUE, in order.
 std::vector<std::pair<std::string, TemplateArg>> parse_params(const KernelDecl& kernel,
-                                                               const std::vector<std::string>& params);
+                                                              const std::vector<std::string>& params);
 
 // Every --define NAME[=VALUE] (a bare NAME defines it as 1, as nvcc does). Throws ValueError for a name
 // given twice.

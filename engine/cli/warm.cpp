@@ -29,7 +29,7 @@ std::filesystem::path stored_entry(cache::DiskCache& disk, const SpecializedKern
     throw Error("compiled, but the entry was not stored in the cache, so nothing was warmed: " + disk.describe() +
                 "; fix what it names (free space, permissions) and run the command again");
   const std::filesystem::path path = disk.entry_path(p.key, target);
-  struct stat st {};
+  struct stat st{};
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::filesystem::path();
 }
 
@@ -78,8 +78,8 @@ std::vector<std::optional<Specialization>> rebuild_records(const cache::Manifest
 
 void WarmReport::print(std::ostream& out, std::size_t records, std::size_t targets) const {
   out << count_of(jobs, "job", "jobs") << " (" << count_of(records, "specialization", "specializations") << " x "
-      << count_of(targets, "target", "targets") << "): " << compiled << " compiled, " << cached
-      << " already cached, " << failed.size() << " failed"
+      << count_of(targets, "target", "targets") << "): " << compiled << " compiled, " << cached << " already cached, "
+      << failed.size() << " failed"
       << (skipped.empty() ? std::string() : ", " + std::to_string(skipped.size()) + " skipped") << '\n';
   if (choices) out << count_of(choices, "tuned choice", "tuned choices") << " installed\n";
   // Names come from the manifest and reasons quote compile logs: through printable(), logs keep their lines.
@@ -103,13 +103,13 @@ void install_choices(Engine& engine, const cache::Manifest& manifest, WarmReport
     if (failure.empty()) {
       ++report.choices;
       if (store.writable()) report.entries.push_back(store.path_of(store.config().root, key));  // locked by export
-    }
-    else report.failed.push_back({"tuned choice " + key + " = " + value, failure});
+    } else
+      report.failed.push_back({"tuned choice " + key + " = " + value, failure});
   }
 }
 
-WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
-                unsigned threads, Progress& progress, bool push_remote) {
+WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets, unsigned threads,
+                Progress& progress, bool push_remote) {
   WarmReport report;
   report.jobs = warm_jobs(manifest, targets);
   std::vector<std::string> errors;
@@ -171,7 +171,8 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
       progress.step(line);
     }
   };
-  const unsigned n = static_cast<unsigned>(std::min<std::size_t>(std::max(threads, 1u), std::max<std::size_t>(report.jobs, 1)));
+  const unsigned n =
+      static_cast<unsigned>(std::min<std::size_t>(std::max(threads, 1u), std::max<std::size_t>(report.jobs, 1)));
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < n; ++t) pool.emplace_back(worker);
   worker();

@@ -24,12 +24,12 @@ struct WarmFailure {
 };
 
 struct WarmReport {
-  std::size_t jobs = 0;      // records x targets
+  std::size_t jobs = 0;  // records x targets
   std::size_t compiled = 0;
-  std::size_t cached = 0;    // already in the cache (the remote tier's included)
-  std::size_t fetched = 0;   // of those, taken from the remote tier
-  std::size_t pushed = 0;    // entries this warm stored in the remote tier
-  std::size_t choices = 0;   // tuned choices of the manifest installed into the cache (choice_store.hpp)
+  std::size_t cached = 0;           // already in the cache (the remote tier's included)
+  std::size_t fetched = 0;          // of those, taken from the remote tier
+  std::size_t pushed = 0;           // entries this warm stored in the remote tier
+  std::size_t choices = 0;          // tuned choices of the manifest installed into the cache (choice_store.hpp)
   std::vector<WarmFailure> failed;  // jobs, and tuned choices that could not be installed
   // Jobs with no target to compile for (warm_target: an arch-specific record asked for compute_XY), with
   // why; neither compiled nor failed.
@@ -60,7 +60,7 @@ std::vector<std::optional<Specialization>> rebuild_records(const cache::Manifest
 
 // `push_remote`: also store in the remote tier every job's entry that it lacks (engine.remote() must be
 // writable), e.g. entries that were on the disk already.
-WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets,
-                unsigned threads, Progress& progress, bool push_remote = false);
+WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vector<Target>& targets, unsigned threads,
+                Progress& progress, bool push_remote = false);
 
 }  // namespace kjit::cli

@@ -26,8 +26,8 @@ cache::ChoiceStoreConfig choice_store_config(const Settings& s) {
 }
 
 double remote_wait_limit_s(const Settings& s) {
-  const bool leases = s.remote_cache && s.remote_cache->mode == cache::RemoteMode::ReadWrite &&
-                      s.cache_mode == CacheMode::ReadWrite;
+  const bool leases =
+      s.remote_cache && s.remote_cache->mode == cache::RemoteMode::ReadWrite && s.cache_mode == CacheMode::ReadWrite;
   return leases ? s.compile_timeout_s + s.remote_cache->lease_s : 0.0;
 }
 

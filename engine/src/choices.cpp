@@ -8,7 +8,9 @@
 
 namespace kjit {
 
-std::string choice_tag() { return std::string("kjit ") + KJIT_VERSION + " choices " + std::to_string(cache::kChoiceFormat); }
+std::string choice_tag() {
+  return std::string("kjit ") + KJIT_VERSION + " choices " + std::to_string(cache::kChoiceFormat);
+}
 
 Choices::Choices(Settings settings)
     : settings_(std::move(settings)), store_(std::make_unique<cache::ChoiceStore>(choice_store_config(settings_))) {

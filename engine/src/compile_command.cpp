@@ -8,8 +8,9 @@ namespace {
 // `word` as one word of a POSIX shell command: as it is when it holds only characters no shell treats
 // specially, else single-quoted (a ' inside as '\'').
 std::string shell_word(const std::string& word) {
-  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                             "0123456789_-+=.,:/@%") == std::string::npos;
+  const bool plain = !word.empty() && word.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-+=.,:/@%") == std::string::npos;
   if (plain) return word;
   std::string out = "'";
   for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -16,7 +16,7 @@ using Json = nlohmann::json;  // std::map objects: keys sorted, so dump() is can
 
 // A row whose value is the member `m` of CompileOptions; its default is what CompileOptions{} holds.
 template <typename T>
-Field member(T CompileOptions::*m, Field f) {
+Field member(T CompileOptions::* m, Field f) {
   f.get = [m](const CompileOptions& o) { return OptionValue(o.*m); };
   f.set = [m](CompileOptions& o, const OptionValue& v) { o.*m = std::get<T>(v); };
   f.default_value = f.get(CompileOptions{});
@@ -132,8 +132,8 @@ void add_compile_option_field(Field f) {
     refuse(std::string("its default is not of its kind (") + to_string(f.kind) + ")");
   if (f.kind == Kind::Bool && std::get<bool>(f.default_value)) refuse("a bool field is false by default (a flag)");
   if (f.kind == Kind::Int && std::get<std::optional<int>>(f.default_value)) refuse("an int field is unset by default");
-  if (f.kind == Kind::Enum && std::find(f.choices.begin(), f.choices.end(), std::get<std::string>(f.default_value)) ==
-                                  f.choices.end())
+  if (f.kind == Kind::Enum &&
+      std::find(f.choices.begin(), f.choices.end(), std::get<std::string>(f.default_value)) == f.choices.end())
     refuse("its default is not one of its choices");
   if (!f.get) {
     f.get = [name = f.name, def = f.default_value](const CompileOptions& o) {
@@ -192,8 +192,8 @@ CompileOptions options_from_json(std::string_view text, const std::string& where
   if (j.is_discarded() || !j.is_object()) fail("the compile options are not a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!find_compile_option_field(it.key()))
-      fail("compile option \"" + it.key() + "\" is not one this kjit knows (a newer kjit's?); the options it knows: " +
-           [] {
+      fail("compile option \"" + it.key() +
+           "\" is not one this kjit knows (a newer kjit's?); the options it knows: " + [] {
              std::string names;
              for (const Field& f : table()) names += (names.empty() ? "" : ", ") + f.name;
              return names;
@@ -218,7 +218,8 @@ CompileOptions options_from_json(std::string_view text, const std::string& where
         if (v.is_null()) {
           f.set(o, OptionValue(std::optional<int>()));
         } else if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > INT32_MAX) ||
-                   (!v.is_number_unsigned() && (v.get<std::int64_t>() < INT32_MIN || v.get<std::int64_t>() > INT32_MAX))) {
+                   (!v.is_number_unsigned() &&
+                    (v.get<std::int64_t>() < INT32_MIN || v.get<std::int64_t>() > INT32_MAX))) {
           fail("field \"" + f.name + "\" is not an integer in [-2^31, 2^31) or null");
         } else {
           f.set(o, OptionValue(std::optional<int>(static_cast<int>(v.get<std::int64_t>()))));

@@ -37,8 +37,7 @@ void validate_defines(const std::map<std::string, std::string>& defines) {
   for (const auto& [name, value] : defines) {
     bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-    if (!ok)
-      throw ValueError("macro name '" + name + "' is not a C identifier; defines take NAME -> VALUE");
+    if (!ok) throw ValueError("macro name '" + name + "' is not a C identifier; defines take NAME -> VALUE");
     if (value.find('\n') != std::string::npos)
       throw ValueError("the value of macro '" + name + "' contains a newline; it must be one line");
   }

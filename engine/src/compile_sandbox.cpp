@@ -43,10 +43,10 @@ namespace kjit {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kOutOfMemoryExit = 86;  // the child's operator new failed
-constexpr int kCrashExit = 87;        // the child threw something unexpected
-constexpr std::size_t kMaxLogBytes = 4u << 20;        // a longer compile log is cut (in the child)
-constexpr std::uint64_t kMaxResultBytes = 2ull << 30;  // a cubin and a log: more is not a compile result
+constexpr int kOutOfMemoryExit = 86;                    // the child's operator new failed
+constexpr int kCrashExit = 87;                          // the child threw something unexpected
+constexpr std::size_t kMaxLogBytes = 4u << 20;          // a longer compile log is cut (in the child)
+constexpr std::uint64_t kMaxResultBytes = 2ull << 30;   // a cubin and a log: more is not a compile result
 constexpr std::uint64_t kMaxRequestBytes = 4ull << 30;  // a source and its headers: more is not a job
 
 #if defined(__x86_64__)
@@ -87,7 +87,7 @@ const std::vector<PathSyscall>& checked_path_syscalls() {
 #ifdef __NR_faccessat2
       {__NR_faccessat2, 1},
 #endif
-      {__NR_openat, 1}, {__NR_statx, 1}, {__NR_faccessat, 1},
+      {__NR_openat, 1},     {__NR_statx, 1}, {__NR_faccessat, 1},
   };
   return list;
 }
@@ -137,8 +137,8 @@ std::vector<sock_filter> no_files_filter(bool ask_for_paths = false) {
 #ifdef __NR_faccessat2
       __NR_faccessat2,
 #endif
-      __NR_openat, __NR_statx, __NR_faccessat, __NR_readlinkat, __NR_name_to_handle_at, __NR_open_by_handle_at,
-      __NR_chdir, __NR_fchdir, __NR_getxattr, __NR_lgetxattr, __NR_listxattr, __NR_llistxattr,
+      __NR_openat,     __NR_statx,  __NR_faccessat, __NR_readlinkat, __NR_name_to_handle_at, __NR_open_by_handle_at,
+      __NR_chdir,      __NR_fchdir, __NR_getxattr,  __NR_lgetxattr,  __NR_listxattr,         __NR_llistxattr,
   };
   const long refused[] = {__NR_execve, __NR_execveat, __NR_socket, __NR_connect};
   if (ask_for_paths)
@@ -218,7 +218,8 @@ bool names_its_descriptor(const seccomp_notif& req, const std::string& path) {
 // waits in its syscall) with process_vm_readv, which fails instead of faulting on a bad pointer.
 void pch_supervise(int listener, int stop, const std::string& dir) {
   seccomp_notif_sizes sizes{};
-  if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) sizes = {sizeof(seccomp_notif), sizeof(seccomp_notif_resp), 0};
+  if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0)
+    sizes = {sizeof(seccomp_notif), sizeof(seccomp_notif_resp), 0};
   std::vector<char> req_bytes(std::max<std::size_t>(sizes.seccomp_notif, sizeof(seccomp_notif)));
   std::vector<char> resp_bytes(std::max<std::size_t>(sizes.seccomp_notif_resp, sizeof(seccomp_notif_resp)));
   auto* req = reinterpret_cast<seccomp_notif*>(req_bytes.data());
@@ -361,7 +362,8 @@ void disarm_timer() {
 
 // The child: bounds itself, installs the filter, then compiles each job its socket brings (each under
 // the job's time limit) and answers it, until the parent closes the socket.
-[[noreturn]] void child_main(int sock, pid_t parent, std::uint64_t memory_bytes, std::vector<sock_filter>& filter) noexcept {
+[[noreturn]] void child_main(int sock, pid_t parent, std::uint64_t memory_bytes,
+                             std::vector<sock_filter>& filter) noexcept {
   // Keep only stdin/out/err and the socket (as fd 3): an inherited descriptor would keep another
   // child's socket open (its reader would wait for this child) or a key's flock held past its release.
   if (sock != 3) {
@@ -376,7 +378,7 @@ void disarm_timer() {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   signal(SIGALRM, SIG_DFL);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // the thread that forked it ending takes its compile with it
+  prctl(PR_SET_PDEATHSIG, SIGKILL);              // the thread that forked it ending takes its compile with it
   if (::getppid() != parent) _exit(kCrashExit);  // it died before the line above
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
@@ -446,8 +448,11 @@ void load_what_nvrtc_reads_once() {
 namespace {
 
 [[noreturn]] void refuse_unfiltered(const std::string& what, const std::string& why) {
-  throw Error("kjit will not compile " + what + ": it comes from a manifest (anyone may have written it), and "
-              "kjit cannot stop NVRTC from reading files here (" + why + "). Warm manifests on a Linux x86_64 "
+  throw Error("kjit will not compile " + what +
+              ": it comes from a manifest (anyone may have written it), and "
+              "kjit cannot stop NVRTC from reading files here (" +
+              why +
+              "). Warm manifests on a Linux x86_64 "
               "or aarch64 machine with seccomp (any machine will do: no GPU is needed).");
 }
 
@@ -478,10 +483,11 @@ class Child {
     }
     if (pid < 0) {
       ::close(fds[0]);
-      throw Error("cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
-                  ". Free memory; where it is your own templates that compile in children, unset KJIT_COMPILE_ISOLATION=always "
-                  "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
-                  "compile in-process.");
+      throw Error(
+          "cannot start the compiler process for " + what + ": fork: " + std::strerror(fork_errno) +
+          ". Free memory; where it is your own templates that compile in children, unset KJIT_COMPILE_ISOLATION=always "
+          "or run `kjit warm` / `kjit export` with -j 1 (more jobs compile in child processes) so that they "
+          "compile in-process.");
     }
     try {
       return std::unique_ptr<Child>(new Child(pid, fds[0], memory_bytes, lineage));
@@ -518,7 +524,8 @@ class Child {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLOUT, 0};
       ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
@@ -584,7 +591,8 @@ Reply read_reply(Child& child, std::chrono::steady_clock::time_point deadline) {
       }
       if (r.bytes.size() - sizeof want >= want) break;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       child.kill();
       r.killed = true;
@@ -677,7 +685,8 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
       " (kjit bounds each compile so that a template, e.g. from an untrusted manifest, cannot exhaust the machine.)";
   if (reply.complete) {
     NvrtcOutcome& out = reply.out;
-    if (out_of_memory(reply, status, reaped))  // the child is dropped (killed): one that ran out of memory is not reused
+    if (out_of_memory(reply, status,
+                      reaped))  // the child is dropped (killed): one that ran out of memory is not reused
       throw CompileError("compiling " + what + " needed more than kjit's memory limit of " + mib(bounds.memory_bytes) +
                              " and was stopped." + raise_memory + limit_note,
                          out.log, job.name_expression, job.flags, "");
@@ -703,7 +712,8 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
                        "", job.name_expression, job.flags, "");
   std::string how = "ended without a result";
   if (reaped && WIFSIGNALED(status))
-    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+          ")";
   else if (reaped && WIFEXITED(status))
     how = "exited with status " + std::to_string(WEXITSTATUS(status));
   throw CompileError("the compiler process for " + what + " " + how + "; with kjit's memory limit of " +

@@ -40,8 +40,7 @@ const std::string* text_of(const std::string& file, const Template& t, const std
 
 // "file(12): error ..." or "file(12): catastrophic error ...": the first "(digits): " of the line.
 static bool parse_error_location(std::string_view line, std::string& file, int& at) {
-  for (std::size_t open = line.find('('); open != std::string_view::npos && open > 0;
-       open = line.find('(', open + 1)) {
+  for (std::size_t open = line.find('('); open != std::string_view::npos && open > 0; open = line.find('(', open + 1)) {
     const std::size_t close = line.find(')', open);
     if (close == std::string_view::npos) return false;
     auto number = text::small_int(line.substr(open + 1, close - open - 1));
@@ -65,8 +64,8 @@ std::vector<std::string> Compiler::type_macros(const Specialization& spec) {
   for (const auto& [macro, word] : {std::pair<const char*, const char*>{"KJIT_USES_HALF", "half"},
                                     std::pair<const char*, const char*>{"KJIT_USES_BFLOAT16", "bfloat16"}}) {
     if (spec.options().defines.count(macro)) continue;  // the user's own value
-    const bool uses = expr.find(word) != std::string::npos ||
-                      (!t.is_builtin() && t.source().find(word) != std::string::npos);
+    const bool uses =
+        expr.find(word) != std::string::npos || (!t.is_builtin() && t.source().find(word) != std::string::npos);
     out.push_back(std::string("-D") + macro + (uses ? "=1" : "=0"));
   }
   return out;
@@ -123,8 +122,8 @@ void check_types_are_declared(const Specialization& spec) {
     for (const auto& h : spec.tmpl().headers()) included = included || h.path.filename() == header;
     if (!included)
       throw ValueError("kernel '" + spec.kernel().qualified_name() + "' of template '" + spec.tmpl().name() +
-                       "' is specialized as " + expr + ", which uses " + type + ": that type is declared in " +
-                       header + ", and the template does not include it. Add `#include <" + header +
+                       "' is specialized as " + expr + ", which uses " + type + ": that type is declared in " + header +
+                       ", and the template does not include it. Add `#include <" + header +
                        ">` to the template (or call it with tensors of another dtype).");
   }
 }
@@ -150,16 +149,17 @@ std::string unresolved_hint(const std::string& log, const Template& t) {
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
   if (t.confined())
-    return "\nkjit did not find " + list + " among the headers recorded with this template (rebuilt from a "
+    return "\nkjit did not find " + list +
+           " among the headers recorded with this template (rebuilt from a "
            "manifest), and NVRTC reads no other file for it. Record the template again from sources that "
            "include it plainly.";
-  return "\nkjit did not find " + list + " where it resolves includes (the including file's folder, the "
+  return "\nkjit did not find " + list +
+         " where it resolves includes (the including file's folder, the "
          "template's folder, include_dirs, KJIT_INCLUDE_PATH, kjit's templates, the CUDA headers), and NVRTC "
          "reads only the headers kjit found and hashed: pass the folder that holds it as an include directory "
          "(include_dirs= in Python, --include in the CLI, or KJIT_INCLUDE_PATH), or include it by a path "
          "relative to the including file.";
 }
-
 
 // NVRTC's automatic precompiled header (KJIT_PCH): the header set parsed once per process and reused by
 // the next compile of the same template (a CUB block reduce: 1.5 s -> 0.35 s on a loaded 2-CPU machine).
@@ -201,7 +201,8 @@ std::string pch_folder() {
 std::atomic<bool> g_pch_broken{false};
 
 bool wants_pch(const Template& t, const Settings& settings) {
-  if (settings.pch == PchMode::Off || t.confined() || g_pch_broken.load() || !NvrtcLibrary::get().has_pch()) return false;
+  if (settings.pch == PchMode::Off || t.confined() || g_pch_broken.load() || !NvrtcLibrary::get().has_pch())
+    return false;
   if (settings.pch == PchMode::On) return true;
   std::size_t bytes = 0;
   for (const auto& h : t.headers()) bytes += h.bytes.size();
@@ -217,8 +218,8 @@ std::vector<Template::MissingInclude> missing_includes(const std::string& log) {
   std::string line;
   while (std::getline(is, line)) {
     std::size_t at = std::string::npos, len = 0;
-    for (const char* marker : {"): catastrophic error: cannot open source file \"",
-                               "): catastrophic error: could not open source file \""})
+    for (const char* marker :
+         {"): catastrophic error: cannot open source file \"", "): catastrophic error: could not open source file \""})
       if ((at = line.find(marker)) != std::string::npos) {
         len = std::strlen(marker);
         break;
@@ -355,13 +356,11 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
   }
   out.lowered_name = std::move(r.lowered_name);
   out.payload = std::move(r.payload);
-  out.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
-std::string excerpt_errors(const std::string& log, const Template& t, const std::string& program_name,
-                           int context) {
+std::string excerpt_errors(const std::string& log, const Template& t, const std::string& program_name, int context) {
   std::ostringstream out;
   std::istringstream is(log);
   std::string line;
@@ -382,8 +381,8 @@ std::string excerpt_errors(const std::string& log, const Template& t, const std:
       ++n;
       if (n < at - context) continue;
       if (n > at + context) break;
-      out << (n == at ? " >" : "  ") << std::string(5 - std::min<std::size_t>(5, std::to_string(n).size()), ' ')
-          << n << " | " << s << "\n";
+      out << (n == at ? " >" : "  ") << std::string(5 - std::min<std::size_t>(5, std::to_string(n).size()), ' ') << n
+          << " | " << s << "\n";
     }
   }
   return out.str();

@@ -156,10 +156,8 @@ ComputeCapability device_compute_capability(int device) {
   CUdevice dev;
   d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
   ComputeCapability cc;
-  d.check(d.cuDeviceGetAttribute(&cc.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-          "cuDeviceGetAttribute");
-  d.check(d.cuDeviceGetAttribute(&cc.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-          "cuDeviceGetAttribute");
+  d.check(d.cuDeviceGetAttribute(&cc.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+  d.check(d.cuDeviceGetAttribute(&cc.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
   return cc;
 }
 

@@ -43,11 +43,11 @@ std::optional<DType> dtype_from_name(std::string_view n) noexcept {
     DType t;
   };
   static constexpr Alias aliases[] = {
-      {"float", DType::Float32},  {"f32", DType::Float32},   {"double", DType::Float64},
-      {"f64", DType::Float64},    {"half", DType::Float16},  {"f16", DType::Float16},
-      {"__half", DType::Float16}, {"bf16", DType::BFloat16}, {"__nv_bfloat16", DType::BFloat16},
-      {"int", DType::Int32},      {"long", DType::Int64},    {"short", DType::Int16},
-      {"char", DType::Int8},      {"byte", DType::UInt8},    {"unsigned char", DType::UInt8},
+      {"float", DType::Float32},   {"f32", DType::Float32},         {"double", DType::Float64},
+      {"f64", DType::Float64},     {"half", DType::Float16},        {"f16", DType::Float16},
+      {"__half", DType::Float16},  {"bf16", DType::BFloat16},       {"__nv_bfloat16", DType::BFloat16},
+      {"int", DType::Int32},       {"long", DType::Int64},          {"short", DType::Int16},
+      {"char", DType::Int8},       {"byte", DType::UInt8},          {"unsigned char", DType::UInt8},
       {"long long", DType::Int64}, {"unsigned int", DType::UInt32},
   };
   for (const auto& a : aliases)

@@ -44,22 +44,20 @@ DynamicLibrary& DynamicLibrary::operator=(DynamicLibrary&& o) noexcept {
   return *this;
 }
 
-void* DynamicLibrary::find(const char* symbol) const noexcept {
-  return handle_ ? ::dlsym(handle_, symbol) : nullptr;
-}
+void* DynamicLibrary::find(const char* symbol) const noexcept { return handle_ ? ::dlsym(handle_, symbol) : nullptr; }
 
 void* DynamicLibrary::require(const char* symbol) const {
   void* p = find(symbol);
-  if (!p) throw Error(std::string("symbol ") + symbol + " not found in " + name_ +
-                      "; the library is older than kjit needs (CUDA 12.4 or newer)");
+  if (!p)
+    throw Error(std::string("symbol ") + symbol + " not found in " + name_ +
+                "; the library is older than kjit needs (CUDA 12.4 or newer)");
   return p;
 }
 
 std::filesystem::path DynamicLibrary::path() const {
   if (!handle_) return {};
   struct link_map* map = nullptr;
-  if (::dlinfo(handle_, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name)
-    return map->l_name;
+  if (::dlinfo(handle_, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) return map->l_name;
   return name_;
 }
 

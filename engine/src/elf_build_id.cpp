@@ -34,8 +34,7 @@ std::string elf_build_id(const std::filesystem::path& file) {
       std::size_t desc_at = name_at + align4(nh.n_namesz);
       std::size_t next = desc_at + align4(nh.n_descsz);
       if (next > notes.size() || desc_at > notes.size()) break;
-      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
-          std::memcmp(notes.data() + name_at, "GNU", 4) == 0) {
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && std::memcmp(notes.data() + name_at, "GNU", 4) == 0) {
         static const char* hex = "0123456789abcdef";
         std::string out;
         for (std::size_t i = 0; i < nh.n_descsz; ++i) {

@@ -55,9 +55,9 @@ void before_fork() {
     // child gets that state.
     if (g.readers > t_holds) t_fork_case = ForkCase::MadeByACompilingThread;
   } else {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(g.fork_wait_s));
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(g.fork_wait_s));
     if (g.changed.wait_until(lock, deadline, [&] { return !g.writer && g.readers == 0; })) {
       g.writer = true;
       t_took_writer = true;

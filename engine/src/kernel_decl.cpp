@@ -92,8 +92,10 @@ std::vector<Token> tokenize(const std::string& source) {
       char q = c;
       ++i;
       while (i < n && s[i] != q) {
-        if (s[i] == '\\') ++i;
-        else if (s[i] == '\n') ++line;
+        if (s[i] == '\\')
+          ++i;
+        else if (s[i] == '\n')
+          ++line;
         ++i;
       }
       push(std::string(1, q), i, false);
@@ -110,8 +112,8 @@ std::vector<Token> tokenize(const std::string& source) {
     if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t j = i;
       while (j < n && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '.' || s[j] == '\'' ||
-                       ((s[j] == '+' || s[j] == '-') && (s[j - 1] == 'e' || s[j - 1] == 'E' ||
-                                                          s[j - 1] == 'p' || s[j - 1] == 'P'))))
+                       ((s[j] == '+' || s[j] == '-') &&
+                        (s[j - 1] == 'e' || s[j - 1] == 'E' || s[j - 1] == 'p' || s[j - 1] == 'P'))))
         ++j;
       push(s.substr(i, j - i), i, false);
       i = j;
@@ -133,20 +135,32 @@ std::size_t match_close(const std::vector<Token>& t, std::size_t open) {
   int paren = 0, angle = 0, square = 0, brace = 0;
   for (std::size_t i = open; i < t.size(); ++i) {
     const std::string& x = t[i].text;
-    if (x == "(") ++paren;
-    else if (x == ")") --paren;
-    else if (x == "[") ++square;
-    else if (x == "]") --square;
-    else if (x == "{") ++brace;
-    else if (x == "}") --brace;
-    else if (x == "<" && paren == 0) ++angle;
-    else if (x == ">" && paren == 0) --angle;
+    if (x == "(")
+      ++paren;
+    else if (x == ")")
+      --paren;
+    else if (x == "[")
+      ++square;
+    else if (x == "]")
+      --square;
+    else if (x == "{")
+      ++brace;
+    else if (x == "}")
+      --brace;
+    else if (x == "<" && paren == 0)
+      ++angle;
+    else if (x == ">" && paren == 0)
+      --angle;
     bool closed = false;
     const std::string& o = t[open].text;
-    if (o == "(") closed = paren == 0;
-    else if (o == "<") closed = angle == 0;
-    else if (o == "[") closed = square == 0;
-    else if (o == "{") closed = brace == 0;
+    if (o == "(")
+      closed = paren == 0;
+    else if (o == "<")
+      closed = angle == 0;
+    else if (o == "[")
+      closed = square == 0;
+    else if (o == "{")
+      closed = brace == 0;
     if (closed && i > open) return i;
   }
   return t.size();
@@ -160,10 +174,14 @@ std::vector<std::vector<Token>> split_commas(const std::vector<Token>& t, std::s
   int paren = 0, angle = 0;
   for (std::size_t i = b; i < e; ++i) {
     const std::string& x = t[i].text;
-    if (x == "(" || x == "[" || x == "{") ++paren;
-    else if (x == ")" || x == "]" || x == "}") --paren;
-    else if (x == "<" && paren == 0) ++angle;
-    else if (x == ">" && paren == 0) --angle;
+    if (x == "(" || x == "[" || x == "{")
+      ++paren;
+    else if (x == ")" || x == "]" || x == "}")
+      --paren;
+    else if (x == "<" && paren == 0)
+      ++angle;
+    else if (x == ">" && paren == 0)
+      --angle;
     if (x == "," && paren == 0 && angle == 0) {
       out.push_back(std::move(cur));
       cur.clear();
@@ -178,9 +196,8 @@ std::vector<std::vector<Token>> split_commas(const std::vector<Token>& t, std::s
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
   std::string out;
   for (std::size_t i = b; i < e && i < t.size(); ++i) {
-    bool glue = !out.empty() && (t[i].text == "*" || t[i].text == "&" || t[i].text == "::" ||
-                                 t[i].text == "," || t[i].text == ">" || out.back() == ':' ||
-                                 out.back() == '<' || t[i].text == "<");
+    bool glue = !out.empty() && (t[i].text == "*" || t[i].text == "&" || t[i].text == "::" || t[i].text == "," ||
+                                 t[i].text == ">" || out.back() == ':' || out.back() == '<' || t[i].text == "<");
     if (!out.empty() && !glue) out += ' ';
     out += t[i].text;
   }
@@ -217,10 +234,12 @@ TemplateParam parse_template_param(const std::vector<Token>& p) {
   tp.cpp_type = join(p, 0, eq - 1);
   static const std::set<std::string> floating = {"float", "double"};
   static const std::set<std::string> integral = {
-      "int", "unsigned", "signed", "long", "short", "char", "size_t", "int8_t", "int16_t", "int32_t",
-      "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "ptrdiff_t", "std::size_t",
-      "std::int64_t", "std::int32_t", "std::uint32_t", "std::uint64_t", "const"};
-  if (tp.cpp_type == "bool" || tp.cpp_type == "const bool") tp.kind = TemplateParam::Kind::Bool;
+      "int",          "unsigned",      "signed",        "long",      "short",       "char",
+      "size_t",       "int8_t",        "int16_t",       "int32_t",   "int64_t",     "uint8_t",
+      "uint16_t",     "uint32_t",      "uint64_t",      "ptrdiff_t", "std::size_t", "std::int64_t",
+      "std::int32_t", "std::uint32_t", "std::uint64_t", "const"};
+  if (tp.cpp_type == "bool" || tp.cpp_type == "const bool")
+    tp.kind = TemplateParam::Kind::Bool;
   else if (floating.count(tp.cpp_type) || tp.cpp_type == "const float" || tp.cpp_type == "const double")
     tp.kind = TemplateParam::Kind::Floating;
   else {
@@ -236,8 +255,8 @@ TemplateParam parse_template_param(const std::vector<Token>& p) {
 }
 
 bool is_qualifier(const std::string& x) {
-  static const std::set<std::string> q = {"static", "inline", "__forceinline__", "__noinline__",
-                                          "extern", "\"", "__host__", "__device__", "void"};
+  static const std::set<std::string> q = {"static", "inline",   "__forceinline__", "__noinline__", "extern",
+                                          "\"",     "__host__", "__device__",      "void"};
   return q.count(x) > 0;
 }
 
@@ -351,7 +370,7 @@ std::vector<KernelDecl> parse_kernel_decls(const std::string& source) {
     }
     if (open >= t.size() || open == 0 || !t[open - 1].ident) {
       head_end = std::string::npos;  // the head belonged to this failed declaration, not to a later one
-      i = j - 1;                       // the loop's ++i resumes at the token that stopped the search
+      i = j - 1;                     // the loop's ++i resumes at the token that stopped the search
       continue;
     }
     k.name = t[open - 1].text;

@@ -49,7 +49,7 @@ bool KernelFamily::spec_key(const TemplateArg* args, std::size_t n, int device, 
 }
 
 std::shared_ptr<const SpecializedKernel> KernelFamily::find(const TemplateArg* args, std::size_t n,
-                                                       int device) const noexcept {
+                                                            int device) const noexcept {
   SpecKey key;
   if (!spec_key(args, n, device, key)) return nullptr;
   auto hit = engine_->find(key);
@@ -58,7 +58,7 @@ std::shared_ptr<const SpecializedKernel> KernelFamily::find(const TemplateArg* a
 }
 
 std::shared_ptr<const SpecializedKernel> KernelFamily::get(const TemplateArg* args, std::size_t n, int device,
-                                                      Origin* origin, const char* forbidden) const {
+                                                           Origin* origin, const char* forbidden) const {
   if (auto hit = find(args, n, device)) {
     if (origin) *origin = Origin::Memory;
     return hit;

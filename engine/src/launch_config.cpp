@@ -13,7 +13,8 @@ std::string show(const Dim3& d) {
 
 void LaunchConfig::validate() const {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0)
-    throw LaunchError("grid " + show(grid) + " is empty: every grid dimension must be >= 1 (skip the launch "
+    throw LaunchError("grid " + show(grid) +
+                      " is empty: every grid dimension must be >= 1 (skip the launch "
                       "when there is no work)");
   if (block.x == 0 || block.y == 0 || block.z == 0)
     throw LaunchError("block " + show(block) + " is empty: every block dimension must be >= 1");

@@ -14,8 +14,7 @@ std::shared_ptr<const Module> Module::load(const std::string& image) {
   // The image string may not be NUL-terminated where it is PTX; cuLibraryLoadData needs that.
   std::string copy = image;
   copy.push_back('\0');
-  d.check(d.cuLibraryLoadData(&m->lib_, copy.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-          "cuLibraryLoadData");
+  d.check(d.cuLibraryLoadData(&m->lib_, copy.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cuLibraryLoadData");
   return m;
 }
 
@@ -63,7 +62,8 @@ void Kernel::opt_in_shared(unsigned bytes) const {
     d.cuGetErrorString(r, &text);
     throw LaunchError("launch of " + name_ + " asks for " + std::to_string(bytes) +
                       " bytes of dynamic shared memory, which the device refuses: " + d.error_name(r) + " (" +
-                      (text ? text : "") + "); ask for less (the device's limit is its "
+                      (text ? text : "") +
+                      "); ask for less (the device's limit is its "
                       "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
   }
   opted.store(bytes, std::memory_order_release);

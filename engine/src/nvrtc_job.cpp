@@ -39,11 +39,13 @@ NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
   std::size_t n = 0;
   if (lib.nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
     out.log.assign(n, '\0');
-    if (lib.nvrtcGetProgramLog(prog, out.log.data()) == NVRTC_SUCCESS) out.log.resize(n - 1);
-    else out.log.clear();
+    if (lib.nvrtcGetProgramLog(prog, out.log.data()) == NVRTC_SUCCESS)
+      out.log.resize(n - 1);
+    else
+      out.log.clear();
   }
-  if (!job.pch_dir.empty() && lib.nvrtcGetPCHCreateStatus && lib.nvrtcGetPCHHeapSizeRequired && lib.nvrtcSetPCHHeapSize &&
-      lib.nvrtcGetPCHCreateStatus(prog) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
+  if (!job.pch_dir.empty() && lib.nvrtcGetPCHCreateStatus && lib.nvrtcGetPCHHeapSizeRequired &&
+      lib.nvrtcSetPCHHeapSize && lib.nvrtcGetPCHCreateStatus(prog) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
     // The PCH did not fit NVRTC's heap (256 MiB by default; CuTe's needs ~470 MiB): the next compile of
     // this header set makes it in a heap of the size it needs.
     std::size_t need = 0;
@@ -91,7 +93,8 @@ bool take(const std::string& in, std::size_t& at, std::string& field) {
 std::string encode(const NvrtcOutcome& o) {
   std::string out;
   put(out, std::to_string(o.status));
-  for (const std::string* f : {&o.failed_call, &o.status_text, &o.log, &o.lowered_name, &o.payload, &o.sandbox_note}) put(out, *f);
+  for (const std::string* f : {&o.failed_call, &o.status_text, &o.log, &o.lowered_name, &o.payload, &o.sandbox_note})
+    put(out, *f);
   return out;
 }
 

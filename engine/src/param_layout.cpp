@@ -95,9 +95,8 @@ bool is_ident(const std::string& t) {
 std::string join_type(const std::vector<std::string>& t) {
   std::string out;
   for (const auto& x : t) {
-    bool glue = !out.empty() && (x == "*" || x == "&" || x == "::" || x == "," || x == ">" || x == "[" ||
-                                 x == "]" || x == "<" || out.back() == ':' || out.back() == '<' ||
-                                 out.back() == '[');
+    bool glue = !out.empty() && (x == "*" || x == "&" || x == "::" || x == "," || x == ">" || x == "[" || x == "]" ||
+                                 x == "<" || out.back() == ':' || out.back() == '<' || out.back() == '[');
     if (!out.empty() && !glue) out += ' ';
     out += x;
   }
@@ -114,15 +113,32 @@ std::optional<DType> scalar_from_words(const std::vector<std::string>& w) {
   if (w.empty()) return std::nullopt;
   if (w.size() == 1) {
     static const std::map<std::string, DType> named = {
-        {"bool", DType::Bool},          {"float", DType::Float32},         {"double", DType::Float64},
-        {"__half", DType::Float16},     {"half", DType::Float16},          {"__nv_half", DType::Float16},
-        {"__nv_bfloat16", DType::BFloat16}, {"nv_bfloat16", DType::BFloat16},
-        {"int8_t", DType::Int8},        {"int16_t", DType::Int16},         {"int32_t", DType::Int32},
-        {"int64_t", DType::Int64},      {"uint8_t", DType::UInt8},         {"uint16_t", DType::UInt16},
-        {"uint32_t", DType::UInt32},    {"uint64_t", DType::UInt64},       {"size_t", DType::UInt64},
-        {"ptrdiff_t", DType::Int64},    {"intptr_t", DType::Int64},        {"uintptr_t", DType::UInt64},
-        {"ssize_t", DType::Int64},      {"char", DType::Int8},             {"short", DType::Int16},
-        {"int", DType::Int32},          {"long", DType::Int64},            {"unsigned", DType::UInt32},
+        {"bool", DType::Bool},
+        {"float", DType::Float32},
+        {"double", DType::Float64},
+        {"__half", DType::Float16},
+        {"half", DType::Float16},
+        {"__nv_half", DType::Float16},
+        {"__nv_bfloat16", DType::BFloat16},
+        {"nv_bfloat16", DType::BFloat16},
+        {"int8_t", DType::Int8},
+        {"int16_t", DType::Int16},
+        {"int32_t", DType::Int32},
+        {"int64_t", DType::Int64},
+        {"uint8_t", DType::UInt8},
+        {"uint16_t", DType::UInt16},
+        {"uint32_t", DType::UInt32},
+        {"uint64_t", DType::UInt64},
+        {"size_t", DType::UInt64},
+        {"ptrdiff_t", DType::Int64},
+        {"intptr_t", DType::Int64},
+        {"uintptr_t", DType::UInt64},
+        {"ssize_t", DType::Int64},
+        {"char", DType::Int8},
+        {"short", DType::Int16},
+        {"int", DType::Int32},
+        {"long", DType::Int64},
+        {"unsigned", DType::UInt32},
         {"signed", DType::Int32},
     };
     auto it = named.find(w[0]);
@@ -131,13 +147,20 @@ std::optional<DType> scalar_from_words(const std::vector<std::string>& w) {
   }
   int n_long = 0, n_unsigned = 0, n_signed = 0, n_short = 0, n_char = 0, n_int = 0;
   for (const auto& x : w) {
-    if (x == "long") ++n_long;
-    else if (x == "unsigned") ++n_unsigned;
-    else if (x == "signed") ++n_signed;
-    else if (x == "short") ++n_short;
-    else if (x == "char") ++n_char;
-    else if (x == "int") ++n_int;
-    else return std::nullopt;  // "long double", typedef names mixed with keywords, ...
+    if (x == "long")
+      ++n_long;
+    else if (x == "unsigned")
+      ++n_unsigned;
+    else if (x == "signed")
+      ++n_signed;
+    else if (x == "short")
+      ++n_short;
+    else if (x == "char")
+      ++n_char;
+    else if (x == "int")
+      ++n_int;
+    else
+      return std::nullopt;  // "long double", typedef names mixed with keywords, ...
   }
   if (n_unsigned + n_signed > 1 || n_int > 1 || n_long > 2 || n_short > 1 || n_char > 1) return std::nullopt;
   if (n_char && (n_int || n_long || n_short)) return std::nullopt;
@@ -216,15 +239,11 @@ void put(ArgSlot& out, T v) noexcept {
 
 }  // namespace
 
-std::uint16_t double_to_half_bits(double v) noexcept {
-  return static_cast<std::uint16_t>(round_double_to<5, 10>(v));
-}
+std::uint16_t double_to_half_bits(double v) noexcept { return static_cast<std::uint16_t>(round_double_to<5, 10>(v)); }
 std::uint16_t double_to_bfloat16_bits(double v) noexcept {
   return static_cast<std::uint16_t>(round_double_to<8, 7>(v));
 }
-std::uint32_t double_to_float_bits(double v) noexcept {
-  return static_cast<std::uint32_t>(round_double_to<8, 23>(v));
-}
+std::uint32_t double_to_float_bits(double v) noexcept { return static_cast<std::uint32_t>(round_double_to<8, 23>(v)); }
 
 const char* to_string(LaunchParam::Kind kind) noexcept {
   switch (kind) {
@@ -299,8 +318,7 @@ ParamLayout::ParamLayout(const KernelDecl& decl, const std::vector<std::pair<std
   build(decl, args);
 }
 
-ParamLayout::ParamLayout(const KernelDecl& decl, const TemplateArg* args, std::size_t n,
-                         std::string kernel_display)
+ParamLayout::ParamLayout(const KernelDecl& decl, const TemplateArg* args, std::size_t n, std::string kernel_display)
     : kernel_(std::move(kernel_display)) {
   std::vector<std::pair<std::string, TemplateArg>> named;
   for (std::size_t i = 0; i < n && i < decl.template_params.size(); ++i)
@@ -370,16 +388,15 @@ void ParamLayout::check_count(std::size_t n) const {
 void ParamLayout::check_sizes(const std::vector<std::size_t>& sizes) const {
   if (sizes.size() != params_.size())
     throw LaunchError("kernel " + kernel_ + ": kjit read " + std::to_string(params_.size()) + " parameters " +
-                      signature() + " from the template, but the compiled kernel has " +
-                      std::to_string(sizes.size()) +
+                      signature() + " from the template, but the compiled kernel has " + std::to_string(sizes.size()) +
                       "; the declaration is not what NVRTC compiled (macros in the parameter list?). "
                       "Write the __global__ signature without macros.");
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const LaunchParam& p = params_[i];
     if (p.kind == LaunchParam::Kind::Unsupported || p.size == sizes[i]) continue;
     throw LaunchError("parameter '" + p.name + "' of kernel " + kernel_ + " is read as " + p.describe() + ", " +
-                      std::to_string(p.size) + " bytes, but the compiled kernel takes " +
-                      std::to_string(sizes[i]) + " bytes there; the declaration '" + p.declared +
+                      std::to_string(p.size) + " bytes, but the compiled kernel takes " + std::to_string(sizes[i]) +
+                      " bytes there; the declaration '" + p.declared +
                       "' is not what NVRTC compiled. Write the parameter type without macros or typedefs.");
   }
 }

@@ -30,8 +30,8 @@ void Recorder::record(const Specialization& spec, const Target& target) noexcept
     recorded_.insert(id);
   } catch (const std::exception& e) {
     log::warn_once("record:" + manifest().string(),
-                   "KJIT_RECORD: cannot record " + spec.describe() + " into " + manifest().string() + ": " +
-                       e.what() + " (recording goes on for other specializations; the workload is unaffected)");
+                   "KJIT_RECORD: cannot record " + spec.describe() + " into " + manifest().string() + ": " + e.what() +
+                       " (recording goes on for other specializations; the workload is unaffected)");
   } catch (...) {
     log::warn_once("record:" + manifest().string(), "KJIT_RECORD: cannot record into " + manifest().string());
   }
@@ -45,9 +45,9 @@ void Recorder::record_choice(const std::string& key, const std::string& value) n
     writer_.append_choices({{key, value}});
     choices_[key] = value;
   } catch (const std::exception& e) {
-    log::warn_once("record:" + manifest().string(),
-                   "KJIT_RECORD: cannot record the tuned choice " + key + " into " + manifest().string() + ": " +
-                       e.what() + " (recording goes on; the workload is unaffected)");
+    log::warn_once("record:" + manifest().string(), "KJIT_RECORD: cannot record the tuned choice " + key + " into " +
+                                                        manifest().string() + ": " + e.what() +
+                                                        " (recording goes on; the workload is unaffected)");
   } catch (...) {
     log::warn_once("record:" + manifest().string(), "KJIT_RECORD: cannot record into " + manifest().string());
   }

@@ -1,6 +1,6 @@
 // Recorder: KJIT_RECORD. Adds every specialization the Engine resolves (memory-table misses, never the
-// hot path) to a manifest file, once per specialization per process, by appending to it (O(records)). A failure to record is a warning
-// (once per manifest), never an error: recording must not break the workload it watches.
+// hot path) to a manifest file, once per specialization per process, by appending to it (O(records)). A failure to
+// record is a warning (once per manifest), never an error: recording must not break the workload it watches.
 #pragma once
 
 #include <filesystem>
@@ -31,7 +31,7 @@ class Recorder {
  private:
   std::mutex mu_;  // one writer per process; processes take the file's flock
   cache::ManifestWriter writer_;
-  std::set<std::string> recorded_;  // record ids this process has written
+  std::set<std::string> recorded_;              // record ids this process has written
   std::map<std::string, std::string> choices_;  // tuned choices this process has written, key -> value
   // Sources of the templates recorded, by Template::digest() (which covers the source and every
   // header's name and bytes): shared by their records.

@@ -65,7 +65,8 @@ const std::vector<SettingInfo>& setting_registry() {
       {"KJIT_LIBRARY_FAST_COMPILE", "off | min | mid | max",
        "NVRTC's --Ofast-compile level for kjit's own kernels (kjit.ops, kjit.elementwise). off (default): "
        "the fully optimized binary. The others trade kernel speed for compile time: on an H200, mid compiled "
-       "the row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x), min up to 2.7x slower "
+       "the row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x), min up to 2.7x "
+       "slower "
        "(bench/fast_compile_ab.py). Part of their cache keys: record, warm and run a deployment with one value"},
       {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]",
        "a Redis server shared by a deployment: a cache tier after the disk (hits are copied to the disk), "
@@ -94,8 +95,7 @@ namespace {
 // A deployment secret is a few dozen bytes; a larger file is not one.
 constexpr std::uint64_t kMaxSecretFileBytes = 64 * 1024;
 
-[[noreturn]] void bad_value(const char* var, const std::string& value, const char* allowed,
-                            const char* hint) {
+[[noreturn]] void bad_value(const char* var, const std::string& value, const char* allowed, const char* hint) {
   std::ostringstream os;
   os << var << "='" << value << "' is not valid: allowed " << allowed << ". " << hint;
   throw ValueError(os.str());
@@ -150,8 +150,7 @@ long parse_int(const char* var, const std::string& value, long lo, long hi, cons
 
 std::uint64_t parse_byte_size(const std::string& text, const std::string& what, bool allow_zero) {
   auto bad = [&]() {
-    return ValueError(what + " '" + text +
-                      "' is not valid: allowed a byte count" + (allow_zero ? "" : " > 0") +
+    return ValueError(what + " '" + text + "' is not valid: allowed a byte count" + (allow_zero ? "" : " > 0") +
                       " with an optional K, M or G suffix (powers of 1024), e.g. 500M or 2G");
   };
   std::size_t digits = 0;
@@ -159,11 +158,16 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what, 
   if (digits == 0 || digits > 19) throw bad();
   const std::string suffix = text.substr(digits);
   std::uint64_t mult = 1;
-  if (suffix.empty()) mult = 1;
-  else if (suffix == "K" || suffix == "k") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g") mult = 1ull << 30;
-  else throw bad();
+  if (suffix.empty())
+    mult = 1;
+  else if (suffix == "K" || suffix == "k")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1ull << 30;
+  else
+    throw bad();
   const std::uint64_t n = std::stoull(text.substr(0, digits));  // <= 19 digits: fits
   if (n > UINT64_MAX / mult || (n == 0 && !allow_zero)) throw bad();
   return n * mult;
@@ -197,8 +201,9 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
   const auto secret = nonempty("KJIT_REMOTE_CACHE_SECRET");
   const auto secret_file = nonempty("KJIT_REMOTE_CACHE_SECRET_FILE");
   if (secret && secret_file)
-    throw ValueError("KJIT_REMOTE_CACHE_SECRET and KJIT_REMOTE_CACHE_SECRET_FILE are both set: set one of them "
-                     "(the file keeps the secret out of the environment)");
+    throw ValueError(
+        "KJIT_REMOTE_CACHE_SECRET and KJIT_REMOTE_CACHE_SECRET_FILE are both set: set one of them "
+        "(the file keeps the secret out of the environment)");
   if (secret) {
     c.secret = *secret;
   } else if (secret_file) {
@@ -230,10 +235,13 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
                      std::to_string(cache::kMinRemoteSecretBytes) +
                      " bytes. Use a long random secret, e.g. the output of `openssl rand -hex 32`");
   if (auto v = nonempty("KJIT_REMOTE_CACHE_MODE")) {
-    if (*v == "readwrite") c.mode = cache::RemoteMode::ReadWrite;
-    else if (*v == "read") c.mode = cache::RemoteMode::Read;
-    else bad_value("KJIT_REMOTE_CACHE_MODE", *v, allowed_of("KJIT_REMOTE_CACHE_MODE"),
-                   "Unset it for the default (readwrite).");
+    if (*v == "readwrite")
+      c.mode = cache::RemoteMode::ReadWrite;
+    else if (*v == "read")
+      c.mode = cache::RemoteMode::Read;
+    else
+      bad_value("KJIT_REMOTE_CACHE_MODE", *v, allowed_of("KJIT_REMOTE_CACHE_MODE"),
+                "Unset it for the default (readwrite).");
   }
   if (auto v = nonempty("KJIT_REMOTE_CACHE_TIMEOUT"))
     c.timeout_s = parse_seconds("KJIT_REMOTE_CACHE_TIMEOUT", *v, "Example: KJIT_REMOTE_CACHE_TIMEOUT=0.5.");
@@ -271,12 +279,16 @@ Settings Settings::from_lookup(const Lookup& get) {
   }
 
   if (auto v = nonempty("KJIT_CACHE_MODE")) {
-    if (*v == "readwrite") s.cache_mode = CacheMode::ReadWrite;
-    else if (*v == "readonly") s.cache_mode = CacheMode::ReadOnly;
-    else if (*v == "strict") s.cache_mode = CacheMode::Strict;
-    else if (*v == "off") s.cache_mode = CacheMode::Off;
-    else bad_value("KJIT_CACHE_MODE", *v, allowed_of("KJIT_CACHE_MODE"),
-                   "Unset it for the default (readwrite).");
+    if (*v == "readwrite")
+      s.cache_mode = CacheMode::ReadWrite;
+    else if (*v == "readonly")
+      s.cache_mode = CacheMode::ReadOnly;
+    else if (*v == "strict")
+      s.cache_mode = CacheMode::Strict;
+    else if (*v == "off")
+      s.cache_mode = CacheMode::Off;
+    else
+      bad_value("KJIT_CACHE_MODE", *v, allowed_of("KJIT_CACHE_MODE"), "Unset it for the default (readwrite).");
   }
   if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths("KJIT_CACHE_PATH", *v);
   if (auto v = nonempty("KJIT_CACHE_MAX_BYTES")) {
@@ -289,23 +301,34 @@ Settings Settings::from_lookup(const Lookup& get) {
   }
   if (auto v = nonempty("KJIT_RECORD")) s.record_path = absolute_path("KJIT_RECORD", *v);
   if (auto v = nonempty("KJIT_INCLUDE_PATH")) s.include_dirs = split_paths("KJIT_INCLUDE_PATH", *v);
-  if (auto v = nonempty("KJIT_CUDA_HOME")) s.cuda_home = absolute_path("KJIT_CUDA_HOME", *v);
-  else if (auto c = nonempty("CUDA_HOME")) s.cuda_home = absolute_path("CUDA_HOME", *c);
-  else if (auto p = nonempty("CUDA_PATH")) s.cuda_home = absolute_path("CUDA_PATH", *p);
+  if (auto v = nonempty("KJIT_CUDA_HOME"))
+    s.cuda_home = absolute_path("KJIT_CUDA_HOME", *v);
+  else if (auto c = nonempty("CUDA_HOME"))
+    s.cuda_home = absolute_path("CUDA_HOME", *c);
+  else if (auto p = nonempty("CUDA_PATH"))
+    s.cuda_home = absolute_path("CUDA_PATH", *p);
   if (auto v = nonempty("KJIT_NVRTC_LIBRARY")) s.nvrtc_library = absolute_path("KJIT_NVRTC_LIBRARY", *v);
   if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = absolute_path("KJIT_TEMPLATES_DIR", *v);
-  if (auto v = nonempty("KJIT_LOCK_TIMEOUT")) s.lock_timeout_s = parse_seconds("KJIT_LOCK_TIMEOUT", *v, "Example: KJIT_LOCK_TIMEOUT=60.");
+  if (auto v = nonempty("KJIT_LOCK_TIMEOUT"))
+    s.lock_timeout_s = parse_seconds("KJIT_LOCK_TIMEOUT", *v, "Example: KJIT_LOCK_TIMEOUT=60.");
   if (auto v = nonempty("KJIT_COMPILE_ISOLATION")) {
-    if (*v == "untrusted") s.compile_isolation = CompileIsolation::Untrusted;
-    else if (*v == "always") s.compile_isolation = CompileIsolation::Always;
-    else bad_value("KJIT_COMPILE_ISOLATION", *v, allowed_of("KJIT_COMPILE_ISOLATION"),
-                   "Unset it for the default (untrusted).");
+    if (*v == "untrusted")
+      s.compile_isolation = CompileIsolation::Untrusted;
+    else if (*v == "always")
+      s.compile_isolation = CompileIsolation::Always;
+    else
+      bad_value("KJIT_COMPILE_ISOLATION", *v, allowed_of("KJIT_COMPILE_ISOLATION"),
+                "Unset it for the default (untrusted).");
   }
   if (auto v = nonempty("KJIT_PCH")) {
-    if (*v == "auto") s.pch = PchMode::Auto;
-    else if (*v == "on") s.pch = PchMode::On;
-    else if (*v == "off") s.pch = PchMode::Off;
-    else bad_value("KJIT_PCH", *v, allowed_of("KJIT_PCH"), "Unset it for the default (auto).");
+    if (*v == "auto")
+      s.pch = PchMode::Auto;
+    else if (*v == "on")
+      s.pch = PchMode::On;
+    else if (*v == "off")
+      s.pch = PchMode::Off;
+    else
+      bad_value("KJIT_PCH", *v, allowed_of("KJIT_PCH"), "Unset it for the default (auto).");
   }
   if (auto v = nonempty("KJIT_COMPILE_TIMEOUT"))
     s.compile_timeout_s = parse_seconds("KJIT_COMPILE_TIMEOUT", *v, "Example: KJIT_COMPILE_TIMEOUT=600.");
@@ -319,25 +342,32 @@ Settings Settings::from_lookup(const Lookup& get) {
   }
   s.remote_cache = remote_cache_of(nonempty);
   if (auto v = nonempty("KJIT_PRELOAD_COMPILER")) {
-    if (*v == "1") s.preload_compiler = true;
-    else if (*v == "0") s.preload_compiler = false;
-    else bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
+    if (*v == "1")
+      s.preload_compiler = true;
+    else if (*v == "0")
+      s.preload_compiler = false;
+    else
+      bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
   }
   if (auto v = nonempty("KJIT_TUNE")) {
-    if (*v == "1") s.tune = true;
-    else if (*v == "0") s.tune = false;
-    else bad_value("KJIT_TUNE", *v, allowed_of("KJIT_TUNE"), "Unset it for the default (0: no timing).");
+    if (*v == "1")
+      s.tune = true;
+    else if (*v == "0")
+      s.tune = false;
+    else
+      bad_value("KJIT_TUNE", *v, allowed_of("KJIT_TUNE"), "Unset it for the default (0: no timing).");
   }
   if (auto v = nonempty("KJIT_LIBRARY_FAST_COMPILE")) {
     if (!CompileOptions::is_fast_compile_level(*v))
-      bad_value("KJIT_LIBRARY_FAST_COMPILE", *v, allowed_of("KJIT_LIBRARY_FAST_COMPILE"), "Unset it for the default (off).");
+      bad_value("KJIT_LIBRARY_FAST_COMPILE", *v, allowed_of("KJIT_LIBRARY_FAST_COMPILE"),
+                "Unset it for the default (off).");
     s.library_fast_compile = *v;
   }
   if (auto v = nonempty("KJIT_VERBOSE"))
     s.verbose = static_cast<int>(parse_int("KJIT_VERBOSE", *v, 0, 2, "Unset it for quiet (0)."));
   if (auto v = nonempty("KJIT_MAX_SPECIALIZATIONS"))
-    s.max_specializations = static_cast<int>(
-        parse_int("KJIT_MAX_SPECIALIZATIONS", *v, 1, 1 << 20, "Unset it for the default (16)."));
+    s.max_specializations =
+        static_cast<int>(parse_int("KJIT_MAX_SPECIALIZATIONS", *v, 1, 1 << 20, "Unset it for the default (16)."));
   return s;
 }
 

@@ -56,20 +56,20 @@ cache::ManifestRecord to_record(const Specialization& spec, std::shared_ptr<cons
 
 std::shared_ptr<const Template> template_of(const ManifestRecord& record, std::string* stale) {
   std::shared_ptr<const Template> t = record.builtin ? Template::builtin(record.template_name)
-                     : record.sources ? Template::from_memory(record.sources->source(), record.template_name,
-                                                              record.sources->headers(), record.sources->learned())
-                                      : throw ValueError("the manifest record " + record.describe() +
-                                                         " has no sources for its template, which is not built in");
+                                      : record.sources
+                                          ? Template::from_memory(record.sources->source(), record.template_name,
+                                                                  record.sources->headers(), record.sources->learned())
+                                          : throw ValueError("the manifest record " + record.describe() +
+                                                             " has no sources for its template, which is not built in");
   if (stale) {
     stale->clear();
     if (t->digest() != record.template_digest)
-      *stale = record.builtin
-                   ? "stale: the built-in template changed since recording (recorded digest " +
-                         record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
-                         "); compiling the current one"
-                   : "the template's digest differs from the recorded one (recorded " +
-                         record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
-                         "): its CUDA headers differ from the recording machine's";
+      *stale = record.builtin ? "stale: the built-in template changed since recording (recorded digest " +
+                                    record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
+                                    "); compiling the current one"
+                              : "the template's digest differs from the recorded one (recorded " +
+                                    record.template_digest.substr(0, 16) + ", now " + t->digest().substr(0, 16) +
+                                    "): its CUDA headers differ from the recording machine's";
   }
   return t;
 }

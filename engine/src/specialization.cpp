@@ -8,8 +8,7 @@
 namespace kjit {
 
 Specialization::Specialization(std::shared_ptr<const Template> tmpl, const std::string& kernel,
-                               const std::vector<std::pair<std::string, TemplateArg>>& args,
-                               CompileOptions options)
+                               const std::vector<std::pair<std::string, TemplateArg>>& args, CompileOptions options)
     : template_(std::move(tmpl)), kernel_(&template_->kernel(kernel)), options_(std::move(options)) {
   options_.validate();
   const KernelDecl& k = *kernel_;
@@ -76,7 +75,8 @@ Specialization Specialization::with_template(std::shared_ptr<const Template> tmp
   Specialization s = *this;
   if (tmpl == template_) return s;
   if (tmpl->source() != template_->source())
-    throw Error("internal: a specialization of template '" + template_->name() + "' moved to a template of another source");
+    throw Error("internal: a specialization of template '" + template_->name() +
+                "' moved to a template of another source");
   s.kernel_ = &tmpl->kernel(kernel_->qualified_name());
   s.template_ = std::move(tmpl);
   return s;

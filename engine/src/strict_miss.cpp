@@ -19,13 +19,13 @@ void raise_strict_miss(const Specialization& spec, const Target& target, const c
   miss.kernel = spec.name_expression();
   miss.target = dir;
   log::emit(std::move(miss));
-  throw CacheMissError(
-      "strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and " + spec.describe() + " for " + dir +
-          " is not cached (key " + key + "; cache " + cache_described +
-          "). Produce it on any machine with `kjit warm MANIFEST --arch " + dir +
-          "` (record the manifest with KJIT_RECORD=manifest.json) or `" + compile_command(spec, target) +
-          "`, then ship the cache directory (KJIT_CACHE_DIR or a KJIT_CACHE_PATH layer).",
-      key, spec.describe());
+  throw CacheMissError("strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and " + spec.describe() + " for " +
+                           dir + " is not cached (key " + key + "; cache " + cache_described +
+                           "). Produce it on any machine with `kjit warm MANIFEST --arch " + dir +
+                           "` (record the manifest with KJIT_RECORD=manifest.json) or `" +
+                           compile_command(spec, target) +
+                           "`, then ship the cache directory (KJIT_CACHE_DIR or a KJIT_CACHE_PATH layer).",
+                       key, spec.describe());
 }
 
 }  // namespace kjit

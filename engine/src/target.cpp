@@ -33,13 +33,13 @@ Target Target::parse(const std::string& text) {
     for (char c : s)
       if (c != '.') digits += c;
     std::size_t dot = s.find('.');
-    bool ok = text::all_digits(digits) && digits.size() >= 2 && digits.size() <= 3 &&
-              (dot == std::string_view::npos || (dot == s.size() - 2 && s.find('.', dot + 1) == std::string_view::npos));
+    bool ok =
+        text::all_digits(digits) && digits.size() >= 2 && digits.size() <= 3 &&
+        (dot == std::string_view::npos || (dot == s.size() - 2 && s.find('.', dot + 1) == std::string_view::npos));
     if (!ok) throw bad();
     t.arch = *text::small_int(digits);
   }
-  if (t.arch < 50)
-    throw ValueError("target '" + text + "' is older than anything CUDA 12+ supports (sm_50 and newer)");
+  if (t.arch < 50) throw ValueError("target '" + text + "' is older than anything CUDA 12+ supports (sm_50 and newer)");
   return t;
 }
 

@@ -151,9 +151,12 @@ std::vector<IncludeDirective> scan_includes(const std::string& source, std::vect
       unparsed->push_back(std::string(line));
     if (line.find("HAS_INCLUDE") != std::string_view::npos || line.find("__has_include") != std::string_view::npos)
       probed_names(line, out);
-    if (text::starts_with(s, "#")) s.remove_prefix(1);
-    else if (text::starts_with(s, "%:")) s.remove_prefix(2);  // the digraph of '#'
-    else continue;
+    if (text::starts_with(s, "#"))
+      s.remove_prefix(1);
+    else if (text::starts_with(s, "%:"))
+      s.remove_prefix(2);  // the digraph of '#'
+    else
+      continue;
     s = text::skip_blanks(s);
     // An include directive this scanner may not read right: include_next, a macro, a comment before it.
     const bool maybe_include = text::starts_with(s, "include") ||
@@ -183,8 +186,8 @@ class IncludeResolver {
   // `learned`: include directives compiles learned (sha256 of a file's bytes -> directives), used besides
   // the header index's (which may have dropped them).
   IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
-                  const std::map<std::string, std::string>& memory_headers, bool confined,
-                  cache::HeaderIndex& index, const std::map<std::string, std::vector<std::string>>& learned)
+                  const std::map<std::string, std::string>& memory_headers, bool confined, cache::HeaderIndex& index,
+                  const std::map<std::string, std::vector<std::string>>& learned)
       : index_(index),
         learned_(learned),
         base_dir_(std::move(base_dir)),
@@ -211,7 +214,8 @@ class IncludeResolver {
   // The directives compiles learned for a file of these bytes (HeaderIndex::learned).
   void add_learned(const std::string& sha256, std::vector<IncludeDirective>& includes) {
     std::vector<std::string> all = index_.learned(sha256);
-    if (auto it = learned_.find(sha256); it != learned_.end()) all.insert(all.end(), it->second.begin(), it->second.end());
+    if (auto it = learned_.find(sha256); it != learned_.end())
+      all.insert(all.end(), it->second.begin(), it->second.end());
     for (const auto& d : all)
       if (d.size() > 1) {
         includes.push_back({d.substr(1), d.front() == '<', true});
@@ -223,18 +227,21 @@ class IncludeResolver {
   bool checks_directives(const fs::path& including_dir) const { return confined_ && !in_cuda_dirs(including_dir); }
   static void refuse_unparsed(const std::vector<std::string>& unparsed) {
     if (!unparsed.empty())
-      throw ValueError("a template rebuilt from a manifest may only include (or probe with __has_include) "
-                       "headers by a plain \"name\" or <name> inside its folder, and this one has '" +
-                       unparsed.front() + "': kjit will not let it read (or test for) a file it did not record. "
-                       "Record the template from a source that includes its headers plainly.");
+      throw ValueError(
+          "a template rebuilt from a manifest may only include (or probe with __has_include) "
+          "headers by a plain \"name\" or <name> inside its folder, and this one has '" +
+          unparsed.front() +
+          "': kjit will not let it read (or test for) a file it did not record. "
+          "Record the template from a source that includes its headers plainly.");
   }
   void visit_includes(const std::vector<IncludeDirective>& includes, const fs::path& including_dir) {
     for (const auto& inc : includes) {
       if (visit_memory(inc.name)) continue;
       // The same directive from the same folder resolves as it did (a header included from many files
       // behind its include guard): nothing new to probe.
-      if (!directives_done_.insert((inc.computed ? "=" : "") + std::string(inc.angled ? "<" : "\"") + inc.name + '\n' +
-                                   including_dir.string())
+      if (!directives_done_
+               .insert((inc.computed ? "=" : "") + std::string(inc.angled ? "<" : "\"") + inc.name + '\n' +
+                       including_dir.string())
                .second)
         continue;
       std::vector<std::pair<fs::path, bool>> candidates;  // (dir, is_cuda)
@@ -248,7 +255,8 @@ class IncludeResolver {
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
       // An absolute name is that file, wherever it is: a CUDA header only when it lies in the CUDA dirs
       // (else KJIT_RECORD would leave it out of a manifest as part of the toolkit).
-      if (fs::path(inc.name).is_absolute()) candidates = {{fs::path("/"), in_cuda_dirs(fs::path(inc.name).parent_path())}};
+      if (fs::path(inc.name).is_absolute())
+        candidates = {{fs::path("/"), in_cuda_dirs(fs::path(inc.name).parent_path())}};
       // A computed name that leaves its folder is one a confined template never reaches.
       if (inc.computed && confined_ && leaves_its_folder(inc.name)) candidates.clear();
       // kjit's templates folder never serves a name that climbs out of it, nor does any folder for a
@@ -260,7 +268,7 @@ class IncludeResolver {
         if (dir.empty()) continue;
         if (leaves && (confined_ || dir == builtin_dir_ || including_dir == builtin_dir_)) continue;
         fs::path p = dir / inc.name;
-        struct stat st {};
+        struct stat st{};
         if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
         // An including file that lives inside the CUDA dirs keeps its headers there.
         bool cuda = is_cuda || in_cuda_dirs(including_dir);
@@ -289,7 +297,7 @@ class IncludeResolver {
   // once per load (a template's headers share a few folders: 278 readlink calls per load before), then
   // its name, unless the file itself is a symbolic link.
   std::string canonical_of(const fs::path& p) {
-    struct stat lst {};
+    struct stat lst{};
     std::error_code ec;
     if (::lstat(p.c_str(), &lst) != 0) return {};
     if (S_ISLNK(lst.st_mode)) {
@@ -374,7 +382,7 @@ class IncludeResolver {
   std::set<std::string> seen_files_;
   std::map<std::string, std::string> canonical_dirs_;  // folder -> its canonical path ("" if unresolved)
   std::set<std::string> directives_done_;              // "<name" / "\"name", '\n', the including folder
-  std::map<std::string, std::size_t> seen_paths_;  // canonical path -> index in headers
+  std::map<std::string, std::size_t> seen_paths_;      // canonical path -> index in headers
   std::map<std::string, std::string> seen_names_;
   const std::map<std::string, std::string>& memory_;
   bool confined_;
@@ -422,8 +430,8 @@ void use_header_index(std::shared_ptr<cache::HeaderIndex> index) {
   index_slot() = std::move(index);
 }
 
-std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin,
-                                               fs::path base_dir, std::vector<fs::path> include_dirs,
+std::shared_ptr<const Template> Template::load(std::string source, std::string name, bool builtin, fs::path base_dir,
+                                               std::vector<fs::path> include_dirs,
                                                std::map<std::string, std::string> memory_headers, bool confined) {
   Origin o;
   o.builtin = builtin;
@@ -449,7 +457,8 @@ std::shared_ptr<const Template> Template::load_from(std::string source, std::str
   const bool confined = o->confined;
   const CudaToolkit& tk = cuda_toolkit();
   const std::shared_ptr<cache::HeaderIndex> index = header_index();
-  IncludeResolver resolver(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index, o->learned);
+  IncludeResolver resolver(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index,
+                           o->learned);
   resolver.run(t->source_);
   index->save();
   t->headers_ = std::move(resolver.headers);
@@ -489,10 +498,14 @@ std::shared_ptr<const Template> Template::load_from(std::string source, std::str
     // Not hashed: the same template loaded from its files (no such names there) must keep its key.
     for (const auto& name : t->unresolved_)
       if (leaves_its_folder(name))
-        t->compile_only_headers_.push_back({name, fs::path("<blocked>") / name,
-                               "#error \"kjit: this include is not a header recorded with this template, and a "
-                               "template rebuilt from a manifest reads no other file outside the CUDA headers\"\n",
-                               false, {}, true});
+        t->compile_only_headers_.push_back(
+            {name,
+             fs::path("<blocked>") / name,
+             "#error \"kjit: this include is not a header recorded with this template, and a "
+             "template rebuilt from a manifest reads no other file outside the CUDA headers\"\n",
+             false,
+             {},
+             true});
   }
   t->uid_ = g_next_uid.fetch_add(1);
   return t;
@@ -522,7 +535,8 @@ std::shared_ptr<const Template> Template::with_bytes() const {
       cache::FileRead r = cache::read_regular_file(h.path, kMaxHeaderBytes);
       if (!r.ok())
         throw Error("cannot read header " + h.path.string() + " (included as '" + h.include_name + "' by template '" +
-                    name_ + "') to compile it: " + r.error + ". It was readable when the template was loaded; "
+                    name_ + "') to compile it: " + r.error +
+                    ". It was readable when the template was loaded; "
                     "restore it, or load the template again.");
       if (cache::to_hex(cache::Sha256::of(r.bytes)) != h.sha256) {
         // The header index vouched for bytes that are gone (a file of the toolkit's or kjit's changed in
@@ -655,8 +669,8 @@ std::shared_ptr<const Template> Template::builtin(const std::string& name) {
   std::string source;
   std::error_code ec;
   if (!fs::is_regular_file(file, ec) || !read_file(file, source))
-    throw ValueError("there is no built-in template '" + name + "' in " + dir.string() + " (available: " +
-                     available_names() + ")");
+    throw ValueError("there is no built-in template '" + name + "' in " + dir.string() +
+                     " (available: " + available_names() + ")");
   return load(std::move(source), name, true, dir, {});
 }
 
@@ -680,8 +694,8 @@ const KernelDecl& Template::kernel(const std::string& name) const {
     if (k.name == name) return k;
   std::string names;
   for (const auto& k : kernels_) names += (names.empty() ? "" : ", ") + k.qualified_name();
-  throw ValueError("template '" + name_ + "' has no __global__ kernel named '" + name + "' (it declares: " +
-                   (names.empty() ? std::string("none") : names) + ")");
+  throw ValueError("template '" + name_ + "' has no __global__ kernel named '" + name +
+                   "' (it declares: " + (names.empty() ? std::string("none") : names) + ")");
 }
 
 }  // namespace kjit

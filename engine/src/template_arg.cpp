@@ -33,8 +33,10 @@ IntRange range_of(const std::string& cpp) {
 
 std::string hexfloat(double v, bool single) {
   char buf[64];
-  if (single) std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
-  else std::snprintf(buf, sizeof buf, "%a", v);
+  if (single)
+    std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
+  else
+    std::snprintf(buf, sizeof buf, "%a", v);
   return buf;
 }
 
@@ -58,8 +60,8 @@ std::string TemplateArg::describe() const {
 
 std::string TemplateArg::render(const TemplateParam& p, const std::string& kernel) const {
   auto mismatch = [&](const char* wants) {
-    return TypeError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + wants +
-                     ", got " + (kind_ == Kind::Type ? "the dtype " : "the value ") + describe() + ".");
+    return TypeError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + wants + ", got " +
+                     (kind_ == Kind::Type ? "the dtype " : "the value ") + describe() + ".");
   };
   if (kind_ == Kind::Default)
     throw Error("internal: the default of template parameter '" + p.name + "' of kernel '" + kernel +
@@ -72,15 +74,15 @@ std::string TemplateArg::render(const TemplateParam& p, const std::string& kerne
       if (kind_ != Kind::Bool) throw mismatch("a bool: pass true or false");
       return b_ ? "true" : "false";
     case TemplateParam::Kind::Integral: {
-      if (kind_ != Kind::Integer)
-        throw mismatch(("an integer (" + p.cpp_type + "): pass an integer").c_str());
+      if (kind_ != Kind::Integer) throw mismatch(("an integer (" + p.cpp_type + "): pass an integer").c_str());
       const IntRange r = range_of(p.cpp_type);
-      const bool fits = above_int64_ ? uint_value() <= r.hi
-                                     : i_ >= r.lo && (i_ < 0 || static_cast<std::uint64_t>(i_) <= r.hi);
+      const bool fits =
+          above_int64_ ? uint_value() <= r.hi : i_ >= r.lo && (i_ < 0 || static_cast<std::uint64_t>(i_) <= r.hi);
       if (!fits)
         throw ValueError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + p.cpp_type +
                          ": the value " + describe() + " is out of its range [" + std::to_string(r.lo) + ", " +
-                         std::to_string(r.hi) + "]. Declare it with a wider type (e.g. long long, or unsigned long "
+                         std::to_string(r.hi) +
+                         "]. Declare it with a wider type (e.g. long long, or unsigned long "
                          "long for values from 2^63 up) or pass a value in that range.");
       if (above_int64_) return std::to_string(uint_value()) + r.suffix;
       if (i_ == std::numeric_limits<std::int64_t>::min()) return "(-9223372036854775807ll - 1)";
@@ -88,9 +90,12 @@ std::string TemplateArg::render(const TemplateParam& p, const std::string& kerne
     }
     case TemplateParam::Kind::Floating: {
       double v;
-      if (kind_ == Kind::Float) v = f_;
-      else if (kind_ == Kind::Integer) v = above_int64_ ? static_cast<double>(uint_value()) : static_cast<double>(i_);
-      else throw mismatch(("a floating constant (" + p.cpp_type + "): pass a number").c_str());
+      if (kind_ == Kind::Float)
+        v = f_;
+      else if (kind_ == Kind::Integer)
+        v = above_int64_ ? static_cast<double>(uint_value()) : static_cast<double>(i_);
+      else
+        throw mismatch(("a floating constant (" + p.cpp_type + "): pass a number").c_str());
       bool single = p.cpp_type.find("float") != std::string::npos;
       if (!std::isfinite(v) || (single && !std::isfinite(static_cast<float>(v))))
         throw ValueError("template parameter '" + p.name + "' of kernel '" + kernel + "' is " + p.cpp_type +

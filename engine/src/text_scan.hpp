@@ -9,9 +9,7 @@
 
 namespace kjit::text {
 
-inline bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
+inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 inline bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
 

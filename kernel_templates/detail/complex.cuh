@@ -20,10 +20,20 @@
 namespace kjit_complex {
 
 // A value of `false` that depends on T: a static_assert in a template fires only where it is used.
-template <typename T> struct always_false { static constexpr bool value = false; };
+template <typename T>
+struct always_false {
+  static constexpr bool value = false;
+};
 
-template <typename T> struct is_arith { static constexpr bool value = false; };
-#define KJIT_COMPLEX_ARITH(T) template <> struct is_arith<T> { static constexpr bool value = true; };
+template <typename T>
+struct is_arith {
+  static constexpr bool value = false;
+};
+#define KJIT_COMPLEX_ARITH(T)           \
+  template <>                           \
+  struct is_arith<T> {                  \
+    static constexpr bool value = true; \
+  };
 KJIT_COMPLEX_ARITH(bool)
 KJIT_COMPLEX_ARITH(char)
 KJIT_COMPLEX_ARITH(signed char)
@@ -40,8 +50,12 @@ KJIT_COMPLEX_ARITH(float)
 KJIT_COMPLEX_ARITH(double)
 #undef KJIT_COMPLEX_ARITH
 
-template <bool B, typename R = void> struct enable_if {};
-template <typename R> struct enable_if<true, R> { using type = R; };
+template <bool B, typename R = void>
+struct enable_if {};
+template <typename R>
+struct enable_if<true, R> {
+  using type = R;
+};
 
 // Real math per precision (float: the f-suffixed functions; double: the plain ones).
 namespace rm {
@@ -67,8 +81,14 @@ __device__ __forceinline__ float fabs(float x) { return ::fabsf(x); }
 __device__ __forceinline__ double fabs(double x) { return ::fabs(x); }
 __device__ __forceinline__ float copysign(float x, float y) { return ::copysignf(x, y); }
 __device__ __forceinline__ double copysign(double x, double y) { return ::copysign(x, y); }
-template <typename T> __device__ __forceinline__ bool isnan(T x) { return x != x; }
-template <typename T> __device__ __forceinline__ bool isinf(T x) { return !isnan(x) && isnan(x - x); }
+template <typename T>
+__device__ __forceinline__ bool isnan(T x) {
+  return x != x;
+}
+template <typename T>
+__device__ __forceinline__ bool isinf(T x) {
+  return !isnan(x) && isnan(x - x);
+}
 }  // namespace rm
 
 template <typename T>
@@ -89,29 +109,49 @@ struct alignas(2 * sizeof(T)) complex {
   __host__ __device__ constexpr T imag() const { return im; }
 };
 
-template <typename T> struct is_complex { static constexpr bool value = false; };
-template <typename T> struct is_complex<complex<T>> { static constexpr bool value = true; };
+template <typename T>
+struct is_complex {
+  static constexpr bool value = false;
+};
+template <typename T>
+struct is_complex<complex<T>> {
+  static constexpr bool value = true;
+};
 
 // The real type of a compute type: T for complex<T>, the type itself otherwise.
-template <typename T> struct real_of { using type = T; };
-template <typename T> struct real_of<complex<T>> { using type = T; };
+template <typename T>
+struct real_of {
+  using type = T;
+};
+template <typename T>
+struct real_of<complex<T>> {
+  using type = T;
+};
 
 // ---- arithmetic ----------------------------------------------------------------------------------------
-template <typename T> __device__ __forceinline__ complex<T> operator+(const complex<T>& a) { return a; }
-template <typename T> __device__ __forceinline__ complex<T> operator-(const complex<T>& a) {
+template <typename T>
+__device__ __forceinline__ complex<T> operator+(const complex<T>& a) {
+  return a;
+}
+template <typename T>
+__device__ __forceinline__ complex<T> operator-(const complex<T>& a) {
   return complex<T>(-a.re, -a.im);
 }
-template <typename T> __device__ __forceinline__ complex<T> operator+(const complex<T>& a, const complex<T>& b) {
+template <typename T>
+__device__ __forceinline__ complex<T> operator+(const complex<T>& a, const complex<T>& b) {
   return complex<T>(a.re + b.re, a.im + b.im);
 }
-template <typename T> __device__ __forceinline__ complex<T> operator-(const complex<T>& a, const complex<T>& b) {
+template <typename T>
+__device__ __forceinline__ complex<T> operator-(const complex<T>& a, const complex<T>& b) {
   return complex<T>(a.re - b.re, a.im - b.im);
 }
-template <typename T> __device__ __forceinline__ complex<T> operator*(const complex<T>& a, const complex<T>& b) {
+template <typename T>
+__device__ __forceinline__ complex<T> operator*(const complex<T>& a, const complex<T>& b) {
   return complex<T>(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
 }
 // c10::complex's division (numpy's: Smith's scaling, and x / 0 a complex inf or NaN).
-template <typename T> __device__ __forceinline__ complex<T> operator/(const complex<T>& x, const complex<T>& y) {
+template <typename T>
+__device__ __forceinline__ complex<T> operator/(const complex<T>& x, const complex<T>& y) {
   const T a = x.re, b = x.im, c = y.re, d = y.im;
   const T abs_c = rm::fabs(c), abs_d = rm::fabs(d);
   if (abs_c >= abs_d) {
@@ -126,46 +166,70 @@ template <typename T> __device__ __forceinline__ complex<T> operator/(const comp
 }
 // With a real value (a scalar, a literal): as c10::complex, the real value scales both parts.
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator+(const complex<T>& a, U b) { return complex<T>(a.re + T(b), a.im); }
+__device__ __forceinline__ complex<T> operator+(const complex<T>& a, U b) {
+  return complex<T>(a.re + T(b), a.im);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator+(U a, const complex<T>& b) { return complex<T>(T(a) + b.re, b.im); }
+__device__ __forceinline__ complex<T> operator+(U a, const complex<T>& b) {
+  return complex<T>(T(a) + b.re, b.im);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator-(const complex<T>& a, U b) { return complex<T>(a.re - T(b), a.im); }
+__device__ __forceinline__ complex<T> operator-(const complex<T>& a, U b) {
+  return complex<T>(a.re - T(b), a.im);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator-(U a, const complex<T>& b) { return complex<T>(T(a) - b.re, -b.im); }
+__device__ __forceinline__ complex<T> operator-(U a, const complex<T>& b) {
+  return complex<T>(T(a) - b.re, -b.im);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator*(const complex<T>& a, U b) { return complex<T>(a.re * T(b), a.im * T(b)); }
+__device__ __forceinline__ complex<T> operator*(const complex<T>& a, U b) {
+  return complex<T>(a.re * T(b), a.im * T(b));
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator*(U a, const complex<T>& b) { return complex<T>(T(a) * b.re, T(a) * b.im); }
+__device__ __forceinline__ complex<T> operator*(U a, const complex<T>& b) {
+  return complex<T>(T(a) * b.re, T(a) * b.im);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator/(const complex<T>& a, U b) { return complex<T>(a.re / T(b), a.im / T(b)); }
+__device__ __forceinline__ complex<T> operator/(const complex<T>& a, U b) {
+  return complex<T>(a.re / T(b), a.im / T(b));
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> operator/(U a, const complex<T>& b) { return complex<T>(T(a)) / b; }
+__device__ __forceinline__ complex<T> operator/(U a, const complex<T>& b) {
+  return complex<T>(T(a)) / b;
+}
 
-template <typename T> __device__ __forceinline__ bool operator==(const complex<T>& a, const complex<T>& b) {
+template <typename T>
+__device__ __forceinline__ bool operator==(const complex<T>& a, const complex<T>& b) {
   return a.re == b.re && a.im == b.im;
 }
-template <typename T> __device__ __forceinline__ bool operator!=(const complex<T>& a, const complex<T>& b) {
+template <typename T>
+__device__ __forceinline__ bool operator!=(const complex<T>& a, const complex<T>& b) {
   return !(a == b);
 }
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ bool operator==(const complex<T>& a, U b) { return a.re == T(b) && a.im == T(0); }
+__device__ __forceinline__ bool operator==(const complex<T>& a, U b) {
+  return a.re == T(b) && a.im == T(0);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ bool operator==(U a, const complex<T>& b) { return b == a; }
+__device__ __forceinline__ bool operator==(U a, const complex<T>& b) {
+  return b == a;
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ bool operator!=(const complex<T>& a, U b) { return !(a == b); }
+__device__ __forceinline__ bool operator!=(const complex<T>& a, U b) {
+  return !(a == b);
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ bool operator!=(U a, const complex<T>& b) { return !(b == a); }
+__device__ __forceinline__ bool operator!=(U a, const complex<T>& b) {
+  return !(b == a);
+}
 
 // Complex numbers have no order: PyTorch refuses lt/gt/le/ge (and so max, min, clamp) for them too.
-#define KJIT_COMPLEX_NO_ORDER(OP)                                                                         \
-  template <typename A, typename B,                                                                      \
-            typename enable_if<is_complex<A>::value || is_complex<B>::value, int>::type = 0>             \
-  __device__ bool operator OP(const A&, const B&) {                                                      \
-    static_assert(always_false<A>::value,                                                                \
-                  "kjit.elementwise: complex values have no order (operator " #OP                         \
-                  "), as in PyTorch; compare real(z), imag(z) or abs(z) instead");                       \
-    return false;                                                                                         \
+#define KJIT_COMPLEX_NO_ORDER(OP)                                                                                    \
+  template <typename A, typename B, typename enable_if<is_complex<A>::value || is_complex<B>::value, int>::type = 0> \
+  __device__ bool operator OP(const A&, const B&) {                                                                  \
+    static_assert(always_false<A>::value, "kjit.elementwise: complex values have no order (operator " #OP            \
+                                          "), as in PyTorch; compare real(z), imag(z) or abs(z) instead");           \
+    return false;                                                                                                    \
   }
 KJIT_COMPLEX_NO_ORDER(<)
 KJIT_COMPLEX_NO_ORDER(>)
@@ -174,38 +238,68 @@ KJIT_COMPLEX_NO_ORDER(>=)
 #undef KJIT_COMPLEX_NO_ORDER
 
 // ---- functions -----------------------------------------------------------------------------------------
-template <typename T> __device__ __forceinline__ T real(const complex<T>& z) { return z.re; }
-template <typename T> __device__ __forceinline__ T imag(const complex<T>& z) { return z.im; }
-template <typename T> __device__ __forceinline__ complex<T> conj(const complex<T>& z) { return complex<T>(z.re, -z.im); }
-template <typename T> __device__ __forceinline__ T abs(const complex<T>& z) { return rm::hypot(z.re, z.im); }
-template <typename T> __device__ __forceinline__ T angle(const complex<T>& z) { return rm::atan2(z.im, z.re); }
-template <typename T> __device__ __forceinline__ T arg(const complex<T>& z) { return rm::atan2(z.im, z.re); }
-template <typename T> __device__ __forceinline__ T norm(const complex<T>& z) { return z.re * z.re + z.im * z.im; }
-template <typename T> __device__ __forceinline__ complex<T> polar(T r, T theta) {
+template <typename T>
+__device__ __forceinline__ T real(const complex<T>& z) {
+  return z.re;
+}
+template <typename T>
+__device__ __forceinline__ T imag(const complex<T>& z) {
+  return z.im;
+}
+template <typename T>
+__device__ __forceinline__ complex<T> conj(const complex<T>& z) {
+  return complex<T>(z.re, -z.im);
+}
+template <typename T>
+__device__ __forceinline__ T abs(const complex<T>& z) {
+  return rm::hypot(z.re, z.im);
+}
+template <typename T>
+__device__ __forceinline__ T angle(const complex<T>& z) {
+  return rm::atan2(z.im, z.re);
+}
+template <typename T>
+__device__ __forceinline__ T arg(const complex<T>& z) {
+  return rm::atan2(z.im, z.re);
+}
+template <typename T>
+__device__ __forceinline__ T norm(const complex<T>& z) {
+  return z.re * z.re + z.im * z.im;
+}
+template <typename T>
+__device__ __forceinline__ complex<T> polar(T r, T theta) {
   return complex<T>(r * rm::cos(theta), r * rm::sin(theta));
 }
-template <typename T> __device__ __forceinline__ complex<T> square(const complex<T>& z) { return z * z; }
+template <typename T>
+__device__ __forceinline__ complex<T> square(const complex<T>& z) {
+  return z * z;
+}
 
-template <typename T> __device__ __forceinline__ complex<T> exp(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> exp(const complex<T>& z) {
   if (z.im == T(0)) return complex<T>(rm::exp(z.re), z.im);  // exact for real arguments, as C99
   const T e = rm::exp(z.re);
   return complex<T>(e * rm::cos(z.im), e * rm::sin(z.im));
 }
-template <typename T> __device__ __forceinline__ complex<T> log(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> log(const complex<T>& z) {
   return complex<T>(rm::log(abs(z)), arg(z));
 }
-template <typename T> __device__ __forceinline__ complex<T> log2(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> log2(const complex<T>& z) {
   const T k = T(1.44269504088896340736);  // 1 / ln 2
   const complex<T> l = log(z);
   return complex<T>(l.re * k, l.im * k);
 }
-template <typename T> __device__ __forceinline__ complex<T> log10(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> log10(const complex<T>& z) {
   const T k = T(0.434294481903251827651);  // 1 / ln 10
   const complex<T> l = log(z);
   return complex<T>(l.re * k, l.im * k);
 }
 // The principal square root, without overflow or cancellation (Kahan): the result's real part >= 0.
-template <typename T> __device__ __forceinline__ complex<T> sqrt(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> sqrt(const complex<T>& z) {
   const T a = z.re, b = z.im;
   if (a == T(0) && b == T(0)) return complex<T>(T(0), b);
   if (rm::isinf(b)) return complex<T>(rm::fabs(b), b);
@@ -213,7 +307,8 @@ template <typename T> __device__ __forceinline__ complex<T> sqrt(const complex<T
   if (a >= T(0)) return complex<T>(t, b / (T(2) * t));
   return complex<T>(rm::fabs(b) / (T(2) * t), rm::copysign(t, b));
 }
-template <typename T> __device__ __forceinline__ complex<T> reciprocal(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> reciprocal(const complex<T>& z) {
   // PyTorch's reciprocal (numpy's rules): NaN in either part or two infinite parts -> NaN; one infinite -> 0.
   const bool nan = rm::isnan(z.re) || rm::isnan(z.im);
   const bool inf_re = rm::isinf(z.re), inf_im = rm::isinf(z.im);
@@ -221,27 +316,39 @@ template <typename T> __device__ __forceinline__ complex<T> reciprocal(const com
   if (inf_re || inf_im) return complex<T>(T(0), T(0));
   return complex<T>(T(1), T(0)) / z;
 }
-template <typename T> __device__ __forceinline__ complex<T> rsqrt(const complex<T>& z) { return reciprocal(sqrt(z)); }
+template <typename T>
+__device__ __forceinline__ complex<T> rsqrt(const complex<T>& z) {
+  return reciprocal(sqrt(z));
+}
 // z / |z| (0 for 0): torch.sgn.
-template <typename T> __device__ __forceinline__ complex<T> sgn(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> sgn(const complex<T>& z) {
   const T r = abs(z);
   return r == T(0) ? complex<T>(T(0), T(0)) : complex<T>(z.re / r, z.im / r);
 }
-template <typename T> __device__ __forceinline__ complex<T> pow(const complex<T>& z, const complex<T>& w) {
+template <typename T>
+__device__ __forceinline__ complex<T> pow(const complex<T>& z, const complex<T>& w) {
   return exp(w * log(z));
 }
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> pow(const complex<T>& z, U w) { return exp(complex<T>(w) * log(z)); }
+__device__ __forceinline__ complex<T> pow(const complex<T>& z, U w) {
+  return exp(complex<T>(w) * log(z));
+}
 template <typename T, typename U, typename enable_if<is_arith<U>::value, int>::type = 0>
-__device__ __forceinline__ complex<T> pow(U z, const complex<T>& w) { return exp(w * log(complex<T>(z))); }
+__device__ __forceinline__ complex<T> pow(U z, const complex<T>& w) {
+  return exp(w * log(complex<T>(z)));
+}
 
-template <typename T> __device__ __forceinline__ complex<T> sinh(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> sinh(const complex<T>& z) {
   return complex<T>(rm::sinh(z.re) * rm::cos(z.im), rm::cosh(z.re) * rm::sin(z.im));
 }
-template <typename T> __device__ __forceinline__ complex<T> cosh(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> cosh(const complex<T>& z) {
   return complex<T>(rm::cosh(z.re) * rm::cos(z.im), rm::sinh(z.re) * rm::sin(z.im));
 }
-template <typename T> __device__ __forceinline__ complex<T> tanh(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> tanh(const complex<T>& z) {
   const T x = z.re, y = z.im;
   // For |x| past this, tanh(x + iy) is copysign(1, x) + i 4 sin(y) cos(y) e^{-2|x|} to the last bit (cosh
   // and sinh of 2x would overflow first).
@@ -252,25 +359,28 @@ template <typename T> __device__ __forceinline__ complex<T> tanh(const complex<T
   const T d = rm::cosh(T(2) * x) + rm::cos(T(2) * y);
   return complex<T>(rm::sinh(T(2) * x) / d, rm::sin(T(2) * y) / d);
 }
-template <typename T> __device__ __forceinline__ complex<T> sin(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> sin(const complex<T>& z) {
   return complex<T>(rm::sin(z.re) * rm::cosh(z.im), rm::cos(z.re) * rm::sinh(z.im));
 }
-template <typename T> __device__ __forceinline__ complex<T> cos(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> cos(const complex<T>& z) {
   return complex<T>(rm::cos(z.re) * rm::cosh(z.im), -rm::sin(z.re) * rm::sinh(z.im));
 }
 // tan(z) = -i tanh(iz).
-template <typename T> __device__ __forceinline__ complex<T> tan(const complex<T>& z) {
+template <typename T>
+__device__ __forceinline__ complex<T> tan(const complex<T>& z) {
   const complex<T> t = tanh(complex<T>(-z.im, z.re));
   return complex<T>(t.im, -t.re);
 }
 
 // Functions PyTorch has no complex form of, or that kjit does not provide for complex values: refused when
 // the expression applies them to a complex value, with the alternative.
-#define KJIT_COMPLEX_REFUSE(NAME, WHY)                                                                  \
-  template <typename T, typename... R>                                                                 \
-  __device__ complex<T> NAME(const complex<T>&, const R&...) {                                         \
-    static_assert(always_false<T>::value, "kjit.elementwise: " #NAME " of a complex value: " WHY);     \
-    return complex<T>();                                                                               \
+#define KJIT_COMPLEX_REFUSE(NAME, WHY)                                                             \
+  template <typename T, typename... R>                                                             \
+  __device__ complex<T> NAME(const complex<T>&, const R&...) {                                     \
+    static_assert(always_false<T>::value, "kjit.elementwise: " #NAME " of a complex value: " WHY); \
+    return complex<T>();                                                                           \
   }
 #define KJIT_NOT_IN_TORCH "PyTorch has no complex form of it either; apply it to real(z), imag(z) or abs(z)"
 KJIT_COMPLEX_REFUSE(floor, KJIT_NOT_IN_TORCH)

@@ -22,11 +22,16 @@ enum : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSil
 
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
-  if constexpr (ACT == kActRelu) return kjit_math::relu(v);
-  else if constexpr (ACT == kActGelu) return kjit_math::gelu(v);
-  else if constexpr (ACT == kActGeluTanh) return kjit_math::gelu_tanh(v);
-  else if constexpr (ACT == kActSilu) return kjit_math::silu(v);
-  else return v;
+  if constexpr (ACT == kActRelu)
+    return kjit_math::relu(v);
+  else if constexpr (ACT == kActGelu)
+    return kjit_math::gelu(v);
+  else if constexpr (ACT == kActGeluTanh)
+    return kjit_math::gelu_tanh(v);
+  else if constexpr (ACT == kActSilu)
+    return kjit_math::silu(v);
+  else
+    return v;
 }
 
 // Everything an epilogue reads besides the accumulator (kernel arguments, passed through unchanged).
@@ -88,9 +93,8 @@ __device__ __forceinline__ void finish_pair(const Epilogue<T>& e, T* c, long lon
 // The SwiGLU form: g0, g1 the gate accumulators, u0, u1 the up ones of outputs (m, n), (m, n + 1);
 // n_limit is N (the output width).
 template <typename T, bool HAS_RESIDUAL, bool AUX>
-__device__ __forceinline__ void finish_swiglu_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n,
-                                                   int m_limit, int n_limit, float g0, float g1, float u0,
-                                                   float u1) {
+__device__ __forceinline__ void finish_swiglu_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n, int m_limit,
+                                                   int n_limit, float g0, float g1, float u0, float u1) {
   if (m >= m_limit || n >= n_limit) return;
   const bool both = n + 1 < n_limit;
   const float zg0 = e.scale * g0, zg1 = e.scale * g1, zu0 = e.scale * u0, zu1 = e.scale * u1;

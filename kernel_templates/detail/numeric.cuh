@@ -17,19 +17,33 @@
 namespace kjit_detail {
 
 // Arithmetic type of an element type: half types compute in float.
-template <typename T> struct Acc { using type = T; };
+template <typename T>
+struct Acc {
+  using type = T;
+};
 #ifdef KJIT_DETAIL_HALF
-template <> struct Acc<__half> { using type = float; };
+template <>
+struct Acc<__half> {
+  using type = float;
+};
 #endif
 #ifdef KJIT_DETAIL_BFLOAT16
-template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <>
+struct Acc<__nv_bfloat16> {
+  using type = float;
+};
 #endif
-template <typename T> using acc_t = typename Acc<T>::type;
+template <typename T>
+using acc_t = typename Acc<T>::type;
 
 template <typename T>
-__device__ __forceinline__ acc_t<T> widen(T v) { return static_cast<acc_t<T>>(v); }
+__device__ __forceinline__ acc_t<T> widen(T v) {
+  return static_cast<acc_t<T>>(v);
+}
 template <typename T>
-__device__ __forceinline__ T narrow(acc_t<T> v) { return static_cast<T>(v); }
+__device__ __forceinline__ T narrow(acc_t<T> v) {
+  return static_cast<T>(v);
+}
 
 // C(v) for every element type and compute type: the half types convert to double through float; a real
 // value becomes (v, 0) as a complex one; a complex value becomes a real one as PyTorch casts it (the real
@@ -39,10 +53,14 @@ struct Convert {
   static __device__ __forceinline__ C run(T v) { return static_cast<C>(v); }
 };
 template <typename C, typename T>
-__device__ __forceinline__ C to(T v) { return Convert<C, T>::run(v); }
+__device__ __forceinline__ C to(T v) {
+  return Convert<C, T>::run(v);
+}
 template <typename R, typename T>
 struct Convert<kjit_complex::complex<R>, T> {
-  static __device__ __forceinline__ kjit_complex::complex<R> run(T v) { return kjit_complex::complex<R>(to<R>(v), R(0)); }
+  static __device__ __forceinline__ kjit_complex::complex<R> run(T v) {
+    return kjit_complex::complex<R>(to<R>(v), R(0));
+  }
 };
 template <typename R, typename U>
 struct Convert<kjit_complex::complex<R>, kjit_complex::complex<U>> {
@@ -59,10 +77,14 @@ struct Convert<bool, kjit_complex::complex<U>> {
   static __device__ __forceinline__ bool run(kjit_complex::complex<U> v) { return v.re != U(0) || v.im != U(0); }
 };
 #ifdef KJIT_DETAIL_HALF
-template <> __device__ __forceinline__ double to<double, __half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ double to<double, __half>(__half v) {
+  return __half2float(v);
+}
 #endif
 #ifdef KJIT_DETAIL_BFLOAT16
-template <> __device__ __forceinline__ double to<double, __nv_bfloat16>(__nv_bfloat16 v) {
+template <>
+__device__ __forceinline__ double to<double, __nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
 #endif
@@ -77,8 +99,6 @@ struct alignas(sizeof(T) * N) Vec {
 __device__ __forceinline__ long long global_thread() {
   return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ long long grid_threads() {
-  return static_cast<long long>(gridDim.x) * blockDim.x;
-}
+__device__ __forceinline__ long long grid_threads() { return static_cast<long long>(gridDim.x) * blockDim.x; }
 
 }  // namespace kjit_detail

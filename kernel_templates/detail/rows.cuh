@@ -17,22 +17,36 @@ using kjit_detail::to;
 using kjit_detail::Vec;
 
 struct Sum {
-  template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
-  template <typename C> __device__ static constexpr C identity() { return C(0); }
+  template <typename C>
+  __device__ __forceinline__ C operator()(C a, C b) const {
+    return a + b;
+  }
+  template <typename C>
+  __device__ static constexpr C identity() {
+    return C(0);
+  }
 };
 // Max and Min propagate NaN, as torch.amax / torch.amin do. Their identity is -inf / +inf (float's
 // infinity, widened for double): <cuda/std/limits> would add libcu++'s configuration headers to every
 // compile, and NVRTC has no constexpr builtin for it.
 struct Max {
-  template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
-  template <typename C> __device__ __forceinline__ static C identity() {
+  template <typename C>
+  __device__ __forceinline__ C operator()(C a, C b) const {
+    return (a != a || a > b) ? a : b;
+  }
+  template <typename C>
+  __device__ __forceinline__ static C identity() {
     static_assert(static_cast<C>(0.5) != static_cast<C>(0), "Max's identity (-inf) is for floating types");
     return -static_cast<C>(__int_as_float(0x7f800000));
   }
 };
 struct Min {
-  template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
-  template <typename C> __device__ __forceinline__ static C identity() {
+  template <typename C>
+  __device__ __forceinline__ C operator()(C a, C b) const {
+    return (a != a || a < b) ? a : b;
+  }
+  template <typename C>
+  __device__ __forceinline__ static C identity() {
     static_assert(static_cast<C>(0.5) != static_cast<C>(0), "Min's identity (+inf) is for floating types");
     return static_cast<C>(__int_as_float(0x7f800000));
   }
@@ -65,7 +79,9 @@ struct RowRegs {
   using C = acc_t<T>;
   C v[ITEMS][VEC];
 
-  __device__ __forceinline__ static bool valid(int it, int d) { return (it * TPR + static_cast<int>(threadIdx.x)) * VEC < d; }
+  __device__ __forceinline__ static bool valid(int it, int d) {
+    return (it * TPR + static_cast<int>(threadIdx.x)) * VEC < d;
+  }
 
   __device__ __forceinline__ void load(const T* __restrict__ row, int d, C fill) {
 #pragma unroll

@@ -44,7 +44,7 @@ def mismatch(built_torch: str, built_cuda: str, torch_version: str, torch_cuda: 
         f"kjit was built against torch {built_torch} ({_cuda(built_cuda)}), but this environment has torch "
         f"{torch_version} ({_cuda(torch_cuda)}). kjit's compiled module links libtorch, whose C++ ABI changes "
         f"between minor versions, and one CUDA runtime major, so it works only with {needs}. Either install "
-        f"that torch (pip install \"torch=={pin}\"), or build kjit against the torch you have: from kjit's "
+        f'that torch (pip install "torch=={pin}"), or build kjit against the torch you have: from kjit\'s '
         f"source tree, pip install --no-build-isolation ."
     )
 

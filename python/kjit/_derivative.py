@@ -138,33 +138,87 @@ def _literal_value(text: str) -> float:
 # ---- tokenizer ----------------------------------------------------------------------------------------
 
 _INT_SUFFIX = r"(?:[uU](?:ll|LL|[lL])?|(?:ll|LL|[lL])[uU]?)?"
-_NUMBER = re.compile("|".join([
-    r"0[xX](?:[0-9a-fA-F]*\.[0-9a-fA-F]+|[0-9a-fA-F]+\.?)[pP][+-]?\d+[fFlL]?",  # hex float
-    r"0[xX][0-9a-fA-F]+" + _INT_SUFFIX,  # hex int
-    r"(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?[fFlL]?|\d+[eE][+-]?\d+[fFlL]?",  # decimal float
-    r"\d+" + _INT_SUFFIX,  # decimal int
-]))
+_NUMBER = re.compile(
+    "|".join(
+        [
+            r"0[xX](?:[0-9a-fA-F]*\.[0-9a-fA-F]+|[0-9a-fA-F]+\.?)[pP][+-]?\d+[fFlL]?",  # hex float
+            r"0[xX][0-9a-fA-F]+" + _INT_SUFFIX,  # hex int
+            r"(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?[fFlL]?|\d+[eE][+-]?\d+[fFlL]?",  # decimal float
+            r"\d+" + _INT_SUFFIX,  # decimal int
+        ]
+    )
+)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REJECTED = {  # the longest match wins
     **{op + "=": "compound assignment" for op in ["<<", ">>", "+", "-", "*", "/", "%", "&", "|", "^"]},
-    "<=>": "three-way comparison", "->*": "member access", "->": "member access", ".*": "member access",
-    "...": "pack expansion", "++": "increment", "--": "decrement", "=": "assignment", ".": "member access",
-    "[": "subscript", "]": "subscript", "{": "a brace", "}": "a brace", ";": "a statement separator",
-    '"': "a string literal", "'": "a character literal",
+    "<=>": "three-way comparison",
+    "->*": "member access",
+    "->": "member access",
+    ".*": "member access",
+    "...": "pack expansion",
+    "++": "increment",
+    "--": "decrement",
+    "=": "assignment",
+    ".": "member access",
+    "[": "subscript",
+    "]": "subscript",
+    "{": "a brace",
+    "}": "a brace",
+    ";": "a statement separator",
+    '"': "a string literal",
+    "'": "a character literal",
 }
 _OPERATORS = ["::", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", *"+-*/%<>!~&^|?:(),"]
-_BINARY_PREC = {"||": 3, "&&": 4, "|": 5, "^": 6, "&": 7, "==": 8, "!=": 8, "<": 9, ">": 9, "<=": 9,
-                ">=": 9, "<<": 10, ">>": 10, "+": 11, "-": 11, "*": 12, "/": 12, "%": 12}
+_BINARY_PREC = {
+    "||": 3,
+    "&&": 4,
+    "|": 5,
+    "^": 6,
+    "&": 7,
+    "==": 8,
+    "!=": 8,
+    "<": 9,
+    ">": 9,
+    "<=": 9,
+    ">=": 9,
+    "<<": 10,
+    ">>": 10,
+    "+": 11,
+    "-": 11,
+    "*": 12,
+    "/": 12,
+    "%": 12,
+}
 _TERNARY, _UNARY, _PRIMARY = 2, 13, 14
-_TYPE_WORDS = {"C", "float", "double", "int", "unsigned", "signed", "long", "short", "char", "bool",
-               "size_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
-               "uint64_t"}
+_TYPE_WORDS = {
+    "C",
+    "float",
+    "double",
+    "int",
+    "unsigned",
+    "signed",
+    "long",
+    "short",
+    "char",
+    "bool",
+    "size_t",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+}
 _DIFFERENTIABLE_CASTS = {"C", "float", "double"}
 
 
 def _syntax_error(src: str, pos: int, what: str) -> ValueError:
-    return ValueError(f"kjit.elementwise: cannot parse {src!r} at column {pos + 1}: {what}\n  {src}\n  "
-                      f"{' ' * pos}^\nwrite one C++ expression of the inputs and scalars, such as 'x * y + 1.0f'")
+    return ValueError(
+        f"kjit.elementwise: cannot parse {src!r} at column {pos + 1}: {what}\n  {src}\n  "
+        f"{' ' * pos}^\nwrite one C++ expression of the inputs and scalars, such as 'x * y + 1.0f'"
+    )
 
 
 def _tokenize(src: str) -> list:
@@ -178,7 +232,7 @@ def _tokenize(src: str) -> list:
         if m:
             end = m.end()
             if end < len(src) and (src[end].isalnum() or src[end] in "_."):
-                raise _syntax_error(src, i, f"{src[i:end + 1]!r} is not a C++ number")
+                raise _syntax_error(src, i, f"{src[i : end + 1]!r} is not a C++ number")
             try:
                 _literal_value(m.group())
             except ValueError:
@@ -537,10 +591,17 @@ _UNARY_RULES = {  # base -> the gradient of u from (differentiator, the call, u,
     "cos": lambda D, c, u, g, F: _mul(g, _neg(Call(F("sin"), (u,)))),
     "tan": lambda D, c, u, g, F: _mul(g, Binary("+", ONE, Binary("*", c, c))),
     "tanh": lambda D, c, u, g, F: _mul(g, Binary("-", ONE, Binary("*", c, c))),
-    "erf": lambda D, c, u, g, F: _mul(_mul(_lit(repr(2 / math.sqrt(math.pi))),
-                                           Call(F("exp"), (_neg(Binary("*", u, u)),))), g),
-    "fabs": lambda D, c, u, g, F: _mul(g, Ternary(Binary(">", u, ZERO), ONE,  # sgn: 0 at 0 and at NaN
-                                                  Ternary(Binary("<", u, ZERO), _lit("-1"), ZERO))),
+    "erf": lambda D, c, u, g, F: _mul(
+        _mul(_lit(repr(2 / math.sqrt(math.pi))), Call(F("exp"), (_neg(Binary("*", u, u)),))), g
+    ),
+    "fabs": lambda D, c, u, g, F: _mul(
+        g,
+        Ternary(
+            Binary(">", u, ZERO),
+            ONE,  # sgn: 0 at 0 and at NaN
+            Ternary(Binary("<", u, ZERO), _lit("-1"), ZERO),
+        ),
+    ),
     # kjit_math's *_backward(g, ...) are PyTorch's (relu: threshold_backward, 0 where relu(u) <= 0, else g)
     "relu": lambda D, c, u, g, F: Call("relu_backward", (D.as_c(g, g), D.as_c(c, u))),
     "sigmoid": lambda D, c, u, g, F: Call("sigmoid_backward", (D.as_c(g, g), D.as_c(c, u))),
@@ -592,11 +653,34 @@ def _select_rule(beats: str):
     return rule
 
 
-_BINARY_RULES = {"pow": _pow_rule, "fmax": _select_rule(">"), "fmin": _select_rule("<"),
-                 "max": _select_rule(">"), "min": _select_rule("<")}
+_BINARY_RULES = {
+    "pow": _pow_rule,
+    "fmax": _select_rule(">"),
+    "fmin": _select_rule("<"),
+    "max": _select_rule(">"),
+    "min": _select_rule("<"),
+}
 TIES = ("first", "split")  # what a tie of fmax/fmin/max/min gives: all to the first argument, or half each
-_FLOAT_FAMILY = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
-                 "tan", "tanh", "erf", "fabs", "pow", "fmax", "fmin"}
+_FLOAT_FAMILY = {
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "erf",
+    "fabs",
+    "pow",
+    "fmax",
+    "fmin",
+}
 _KJIT_FAMILY = {"exp", "log", "erf", "tanh"}  # kjit_math::exp_ and friends
 _TEMPLATES = {"relu", "sigmoid", "silu", "gelu", "gelu_tanh"}
 _FUNCTIONS = {  # every function name kjit differentiates -> (its rule, its family: 'std', 'float', 'kjit')
@@ -692,7 +776,8 @@ class _Differentiator:
     def fail(self, node: Node, what: str, why: str) -> NotDifferentiable:
         return NotDifferentiable(
             f"kjit.elementwise: cannot differentiate {what} at column {node.pos + 1} of {self.src!r} with "
-            f"respect to '{self.var}': {why}; give the gradient yourself with grads={{'{self.var}': '...'}}")
+            f"respect to '{self.var}': {why}; give the gradient yourself with grads={{'{self.var}': '...'}}"
+        )
 
     def d(self, node: Node, seed: Node = ONE):
         """d(node)/d(var) times `seed` (the gradient flowing in at the top), None for an exact 0."""
@@ -713,8 +798,9 @@ class _Differentiator:
             return (yield self.derive(node.operand, _neg(g) if node.op == "-" else g))
         if isinstance(node, Cast):
             if node.type not in _DIFFERENTIABLE_CASTS:
-                raise self.fail(node, f"the cast to {node.type}",
-                                "only casts to C, float and double are differentiable")
+                raise self.fail(
+                    node, f"the cast to {node.type}", "only casts to C, float and double are differentiable"
+                )
             return (yield self.derive(node.operand, g))
         if isinstance(node, Ternary):  # only the branch taken (torch.where would also pass 0 to the other)
             dt = yield self.derive(node.then, g)
@@ -740,14 +826,16 @@ class _Differentiator:
         qualifier = node.func[: len(node.func) - len(node.base)]
         known = _function(node.base) if qualifier in _QUALIFIERS else None
         if known is None:
-            why = ("it is itself a derivative helper" if node.base.endswith("_backward")
-                   else f"{node.func} has no known derivative")
+            why = (
+                "it is itself a derivative helper"
+                if node.base.endswith("_backward")
+                else f"{node.func} has no known derivative"
+            )
             raise self.fail(node, f"{node.func}(...)", why)
         base, family = known
         arity = 2 if base in _BINARY_RULES else 1
         if len(node.args) != arity:
-            raise self.fail(node, f"{node.func}(...)", f"{node.func} takes {arity} argument(s), "
-                                                       f"got {len(node.args)}")
+            raise self.fail(node, f"{node.func}(...)", f"{node.func} takes {arity} argument(s), got {len(node.args)}")
         F = lambda b: _family_name(b, family)  # noqa: E731
         if arity == 1:
             u = node.args[0]
@@ -759,8 +847,9 @@ class _Differentiator:
         return _add(da, db)
 
 
-def derivatives(expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None,
-                ties: str = "first") -> dict:
+def derivatives(
+    expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None, ties: str = "first"
+) -> dict:
     """For every name in `inputs`, a C++ expression of d(expr)/d(name), valid in the functor's scope
     (the inputs, the scalars and C are in scope). Scalars are constants. Raises NotDifferentiable when
     an input's derivative cannot be derived, ValueError when `expr` does not parse.

@@ -35,11 +35,17 @@ SCENARIOS = {
     "fused_update": [("fused_update", "fused_update", F32)],
     # kjit.ops on rows of 4096 float32 (the geometry the library picks for them on a GPU).
     "library": [
-        ("norm", "norm_forward", dict(T=torch.float32, TPR=128, ROWS=2, VEC=4, ITEMS=8, D=4096, RMS=False, HAS_W=True,
-                                      HAS_B=True)),
+        (
+            "norm",
+            "norm_forward",
+            dict(T=torch.float32, TPR=128, ROWS=2, VEC=4, ITEMS=8, D=4096, RMS=False, HAS_W=True, HAS_B=True),
+        ),
         ("softmax", "softmax_forward", dict(T=torch.float32, TPR=512, ROWS=1, VEC=4, ITEMS=2, D=4096, LOG=False)),
-        ("reduce", "reduce_rows", dict(T=torch.float32, TO=torch.float32, OP=0, TPR=256, ROWS=1, VEC=4, ITEMS=4,
-                                       D=4096)),
+        (
+            "reduce",
+            "reduce_rows",
+            dict(T=torch.float32, TO=torch.float32, OP=0, TPR=256, ROWS=1, VEC=4, ITEMS=4, D=4096),
+        ),
     ],
 }
 
@@ -259,12 +265,17 @@ def compile_only(arch: str) -> list[Result]:
             k0 = time.perf_counter()
             try:
                 # The options kjit.ops compile with: the same cache entries.
-                spec = kjit.Template.builtin(tmpl).kernel(kernel, **kjit._core.library_compile_options()).specialize(
-                    arch=arch, **params)
+                spec = (
+                    kjit.Template.builtin(tmpl)
+                    .kernel(kernel, **kjit._core.library_compile_options())
+                    .specialize(arch=arch, **params)
+                )
                 origin = str(getattr(spec, "origin", "compiled"))
                 r.origins[origin] = r.origins.get(origin, 0) + 1
-                r.notes.append(f"{_describe(tmpl, kernel, params)} for {arch}: {origin} "
-                               f"in {(time.perf_counter() - k0) * 1e3:.1f} ms")
+                r.notes.append(
+                    f"{_describe(tmpl, kernel, params)} for {arch}: {origin} "
+                    f"in {(time.perf_counter() - k0) * 1e3:.1f} ms"
+                )
             except Exception as e:  # noqa: BLE001 (reported, the demo goes on)
                 r.check(False, f"{_describe(tmpl, kernel, params)} for {arch}: {type(e).__name__}: {e}")
         r.first_call_ms = (time.perf_counter() - t0) * 1e3
@@ -293,8 +304,10 @@ def _print_results(results: list[Result], header: str, ran: bool) -> None:
         status = "ok" if r.ok else "FAILED"
         line = f"  [{status}] {r.name:<13} kernels: {origins:<24}"
         if ran:
-            line += (f" first call {_fmt(r.first_call_ms, 'ms'):>10}   cached call {_fmt(r.cached_call_us, 'us'):>8}"
-                     f" (GPU {_fmt(r.gpu_us, 'us')})")
+            line += (
+                f" first call {_fmt(r.first_call_ms, 'ms'):>10}   cached call {_fmt(r.cached_call_us, 'us'):>8}"
+                f" (GPU {_fmt(r.gpu_us, 'us')})"
+            )
         else:
             line += f" compile {_fmt(r.first_call_ms, 'ms'):>10}"
         print(line)
@@ -352,16 +365,18 @@ def main(argv: list[str] | None = None) -> int:
         _print_results(results, f"kjit {kjit.__version__} demo on {device}", ran=True)
     else:
         _print_results(results, f"kjit {kjit.__version__} demo: compile-only for {args.arch}", ran=False)
-        print(f"\nno CUDA device: {reason}; compiled for {args.arch} only, did not run: "
-              f"{', '.join(RUNNERS)}")
+        print(f"\nno CUDA device: {reason}; compiled for {args.arch} only, did not run: {', '.join(RUNNERS)}")
     s = doc["stats"]
-    print(f"\nsummary: {sum(r.ok for r in results)}/{len(results)} scenarios ok; "
-          f"{s['compiles']} compiles ({s['compile_ms']:.0f} ms), {s['disk_hits']} disk hits, "
-          f"{s['memory_hits']} memory hits; {doc['total_s']:.2f} s")
+    print(
+        f"\nsummary: {sum(r.ok for r in results)}/{len(results)} scenarios ok; "
+        f"{s['compiles']} compiles ({s['compile_ms']:.0f} ms), {s['disk_hits']} disk hits, "
+        f"{s['memory_hits']} memory hits; {doc['total_s']:.2f} s"
+    )
     if second is not None:
         s2 = second["stats"]
-        per = "; ".join(f"{r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["origins"].items() if v)
-                        for r in second["scenarios"])
+        per = "; ".join(
+            f"{r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["origins"].items() if v) for r in second["scenarios"]
+        )
         print(f"second process, same cache: {s2['compiles']} compiles, {s2['disk_hits']} disk hits ({per})")
     return 0 if doc["ok"] else 1
 

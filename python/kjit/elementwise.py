@@ -71,16 +71,87 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names the generated code declares (template parameters of the kernels and of the expression's
 # functor), `out` (the call's keyword for the output) and C++ keywords; the generated kernel's own parameters all start with "kjit_".
 _RESERVED = {"C", "TO", "I", "VEC", "TAIL", "out"} | {
-    "alignas", "alignof", "auto", "bool", "break", "case", "catch", "char", "class", "const", "constexpr",
-    "const_cast", "continue", "decltype", "default", "delete", "do", "double", "dynamic_cast", "else", "enum",
-    "explicit", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long", "mutable",
-    "namespace", "new", "noexcept", "nullptr", "operator", "private", "protected", "public", "register",
-    "reinterpret_cast", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
-    "switch", "template", "this", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned",
-    "using", "virtual", "void", "volatile", "while"}
+    "alignas",
+    "alignof",
+    "auto",
+    "bool",
+    "break",
+    "case",
+    "catch",
+    "char",
+    "class",
+    "const",
+    "constexpr",
+    "const_cast",
+    "continue",
+    "decltype",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "dynamic_cast",
+    "else",
+    "enum",
+    "explicit",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "mutable",
+    "namespace",
+    "new",
+    "noexcept",
+    "nullptr",
+    "operator",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "reinterpret_cast",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "static_assert",
+    "static_cast",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typedef",
+    "typeid",
+    "typename",
+    "union",
+    "unsigned",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "while",
+}
 _SUPPORTED = (
-    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
-    torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
 )
 _COMPLEX = (torch.complex64, torch.complex128)
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -92,8 +163,10 @@ Names = str | list[str] | tuple[str, ...]
 ScalarNames = Names | dict[str, float]
 
 # Scalars are real numbers (runtime kernel arguments of type double); a complex value is two of them.
-_COMPLEX_SCALAR_HINT = ("; a complex value is two real scalars: pass its parts (e.g. re=v.real, im=v.imag) and write "
-                        "C(re, im) in the expression")
+_COMPLEX_SCALAR_HINT = (
+    "; a complex value is two real scalars: pass its parts (e.g. re=v.real, im=v.imag) and write "
+    "C(re, im) in the expression"
+)
 _MAX_INPUTS = 32  # ElementwiseFn::kMaxInputs (a derivative takes the gradient and every input: up to 31 inputs)
 # One C++ expression on one line: no statement, block, comment or preprocessor token in any spelling
 # (the digraphs %: and %:%: are #, ??= the trigraph of #).
@@ -104,15 +177,24 @@ def _names(value, what: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v for v in re.split(r"[\s,]+", value) if v]
     if not isinstance(value, (list, tuple, dict)):
-        raise _core.TypeError(f"kjit.elementwise: {what} must be a name, a list of names or a string of names "
-                           f"separated by commas, got {value!r}")
+        raise _core.TypeError(
+            f"kjit.elementwise: {what} must be a name, a list of names or a string of names "
+            f"separated by commas, got {value!r}"
+        )
     names = tuple(value)
     for name in names:
-        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name) or name in _RESERVED \
-                or name.startswith(("kjit_", "T_", "__")):
-            raise _core.ValueError(f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers, "
-                                "not C++ keywords, not C, TO, I, VEC, TAIL or out, and not starting with 'kjit_', 'T_' or "
-                                "'__'")
+        if (
+            not isinstance(name, str)
+            or not _IDENT.match(name)
+            or keyword.iskeyword(name)
+            or name in _RESERVED
+            or name.startswith(("kjit_", "T_", "__"))
+        ):
+            raise _core.ValueError(
+                f"kjit.elementwise: {what} name {name!r} is not usable: names are C++ identifiers, "
+                "not C++ keywords, not C, TO, I, VEC, TAIL or out, and not starting with 'kjit_', 'T_' or "
+                "'__'"
+            )
     return names
 
 
@@ -147,14 +229,25 @@ def _tensor_desc(t) -> str:
 class Elementwise:
     """A fused elementwise function; see kjit.elementwise()."""
 
-    def __init__(self, expr: str, inputs: Names, scalars: ScalarNames = (), *, specialize: Iterable[str] = (),
-                 dtype: torch.dtype | None = None, name: str | None = None, grads: dict | None = None):
+    def __init__(
+        self,
+        expr: str,
+        inputs: Names,
+        scalars: ScalarNames = (),
+        *,
+        specialize: Iterable[str] = (),
+        dtype: torch.dtype | None = None,
+        name: str | None = None,
+        grads: dict | None = None,
+    ):
         if not isinstance(expr, str) or not expr.strip():
             raise _core.TypeError(f"kjit.elementwise: the expression must be a non-empty string of C++, got {expr!r}")
         _check_expression(expr, "the expression")
         if name is not None and not isinstance(name, str):
-            raise _core.TypeError(f"kjit.elementwise: name must be a str (it names the kernel in messages and the "
-                               f"cache), got {_tensor_desc(name)}")
+            raise _core.TypeError(
+                f"kjit.elementwise: name must be a str (it names the kernel in messages and the "
+                f"cache), got {_tensor_desc(name)}"
+            )
         self.expr = expr.strip()
         self.inputs = _names(inputs, "input")
         if not self.inputs:
@@ -165,8 +258,10 @@ class Elementwise:
         self.scalars = _names(scalars, "scalar")
         for s, v in self.defaults.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _core.TypeError(f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
-                                   f"got {_tensor_desc(v)}{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
+                raise _core.TypeError(
+                    f"kjit.elementwise: the default of scalar '{s}' must be a Python int or float, "
+                    f"got {_tensor_desc(v)}{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}"
+                )
         dup = sorted({n for n in self.inputs + self.scalars if (self.inputs + self.scalars).count(n) > 1})
         if dup:
             raise _core.ValueError(f"kjit.elementwise: names {dup} are given more than once")
@@ -180,19 +275,28 @@ class Elementwise:
             raise _core.ValueError(f"kjit.elementwise: specialize names {dup} more than once")
         unknown = [s for s in self.specialized if s not in self.scalars]
         if unknown:
-            raise _core.ValueError(f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
-                                f"not scalars; the scalars are {list(self.scalars)}")
+            raise _core.ValueError(
+                f"kjit.elementwise: specialize={list(self.specialized)} names {unknown}, which are "
+                f"not scalars; the scalars are {list(self.scalars)}"
+            )
         self.runtime = tuple(s for s in self.scalars if s not in self.specialized)
         if dtype is not None and dtype not in _SUPPORTED:
-            raise _core.TypeError(f"kjit.elementwise: dtype={dtype} is not supported; allowed: "
-                               f"{', '.join(str(d) for d in _SUPPORTED)}")
+            raise _core.TypeError(
+                f"kjit.elementwise: dtype={dtype} is not supported; allowed: {', '.join(str(d) for d in _SUPPORTED)}"
+            )
         self.dtype = dtype
         self.name = name or "elementwise"
         self.grads, self.no_grad, backward = self._derivatives(grads)
         spec = {
-            "name": self.name, "expr": self.expr, "inputs": list(self.inputs), "scalars": list(self.scalars),
-            "specialize": list(self.specialized), "dtype": str(dtype).split(".")[-1] if dtype is not None else None,
-            "grads": self.grads, "backward": backward, "no_grad": self.no_grad,
+            "name": self.name,
+            "expr": self.expr,
+            "inputs": list(self.inputs),
+            "scalars": list(self.scalars),
+            "specialize": list(self.specialized),
+            "dtype": str(dtype).split(".")[-1] if dtype is not None else None,
+            "grads": self.grads,
+            "backward": backward,
+            "no_grad": self.no_grad,
             "defaults": {k: _json_float(v) for k, v in self.defaults.items()},
         }
         self._fn = _C.ElementwiseFunction(json.dumps(spec, sort_keys=True))
@@ -206,30 +310,39 @@ class Elementwise:
         if given is None:
             given = {}
         if not isinstance(given, dict):
-            raise _core.TypeError(f"kjit.elementwise: grads must be a dict of input name to a C++ expression of the "
-                               f"derivative, got {_tensor_desc(given)}")
+            raise _core.TypeError(
+                f"kjit.elementwise: grads must be a dict of input name to a C++ expression of the "
+                f"derivative, got {_tensor_desc(given)}"
+            )
         unknown = sorted(k for k in given if k not in self.inputs)
         if unknown:
-            raise _core.ValueError(f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are "
-                                f"{list(self.inputs)}")
+            raise _core.ValueError(
+                f"kjit.elementwise: grads names {unknown}, which are not inputs; the inputs are {list(self.inputs)}"
+            )
         grads, why, backward = {}, {}, {}
         if len(self.inputs) >= _MAX_INPUTS:  # the derivative kernel takes the gradient and every input
-            why = {name: f"a function of {len(self.inputs)} inputs has no derivative kernel: it would take the "
-                         f"gradient and every input, at most {_MAX_INPUTS} tensors" for name in self.inputs}
+            why = {
+                name: f"a function of {len(self.inputs)} inputs has no derivative kernel: it would take the "
+                f"gradient and every input, at most {_MAX_INPUTS} tensors"
+                for name in self.inputs
+            }
             return {}, why, {}
         for name in self.inputs:
             if name in given:
                 if not isinstance(given[name], str) or not given[name].strip():
-                    raise _core.TypeError(f"kjit.elementwise: grads['{name}'] must be a non-empty string of C++, got "
-                                       f"{_tensor_desc(given[name])}")
+                    raise _core.TypeError(
+                        f"kjit.elementwise: grads['{name}'] must be a non-empty string of C++, got "
+                        f"{_tensor_desc(given[name])}"
+                    )
                 _check_expression(given[name], f"grads['{name}']")
                 grads[name] = given[name].strip()
                 continue
             try:
                 ties = _torch_ties()
                 grads[name] = _derivative.derivatives(self.expr, [name], self.scalars, ties=ties)[name]
-                backward[name] = _derivative.derivatives(self.expr, [name], self.scalars, grad="kjit_grad",
-                                                         ties=ties)[name]
+                backward[name] = _derivative.derivatives(self.expr, [name], self.scalars, grad="kjit_grad", ties=ties)[
+                    name
+                ]
             except ValueError as e:  # NotDifferentiable, or an expression the differentiator does not parse
                 why[name] = str(e)
         return grads, why, backward
@@ -241,10 +354,15 @@ class Elementwise:
         return self._fn.source([float(v) for v in specialized_values])
 
     def _check_specialized_values(self, values) -> None:
-        if not isinstance(values, (list, tuple)) or len(values) != len(self.specialized) or any(
-                isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-            raise _core.ValueError(f"{self!r}: specialized_values must be a tuple of one number per specialized scalar "
-                                f"{list(self.specialized)}, got {_tensor_desc(values)}")
+        if (
+            not isinstance(values, (list, tuple))
+            or len(values) != len(self.specialized)
+            or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)
+        ):
+            raise _core.ValueError(
+                f"{self!r}: specialized_values must be a tuple of one number per specialized scalar "
+                f"{list(self.specialized)}, got {_tensor_desc(values)}"
+            )
 
     def template(self, specialized_values: tuple = ()) -> _core.Template:
         """The kjit.Template of the generated source (one per tuple of specialized scalar values, kept)."""
@@ -271,34 +389,42 @@ class Elementwise:
             device = tensors[0].device
             if device.type != "cuda" or any(t.device != device for t in tensors):
                 placed = ", ".join(f"{n} on {t.device}" for n, t in zip(self.inputs, tensors))
-                raise _core.ValueError(f"{self!r}: expected all inputs on one CUDA device, got {placed}; move them "
-                                    "with .to('cuda')")
+                raise _core.ValueError(
+                    f"{self!r}: expected all inputs on one CUDA device, got {placed}; move them with .to('cuda')"
+                )
         values = [float(scalars[s]) for s in self.scalars]
         if out is not None:
             if not isinstance(out, torch.Tensor):
                 raise _core.TypeError(f"{self!r}: out must be a torch.Tensor, got {_tensor_desc(out)}")
             if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-                raise _core.ValueError(f"{self!r}: out= does not record gradients, and an input requires grad; call "
-                                    "it without out= (or under torch.no_grad())")
+                raise _core.ValueError(
+                    f"{self!r}: out= does not record gradients, and an input requires grad; call "
+                    "it without out= (or under torch.no_grad())"
+                )
             # The dispatcher is needed (the direct call declined): compute through it, then copy.
             result = torch.ops.kjit.elementwise.default(self.spec, tensors, values)
             if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
-                raise _core.ValueError(f"{self!r}: out must be a {result.dtype} tensor of shape {list(result.shape)} on "
-                                    f"{result.device}, got {_tensor_desc(out)}")
+                raise _core.ValueError(
+                    f"{self!r}: out must be a {result.dtype} tensor of shape {list(result.shape)} on "
+                    f"{result.device}, got {_tensor_desc(out)}"
+                )
             return out.copy_(result)
         return torch.ops.kjit.elementwise.default(self.spec, tensors, values)
 
     def _bind(self, args: tuple, kwargs: dict):
         if len(args) > len(self.inputs):
-            raise _core.TypeError(f"{self!r} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}) and scalars "
-                               f"{list(self.scalars)} by keyword, got {len(args)} positional arguments")
+            raise _core.TypeError(
+                f"{self!r} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}) and scalars "
+                f"{list(self.scalars)} by keyword, got {len(args)} positional arguments"
+            )
         kwargs = dict(kwargs)
         tensors = list(args)
-        twice = [n for n in self.inputs[:len(args)] if n in kwargs]
+        twice = [n for n in self.inputs[: len(args)] if n in kwargs]
         if twice:
-            raise _core.TypeError(f"{self!r} got input '{twice[0]}' twice, by position and by keyword "
-                               f"(inputs: {', '.join(self.inputs)})")
-        for name in self.inputs[len(args):]:
+            raise _core.TypeError(
+                f"{self!r} got input '{twice[0]}' twice, by position and by keyword (inputs: {', '.join(self.inputs)})"
+            )
+        for name in self.inputs[len(args) :]:
             if name not in kwargs:
                 raise _core.TypeError(f"{self!r} is missing input '{name}' (inputs: {', '.join(self.inputs)})")
             tensors.append(kwargs.pop(name))
@@ -313,21 +439,28 @@ class Elementwise:
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.device.type == "cpu":
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _core.TypeError(f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}"
-                                      f"{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}")
+                raise _core.TypeError(
+                    f"{self!r}: scalar '{s}' must be a Python int or float, got {_tensor_desc(v)}"
+                    f"{_COMPLEX_SCALAR_HINT if isinstance(v, complex) else ''}"
+                )
             scalars[s] = v
         out = kwargs.pop("out", None)
         if kwargs:
-            raise _core.TypeError(f"{self!r} got unexpected keyword arguments {sorted(kwargs)}; inputs "
-                               f"{list(self.inputs)}, scalars {list(self.scalars)}, out=")
+            raise _core.TypeError(
+                f"{self!r} got unexpected keyword arguments {sorted(kwargs)}; inputs "
+                f"{list(self.inputs)}, scalars {list(self.scalars)}, out="
+            )
         for name, t in zip(self.inputs, tensors):
             if not isinstance(t, torch.Tensor):
-                raise _core.TypeError(f"{self!r}: input '{name}' must be a torch.Tensor, got {_tensor_desc(t)}; "
-                                   "pass numbers as scalars")
+                raise _core.TypeError(
+                    f"{self!r}: input '{name}' must be a torch.Tensor, got {_tensor_desc(t)}; pass numbers as scalars"
+                )
             if t.dtype not in _SUPPORTED:
-                raise _core.TypeError(f"{self!r}: input '{name}' has dtype {t.dtype}, which is not supported; "
-                                   f"allowed: {', '.join(str(d) for d in _SUPPORTED)}; convert it with "
-                                   f"{name}.to(torch.float32)")
+                raise _core.TypeError(
+                    f"{self!r}: input '{name}' has dtype {t.dtype}, which is not supported; "
+                    f"allowed: {', '.join(str(d) for d in _SUPPORTED)}; convert it with "
+                    f"{name}.to(torch.float32)"
+                )
         return tensors, scalars, out
 
     @staticmethod
@@ -340,15 +473,26 @@ class Elementwise:
             options["defines"] = {**options["defines"], "KJIT_FAST_EXP": "1"}
         return options
 
-    def compile(self, *, arch: str, dtypes: torch.dtype | list[torch.dtype] | tuple[torch.dtype, ...],
-                out_dtype: torch.dtype | None = None, vec: int = 1, tail: bool = False,
-                index: torch.dtype = torch.int32, rank: int = 0, specialized_values: tuple = ()) -> _core.Kernel:
+    def compile(
+        self,
+        *,
+        arch: str,
+        dtypes: torch.dtype | list[torch.dtype] | tuple[torch.dtype, ...],
+        out_dtype: torch.dtype | None = None,
+        vec: int = 1,
+        tail: bool = False,
+        index: torch.dtype = torch.int32,
+        rank: int = 0,
+        specialized_values: tuple = (),
+    ) -> _core.Kernel:
         """Compiles one specialization for `arch` without a GPU (rank 0: the flat kernel; 1..6: strided)."""
         if isinstance(dtypes, torch.dtype):
             dtypes = (dtypes,)
         if not isinstance(dtypes, (list, tuple)):
-            raise _core.TypeError(f"{self!r}: dtypes must be a tuple of torch.dtype, one per input "
-                               f"({', '.join(self.inputs)}), got {_tensor_desc(dtypes)}")
+            raise _core.TypeError(
+                f"{self!r}: dtypes must be a tuple of torch.dtype, one per input "
+                f"({', '.join(self.inputs)}), got {_tensor_desc(dtypes)}"
+            )
         dtypes = tuple(dtypes)
         self._check_specialized_values(specialized_values)
         if len(dtypes) != len(self.inputs):
@@ -356,8 +500,10 @@ class Elementwise:
         out_dtype = out_dtype or self.dtype or functools.reduce(torch.promote_types, dtypes)
         for what, d in [*(("input '" + n + "'", d) for n, d in zip(self.inputs, dtypes)), ("out_dtype", out_dtype)]:
             if d not in _SUPPORTED:
-                raise _core.TypeError(f"{self!r}: {what} has dtype {d}, which is not supported; allowed: "
-                                      f"{', '.join(str(a) for a in _SUPPORTED)}")
+                raise _core.TypeError(
+                    f"{self!r}: {what} has dtype {d}, which is not supported; allowed: "
+                    f"{', '.join(str(a) for a in _SUPPORTED)}"
+                )
         # Type parameters name real types; kjit_cx marks the complex ones (bit 0 the result, 1 the compute
         # type, 2 + i input i), as the C++ call passes them.
         real = lambda d: _REAL_OF.get(d, d)  # noqa: E731
@@ -369,9 +515,11 @@ class Elementwise:
         t = self.template(tuple(float(v) for v in specialized_values))
         if rank == 0:
             return t.kernel("kjit_elementwise", **self._options(out_dtype)).specialize(
-                arch=arch, TO=real(out_dtype), C=real(compute), VEC=vec, TAIL=tail, I=index, kjit_cx=mask, **params)
+                arch=arch, TO=real(out_dtype), C=real(compute), VEC=vec, TAIL=tail, I=index, kjit_cx=mask, **params
+            )
         return t.kernel(f"kjit_elementwise_strided{rank}", **self._options(out_dtype)).specialize(
-            arch=arch, TO=real(out_dtype), C=real(compute), I=index, kjit_cx=mask, **params)
+            arch=arch, TO=real(out_dtype), C=real(compute), I=index, kjit_cx=mask, **params
+        )
 
     def __repr__(self) -> str:
         return f"kjit.elementwise({self.name!r}: {self.expr!r})"
@@ -385,13 +533,23 @@ def _json_float(v) -> float | str:
 
 def _check_expression(expr: str, what: str) -> None:
     if any(tok in expr for tok in _NOT_AN_EXPRESSION):
-        raise _core.ValueError(f"kjit.elementwise: {what} {expr!r} must be one C++ expression (no ';', braces, "
-                            "comments or preprocessor lines) on one line: no line breaks, backslashes, '#' or its "
-                            "digraphs and trigraph ('%:', '<%', '%>', '??=')")
+        raise _core.ValueError(
+            f"kjit.elementwise: {what} {expr!r} must be one C++ expression (no ';', braces, "
+            "comments or preprocessor lines) on one line: no line breaks, backslashes, '#' or its "
+            "digraphs and trigraph ('%:', '<%', '%>', '??=')"
+        )
 
 
-def elementwise(expr: str, inputs: Names, scalars: ScalarNames = (), *, specialize: Iterable[str] = (),
-                dtype: torch.dtype | None = None, name: str | None = None, grads: dict | None = None) -> Elementwise:
+def elementwise(
+    expr: str,
+    inputs: Names,
+    scalars: ScalarNames = (),
+    *,
+    specialize: Iterable[str] = (),
+    dtype: torch.dtype | None = None,
+    name: str | None = None,
+    grads: dict | None = None,
+) -> Elementwise:
     """A fused elementwise function of `inputs` (tensor names) and `scalars` (names, or a dict of
     names to default values); `grads` gives the derivative of the expression for some inputs (a C++
     expression each; the others are derived); see the module documentation."""

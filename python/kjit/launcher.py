@@ -40,12 +40,25 @@ _Tensor = torch.Tensor if torch is not None else type("_NoTensor", (), {})
 
 __all__ = ["Launcher", "arg", "cdiv", "launcher"]
 
-_DTYPES = {} if torch is None else {
-    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32,
-    "uint64": torch.uint64, "bool": torch.bool,
-}
+_DTYPES = (
+    {}
+    if torch is None
+    else {
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "int8": torch.int8,
+        "int16": torch.int16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "uint8": torch.uint8,
+        "uint16": torch.uint16,
+        "uint32": torch.uint32,
+        "uint64": torch.uint64,
+        "bool": torch.bool,
+    }
+)
 
 
 def _is_array(x) -> bool:
@@ -198,7 +211,7 @@ def _strides(t) -> str:
 
 
 def _device_message(named: list[tuple[str, str]]) -> str:
-    """"expected all tensors on one CUDA device, got cuda:0 (x) and cpu (y); ..." (as the C++ core says it)."""
+    """ "expected all tensors on one CUDA device, got cuda:0 (x) and cpu (y); ..." (as the C++ core says it)."""
     groups: dict[str, list[str]] = {}
     first_cuda = None
     for name, dev in named:
@@ -215,12 +228,16 @@ def _dims(value, what: str):
         raise _core.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     if isinstance(value, int):
         return value
-    if isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
+    if (
+        isinstance(value, (tuple, list))
+        and 1 <= len(value) <= 3
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     ):
         return tuple(value)
-    raise _core.TypeError(f"{what} must be an int or a tuple of 1 to 3 ints (or a callable of the call's "
-                       f"arguments returning one), got {value!r}")
+    raise _core.TypeError(
+        f"{what} must be an int or a tuple of 1 to 3 ints (or a callable of the call's "
+        f"arguments returning one), got {value!r}"
+    )
 
 
 def _empty(grid) -> bool:
@@ -232,8 +249,9 @@ class Launcher:
 
     def __init__(self, family: _core.KernelFamily, *, grid, block=256, shared_mem=0, specialize: dict):
         if not isinstance(family, _core.KernelFamily):
-            raise _core.TypeError("kjit.launcher() takes a kjit.KernelFamily (template.kernel(name)), "
-                               f"got {type(family).__name__}")
+            raise _core.TypeError(
+                f"kjit.launcher() takes a kjit.KernelFamily (template.kernel(name)), got {type(family).__name__}"
+            )
         self.family = family
         self.name = family.name
         self._names = [name for name, _ in family.args]
@@ -243,12 +261,16 @@ class Launcher:
         self._dynamic: list = []  # (template parameter, getter(args), source)
         for key, value in specialize.items():
             if key not in template_params:
-                raise _core.ValueError(f"kernel '{self.name}' has no template parameter '{key}'; "
-                                    f"its parameters are {family.param_summary}")
+                raise _core.ValueError(
+                    f"kernel '{self.name}' has no template parameter '{key}'; its parameters are {family.param_summary}"
+                )
             if isinstance(value, (arg, _Derived)):
                 self._dynamic.append((key, value._getter(self._index(value)), value._describe()))
-            elif callable(value) and not isinstance(value, type) and not (
-                    torch is not None and isinstance(value, torch.dtype)):  # np.float32 is a type
+            elif (
+                callable(value)
+                and not isinstance(value, type)
+                and not (torch is not None and isinstance(value, torch.dtype))
+            ):  # np.float32 is a type
                 self._dynamic.append((key, lambda a, f=value: f(*a), getattr(value, "__name__", repr(value))))
             else:
                 self._const[key] = value
@@ -263,14 +285,16 @@ class Launcher:
         which = ref.ref.which if isinstance(ref, _Derived) else ref.which
         if isinstance(which, int):
             if not -len(self._names) <= which < len(self._names):
-                raise _core.ValueError(f"{ref!r}: kernel '{self.name}' has {len(self._names)} parameters "
-                                    f"{self._signature}")
+                raise _core.ValueError(
+                    f"{ref!r}: kernel '{self.name}' has {len(self._names)} parameters {self._signature}"
+                )
             return which % len(self._names)
         try:
             return self._names.index(which)
         except ValueError:
-            raise _core.ValueError(f"{ref!r}: kernel '{self.name}' has no parameter '{which}'; its parameters "
-                                f"are {self._signature}") from None
+            raise _core.ValueError(
+                f"{ref!r}: kernel '{self.name}' has no parameter '{which}'; its parameters are {self._signature}"
+            ) from None
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
         values = list(args) + [_MISSING] * (len(self._names) - len(args))
@@ -280,15 +304,17 @@ class Launcher:
             try:
                 i = self._names.index(key)
             except ValueError:
-                raise _core.TypeError(f"kernel {self.name} has no parameter '{key}'; its parameters are "
-                                   f"{self._signature}") from None
+                raise _core.TypeError(
+                    f"kernel {self.name} has no parameter '{key}'; its parameters are {self._signature}"
+                ) from None
             if values[i] is not _MISSING:
                 raise _core.TypeError(f"kernel {self.name} got argument '{key}' twice")
             values[i] = value
         missing = [n for n, v in zip(self._names, values) if v is _MISSING]
         if missing:
-            raise _core.TypeError(f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, "
-                               f"missing {', '.join(missing)}")
+            raise _core.TypeError(
+                f"kernel {self.name} takes {len(self._names)} arguments {self._signature}, missing {', '.join(missing)}"
+            )
         return tuple(values)
 
     def _wrong_count(self, n: int):
@@ -324,13 +350,17 @@ class Launcher:
             raise _core.ValueError(f"{self.name}: {_device_message(named)}")
         for name, a in zip(self._names, args):
             if isinstance(a, _Tensor) and not a.is_contiguous():
-                raise _core.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
-                                    f"strides {_strides(a)}): call {name}.contiguous() first")
+                raise _core.ValueError(
+                    f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
+                    f"strides {_strides(a)}): call {name}.contiguous() first"
+                )
         for name, a in arrays:
             if not _is_contiguous(a):
-                raise _core.ValueError(f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
-                                    f"strides {_strides(a)} in elements): pass a C-contiguous copy (e.g. "
-                                    f"cupy.ascontiguousarray({name}))")
+                raise _core.ValueError(
+                    f"{self.name}: argument '{name}' is not contiguous (shape {_shape(a)}, "
+                    f"strides {_strides(a)} in elements): pass a C-contiguous copy (e.g. "
+                    f"cupy.ascontiguousarray({name}))"
+                )
         return device
 
     def specialize(self, *args, **kwargs) -> _core.Kernel:
@@ -351,16 +381,21 @@ class Launcher:
         kernel = self.family.specialize(device=device, **params)
         checks = self._dtype_checks.get(kernel)
         if checks is None:
-            checks = [(i, _DTYPES[dt], cpp) for i, (_, kind, cpp, dt) in enumerate(kernel.params)
-                      if kind == "pointer" and dt is not None and torch is not None]
+            checks = [
+                (i, _DTYPES[dt], cpp)
+                for i, (_, kind, cpp, dt) in enumerate(kernel.params)
+                if kind == "pointer" and dt is not None and torch is not None
+            ]
             self._dtype_checks[kernel] = checks
         for i, dtype, cpp in checks:
             a = args[i]
             if isinstance(a, _Tensor) and a.dtype != dtype:  # arrays: Kernel.launch checks them
                 name = self._names[i]
-                raise _core.TypeError(f"{self.name}: argument '{name}' has dtype {a.dtype}, but "
-                                   f"{kernel.name_expression} takes it as {cpp} ({dtype}); convert it with "
-                                   f"{name}.to({dtype})")
+                raise _core.TypeError(
+                    f"{self.name}: argument '{name}' has dtype {a.dtype}, but "
+                    f"{kernel.name_expression} takes it as {cpp} ({dtype}); convert it with "
+                    f"{name}.to({dtype})"
+                )
         return kernel
 
     def __call__(self, *args, **kwargs) -> None:

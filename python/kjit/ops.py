@@ -89,14 +89,51 @@ from . import _C  # noqa: E402
 from . import _core  # noqa: E402
 
 __all__ = [
-    "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update",
-    "relu", "relu_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward",
-    "gelu", "gelu_backward", "sum", "mean", "amax", "amin", "softmax", "softmax_backward", "log_softmax",
-    "log_softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-    "add_layer_norm", "add_layer_norm_backward", "add_rms_norm", "add_rms_norm_backward",
-    "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
-    "linear", "linear_aux", "linear_backward", "linear_swiglu", "linear_swiglu_aux", "linear_swiglu_backward",
-    "matmul", "matmul_backward", "bmm", "bmm_backward",
+    "add_constant",
+    "rgb_to_gray",
+    "outer",
+    "outer_backward",
+    "fused_update",
+    "relu",
+    "relu_backward",
+    "sigmoid",
+    "sigmoid_backward",
+    "tanh",
+    "tanh_backward",
+    "silu",
+    "silu_backward",
+    "gelu",
+    "gelu_backward",
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "softmax",
+    "softmax_backward",
+    "log_softmax",
+    "log_softmax_backward",
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+    "add_layer_norm",
+    "add_layer_norm_backward",
+    "add_rms_norm",
+    "add_rms_norm_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "linear",
+    "linear_aux",
+    "linear_backward",
+    "linear_swiglu",
+    "linear_swiglu_aux",
+    "linear_swiglu_backward",
+    "matmul",
+    "matmul_backward",
+    "bmm",
+    "bmm_backward",
 ]
 
 _missing = [name for name in __all__ if not hasattr(_C.ops, name)]
@@ -139,8 +176,12 @@ def _register_with_dynamo() -> None:
     except Exception as e:  # noqa: BLE001  (whatever this torch does, its own import must go on)
         import warnings
 
-        warnings.warn(f"kjit: could not register kjit.ops with torch.compile ({type(e).__name__}: {e}); under "
-                      "torch.compile call torch.ops.kjit.<name> instead", _core.KjitWarning, stacklevel=2)
+        warnings.warn(
+            f"kjit: could not register kjit.ops with torch.compile ({type(e).__name__}: {e}); under "
+            "torch.compile call torch.ops.kjit.<name> instead",
+            _core.KjitWarning,
+            stacklevel=2,
+        )
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

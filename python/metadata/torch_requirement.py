@@ -62,7 +62,9 @@ def dynamic_metadata(field, settings=None, project=None):  # noqa: ARG001  (the 
     oldest = settings.get("oldest")
     others = settings.get("others", [])
     if not isinstance(oldest, str) or not re.fullmatch(r"\d+\.\d+", oldest):
-        raise RuntimeError(f"torch_requirement: 'oldest' must be a 'MAJOR.MINOR' string such as \"2.11\", got {oldest!r}")
+        raise RuntimeError(
+            f"torch_requirement: 'oldest' must be a 'MAJOR.MINOR' string such as \"2.11\", got {oldest!r}"
+        )
     if not isinstance(others, list):
         raise RuntimeError(f"torch_requirement: 'others' must be a list of requirements, got {others!r}")
     version, cuda = _torch_versions()

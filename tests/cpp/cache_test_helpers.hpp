@@ -41,17 +41,17 @@ inline cache::Entry make_entry(const std::string& seed, const std::string& targe
   e.meta.kjit_version = "0.1.0";
   e.payload.resize(payload_size);
   for (std::size_t i = 0; i < payload_size; ++i)
-    e.payload[i] = static_cast<char>((i * 131 + seed.size() * 7 + static_cast<unsigned char>(seed.empty() ? 0 : seed[0])) & 0xff);
+    e.payload[i] =
+        static_cast<char>((i * 131 + seed.size() * 7 + static_cast<unsigned char>(seed.empty() ? 0 : seed[0])) & 0xff);
   return e;
 }
 
 inline bool same_metadata(const cache::EntryMetadata& a, const cache::EntryMetadata& b) {
-  return a.template_name == b.template_name && a.template_digest == b.template_digest &&
-         a.kernel == b.kernel && a.name_expression == b.name_expression &&
-         a.lowered_name == b.lowered_name && a.options == b.options && a.target == b.target &&
-         a.requested_target == b.requested_target && a.nvrtc_version == b.nvrtc_version &&
-         a.output == b.output && a.note == b.note && a.compile_ms == b.compile_ms &&
-         a.created == b.created && a.kjit_version == b.kjit_version;
+  return a.template_name == b.template_name && a.template_digest == b.template_digest && a.kernel == b.kernel &&
+         a.name_expression == b.name_expression && a.lowered_name == b.lowered_name && a.options == b.options &&
+         a.target == b.target && a.requested_target == b.requested_target && a.nvrtc_version == b.nvrtc_version &&
+         a.output == b.output && a.note == b.note && a.compile_ms == b.compile_ms && a.created == b.created &&
+         a.kjit_version == b.kjit_version;
 }
 
 inline bool same_entry(const cache::Entry& a, const cache::Entry& b) {
@@ -100,8 +100,7 @@ inline std::vector<std::filesystem::path> files_under(const std::filesystem::pat
 }
 
 // Files under `root` whose name contains `part` (e.g. ".lock", ".tmp.").
-inline std::vector<std::filesystem::path> files_named(const std::filesystem::path& root,
-                                                      const std::string& part) {
+inline std::vector<std::filesystem::path> files_named(const std::filesystem::path& root, const std::string& part) {
   std::vector<std::filesystem::path> out;
   for (auto& p : files_under(root))
     if (p.filename().string().find(part) != std::string::npos) out.push_back(p);
@@ -118,7 +117,7 @@ inline cache::DiskCacheConfig cache_config(const std::filesystem::path& root,
 }
 
 inline unsigned file_mode(const std::filesystem::path& p) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(p.c_str(), &st) != 0) return 0xFFFFFFFFu;
   return st.st_mode & 07777;
 }

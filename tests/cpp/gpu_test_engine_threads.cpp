@@ -42,8 +42,8 @@ struct Spec {
 };
 // 8 distinct keys.
 const std::vector<Spec> kSpecs = {
-    {DType::Float32, 1}, {DType::Float32, 4},  {DType::Float64, 1},  {DType::Float64, 2},
-    {DType::Float16, 8}, {DType::BFloat16, 8}, {DType::Int32, 1},    {DType::Int32, 4},
+    {DType::Float32, 1}, {DType::Float32, 4},  {DType::Float64, 1}, {DType::Float64, 2},
+    {DType::Float16, 8}, {DType::BFloat16, 8}, {DType::Int32, 1},   {DType::Int32, 4},
 };
 const int kKeys = static_cast<int>(kSpecs.size());
 

@@ -147,7 +147,8 @@ TEST_F(Gpu, LaunchOnANonDefaultStreamIsOrderedOnThatStream) {
       while (clock64() - start < cycles) { }
       for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         x[i] = 1.0f;
-    })", "slow_fill.cu");
+    })",
+                                    "slow_fill.cu");
   KernelFamily slow(*engine_, spin, "slow_fill");
   KernelFamily add(*engine_, Template::builtin("add_constant"), "add_constant");
   auto ks = slow.get(nullptr, 0, 0);

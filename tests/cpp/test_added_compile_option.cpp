@@ -73,8 +73,13 @@ TEST(AddedCompileOption, KjitCompileTakesItsFlagAndMakesTheEnginesKey) {
   EXPECT_NE(help.out.find("A test's option"), std::string::npos) << help.out;
   TempDir dir("kjit-added");
   auto key = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args{"--cache-dir", (dir / "cache").string(), "compile", "add_constant", "--kernel",
-                                  "add_constant", "--param", "T=float32", "--param", "VEC=4", "--arch", "sm_90", "--json"};
+    std::vector<std::string> args{"--cache-dir", (dir / "cache").string(),
+                                  "compile",     "add_constant",
+                                  "--kernel",    "add_constant",
+                                  "--param",     "T=float32",
+                                  "--param",     "VEC=4",
+                                  "--arch",      "sm_90",
+                                  "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const CliRun r = cli(args);
     EXPECT_EQ(r.code, 0) << r.err;
@@ -83,7 +88,8 @@ TEST(AddedCompileOption, KjitCompileTakesItsFlagAndMakesTheEnginesKey) {
   const std::string high = key({"--test-level", "high"});
   EXPECT_NE(high, key({}));
   EXPECT_EQ(key({"--test-level", "low"}), key({}));
-  EXPECT_NE(cli({"compile", "add_constant", "--kernel", "add_constant", "--arch", "sm_90", "--test-level", "x"}).code, 0);
+  EXPECT_NE(cli({"compile", "add_constant", "--kernel", "add_constant", "--arch", "sm_90", "--test-level", "x"}).code,
+            0);
   kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}));
   kjit::Origin origin = kjit::Origin::Memory;
   const auto p = engine.prepare(add_constant(at("high")), kjit::Target::parse("sm_90"), &origin);
@@ -111,8 +117,9 @@ TEST(AddedCompileOption, ARecordKeepsItAndEarlierRecordsKeepTheirIds) {
 
 TEST(AddedCompileOption, TheStrictMissCommandGivesIt) {
   const std::string cmd = kjit::compile_command(add_constant(at("high")), kjit::Target::parse("sm_90"));
-  EXPECT_EQ(cmd, "kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --test-level high "
-                 "--arch sm_90");
+  EXPECT_EQ(cmd,
+            "kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --test-level high "
+            "--arch sm_90");
   EXPECT_EQ(kjit::compile_command(add_constant(CompileOptions()), kjit::Target::parse("sm_90")).find("--test-level"),
             std::string::npos);
 }

@@ -111,14 +111,13 @@ TEST(BuiltinTemplates, DeclarationsMatchWhatTheOpsPack) {
     return out;
   };
   using V = std::vector<std::string>;
-  EXPECT_EQ(params("add_constant", "add_constant"),
-            (V{"const T* __restrict__", "T* __restrict__", "T", "long long"}));
+  EXPECT_EQ(params("add_constant", "add_constant"), (V{"const T* __restrict__", "T* __restrict__", "T", "long long"}));
   EXPECT_EQ(params("fused_update", "fused_update"),
             (V{"const T* __restrict__", "const T* __restrict__", "const T* __restrict__", "T* __restrict__",
                "kjit_detail::acc_t<T>", "kjit_detail::acc_t<T>", "kjit_detail::acc_t<T>", "long long"}));
   for (const char* k : {"outer", "outer_backward_a", "outer_backward_c"}) {
-    EXPECT_EQ(params("outer", k), (V{"const T* __restrict__", "const T* __restrict__", "T* __restrict__",
-                                     "long long", "long long", "long long"}))
+    EXPECT_EQ(params("outer", k), (V{"const T* __restrict__", "const T* __restrict__", "T* __restrict__", "long long",
+                                     "long long", "long long"}))
         << k;
     EXPECT_EQ(tparams("outer", k), "T;VEC;") << k;
   }
@@ -159,8 +158,10 @@ TEST(BuiltinTemplates, TheLeanFrontEndGivesTheSameBinaryForEveryLibraryKernel) {
     cases.push_back({"add_constant", "add_constant", tv});
     cases.push_back({"fused_update", "fused_update", tv});
     for (const char* k : {"outer", "outer_backward_a", "outer_backward_c"}) cases.push_back({"outer", k, tv});
-    cases.push_back({"reduce", "reduce_rows", with({{"T", ty(t)}, {"TO", ty(t)}, {"OP", i(0)}}, rows(256, 1, v, 4, 1024 * v))});
-    cases.push_back({"reduce", "reduce_rows", with({{"T", ty(t)}, {"TO", ty(t)}, {"OP", i(1)}}, rows(1024, 1, 1, 0, 0))});
+    cases.push_back(
+        {"reduce", "reduce_rows", with({{"T", ty(t)}, {"TO", ty(t)}, {"OP", i(0)}}, rows(256, 1, v, 4, 1024 * v))});
+    cases.push_back(
+        {"reduce", "reduce_rows", with({{"T", ty(t)}, {"TO", ty(t)}, {"OP", i(1)}}, rows(1024, 1, 1, 0, 0))});
     cases.push_back({"reduce", "reduce_cols", {{"T", ty(t)}, {"TO", ty(a)}, {"OP", i(2)}, {"VEC", i(v)}}});
     for (const char* k : {"softmax_forward", "softmax_backward"}) {
       cases.push_back({"softmax", k, with({{"T", ty(t)}}, with(rows(256, 1, v, 4, 1024 * v), {{"LOG", b(false)}}))});
@@ -168,19 +169,30 @@ TEST(BuiltinTemplates, TheLeanFrontEndGivesTheSameBinaryForEveryLibraryKernel) {
     }
     for (const char* k : {"norm_forward", "norm_backward"})
       for (bool rms : {false, true})
-        cases.push_back({"norm", k, with({{"T", ty(t)}}, with(rows(256, 1, v, 4, 1024 * v),
-                                                               {{"RMS", b(rms)}, {"HAS_W", b(true)}, {"HAS_B", b(!rms)}}))});
+        cases.push_back({"norm", k,
+                         with({{"T", ty(t)}}, with(rows(256, 1, v, 4, 1024 * v),
+                                                   {{"RMS", b(rms)}, {"HAS_W", b(true)}, {"HAS_B", b(!rms)}}))});
     for (const char* k : {"pool2d_forward", "pool2d_backward"})
       for (bool max : {true, false})
-        cases.push_back({"pool", k, {{"T", ty(t)}, {"KH", i(3)}, {"KW", i(3)}, {"SH", i(2)}, {"SW", i(2)}, {"PH", i(1)},
-                                     {"PW", i(1)}, {"MAX", b(max)}, {"COUNT_PAD", b(true)}}});
+        cases.push_back({"pool",
+                         k,
+                         {{"T", ty(t)},
+                          {"KH", i(3)},
+                          {"KW", i(3)},
+                          {"SH", i(2)},
+                          {"SW", i(2)},
+                          {"PH", i(1)},
+                          {"PW", i(1)},
+                          {"MAX", b(max)},
+                          {"COUNT_PAD", b(true)}}});
   }
   cases.push_back({"rgb_to_gray", "rgb_to_gray", {{"H", i(1080)}, {"W", i(1920)}}});
   // A kjit.elementwise program as python/src/ops/elementwise_fn.cpp writes one (silu(x) * s).
   const auto ew = Template::from_string(
       "#include \"elementwise.cuh\"\n"
       "template <typename C> struct kjit_expr {\n  C s;\n"
-      "  __device__ __forceinline__ C operator()(C x) const { using namespace kjit_math; return static_cast<C>(silu(x) * s); }\n};\n"
+      "  __device__ __forceinline__ C operator()(C x) const { using namespace kjit_math; return static_cast<C>(silu(x) "
+      "* s); }\n};\n"
       "template <typename TO, typename C, int VEC, bool TAIL, typename I, typename T_x>\n"
       "__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n, "
       "const T_x* __restrict__ x, double s) {\n"
@@ -188,7 +200,8 @@ TEST(BuiltinTemplates, TheLeanFrontEndGivesTheSameBinaryForEveryLibraryKernel) {
       "kjit_elementwise_lean_test");
   const Target target = Target::parse("sm_90");
   const CompilePlan plan = Compiler::plan(target);
-  auto binary = [&](const std::shared_ptr<const Template>& t, const std::string& kernel, const Args& args, bool minimal) {
+  auto binary = [&](const std::shared_ptr<const Template>& t, const std::string& kernel, const Args& args,
+                    bool minimal) {
     CompileOptions o;
     o.minimal = minimal;
     return Compiler::compile(Specialization(t, kernel, args, o), plan).payload;
@@ -201,8 +214,8 @@ TEST(BuiltinTemplates, TheLeanFrontEndGivesTheSameBinaryForEveryLibraryKernel) {
     EXPECT_TRUE(lean == binary(t, c.kernel, c.args, false)) << "the binaries differ";
   }
   for (DType t : {DType::Float32, DType::BFloat16}) {
-    const Args args = {{"TO", ty(t)}, {"C", ty(DType::Float32)}, {"VEC", i(static_cast<int>(16 / dtype_size(t)))},
-                       {"TAIL", b(true)}, {"I", ty(DType::Int32)}, {"T_x", ty(t)}};
+    const Args args = {{"TO", ty(t)},     {"C", ty(DType::Float32)}, {"VEC", i(static_cast<int>(16 / dtype_size(t)))},
+                       {"TAIL", b(true)}, {"I", ty(DType::Int32)},   {"T_x", ty(t)}};
     EXPECT_TRUE(binary(ew, "kjit_elementwise", args, true) == binary(ew, "kjit_elementwise", args, false));
   }
 }
@@ -224,7 +237,8 @@ TEST(BuiltinTemplates, TheLeanFrontEndIsAnOptionOfTheKeyAndSaysWhatItLeavesOut) 
   // A kernel that uses what --minimal leaves out: a clear error that names the option, and it compiles
   // without it.
   const auto tex = Template::from_string(
-      "__global__ void k(cudaTextureObject_t tex, float* y) { y[threadIdx.x] = tex1Dfetch<float>(tex, threadIdx.x); }\n",
+      "__global__ void k(cudaTextureObject_t tex, float* y) { y[threadIdx.x] = tex1Dfetch<float>(tex, threadIdx.x); "
+      "}\n",
       "uses_textures.cu");
   try {
     Compiler::compile(Specialization(tex, "k", {}, lean), plan);

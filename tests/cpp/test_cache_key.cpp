@@ -53,10 +53,8 @@ const bool kChildHook = [] {
 }  // namespace
 
 TEST(Sha256, KnownVectors) {
-  EXPECT_EQ(kjit::cache::to_hex(Sha256::of("")),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(kjit::cache::to_hex(Sha256::of("abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(kjit::cache::to_hex(Sha256::of("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(kjit::cache::to_hex(Sha256::of("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   Sha256 h;
   h.update("a").update("").update("bc");
   EXPECT_EQ(h.finish(), Sha256::of("abc"));
@@ -179,22 +177,39 @@ TEST(CacheKey, NoAmbiguityAtFieldBoundaries) {
     g(b);
     return key_of(a) != key_of(b);
   };
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"ab", "c"}; },
-                     [](KeyInputs& k) { k.options = {"a", "bc"}; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"a"}; },
-                     [](KeyInputs& k) { k.options = {"a", ""}; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {}; },
-                     [](KeyInputs& k) { k.options = {""}; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.source = "ab"; k.name_expression = "c"; },
-                     [](KeyInputs& k) { k.source = "a"; k.name_expression = "bc"; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.headers = {{"ab", "c"}}; },
-                     [](KeyInputs& k) { k.headers = {{"a", "bc"}}; }));
+  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"ab", "c"}; }, [](KeyInputs& k) { k.options = {"a", "bc"}; }));
+  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"a"}; }, [](KeyInputs& k) { k.options = {"a", ""}; }));
+  EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {}; }, [](KeyInputs& k) { k.options = {""}; }));
+  EXPECT_TRUE(differ(
+      [](KeyInputs& k) {
+        k.source = "ab";
+        k.name_expression = "c";
+      },
+      [](KeyInputs& k) {
+        k.source = "a";
+        k.name_expression = "bc";
+      }));
+  EXPECT_TRUE(differ([](KeyInputs& k) { k.headers = {{"ab", "c"}}; }, [](KeyInputs& k) { k.headers = {{"a", "bc"}}; }));
   EXPECT_TRUE(differ([](KeyInputs& k) { k.headers = {{"a", "b"}, {"c", "d"}}; },
                      [](KeyInputs& k) { k.headers = {{"a", "bcd"}}; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.target = "sm_90"; k.nvrtc_version = "1"; },
-                     [](KeyInputs& k) { k.target = "sm_9"; k.nvrtc_version = "01"; }));
-  EXPECT_TRUE(differ([](KeyInputs& k) { k.kjit_version = "1"; k.source = "x"; },
-                     [](KeyInputs& k) { k.kjit_version = ""; k.source = "1x"; }));
+  EXPECT_TRUE(differ(
+      [](KeyInputs& k) {
+        k.target = "sm_90";
+        k.nvrtc_version = "1";
+      },
+      [](KeyInputs& k) {
+        k.target = "sm_9";
+        k.nvrtc_version = "01";
+      }));
+  EXPECT_TRUE(differ(
+      [](KeyInputs& k) {
+        k.kjit_version = "1";
+        k.source = "x";
+      },
+      [](KeyInputs& k) {
+        k.kjit_version = "";
+        k.source = "1x";
+      }));
 }
 
 TEST(CacheKey, FromHexRoundTripAndErrors) {

@@ -24,13 +24,13 @@
 using namespace kjit::cache;
 using kjit::testing::cache_config;
 using kjit::testing::ChildGuard;
-using kjit::testing::lock_is_held;
-using kjit::testing::wait_exit_code;
 using kjit::testing::files_named;
+using kjit::testing::lock_is_held;
 using kjit::testing::make_entry;
 using kjit::testing::read_file;
 using kjit::testing::same_entry;
 using kjit::testing::TempDir;
+using kjit::testing::wait_exit_code;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -68,11 +68,14 @@ pid_t fork_lock_holder(const fs::path& root, const Entry& e) {
     ::close(fds[0]);
     try {
       DiskCache c(cache_config(root));
-      c.load_or_produce(e.key, "sm_90", [&]() -> Entry {
-        char x = 'L';
-        if (::write(fds[1], &x, 1) != 1) ::_exit(3);
-        for (;;) ::pause();
-      }, nullptr);
+      c.load_or_produce(
+          e.key, "sm_90",
+          [&]() -> Entry {
+            char x = 'L';
+            if (::write(fds[1], &x, 1) != 1) ::_exit(3);
+            for (;;) ::pause();
+          },
+          nullptr);
     } catch (...) {
     }
     ::_exit(2);
@@ -105,11 +108,14 @@ TEST(CacheRace, EightProcessesProduceEachKeyOnce) {
         for (int i = 0; i < kKeys; ++i) {
           const Entry e = make_entry(seed_of(i), "sm_90", 2000 + i);
           bool produced = false;
-          const Entry got = c.load_or_produce(e.key, "sm_90", [&] {
-            append_line(log, e.key.hex());
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            return e;
-          }, &produced);
+          const Entry got = c.load_or_produce(
+              e.key, "sm_90",
+              [&] {
+                append_line(log, e.key.hex());
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                return e;
+              },
+              &produced);
           if (!same_entry(got, e)) code = 1;
         }
       } catch (const std::exception& ex) {
@@ -154,16 +160,19 @@ TEST(CacheRace, FailedProducerHandsTheLockToExactlyOneProcess) {
           const Entry e = make_entry("fail-" + seed_of(i));
           for (int attempt = 0; attempt < 2; ++attempt) {
             try {
-              c.load_or_produce(e.key, "sm_90", [&] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(3));
-                // The first producer of each key fails (the log tells whether one already did).
-                if (count_lines(log)["fail " + e.key.hex()] == 0) {
-                  append_line(log, "fail " + e.key.hex());
-                  throw std::runtime_error("compile failed");
-                }
-                append_line(log, "ok " + e.key.hex());
-                return e;
-              }, nullptr);
+              c.load_or_produce(
+                  e.key, "sm_90",
+                  [&] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+                    // The first producer of each key fails (the log tells whether one already did).
+                    if (count_lines(log)["fail " + e.key.hex()] == 0) {
+                      append_line(log, "fail " + e.key.hex());
+                      throw std::runtime_error("compile failed");
+                    }
+                    append_line(log, "ok " + e.key.hex());
+                    return e;
+                  },
+                  nullptr);
               break;
             } catch (const std::runtime_error&) {
             }
@@ -198,11 +207,14 @@ TEST(CacheRace, ThreadsOfOneProcessProduceEachKeyOnce) {
         const int i = (n + t) % kKeys;  // different orders, same keys
         const Entry e = make_entry("thread-" + seed_of(i));
         try {
-          const Entry got = c.load_or_produce(e.key, "sm_90", [&] {
-            calls[i]++;
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-            return e;
-          }, nullptr);
+          const Entry got = c.load_or_produce(
+              e.key, "sm_90",
+              [&] {
+                calls[i]++;
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                return e;
+              },
+              nullptr);
           if (!same_entry(got, e)) failures++;
         } catch (...) {
           failures++;
@@ -283,12 +295,15 @@ TEST(CacheRace, WaiterGetsTheEntryTheHolderPublished) {
     int code = 0;
     try {
       DiskCache c(cache_config(dir.path() / "cache"));
-      c.load_or_produce(e.key, "sm_90", [&] {
-        append_line(log, "child");
-        char x;
-        if (::read(go[0], &x, 1) != 1) ::_exit(4);  // hold the lock until the parent waits on it
-        return e;
-      }, nullptr);
+      c.load_or_produce(
+          e.key, "sm_90",
+          [&] {
+            append_line(log, "child");
+            char x;
+            if (::read(go[0], &x, 1) != 1) ::_exit(4);  // hold the lock until the parent waits on it
+            return e;
+          },
+          nullptr);
     } catch (...) {
       code = 2;
     }
@@ -306,10 +321,13 @@ TEST(CacheRace, WaiterGetsTheEntryTheHolderPublished) {
   });
   DiskCache c(cache_config(dir.path() / "cache"));
   bool produced = true;
-  const Entry got = c.load_or_produce(e.key, "sm_90", [&] {
-    append_line(log, "parent");
-    return e;
-  }, &produced);
+  const Entry got = c.load_or_produce(
+      e.key, "sm_90",
+      [&] {
+        append_line(log, "parent");
+        return e;
+      },
+      &produced);
   release.join();
   ::close(go[1]);
   EXPECT_EQ(child.finish(/*kill=*/false), 0);

@@ -84,7 +84,7 @@ TEST(SpecialFiles, FifoAtAnEntryPathIsRefusedWithoutWaiting) {
     cache.list();
     cache.prune();
   });
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::lstat(layer_path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "a read-only layer is never modified";
 }

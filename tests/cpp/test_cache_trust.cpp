@@ -51,7 +51,7 @@ DiskCacheConfig with_layer(const fs::path& root, const fs::path& layer) {
 
 TEST(Trust, OwnershipProblemNamesOwnerAndMode) {
   TempDir dir;
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(dir.path().c_str(), &st), 0);
   EXPECT_EQ(ownership_problem(dir.path(), st, st.st_uid), "");
   const std::string other = ownership_problem(dir.path(), st, st.st_uid + 1);
@@ -114,8 +114,7 @@ TEST(Trust, EntryWritableByOthersInTheRootIsNotLoaded) {
   EXPECT_TRUE(c.writable()) << "the directory itself is fine";
   EXPECT_FALSE(c.load(e.key, "sm_90").has_value());
   ASSERT_EQ(warnings.count(), 1u) << warnings.all();
-  EXPECT_TRUE(contains(warnings.messages()[0], path.string() + " is writable by group and others"))
-      << warnings.all();
+  EXPECT_TRUE(contains(warnings.messages()[0], path.string() + " is writable by group and others")) << warnings.all();
   EXPECT_TRUE(contains(warnings.messages()[0], "kjit.lock")) << "says what would be trusted";
   EXPECT_FALSE(c.load(e.key, "sm_90").has_value());
   EXPECT_EQ(warnings.count(), 1u) << "warned once per file";
@@ -135,8 +134,7 @@ TEST(Trust, DirectoryWritableByOthersBelowTheRootIsNotTrusted) {
   WarningCapture warnings;
   DiskCache c(cache_config(dir.path()));
   EXPECT_FALSE(c.load(e.key, "sm_90").has_value());
-  EXPECT_TRUE(contains(warnings.all(), (dir.path() / "v1" / "sm_90").string() + " is writable by"))
-      << warnings.all();
+  EXPECT_TRUE(contains(warnings.all(), (dir.path() / "v1" / "sm_90").string() + " is writable by")) << warnings.all();
 }
 
 TEST(Trust, EntryOfAnotherUserInTheRootIsNotLoaded) {
@@ -180,9 +178,7 @@ class ForeignLayer : public ::testing::Test {
   fs::path layer_, path_, lock_;
 };
 
-TEST_F(ForeignLayer, WithoutALockIsNotLoaded) {
-  EXPECT_TRUE(refused_with("the layer has no kjit.lock"));
-}
+TEST_F(ForeignLayer, WithoutALockIsNotLoaded) { EXPECT_TRUE(refused_with("the layer has no kjit.lock")); }
 
 TEST_F(ForeignLayer, WithAVerifyingLockIsLoaded) {
   write_lock(layer_, lock_);

@@ -49,7 +49,7 @@ void pause_before_rename(const fs::path&) {
 
 // Waits up to `seconds` for one byte on `fd`; false on timeout or end of file.
 bool wait_byte(int fd, int seconds) {
-  struct pollfd p {fd, POLLIN, 0};
+  struct pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, seconds * 1000) != 1) return false;
   char b;
   return ::read(fd, &b, 1) == 1;

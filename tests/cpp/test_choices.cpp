@@ -161,7 +161,8 @@ TEST(Choices, ReadOnlyLayersAreSearchedAfterTheCacheDirAndNeverWritten) {
 
   // Strict mode replays the layer's choice (and the root's, read as read-only), never tuning.
   TempDir empty;
-  Choices strict(settings_for(empty.path(), {{"KJIT_CACHE_PATH", path}, {"KJIT_CACHE_MODE", "strict"}, {"KJIT_TUNE", "1"}}));
+  Choices strict(
+      settings_for(empty.path(), {{"KJIT_CACHE_PATH", path}, {"KJIT_CACHE_MODE", "strict"}, {"KJIT_TUNE", "1"}}));
   EXPECT_FALSE(strict.tuning_allowed());
   EXPECT_EQ(strict.find(kKey), kValue);
   // Mode off: no disk at all.
@@ -188,7 +189,8 @@ TEST(Choices, TuningIsAllowedOnlyWithKjitTuneAndNotInStrictMode) {
   EXPECT_FALSE(Choices(settings_for(dir.path())).tuning_allowed());
   EXPECT_FALSE(Choices(settings_for(dir.path(), {{"KJIT_TUNE", "0"}})).tuning_allowed());
   EXPECT_TRUE(Choices(settings_for(dir.path(), {{"KJIT_TUNE", "1"}})).tuning_allowed());
-  EXPECT_TRUE(Choices(settings_for(dir.path(), {{"KJIT_TUNE", ""}, {"KJIT_CACHE_MODE", "off"}})).settings().tune == false);
+  EXPECT_TRUE(Choices(settings_for(dir.path(), {{"KJIT_TUNE", ""}, {"KJIT_CACHE_MODE", "off"}})).settings().tune ==
+              false);
   EXPECT_FALSE(Choices(settings_for(dir.path(), {{"KJIT_TUNE", "1"}, {"KJIT_CACHE_MODE", "strict"}})).tuning_allowed());
   try {
     Settings::from_map({{"KJIT_TUNE", "yes"}});
@@ -218,10 +220,10 @@ TEST(Choices, BadKeysAndValuesAreClearErrors) {
   EXPECT_EQ(message([&] { c.store("gemm\tx", kValue); }),
             "tuned choice key 'gemm\\x09x' is not valid: character 4 is 0x09, not printable ASCII (0x20-0x7e); "
             "allowed 1 to 512 printable ASCII characters, e.g. \"gemm|sm_90a|bf16|N=4096|K=4096\"");
-  EXPECT_NE(message([&] { c.store(std::string(513, 'k'), kValue); }).find("it is 513 bytes long, more than the 512 allowed"),
-            std::string::npos);
-  EXPECT_EQ(message([&] { c.store(kKey, std::string(257, 'v')); })
-                .find("tuned choice value 'vvvv"), 0u);
+  EXPECT_NE(
+      message([&] { c.store(std::string(513, 'k'), kValue); }).find("it is 513 bytes long, more than the 512 allowed"),
+      std::string::npos);
+  EXPECT_EQ(message([&] { c.store(kKey, std::string(257, 'v')); }).find("tuned choice value 'vvvv"), 0u);
   EXPECT_NE(message([&] { c.store(kKey, "caf\xc3\xa9"); }).find("character 3 is 0xc3"), std::string::npos);
   EXPECT_EQ(c.find(std::string(512, 'k')), std::nullopt);  // the longest key is fine
   c.store(std::string(512, 'k'), std::string(256, 'v'));
@@ -337,9 +339,10 @@ TEST(Choices, AnExportLockListsChoicesAndVerifyChecksThem) {
   EXPECT_EQ(cache::verify_lock(dir.path(), locked), std::vector<std::string>{});
   // The layer's lock vouches for the file: read from a read-only layer in strict mode.
   TempDir empty;
-  EXPECT_EQ(Choices(settings_for(empty.path(), {{"KJIT_CACHE_PATH", dir.path().string()}, {"KJIT_CACHE_MODE", "strict"}}))
-                .find(kKey),
-            kValue);
+  EXPECT_EQ(
+      Choices(settings_for(empty.path(), {{"KJIT_CACHE_PATH", dir.path().string()}, {"KJIT_CACHE_MODE", "strict"}}))
+          .find(kKey),
+      kValue);
 
   // Modified: the hash says so. Filed under another key's name: invalid. Unlisted: reported.
   const std::string bytes = read_file(file);

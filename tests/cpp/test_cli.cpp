@@ -22,9 +22,9 @@
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
+using nlohmann::json;
 
 struct Result {
   int code = -1;
@@ -158,8 +158,8 @@ TEST_F(CliTest, InfoShowsTheCcclOfTheToolkit) {
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(kjit({"info", "--json"}).out);
   if (tk.cccl.found()) {
-    EXPECT_EQ(info_field(r.out, "CCCL"), tk.cccl.include_dir.string() + ", version " + tk.cccl.version + " (from " +
-                                             tk.cccl.from + ")")
+    EXPECT_EQ(info_field(r.out, "CCCL"),
+              tk.cccl.include_dir.string() + ", version " + tk.cccl.version + " (from " + tk.cccl.from + ")")
         << r.out;
     EXPECT_TRUE(j["cccl"]["found"].get<bool>());
     EXPECT_EQ(j["cccl"]["include_dir"], tk.cccl.include_dir.string());
@@ -217,8 +217,8 @@ TEST_F(CliTest, BadSettingIsAnErrorNamingTheVariable) {
 // ---- compile ------------------------------------------------------------------------------------
 
 TEST_F(CliTest, CompileTwoArchsThenHitsTheDisk) {
-  const std::vector<std::string> args = {"compile", "add_constant", "--kernel", "add_constant", "--param",
-                                         "T=float32", "--param", "VEC=4", "--arch", "sm_80,sm_90"};
+  const std::vector<std::string> args = {"compile",   "add_constant", "--kernel", "add_constant", "--param",
+                                         "T=float32", "--param",      "VEC=4",    "--arch",       "sm_80,sm_90"};
   Result first = kjit(args);
   ASSERT_EQ(first.code, 0) << first.err;
   EXPECT_EQ(first.err, "");
@@ -242,8 +242,8 @@ TEST_F(CliTest, CompileTwoArchsThenHitsTheDisk) {
 }
 
 TEST_F(CliTest, CompileJsonRepeatedArchAndDedup) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float16", "--param",
-                   "VEC=8", "--arch", "sm_90", "--arch", "9.0,sm_80", "--json"});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float16", "--param", "VEC=8",
+                   "--arch", "sm_90", "--arch", "9.0,sm_80", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["name_expression"], "add_constant<__half, 8>");
@@ -264,8 +264,8 @@ TEST_F(CliTest, CompileJsonRepeatedArchAndDedup) {
 }
 
 TEST_F(CliTest, CompileRgbToGrayWithShapeParams) {
-  Result r = kjit({"compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=4", "--param", "W=5",
-                   "--arch", "sm_90"});
+  Result r = kjit(
+      {"compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=4", "--param", "W=5", "--arch", "sm_90"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(lines_of(r.out)[0], "rgb_to_gray(H=4, W=5) from template rgb_to_gray: rgb_to_gray<4, 5>");
   EXPECT_EQ(count_lines_with(r.out, "  sm_90        compiled  "), 1u) << r.out;
@@ -282,10 +282,10 @@ TEST_F(CliTest, CompileUserFileWithIncludeDirOptionsAndEveryParamKind) {
                             "  int i = threadIdx.x;\n"
                             "  if (i < N) y[i] = twice(y[i]) * T(F) * (FLIP ? T(-1) : T(1)) * T(SCALE_BIAS);\n"
                             "}\n");
-  const std::vector<std::string> args = {"compile", file.string(), "--kernel", "scale", "--param", "T=float64",
-                                         "--param", "N=7", "--param", "FLIP=1", "--param", "F=1.5",
-                                         "--arch", "sm_90", "--define", "SCALE_BIAS=3", "--std", "c++20",
-                                         "--fast-math", "--json"};
+  const std::vector<std::string> args = {"compile",      file.string(), "--kernel", "scale",       "--param",
+                                         "T=float64",    "--param",     "N=7",      "--param",     "FLIP=1",
+                                         "--param",      "F=1.5",       "--arch",   "sm_90",       "--define",
+                                         "SCALE_BIAS=3", "--std",       "c++20",    "--fast-math", "--json"};
   std::vector<std::string> with_include = args;
   with_include.insert(with_include.end(), {"--include", (dir_ / "inc").string()});
   Result r = kjit(with_include);
@@ -309,13 +309,12 @@ TEST_F(CliTest, CompileUserFileWithIncludeDirOptionsAndEveryParamKind) {
   const std::string hint =
       "\nhint: these #include files were not found: twice.cuh; pass the directories that hold them with "
       "--include DIR\n";
-  EXPECT_EQ(missing.err.substr(missing.err.size() - std::min(hint.size(), missing.err.size())), hint)
-      << missing.err;
+  EXPECT_EQ(missing.err.substr(missing.err.size() - std::min(hint.size(), missing.err.size())), hint) << missing.err;
 }
 
 TEST_F(CliTest, IncludeDirForABuiltinIsAnError) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param",
-                   "VEC=4", "--arch", "sm_90", "--include", dir_.path().string()});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+                   "--arch", "sm_90", "--include", dir_.path().string()});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
             "kjit: error: --include applies to template files; 'add_constant' is a built-in template, which "
@@ -324,8 +323,8 @@ TEST_F(CliTest, IncludeDirForABuiltinIsAnError) {
 }
 
 TEST_F(CliTest, UnknownParamListsTheKernelsParameters) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param",
-                   "WIDTH=4", "--arch", "sm_90"});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "WIDTH=4",
+                   "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err,
@@ -334,12 +333,13 @@ TEST_F(CliTest, UnknownParamListsTheKernelsParameters) {
 }
 
 TEST_F(CliTest, BadDtypeListsTheDtypes) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float33", "--param",
-                   "VEC=4", "--arch", "sm_90"});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float33", "--param", "VEC=4",
+                   "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kjit: error: --param T=float33: template parameter 'T' of kernel 'add_constant' is a type and "
-                   "'float33' is not a dtype; allowed: " +
-                       kjit::dtype_names() + "\n");
+  EXPECT_EQ(r.err,
+            "kjit: error: --param T=float33: template parameter 'T' of kernel 'add_constant' is a type and "
+            "'float33' is not a dtype; allowed: " +
+                kjit::dtype_names() + "\n");
   EXPECT_NE(r.err.find("float32, float64, float16, bfloat16"), std::string::npos);
 }
 
@@ -350,8 +350,9 @@ TEST_F(CliTest, BadParamValuesSayWhatIsAllowed) {
   };
   Result r = compile("VEC=four");
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kjit: error: --param VEC=four: template parameter 'VEC' of kernel 'add_constant' is an "
-                   "integer (int) and 'four' is not a decimal integer\n");
+  EXPECT_EQ(r.err,
+            "kjit: error: --param VEC=four: template parameter 'VEC' of kernel 'add_constant' is an "
+            "integer (int) and 'four' is not a decimal integer\n");
   r = compile("VEC");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "kjit: error: --param 'VEC' is not NAME=VALUE (for example --param T=float32)\n");
@@ -360,15 +361,17 @@ TEST_F(CliTest, BadParamValuesSayWhatIsAllowed) {
   EXPECT_NE(r.err.find("the value 4294967296 is out of its range"), std::string::npos) << r.err;
   r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "VEC=4", "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kjit: error: kernel 'add_constant' needs template parameter T; its parameters are T (type), "
-                   "VEC (int)\n");
+  EXPECT_EQ(r.err,
+            "kjit: error: kernel 'add_constant' needs template parameter T; its parameters are T (type), "
+            "VEC (int)\n");
 }
 
 TEST_F(CliTest, UnknownKernelAndTemplate) {
   Result r = kjit({"compile", "add_constant", "--kernel", "add", "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kjit: error: template 'add_constant' has no __global__ kernel named 'add' (it declares: "
-                   "add_constant)\n");
+  EXPECT_EQ(r.err,
+            "kjit: error: template 'add_constant' has no __global__ kernel named 'add' (it declares: "
+            "add_constant)\n");
   r = kjit({"compile", "no_such_template", "--kernel", "k", "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: there is no built-in template 'no_such_template' in ", 0), 0u) << r.err;
@@ -381,21 +384,21 @@ TEST_F(CliTest, UnknownKernelAndTemplate) {
 }
 
 TEST_F(CliTest, BadArchListsTheAllowedForms) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param",
-                   "VEC=4", "--arch", "sm_90,hopper"});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
+                   "--arch", "sm_90,hopper"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");  // every --arch is checked before anything is compiled
   EXPECT_EQ(r.err,
             "kjit: error: target 'hopper' is not valid: allowed sm_XY (cubin), sm_XYa (arch-specific cubin), "
             "compute_XY (PTX) or a compute capability such as 9.0; for example sm_90\n");
-  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-            "--arch", "sm_72"});
+  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4", "--arch",
+            "sm_72"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" cannot compile for sm_72: it supports sm_75, sm_80, "), std::string::npos) << r.err;
   // An unknown PTX target: the same kind of error, not NVRTC's NVRTC_ERROR_INVALID_OPTION.
-  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-            "--arch", "compute_91"});
+  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4", "--arch",
+            "compute_91"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" cannot compile for compute_91: it supports compute_75, compute_80, "), std::string::npos)
@@ -404,8 +407,8 @@ TEST_F(CliTest, BadArchListsTheAllowedForms) {
 
 TEST_F(CliTest, StrictModeCompileOfAnUncachedSpecializationFails) {
   ScopedEnv strict("KJIT_CACHE_MODE", "strict");
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=int64", "--param",
-                   "VEC=2", "--arch", "sm_90"});
+  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=int64", "--param", "VEC=2",
+                   "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and "
                         "add_constant(T=int64, VEC=2) from template add_constant for sm_90 is not cached",
@@ -439,8 +442,8 @@ TEST_F(CliTest, LsListsTheCompiledEntries) {
   EXPECT_EQ(lines[1].rfind("key               target  template      kernel", 0), 0u) << lines[1];
   for (const auto& res : compiled["results"]) {
     const std::string key16 = res["key"].get<std::string>().substr(0, 16);
-    const std::size_t n = count_lines_with(r.out, key16 + "  " + res["target"].get<std::string>() +
-                                                      "   add_constant  add_constant<float, 4>  ");
+    const std::size_t n = count_lines_with(
+        r.out, key16 + "  " + res["target"].get<std::string>() + "   add_constant  add_constant<float, 4>  ");
     EXPECT_EQ(n, 1u) << key16 << "\n" << r.out;
   }
   EXPECT_EQ(count_lines_with(r.out, "  valid   writable"), 2u) << r.out;
@@ -471,17 +474,26 @@ TEST(CliPrintable, NeutralisesTerminalControlsAndKeepsText) {
   using kjit::cli::Newlines;
   using kjit::cli::printable;
   // ESC (clear screen, title), BEL, CR, DEL, the other C0 controls.
-  EXPECT_EQ(printable("a\x1b[2Jb\x1b]0;t\x07" "c\rd\x7f\x01"), "a\\x1b[2Jb\\x1b]0;t\\x07c\\x0dd\\x7f\\x01");
+  EXPECT_EQ(printable("a\x1b[2Jb\x1b]0;t\x07"
+                      "c\rd\x7f\x01"),
+            "a\\x1b[2Jb\\x1b]0;t\\x07c\\x0dd\\x7f\\x01");
   // C1 controls as UTF-8 (U+009B is CSI) and bidirectional overrides.
-  EXPECT_EQ(printable("x\xc2\x9b" "2Jy"), "x\\u009b2Jy");
-  EXPECT_EQ(printable("\xe2\x80\xae" "abc\xe2\x81\xa6"), "\\u202eabc\\u2066");
+  EXPECT_EQ(printable("x\xc2\x9b"
+                      "2Jy"),
+            "x\\u009b2Jy");
+  EXPECT_EQ(printable("\xe2\x80\xae"
+                      "abc\xe2\x81\xa6"),
+            "\\u202eabc\\u2066");
   // Bytes that are not UTF-8: a lone C1 byte, a truncated sequence, an overlong '/', a surrogate.
-  EXPECT_EQ(printable("\x9b" "a\xc3"), "\\x9ba\\xc3");
+  EXPECT_EQ(printable("\x9b"
+                      "a\xc3"),
+            "\\x9ba\\xc3");
   EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");
   EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");
   EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
   // Text stays text: accents, CJK, emoji, backslashes.
-  EXPECT_EQ(printable("caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b"), "caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b"),
+            "caf\xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80 a\\b");
   // Lines: escaped in a single-line field, kept in a log.
   EXPECT_EQ(printable("l1\n\tl2"), "l1\\n\\tl2");
   EXPECT_EQ(printable("l1\n\tl2\x1b", Newlines::Keep), "l1\n\tl2\\x1b");
@@ -510,8 +522,8 @@ TEST_F(CliTest, LsShowsReadOnlyLayers) {
   EXPECT_EQ(j["entries"][0]["layer"], warm.string());
   EXPECT_EQ(j["entries"][0]["name_expression"], "rgb_to_gray<2, 3>");
   // A disk hit from the read-only layer; nothing is copied into the writable one.
-  Result again = kjit({"compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=2", "--param", "W=3",
-                       "--arch", "sm_80"});
+  Result again = kjit(
+      {"compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=2", "--param", "W=3", "--arch", "sm_80"});
   EXPECT_EQ(count_lines_with(again.out, "  sm_80        disk      -"), 1u) << again.out;
   Result info = kjit({"info"});
   EXPECT_NE(info.out.find("  read-only layers:  " + warm.string() + "\n"), std::string::npos) << info.out;
@@ -533,8 +545,9 @@ TEST_F(CliTest, VerifyFindsAFlippedPayloadByte) {
 
   Result bad = kjit({"verify"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(bad.out, "damaged: " + entry.string() + ": payload checksum mismatch\n"
-                     "1 of 2 entries damaged; `kjit prune` removes damaged entries from the writable cache\n");
+  EXPECT_EQ(bad.out, "damaged: " + entry.string() +
+                         ": payload checksum mismatch\n"
+                         "1 of 2 entries damaged; `kjit prune` removes damaged entries from the writable cache\n");
   EXPECT_TRUE(fs::exists(entry));  // verify only reports
 
   Result ls = kjit({"ls"});
@@ -560,8 +573,7 @@ TEST_F(CliTest, ADamagedEntryIsRecompiledWithAWarningOnErr) {
                    "--arch", "sm_90", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["results"][0]["origin"], "compiled");
-  EXPECT_EQ(r.err.rfind("kjit: warning: kjit cache: ignoring damaged entry " + entry.string() + " (", 0), 0u)
-      << r.err;
+  EXPECT_EQ(r.err.rfind("kjit: warning: kjit cache: ignoring damaged entry " + entry.string() + " (", 0), 0u) << r.err;
 }
 
 TEST_F(CliTest, PruneToOneByteRemovesEverything) {
@@ -571,8 +583,9 @@ TEST_F(CliTest, PruneToOneByteRemovesEverything) {
   std::vector<std::string> lines = lines_of(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[0], "pruned " + cache_dir().string() + " to at most 1 B");
-  EXPECT_EQ(lines[1], "  removed:  2 least recently used entries, 0 damaged entries, 0 stale temp files, "
-                      "0 abandoned lock files");
+  EXPECT_EQ(lines[1],
+            "  removed:  2 least recently used entries, 0 damaged entries, 0 stale temp files, "
+            "0 abandoned lock files");
   EXPECT_EQ(lines[2].rfind("  size:     ", 0), 0u);
   EXPECT_EQ(lines[2].substr(lines[2].size() - 7), " -> 0 B") << lines[2];
   EXPECT_EQ(kjit({"ls"}).out, "cache " + cache_dir().string() + " (readwrite, writable)\nno entries\n");
@@ -591,9 +604,10 @@ TEST_F(CliTest, PruneAndClearRefuseOutsideReadwriteMode) {
   ScopedEnv readonly("KJIT_CACHE_MODE", "readonly");
   Result r = kjit({"prune"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kjit: error: prune changes nothing in cache mode readonly (KJIT_CACHE_MODE=readonly); unset "
-                   "KJIT_CACHE_MODE or set it to readwrite to prune " +
-                       cache_dir().string() + "\n");
+  EXPECT_EQ(r.err,
+            "kjit: error: prune changes nothing in cache mode readonly (KJIT_CACHE_MODE=readonly); unset "
+            "KJIT_CACHE_MODE or set it to readwrite to prune " +
+                cache_dir().string() + "\n");
   r = kjit({"clear", "--yes"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: clear changes nothing in cache mode readonly", 0), 0u) << r.err;

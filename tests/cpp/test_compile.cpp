@@ -110,8 +110,7 @@ TEST(Compile, ErrorCarriesLogLineAndOptions) {
     EXPECT_NE(e.log().find("undefined_symbol"), std::string::npos) << e.log();
     EXPECT_EQ(e.name_expression(), "broken<float>");
     EXPECT_NE(std::find(e.options().begin(), e.options().end(), "--gpu-architecture=sm_90"), e.options().end());
-    EXPECT_NE(e.source_excerpt().find(" >    3 |   p[0] = undefined_symbol;"), std::string::npos)
-        << e.source_excerpt();
+    EXPECT_NE(e.source_excerpt().find(" >    3 |   p[0] = undefined_symbol;"), std::string::npos) << e.source_excerpt();
     std::string what = e.what();
     EXPECT_NE(what.find("NVRTC could not compile broken(T=float32) from template broken.cu for sm_90"),
               std::string::npos)
@@ -124,7 +123,8 @@ TEST(Compile, ErrorCarriesLogLineAndOptions) {
 TEST(Compile, ErrorInAHeaderShowsTheHeaderLine) {
   TempDir dir;
   kjit::testing::write_file(dir / "src" / "helper.cuh", "#pragma once\n__device__ int helper() { return nope; }\n");
-  kjit::testing::write_file(dir / "src" / "main.cu", "#include \"helper.cuh\"\n__global__ void k(int* p) { p[0] = helper(); }\n");
+  kjit::testing::write_file(dir / "src" / "main.cu",
+                            "#include \"helper.cuh\"\n__global__ void k(int* p) { p[0] = helper(); }\n");
   Engine engine(settings_for(dir));
   Specialization s(Template::from_file(dir / "src" / "main.cu"), "k", {});
   try {
@@ -181,10 +181,12 @@ TEST(Compile, HeaderBytesChangeTheKey) {
   kjit::testing::write_file(dir / "src" / "k.cu", "#include \"v.cuh\"\n__global__ void k(int* p) { p[0] = SCALE; }\n");
   Engine engine(settings_for(dir));
   Origin a_origin;
-  const auto a = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"), &a_origin);
+  const auto a = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}),
+                                Target::parse("sm_90"), &a_origin);
   kjit::testing::write_file(dir / "src" / "v.cuh", "#pragma once\n#define SCALE 3\n");
   Origin b_origin;
-  const auto b = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}), Target::parse("sm_90"), &b_origin);
+  const auto b = engine.prepare(Specialization(Template::from_file(dir / "src" / "k.cu"), "k", {}),
+                                Target::parse("sm_90"), &b_origin);
   EXPECT_NE(a->key, b->key);
   EXPECT_EQ(b_origin, Origin::Compiled);
 }
@@ -200,11 +202,13 @@ TEST(Compile, StrictModeRaisesOnAMissAndNeverLoadsNvrtc) {
       code = 10;  // no error
     } catch (const CacheMissError& e) {
       std::string m = e.what();
-      if (m.find("strict cache mode") == std::string::npos) code = 11;
+      if (m.find("strict cache mode") == std::string::npos)
+        code = 11;
       else if (m.find("kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --arch sm_90") ==
                std::string::npos)
         code = 12;
-      else if (e.key().size() != 64) code = 13;
+      else if (e.key().size() != 64)
+        code = 13;
     } catch (...) {
       code = 14;
     }
@@ -243,8 +247,7 @@ TEST(Compile, KernelInANamespaceCompilesUnderItsQualifiedName) {
   TempDir dir;
   Engine engine(settings_for(dir));
   auto t = Template::from_string(
-      "namespace mylib { template <typename T> __global__ void scale(T* p, T s) { p[threadIdx.x] *= s; } }\n",
-      "ns.cu");
+      "namespace mylib { template <typename T> __global__ void scale(T* p, T s) { p[threadIdx.x] *= s; } }\n", "ns.cu");
   Specialization by_plain(t, "scale", {{"T", TemplateArg::type(DType::Float32)}});
   EXPECT_EQ(by_plain.name_expression(), "mylib::scale<float>");
   Specialization by_qualified(t, "mylib::scale", {{"T", TemplateArg::type(DType::Float64)}});
@@ -279,11 +282,11 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
     }
   }
   // Directives the scanner cannot read are refused before NVRTC sees them.
-  for (const std::string& include : {std::string("#define F \"/etc/hostname\"\n#include F\n"),
-                                     std::string("#/**/include \"/etc/hostname\"\n"),
-                                     std::string("#include_next \"/etc/hostname\"\n"),
-                                     std::string("#if __has_include(\"/etc/hostname\")\n#error exists\n#endif\n"),
-                                     std::string("#if __has_include(<../../etc/hostname>)\n#endif\n")}) {
+  for (const std::string& include :
+       {std::string("#define F \"/etc/hostname\"\n#include F\n"), std::string("#/**/include \"/etc/hostname\"\n"),
+        std::string("#include_next \"/etc/hostname\"\n"),
+        std::string("#if __has_include(\"/etc/hostname\")\n#error exists\n#endif\n"),
+        std::string("#if __has_include(<../../etc/hostname>)\n#endif\n")}) {
     SCOPED_TRACE(include);
     EXPECT_THROW(Template::from_memory(include + kernel, "k.cu", {}), ValueError);
   }
@@ -291,9 +294,10 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
   auto joined = Template::from_memory("#inc\\\nlude \"../x.h\"\n%:include \"/y.h\"\n" + kernel, "k.cu", {});
   EXPECT_EQ(joined->unresolved_includes(), (std::vector<std::string>{"../x.h", "/y.h"}));
   // A recorded template that includes plainly still compiles (and may probe plain names).
-  auto ok = Template::from_memory("#include \"h.cuh\"\n#if __has_include(<cuda_fp16.h>)\n#endif\n" + kernel, (dir / "keys" / "k.cu").string(),
-                                  {{"h.cuh", "#pragma once\n"}});
-  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
+  auto ok = Template::from_memory("#include \"h.cuh\"\n#if __has_include(<cuda_fp16.h>)\n#endif\n" + kernel,
+                                  (dir / "keys" / "k.cu").string(), {{"h.cuh", "#pragma once\n"}});
+  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -361,12 +365,9 @@ TEST(Compile, NoSpellingLetsAManifestTemplateReadOrProbeAFile) {
   Engine engine(settings_for(dir));
   const std::string q = "\"" + secret_path + "\"";
   const std::vector<std::string> includes = {
-      "/**/#include " + q + "\n",
-      "\f#include " + q + "\n",
-      "\v#include " + q + "\n",
-      "/* a comment\n over lines */ #include " + q + "\n",
-      "#\finclude " + q + "\n",
-      "#define F " + q + "\n#include F\n",
+      "/**/#include " + q + "\n", "\f#include " + q + "\n",
+      "\v#include " + q + "\n",   "/* a comment\n over lines */ #include " + q + "\n",
+      "#\finclude " + q + "\n",   "#define F " + q + "\n#include F\n",
       "%:include " + q + "\n",
   };
   for (const std::string& include : includes) {
@@ -377,7 +378,8 @@ TEST(Compile, NoSpellingLetsAManifestTemplateReadOrProbeAFile) {
     } catch (const ValueError&) {
       continue;  // refused by the scanner: also fine
     }
-    const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+    const std::string msg =
+        message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
     EXPECT_FALSE(msg.empty()) << "compiled";
     EXPECT_EQ(msg.find("TOP_SECRET"), std::string::npos) << msg;
   }
@@ -388,7 +390,8 @@ TEST(Compile, NoSpellingLetsAManifestTemplateReadOrProbeAFile) {
                                      "probe.cu", {});
   for (const auto& w : warnings)
     if (w.find("could not stop NVRTC") != std::string::npos) GTEST_SKIP() << w;
-  const std::string msg = message_of_compile(engine, Specialization(probe, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  const std::string msg =
+      message_of_compile(engine, Specialization(probe, "k", {{"T", TemplateArg::type(DType::Float32)}}));
   log::set_warning_sink(previous);
   for (const auto& w : warnings)
     if (w.find("could not stop NVRTC") != std::string::npos) GTEST_SKIP() << w;
@@ -411,14 +414,16 @@ TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_TIMEOUT", "2"}}));
   auto t = Template::from_memory(exponential_template(), "exp.cu", {});
   const auto start = std::chrono::steady_clock::now();
-  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  const std::string msg =
+      message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(msg.find("took longer than kjit's limit of 2 s"), std::string::npos) << msg;
   EXPECT_NE(msg.find("KJIT_COMPILE_TIMEOUT"), std::string::npos) << msg;
   EXPECT_LT(s, 60) << "the limit did not stop it";
   // The engine works afterwards.
   auto ok = Template::from_memory(kKernel, "ok.cu", {});
-  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
+  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -430,12 +435,14 @@ TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
                                     {"KJIT_COMPILE_MEMORY", "200M"},
                                     {"KJIT_COMPILE_TIMEOUT", "120"}}));
   auto t = Template::from_string(exponential_template(), "exp.cu");
-  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  const std::string msg =
+      message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
   EXPECT_NE(msg.find("200 MiB"), std::string::npos) << msg;
   EXPECT_NE(msg.find("KJIT_COMPILE_MEMORY"), std::string::npos) << msg;
   // Your own templates still compile in the child (with the CUDA include path) under `always`.
   auto half = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "half.cu");
-  EXPECT_EQ(prepared_origin(engine, Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")),
+  EXPECT_EQ(prepared_origin(engine, Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -455,7 +462,8 @@ TEST(Compile, AHalfSpecializationOfATemplateWithoutCudaFp16SaysWhichIncludeToAdd
   }
   // Included, it compiles.
   auto with = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "with.cu");
-  EXPECT_EQ(prepared_origin(engine, Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}), Target::parse("sm_90")),
+  EXPECT_EQ(prepared_origin(engine, Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -469,12 +477,14 @@ TEST(Compile, AHeaderIncludedByAbsolutePathIsTheUsersOwn) {
   ASSERT_EQ(t->headers().size(), 1u);
   EXPECT_FALSE(t->headers()[0].from_cuda);
   Engine engine(settings_for(dir));
-  EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
+  EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
   // Rebuilt as a manifest would (its recorded headers only), it compiles too.
   auto rebuilt = Template::from_memory(source, "abs.cu", {{t->headers()[0].include_name, t->headers()[0].bytes}});
   EXPECT_EQ(rebuilt->digest(), t->digest());
-  EXPECT_EQ(prepared_origin(engine, Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")),
+  EXPECT_EQ(prepared_origin(engine, Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}),
+                            Target::parse("sm_90")),
             Origin::Compiled);
 }
 
@@ -489,7 +499,8 @@ TEST(Compile, AManifestTemplateCompilesWithTheCudaHeadersInMemory) {
     SCOPED_TRACE(include);
     auto t = Template::from_memory(include + kKernel, "cuda_headers.cu", {});
     try {
-      EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}), Target::parse("sm_90")),
+      EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
+                                Target::parse("sm_90")),
                 Origin::Compiled);
     } catch (const CompileError& e) {
       ADD_FAILURE() << e.what();
@@ -548,7 +559,8 @@ TEST(Compile, AManifestTemplateReadsNothingFromTheUsersIncludePath) {
   EXPECT_TRUE(t->headers().empty());
   EXPECT_EQ(t->unresolved_includes(), std::vector<std::string>{"notes.env"});
   Engine engine(settings_for(dir));
-  const std::string msg = message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
+  const std::string msg =
+      message_of_compile(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}));
   EXPECT_NE(msg.find("did not find 'notes.env' among the headers recorded"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("TOP_SECRET"), std::string::npos) << msg;
 }
@@ -560,8 +572,9 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
   KJIT_RUN_IN_CHILD([&](kjit::testing::ChildChecks& c) {
     Engine engine(settings_for(dir));
     // Load NVRTC first: what it reads once is read before the filter below.
-    engine.prepare(Specialization(Template::from_string(kKernel, "warm.cu"), "k", {{"T", TemplateArg::type(DType::Float32)}}),
-                   Target::parse("sm_90"));
+    engine.prepare(
+        Specialization(Template::from_string(kKernel, "warm.cu"), "k", {{"T", TemplateArg::type(DType::Float32)}}),
+        Target::parse("sm_90"));
     sock_filter deny_seccomp[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_seccomp, 0, 1),
@@ -569,8 +582,9 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     sock_fprog prog{4, deny_seccomp};
-    if (!c.check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0,
-                 "cannot install the test's own filter"))
+    if (!c.check(
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0,
+            "cannot install the test's own filter"))
       return;
     auto t = Template::from_memory(kKernel, "recorded.cu", {});
     try {
@@ -583,8 +597,8 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
     }
     // Your own templates still compile (their headers are kjit's, in memory).
     auto own = Template::from_string(kKernel, "own.cu");
-    c.check(prepared_origin(engine, Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}), Target::parse("sm_90")) ==
-                Origin::Compiled,
+    c.check(prepared_origin(engine, Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}),
+                            Target::parse("sm_90")) == Origin::Compiled,
             "own template");
   });
 }
@@ -594,28 +608,33 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
 TEST(Compile, AnIsolatedCompilesLogIsBoundedAndItsTextDecidesNothing) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child, no bounds";
   TempDir dir;
-  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
+  Engine engine(
+      Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
   std::string loud;
-  for (int i = 0; i < 120000; ++i) loud += "#warning a very long warning line that fills the compile log of this kernel\n";
+  for (int i = 0; i < 120000; ++i)
+    loud += "#warning a very long warning line that fills the compile log of this kernel\n";
   auto t = Template::from_string(loud + "#warning catastrophic error: out of memory\n" + kKernel, "loud.cu");
   CompiledBinary bin = Compiler::compile(Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
                                          Compiler::plan(Target::parse("sm_90")), engine.settings());
   EXPECT_FALSE(bin.payload.empty());
   EXPECT_LE(bin.log.size(), (4u << 20) + 200);
-  EXPECT_NE(bin.log.find("[kjit: the log was cut here, at 4 MiB of "), std::string::npos) << bin.log.substr(bin.log.size() - 200);
+  EXPECT_NE(bin.log.find("[kjit: the log was cut here, at 4 MiB of "), std::string::npos)
+      << bin.log.substr(bin.log.size() - 200);
 }
 
 // NVRTC's precompiled header (KJIT_PCH): a file in this process's own folder, the one place the compile
 // thread may open files; the binary is the one a compile without it makes, and a probe of any other
 // file still finds nothing.
 TEST(Compile, APrecompiledHeaderLivesInItsOwnFolderAndChangesNoBinary) {
-  if (!NvrtcLibrary::get().has_pch()) GTEST_SKIP() << "NVRTC " << NvrtcLibrary::get().version() << " has no PCH (12.8+)";
+  if (!NvrtcLibrary::get().has_pch())
+    GTEST_SKIP() << "NVRTC " << NvrtcLibrary::get().version() << " has no PCH (12.8+)";
   TempDir dir;
   kjit::testing::write_file(dir / "exists.h", "TOP_SECRET_LINE_42 leaked;\n");
   const std::string q = "\"" + (dir / "exists.h").string() + "\"";
-  auto t = Template::from_string("#include <cuda_fp16.h>\n#define CAT(a, b) a##b\n#define HAS CAT(__has_, include)\n#if HAS(" +
-                                     q + ")\n#error THE_FILE_EXISTS\n#endif\n" + kKernel,
-                                 "pch.cu");
+  auto t = Template::from_string(
+      "#include <cuda_fp16.h>\n#define CAT(a, b) a##b\n#define HAS CAT(__has_, include)\n#if HAS(" + q +
+          ")\n#error THE_FILE_EXISTS\n#endif\n" + kKernel,
+      "pch.cu");
   const auto plan = Compiler::plan(Target::parse("sm_90"));
   Settings on = settings_for(dir), off = settings_for(dir);
   on.pch = PchMode::On;

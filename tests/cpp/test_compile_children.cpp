@@ -50,7 +50,9 @@ bool is_zombie(pid_t pid) {
   return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
 }
 
-bool proc_children_listed() { return std::ifstream("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/children").good(); }
+bool proc_children_listed() {
+  return std::ifstream("/proc/self/task/" + std::to_string(::syscall(SYS_gettid)) + "/children").good();
+}
 
 bool have_nvrtc() {
   try {
@@ -90,9 +92,15 @@ TEST(CompileChildren, AJobCrossesTheSocketIntactAndDamagedBytesAreRefused) {
   one.headers = {{"h", "x"}};
   one.want_cubin = false;  // its field is "0": the first field "1" is the header count
   std::string forged = encode(one);
-  const std::string::size_type at = forged.find(std::string("\x01\0\0\0\0\0\0\0" "1", 9));
+  const std::string::size_type at =
+      forged.find(std::string("\x01\0\0\0\0\0\0\0"
+                              "1",
+                              9));
   ASSERT_NE(at, std::string::npos);
-  forged.replace(at, 9, std::string("\x09\0\0\0\0\0\0\0" "999999999", 17));
+  forged.replace(at, 9,
+                 std::string("\x09\0\0\0\0\0\0\0"
+                             "999999999",
+                             17));
   NvrtcJob bad;
   EXPECT_FALSE(decode(forged, bad));
   EXPECT_TRUE(decode(encode(one), bad));
@@ -105,7 +113,8 @@ TEST(CompileChildren, AThreadKeepsOneChildPerTemplateAndEndsItAfterwards) {
   {
     CompileChildren keep;
     for (int i = 0; i < 3; ++i) {
-      const NvrtcOutcome out = run_nvrtc_in_child(job_for("p[0] = " + std::to_string(i) + ";"), kBounds, "job", "template-a");
+      const NvrtcOutcome out =
+          run_nvrtc_in_child(job_for("p[0] = " + std::to_string(i) + ";"), kBounds, "job", "template-a");
       ASSERT_TRUE(out.ok()) << out.log;
       EXPECT_FALSE(out.payload.empty());
     }
@@ -124,7 +133,8 @@ TEST(CompileChildren, AThreadKeepsOneChildPerTemplateAndEndsItAfterwards) {
     EXPECT_EQ(keep.started(), 4u);
     if (proc_children_listed()) EXPECT_EQ(children_of_this_thread().size(), 1u) << "a replaced child lives on";
   }
-  if (proc_children_listed()) EXPECT_TRUE(children_of_this_thread().empty()) << "the kept child outlived CompileChildren";
+  if (proc_children_listed())
+    EXPECT_TRUE(children_of_this_thread().empty()) << "the kept child outlived CompileChildren";
   // Without a CompileChildren, each compile has a child of its own, gone when it returns.
   ASSERT_TRUE(run_nvrtc_in_child(job_for("p[0] = 1;"), kBounds, "job", "template-a").ok());
   if (proc_children_listed()) EXPECT_TRUE(children_of_this_thread().empty());
@@ -227,7 +237,8 @@ TEST(CompileChildren, RecordsOfOneTemplateWithOtherMacrosNeverShareAChild) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "a sanitizer build compiles in-process: no child";
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit";
   kjit::testing::TempDir dir("kjit-lineage");
-  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
+  Engine engine(
+      Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_COMPILE_ISOLATION", "always"}}));
   const Target sm90 = Target::parse("sm_90");
   auto spec = [](const char* value, int vec) {
     CompileOptions o;

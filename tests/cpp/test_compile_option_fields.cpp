@@ -45,10 +45,10 @@ CompileOptions every_option_set() {
 // field table, so no key compiled before it changed.
 TEST(CompileOptionFields, TheCanonicalListIsWhatItWas) {
   EXPECT_EQ(CompileOptions().canonical(), std::vector<std::string>{"--std=c++20"});
-  EXPECT_EQ(every_option_set().canonical(),
-            (std::vector<std::string>{"--std=c++17", "--use_fast_math", "--generate-line-info", "--device-debug",
-                                      "--minimal", "-default-device", "--Ofast-compile=mid", "--maxrregcount=64",
-                                      "-DA=1", "-DB="}));
+  EXPECT_EQ(
+      every_option_set().canonical(),
+      (std::vector<std::string>{"--std=c++17", "--use_fast_math", "--generate-line-info", "--device-debug", "--minimal",
+                                "-default-device", "--Ofast-compile=mid", "--maxrregcount=64", "-DA=1", "-DB="}));
   CompileOptions lib;
   lib.minimal = true;
   EXPECT_EQ(lib.canonical(), (std::vector<std::string>{"--std=c++20", "--minimal"}));
@@ -118,7 +118,8 @@ TEST(CompileOptionFields, BadValuesAndBadRowsAreClearErrors) {
     kjit::options_from_json("{\"std\":\"c++20\",\"fast_math\":1}", "record r");
     FAIL();
   } catch (const kjit::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("record r: field \"fast_math\" is number, expected boolean"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("record r: field \"fast_math\" is number, expected boolean"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(kjit::options_from_json("[]", "r"), kjit::ValueError);
@@ -139,12 +140,13 @@ TEST(CompileOptionFields, KjitCompileHasAFlagForEveryField) {
   ASSERT_EQ(help.code, 0) << help.err;
   for (const CompileOptionField& f : kjit::compile_option_fields()) {
     EXPECT_NE(help.out.find("  " + f.cli + (f.cli_value.empty() ? "" : " " + f.cli_value)), std::string::npos)
-        << f.cli << "\n" << help.out;
+        << f.cli << "\n"
+        << help.out;
     EXPECT_NE(help.out.find(f.help.substr(0, 30)), std::string::npos) << f.help << "\n" << help.out;
   }
   TempDir dir("kjit-fields");
   const CliRun bad = cli({"--cache-dir", dir.path().string(), "compile", "add_constant", "--kernel", "add_constant",
-                       "--param", "T=float32", "--param", "VEC=4", "--arch", "sm_90", "--max-registers", "lots"});
+                          "--param", "T=float32", "--param", "VEC=4", "--arch", "sm_90", "--max-registers", "lots"});
   EXPECT_EQ(bad.code, 1) << bad.err;
   EXPECT_NE(bad.err.find("--max-registers 'lots' is not an integer; give 16..255"), std::string::npos) << bad.err;
 }
@@ -159,8 +161,10 @@ std::vector<std::string> shell_words(const std::string& cmd) {
       word += c;
       escaped = false;
     } else if (quoted) {
-      if (c == '\'') quoted = false;
-      else word += c;
+      if (c == '\'')
+        quoted = false;
+      else
+        word += c;
     } else if (c == '\'') {
       quoted = in_word = true;
     } else if (c == '\\') {
@@ -182,7 +186,8 @@ TEST(CompileOptionFields, CompileCommandQuotesWhatAShellWouldSplit) {
   CompileOptions o;
   o.defines = {{"MSG", "it's here"}, {"N", "4"}};
   const kjit::Specialization spec(kjit::Template::builtin("add_constant"), "add_constant",
-                                  {{"T", TemplateArg::type(kjit::DType::Float32)}, {"VEC", TemplateArg::integer(4)}}, o);
+                                  {{"T", TemplateArg::type(kjit::DType::Float32)}, {"VEC", TemplateArg::integer(4)}},
+                                  o);
   const std::string cmd = kjit::compile_command(spec, kjit::Target::parse("sm_90"));
   EXPECT_EQ(cmd,
             "kjit compile add_constant --kernel add_constant --param T=float32 --param VEC=4 --define 'MSG=it'\\''s "
@@ -195,8 +200,8 @@ TEST(CompileOptionFields, CompileCommandQuotesWhatAShellWouldSplit) {
 // with the built binary into a fresh cache, makes that very key.
 void expect_the_miss_command_reproduces_the_key(const kjit::Specialization& spec) {
   TempDir dir("kjit-miss");
-  kjit::Engine strict(kjit::Settings::from_map(
-      {{"KJIT_CACHE_DIR", (dir / "empty").string()}, {"KJIT_CACHE_MODE", "strict"}}));
+  kjit::Engine strict(
+      kjit::Settings::from_map({{"KJIT_CACHE_DIR", (dir / "empty").string()}, {"KJIT_CACHE_MODE", "strict"}}));
   std::string message, key;
   try {
     strict.prepare(spec, kjit::Target::parse("sm_90"));
@@ -212,8 +217,8 @@ void expect_the_miss_command_reproduces_the_key(const kjit::Specialization& spec
   const std::string command = message.substr(from + 1, to - from - 1);
   ASSERT_EQ(command.rfind("kjit compile ", 0), 0u);
   SCOPED_TRACE(command);
-  const CliRun r = run_shell("KJIT_CACHE_MODE= KJIT_CACHE_PATH= " + std::string(KJIT_CLI_PATH) +
-                          command.substr(4) + " --json --cache-dir '" + (dir / "fresh").string() + "'");
+  const CliRun r = run_shell("KJIT_CACHE_MODE= KJIT_CACHE_PATH= " + std::string(KJIT_CLI_PATH) + command.substr(4) +
+                             " --json --cache-dir '" + (dir / "fresh").string() + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["results"][0]["key"], key);

@@ -49,7 +49,9 @@ constexpr const char* kTemplate =
     "#include PICKED\n"
     "template <int N> __global__ void k(int* out) { out[0] = PICKED_VALUE + N; }\n";
 
-Specialization spec_of(std::shared_ptr<const Template> t) { return Specialization(std::move(t), "k", {{"N", TemplateArg::integer(1)}}); }
+Specialization spec_of(std::shared_ptr<const Template> t) {
+  return Specialization(std::move(t), "k", {{"N", TemplateArg::integer(1)}});
+}
 
 bool hands(const Template& t, const std::string& include_name) {
   for (const auto& h : t.headers())
@@ -66,7 +68,7 @@ TEST(LearnedIncludes, AreKeptByTheContentOfTheIncludingFileAcrossIndexes) {
     auto index = index_in(dir / "cache");
     index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");
     index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");  // once
-    index->learn(sha, "bad: no '<' or '\"' first");                          // not a directive: ignored
+    index->learn(sha, "bad: no '<' or '\"' first");                       // not a directive: ignored
     index->save();
   }
   {
@@ -84,8 +86,8 @@ TEST(LearnedIncludes, AreKeptByTheContentOfTheIncludingFileAcrossIndexes) {
   EXPECT_EQ(index->learned(sha).size(), 2u);
   EXPECT_EQ(index->learned(other), std::vector<std::string>{"<cuda/std/type_traits"});
   // A damaged learned section makes the whole file an empty index (it only ever saves work).
-  kjit::testing::write_file(index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha +
-                                               "\":[\"no-quote\"]}}");
+  kjit::testing::write_file(
+      index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"no-quote\"]}}");
   EXPECT_TRUE(index_in(dir / "cache")->learned(sha).empty());
 }
 
@@ -117,7 +119,8 @@ TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByE
   EXPECT_EQ(hit->key, first->key);
   // Another specialization of the first template object keys and compiles with the learned header at once.
   Origin n2_origin;
-  const auto n2 = engine.prepare(Specialization(t, "k", {{"N", TemplateArg::integer(2)}}), Target::parse("sm_90"), &n2_origin);
+  const auto n2 =
+      engine.prepare(Specialization(t, "k", {{"N", TemplateArg::integer(2)}}), Target::parse("sm_90"), &n2_origin);
   EXPECT_EQ(n2_origin, Origin::Compiled);
   EXPECT_EQ(n2->meta.template_digest, grown->digest());
 }
@@ -129,11 +132,13 @@ TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
   kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
   Engine engine(settings_for(dir));
   Origin before_origin;
-  const auto before = engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &before_origin);
+  const auto before =
+      engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &before_origin);
   kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 2\n");
   Engine later(settings_for(dir));
   Origin after_origin;
-  const auto after = later.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &after_origin);
+  const auto after =
+      later.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &after_origin);
   EXPECT_NE(after->key, before->key);
   EXPECT_EQ(after_origin, Origin::Compiled) << "the kernel of the old header was served";
 }
@@ -142,9 +147,10 @@ TEST(LearnedIncludes, AnIncludeAMacroComputesThatIsNowhereIsACompileErrorSayingW
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
   Engine engine(settings_for(dir));
-  auto t = Template::from_string("#define H \"not_anywhere.h\"\n#include H\n"
-                                 "template <int N> __global__ void k(int* out) { out[0] = N; }\n",
-                                 "missing.cu");
+  auto t = Template::from_string(
+      "#define H \"not_anywhere.h\"\n#include H\n"
+      "template <int N> __global__ void k(int* out) { out[0] = N; }\n",
+      "missing.cu");
   try {
     engine.prepare(spec_of(t), Target::parse("sm_90"));
     FAIL() << "compiled";
@@ -183,8 +189,9 @@ TEST(LearnedIncludes, ANameAMacroComputesNeverTakesAManifestTemplateOutOfItsFold
 // digest, no "stale" note, and no pass that fails to learn them again.
 TEST(LearnedIncludes, AManifestCarriesThemSoATemplateRebuiltElsewhereKeysTheSame) {
   TempDir dir;
-  const std::string source = "#include <thrust/iterator/detail/device_system_tag.h>\n"
-                             "template <int N> __global__ void k(int* out) { out[0] = N; }\n";
+  const std::string source =
+      "#include <thrust/iterator/detail/device_system_tag.h>\n"
+      "template <int N> __global__ void k(int* out) { out[0] = N; }\n";
   cache::ManifestRecord record;
   {
     UseIndex use(index_in(dir / "cache"));

@@ -39,8 +39,9 @@ void add_cccl(const fs::path& include_dir, int major, int minor, int patch) {
 // CUTLASS as nvidia-cutlass ships it (cutlass_library/source/include): cutlass/version.h and cute/.
 void add_cutlass(const fs::path& include_dir, int major, int minor, int patch) {
   write_file(include_dir / "cutlass" / "version.h",
-             "#pragma once\n#include <cstdint>\n#define CUTLASS_MAJOR " + std::to_string(major) + "\n#define CUTLASS_MINOR " +
-                 std::to_string(minor) + "\n#define CUTLASS_PATCH " + std::to_string(patch) +
+             "#pragma once\n#include <cstdint>\n#define CUTLASS_MAJOR " + std::to_string(major) +
+                 "\n#define CUTLASS_MINOR " + std::to_string(minor) + "\n#define CUTLASS_PATCH " +
+                 std::to_string(patch) +
                  " \n#define CUTLASS_VERSION ((CUTLASS_MAJOR)*100 + (CUTLASS_MINOR)*10 + CUTLASS_PATCH)\n");
   write_file(include_dir / "cute" / "tensor.hpp", "#pragma once\n");
 }
@@ -196,7 +197,8 @@ TEST(CudaToolkitCutlass, TheFirstRegisteredWins) {
   add_cuda_headers(t / "cuda");
   add_cutlass(t / "a", 3, 8, 0);
   add_cutlass(t / "b", 4, 2, 1);
-  CudaToolkit tk = discover_cuda_toolkit({t / "cuda"}, {}, {LibraryFolder{t / "a", "first"}, LibraryFolder{t / "b", "second"}});
+  CudaToolkit tk =
+      discover_cuda_toolkit({t / "cuda"}, {}, {LibraryFolder{t / "a", "first"}, LibraryFolder{t / "b", "second"}});
   EXPECT_EQ(tk.cutlass.version, "3.8.0");
   EXPECT_EQ(tk.cutlass.from, "first");
   EXPECT_EQ(tk.include_dirs, (Paths{t / "cuda" / "include", t / "a", t / "b"}));

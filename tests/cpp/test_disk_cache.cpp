@@ -49,7 +49,7 @@ void set_age(const fs::path& p, long seconds_ago) {
 }
 
 long age_of(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(p.c_str(), &st) != 0) return -1;
   return static_cast<long>(std::time(nullptr) - st.st_mtim.tv_sec);
 }
@@ -64,8 +64,7 @@ pid_t dead_pid() {
 
 // Stores an entry with a writable cache, damages the file with `damage`, then checks that a fresh
 // cache treats it as a miss, removes it, warns once (path, reason, "recompiled"), and recompiles.
-void expect_damage_recovered(const std::string& seed,
-                             const std::function<void(std::string&)>& damage,
+void expect_damage_recovered(const std::string& seed, const std::function<void(std::string&)>& damage,
                              const std::string& reason) {
   TempDir dir;
   const Entry e = make_entry(seed);
@@ -131,8 +130,7 @@ TEST(DiskCache, EntryPathLayout) {
   const fs::path expected = dir.path() / "v1" / "sm_90a" / k.substr(0, 2) / (k + ".kjit");
   EXPECT_EQ(c.entry_path(e.key, "sm_90a"), expected);
   ASSERT_TRUE(c.store(e));
-  EXPECT_EQ(files_under(dir.path()), std::vector<fs::path>{expected})
-      << "exactly the entry: no temp or lock file left";
+  EXPECT_EQ(files_under(dir.path()), std::vector<fs::path>{expected}) << "exactly the entry: no temp or lock file left";
   EXPECT_EQ(file_mode(expected), 0600u);
 }
 
@@ -164,8 +162,8 @@ TEST(DiskCache, DirectoriesAreCreatedOwnerOnly) {
   }
   ::umask(old_umask);
   const std::string k = e.key.hex();
-  for (const fs::path& p : {dir.path() / "a", dir.path() / "a" / "b", root, root / "v1",
-                            root / "v1" / "sm_90", root / "v1" / "sm_90" / k.substr(0, 2)})
+  for (const fs::path& p : {dir.path() / "a", dir.path() / "a" / "b", root, root / "v1", root / "v1" / "sm_90",
+                            root / "v1" / "sm_90" / k.substr(0, 2)})
     EXPECT_EQ(file_mode(p), 0700u) << p;
   EXPECT_EQ(file_mode(dir.path()), 0755u) << "an existing parent is left as it was";
 }
@@ -257,14 +255,19 @@ TEST(DiskCacheFaults, TruncatedEntry) {
 }
 
 TEST(DiskCacheFaults, OneFlippedPayloadByte) {
-  expect_damage_recovered("dc-fault-flip", [](std::string& b) { b[b.size() - 3] ^= 0x10; },
-                          "payload checksum mismatch");
+  expect_damage_recovered(
+      "dc-fault-flip", [](std::string& b) { b[b.size() - 3] ^= 0x10; }, "payload checksum mismatch");
 }
 
 TEST(DiskCacheFaults, GarbageMetadata) {
   // Garbage in the metadata bytes (checksum left as it was).
-  expect_damage_recovered("dc-fault-meta", [](std::string& b) { b[152] = '#'; b[153] = '!'; },
-                          "metadata checksum mismatch");
+  expect_damage_recovered(
+      "dc-fault-meta",
+      [](std::string& b) {
+        b[152] = '#';
+        b[153] = '!';
+      },
+      "metadata checksum mismatch");
 }
 
 TEST(DiskCacheFaults, WrongMagic) {
@@ -463,20 +466,22 @@ TEST(DiskCacheFaults, WriteFailingMidway) {
     int code = 0;
     try {
       ::signal(SIGXFSZ, SIG_IGN);
-      struct rlimit lim {64 * 1024, 64 * 1024};
+      struct rlimit lim{64 * 1024, 64 * 1024};
       if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(100);
       WarningCapture warnings;
       DiskCache c(cache_config(dir.path()));
       const Entry big = make_entry("dc-fault-fsize-big", "sm_90", 1 << 20);
-      if (c.store(big)) code |= 1;                                     // must fail
-      if (warnings.count() != 1) code |= 2;                            // with one warning
-      else if (!contains(warnings.messages()[0], "File too large")) code |= 4;
+      if (c.store(big)) code |= 1;  // must fail
+      if (warnings.count() != 1)
+        code |= 2;  // with one warning
+      else if (!contains(warnings.messages()[0], "File too large"))
+        code |= 4;
       const fs::path final_path = c.entry_path(big.key, "sm_90");
-      if (fs::exists(final_path)) code |= 8;                           // no partial entry
-      if (!files_named(dir.path(), ".tmp.").empty()) code |= 16;       // no temp file
+      if (fs::exists(final_path)) code |= 8;                                    // no partial entry
+      if (!files_named(dir.path(), ".tmp.").empty()) code |= 16;                // no temp file
       if (c.store(make_entry("dc-fault-fsize-next", "sm_90", 10))) code |= 32;  // skipped now
-      if (warnings.count() != 1) code |= 64;                           // silently
-      if (!c.load(small.key, "sm_90")) code |= 128;                     // loads still work
+      if (warnings.count() != 1) code |= 64;                                    // silently
+      if (!c.load(small.key, "sm_90")) code |= 128;                             // loads still work
     } catch (...) {
       code |= 0x7f;
     }
@@ -485,9 +490,8 @@ TEST(DiskCacheFaults, WriteFailingMidway) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "child died: status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "bits: 1 stored, 2 warning count, 4 warning text, 8 entry left, 16 temp left, "
-         "32 later store not skipped, 64 extra warning, 128 load failed";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits: 1 stored, 2 warning count, 4 warning text, 8 entry left, 16 temp left, "
+                                       "32 later store not skipped, 64 extra warning, 128 load failed";
   EXPECT_TRUE(files_named(dir.path(), ".tmp.").empty());
 }
 
@@ -621,8 +625,7 @@ TEST(DiskCacheLru, PruneToASize) {
   EXPECT_EQ(r.removed_entries, 3u);
   EXPECT_LE(r.bytes_after, 2 * one);
   EXPECT_EQ(r.bytes_after, 2 * one);
-  for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(fs::exists(c.entry_path(e[i].key, "sm_90")), i >= 3) << i;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(fs::exists(c.entry_path(e[i].key, "sm_90")), i >= 3) << i;
 }
 
 // ---- list / prune / clear ------------------------------------------------------------------------
@@ -724,7 +727,10 @@ TEST(DiskCacheProduce, ProducesOnceThenHits) {
   DiskCache c(cache_config(dir.path()));
   const Entry e = make_entry("dc-produce");
   int calls = 0;
-  auto produce = [&] { ++calls; return e; };
+  auto produce = [&] {
+    ++calls;
+    return e;
+  };
   bool produced = false;
   EXPECT_TRUE(same_entry(c.load_or_produce(e.key, "sm_90", produce, &produced), e));
   EXPECT_TRUE(produced);
@@ -775,7 +781,8 @@ TEST(DiskCacheProduce, ProducerExceptionReleasesTheLock) {
   cfg.lock_timeout_s = 0.5;
   DiskCache c(cfg);
   const Entry e = make_entry("dc-produce-throws");
-  EXPECT_THROW(c.load_or_produce(e.key, "sm_90", []() -> Entry { throw std::runtime_error("nvrtc failed"); }, nullptr),
+  EXPECT_THROW(c.load_or_produce(
+                   e.key, "sm_90", []() -> Entry { throw std::runtime_error("nvrtc failed"); }, nullptr),
                std::runtime_error);
   EXPECT_TRUE(files_named(dir.path(), ".lock").empty());
   // Were the lock still held (a leaked descriptor), this would time out and throw.

@@ -42,8 +42,8 @@ struct Spec {
 };
 // 10 distinct keys.
 const std::vector<Spec> kSpecs = {
-    {DType::Float32, 1}, {DType::Float32, 2},  {DType::Float32, 4}, {DType::Float64, 1}, {DType::Float64, 2},
-    {DType::Float16, 2}, {DType::Float16, 8},  {DType::BFloat16, 4}, {DType::BFloat16, 8}, {DType::Int32, 4},
+    {DType::Float32, 1}, {DType::Float32, 2}, {DType::Float32, 4},  {DType::Float64, 1},  {DType::Float64, 2},
+    {DType::Float16, 2}, {DType::Float16, 8}, {DType::BFloat16, 4}, {DType::BFloat16, 8}, {DType::Int32, 4},
 };
 const int kKeys = static_cast<int>(kSpecs.size());
 
@@ -156,8 +156,8 @@ void check_common(const Outcome& out) {
       ++requests;
       auto [it, first] = key_of.emplace(r.spec, r.prepared->key);
       EXPECT_EQ(it->second, r.prepared->key) << "thread " << i << " got another key for spec " << r.spec;
-      const std::string expr = std::string("add_constant<") + dtype_cpp(kSpecs[r.spec].t) + ", " +
-                               std::to_string(kSpecs[r.spec].vec) + ">";
+      const std::string expr =
+          std::string("add_constant<") + dtype_cpp(kSpecs[r.spec].t) + ", " + std::to_string(kSpecs[r.spec].vec) + ">";
       EXPECT_EQ(r.prepared->meta.name_expression, expr);
       EXPECT_EQ(r.prepared->meta.target, "sm_90");
       EXPECT_EQ(r.prepared->meta.output, cache::OutputKind::Cubin);
@@ -228,14 +228,17 @@ TEST(EngineThreads, EightThreadsOneDiskCacheCompileEachKeyOnce) {
     ASSERT_TRUE(e) << r.prepared->meta.name_expression;
     EXPECT_TRUE(same_meta(e->meta, r.prepared->meta));
     ASSERT_GE(e->payload.size(), 4u);
-    EXPECT_EQ(e->payload.substr(0, 4), "\x7f" "ELF") << "the entry's payload is not a cubin";
+    EXPECT_EQ(e->payload.substr(0, 4),
+              "\x7f"
+              "ELF")
+        << "the entry's payload is not a cubin";
   }
 }
 
 // No disk cache (and so no per-key file lock): only the engine keeps threads that miss the same key at
-// once from compiling it again. prepare() keeps no memory table (compile_only() does), so a key requested again after its compile finished is compiled again: the
-// exact count depends on timing, but a thread that arrives while the key is compiling shares that compile
-// (origin "memory"), and then it holds exactly that compile's result.
+// once from compiling it again. prepare() keeps no memory table (compile_only() does), so a key requested again after
+// its compile finished is compiled again: the exact count depends on timing, but a thread that arrives while the key is
+// compiling shares that compile (origin "memory"), and then it holds exactly that compile's result.
 TEST(EngineThreads, EightThreadsCacheOffShareCompilesInFlight) {
   TempDir dir("kjit-threads");
   Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_CACHE_MODE", "off"}}));

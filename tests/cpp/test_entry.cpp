@@ -43,9 +43,7 @@ std::string raw_entry(const std::string& key_hex, const std::string& meta, const
   return out + meta + payload;
 }
 
-DecodeResult decode_expecting(const std::string& bytes, const Entry& e) {
-  return decode_entry(bytes, &e.key);
-}
+DecodeResult decode_expecting(const std::string& bytes, const Entry& e) { return decode_entry(bytes, &e.key); }
 
 void expect_rejected(const DecodeResult& r, const std::string& reason_part) {
   EXPECT_FALSE(r.entry.has_value());
@@ -203,8 +201,8 @@ TEST(Entry, AnyFlippedByteIsRejected) {
 
 TEST(Entry, GarbageMetadataWithCorrectChecksumIsMalformed) {
   const Entry e = make_entry("entry-garbage-meta");
-  const std::vector<std::string> garbage = {"not json at all", "{\"kernel\": \"add\"", "[]", "{}",
-                                            "null", std::string("\0\1\2", 3)};
+  const std::vector<std::string> garbage = {"not json at all",       "{\"kernel\": \"add\"", "[]", "{}", "null",
+                                            std::string("\0\1\2", 3)};
   for (const std::string& meta : garbage) {
     const std::string bytes = raw_entry(e.key.hex(), meta, e.payload);
     expect_rejected(decode_expecting(bytes, e), "malformed metadata");
@@ -222,10 +220,8 @@ TEST(Entry, WrongMagicIsRejected) {
 TEST(Entry, WrongVersionIsRejected) {
   const Entry e = make_entry("entry-version");
   const std::string meta = metadata_to_json(e.meta);
-  expect_rejected(decode_expecting(raw_entry(e.key.hex(), meta, e.payload, 2), e),
-                  "unsupported format version 2");
-  expect_rejected(decode_expecting(raw_entry(e.key.hex(), meta, e.payload, 0), e),
-                  "unsupported format version 0");
+  expect_rejected(decode_expecting(raw_entry(e.key.hex(), meta, e.payload, 2), e), "unsupported format version 2");
+  expect_rejected(decode_expecting(raw_entry(e.key.hex(), meta, e.payload, 0), e), "unsupported format version 0");
 }
 
 TEST(Entry, TrailingBytesAreRejected) {
@@ -267,8 +263,7 @@ TEST(Entry, HugeDeclaredLengthsAreRejectedWithoutAllocating) {
     write_le(bad, 16, c.p, 8);
     const DecodeResult r = decode_expecting(bad, e);
     EXPECT_FALSE(r.entry) << c.m << " " << c.p;
-    EXPECT_TRUE(r.error.find("truncated") != std::string::npos ||
-                r.error.find("trailing") != std::string::npos)
+    EXPECT_TRUE(r.error.find("truncated") != std::string::npos || r.error.find("trailing") != std::string::npos)
         << r.error;
   }
 }

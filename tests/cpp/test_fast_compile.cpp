@@ -22,7 +22,9 @@ namespace {
 
 using Args = std::vector<std::pair<std::string, TemplateArg>>;
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 CompileOptions at(const std::string& level) {
   CompileOptions o;

@@ -111,13 +111,13 @@ TEST(ForkSafety, NoThreadIsInsideNvrtcWhenACompileChildIsForked) {
   EXPECT_GT(plans.load(), 0);
 
   std::string last;
-  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "compile children were forked while another thread was inside "
-                                          << last << " (after " << plans.load() << " plans)";
+  EXPECT_EQ(forks_inside_nvrtc(&last), 0) << "compile children were forked while another thread was inside " << last
+                                          << " (after " << plans.load() << " plans)";
 }
 
-// `kjit warm -j N` (N > 1) compiles in child processes, one kept per thread: NVRTC serializes the compiles of one process's
-// threads (16 threads 2.7x as fast as one on a 16-CPU machine, 16 processes 12.7x), so threads alone do
-// not scale. -j 1 compiles in-process. The stand-in NVRTC logs the pid of each nvrtcCompileProgram.
+// `kjit warm -j N` (N > 1) compiles in child processes, one kept per thread: NVRTC serializes the compiles of one
+// process's threads (16 threads 2.7x as fast as one on a 16-CPU machine, 16 processes 12.7x), so threads alone do not
+// scale. -j 1 compiles in-process. The stand-in NVRTC logs the pid of each nvrtcCompileProgram.
 TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
   if (!compile_children_are_safe()) GTEST_SKIP() << "compiles run in-process under a sanitizer";
   if (!NvrtcLibrary::loaded()) {
@@ -129,14 +129,20 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
   // Four specializations of add_constant, written in the manifest schema.
   nlohmann::json records = nlohmann::json::array();
   for (int vec : {1, 2, 4, 8})
-    records.push_back({{"template", {{"builtin", true}, {"name", "add_constant"},
-                                     {"digest", Template::builtin("add_constant")->digest()}}},
-                       {"kernel", "add_constant"},
-                       {"args", {{{"name", "T"}, {"kind", "type"}, {"value", "float32"}},
-                                 {{"name", "VEC"}, {"kind", "integer"}, {"value", vec}}}},
-                       {"options", {{"std", "c++20"}, {"fast_math", false}, {"line_info", false},
-                                    {"device_debug", false}, {"max_registers", nullptr},
-                                    {"defines", nlohmann::json::object()}}}});
+    records.push_back(
+        {{"template",
+          {{"builtin", true}, {"name", "add_constant"}, {"digest", Template::builtin("add_constant")->digest()}}},
+         {"kernel", "add_constant"},
+         {"args",
+          {{{"name", "T"}, {"kind", "type"}, {"value", "float32"}},
+           {{"name", "VEC"}, {"kind", "integer"}, {"value", vec}}}},
+         {"options",
+          {{"std", "c++20"},
+           {"fast_math", false},
+           {"line_info", false},
+           {"device_debug", false},
+           {"max_registers", nullptr},
+           {"defines", nlohmann::json::object()}}}});
   const std::string manifest = (dir / "manifest.json").string();
   {
     std::ofstream f(manifest);
@@ -152,9 +158,8 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
     ::dup2(fd, 2);
     ::close(fd);
     std::ostringstream out, err;
-    const int code = cli::run({"--cache-dir", (dir / ("cache-" + jobs)).string(), "warm", manifest, "--arch",
-                               "sm_90", "-j", jobs},
-                              out, err);
+    const int code = cli::run(
+        {"--cache-dir", (dir / ("cache-" + jobs)).string(), "warm", manifest, "--arch", "sm_90", "-j", jobs}, out, err);
     ::dup2(saved, 2);
     ::close(saved);
     EXPECT_EQ(code, 0) << out.str() << err.str();
@@ -258,8 +263,9 @@ std::string slow_kernel(int salt) {
   std::string src, calls;
   for (int i = 0; i < 8; ++i) {
     const std::string g = "g" + std::to_string(i);
-    src += "__device__ __noinline__ float " + g + "(float x) { for (int j = 0; j < 4; ++j) x = x * 1.0001f + sinf(x + " +
-           std::to_string(i + 8 * salt) + ".0f); return x; }\n";
+    src += "__device__ __noinline__ float " + g +
+           "(float x) { for (int j = 0; j < 4; ++j) x = x * 1.0001f + sinf(x + " + std::to_string(i + 8 * salt) +
+           ".0f); return x; }\n";
     calls += " s += " + g + "(y[" + std::to_string(i) + "]);";
   }
   return src + "extern \"C\" __global__ void k(float* y) { float s = 0;" + calls + " y[0] = s; }\n";
@@ -277,8 +283,8 @@ pid_t fork_a_compiling_child(unsigned watchdog_s) {
         "the child's kernel");
     _exit(out.ok() && !out.payload.empty() ? 0 : 1);
   } catch (const Error& e) {
-    const bool refused = std::string(e.what()).find("forked while another thread of its parent was inside NVRTC") !=
-                         std::string::npos;
+    const bool refused =
+        std::string(e.what()).find("forked while another thread of its parent was inside NVRTC") != std::string::npos;
     if (!refused) std::fprintf(stderr, "child: %s\n", e.what());
     _exit(refused ? 2 : 1);
   } catch (...) {
@@ -288,7 +294,8 @@ pid_t fork_a_compiling_child(unsigned watchdog_s) {
 
 std::string how_it_ended(int status) {
   if (WIFSIGNALED(status))
-    return WTERMSIG(status) == SIGALRM ? "hung (killed by its watchdog)" : "killed by signal " + std::to_string(WTERMSIG(status));
+    return WTERMSIG(status) == SIGALRM ? "hung (killed by its watchdog)"
+                                       : "killed by signal " + std::to_string(WTERMSIG(status));
   return "exited with " + std::to_string(WEXITSTATUS(status));
 }
 

@@ -34,7 +34,7 @@ using kjit::testing::prepared_origin;
 namespace {
 
 FileIdentity identity_of(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
   return FileIdentity::of(st);
 }
@@ -63,8 +63,8 @@ std::shared_ptr<HeaderIndex> index_in(const TempDir& dir) {
 
 // The index vouches only for files on a local filesystem: where the test's folder is not on one,
 // the tests that need it to vouch say so and skip.
-#define SKIP_UNLESS_LOCAL(dir)                                                                     \
-  if (!HeaderIndex::on_local_filesystem((dir).path().string()))                                    \
+#define SKIP_UNLESS_LOCAL(dir)                                  \
+  if (!HeaderIndex::on_local_filesystem((dir).path().string())) \
   GTEST_SKIP() << (dir).path() << " is not on a filesystem the header index vouches for"
 
 constexpr const char* kSource = "#include \"lib/a.cuh\"\n__global__ void k(float* y) { *y = A_VALUE; }\n";
@@ -101,7 +101,7 @@ class SharedMapping {
   explicit SharedMapping(const fs::path& file) {
     fd_ = ::open(file.c_str(), O_RDWR);
     EXPECT_GE(fd_, 0) << file;
-    struct stat st {};
+    struct stat st{};
     EXPECT_EQ(::fstat(fd_, &st), 0);
     size_ = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
@@ -177,7 +177,7 @@ TEST(HeaderIndex, ANewProcessFindsWhatAnEarlierOneSaved) {
   HeaderIndex third = index_at(dir / "cache");
   EXPECT_EQ(third.find(a, identity_of(dir / "a.cuh"))->sha256, facts("a\n").sha256);
   EXPECT_EQ(third.find(b, identity_of(dir / "b.cuh"))->sha256, facts("b\n").sha256);
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(third.file().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0077, 0u) << "the index is the user's alone";
 }
@@ -209,10 +209,10 @@ TEST(HeaderIndex, ADamagedForeignOrOpenFileIsAnEmptyIndexAndIsReplaced) {
   const std::string good = saved_with_a();
   const std::string bad_sha = std::string(good).replace(good.find(facts("a\n").sha256), 4, "zzzz");
   const std::string other_tag = std::string(good).replace(good.find(kTag), std::string(kTag).size(), "kjit 0.0");
-  for (const std::string& damaged : {std::string("{not json"), std::string("[]"), std::string("{\"format\": 99}"),
-                                     std::string("{\"format\": \"1\", \"files\": {}}"),
-                                     std::string("{\"format\": null}"), bad_sha, other_tag,
-                                     good.substr(0, good.size() / 2)}) {
+  for (const std::string& damaged :
+       {std::string("{not json"), std::string("[]"), std::string("{\"format\": 99}"),
+        std::string("{\"format\": \"1\", \"files\": {}}"), std::string("{\"format\": null}"), bad_sha, other_tag,
+        good.substr(0, good.size() / 2)}) {
     SCOPED_TRACE(damaged);
     write_file(file, damaged);
     ::chmod(file.c_str(), 0600);

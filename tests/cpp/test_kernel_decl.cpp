@@ -116,8 +116,8 @@ TEST(KernelDecl, KernelsInNamespacesAreQualified) {
 // Linear, each of these parses in well under a second even under sanitizers; the bound (10 s) is far
 // from both, so it cannot flake, and the old parser exceeded it on every one of them.
 TEST(KernelDecl, HostileTokenRunsParseInLinearTime) {
-  for (const std::string unit : {"__global__ ", "namespace ", "__global__ __launch_bounds__( ",
-                                 "template <class T> __global__ "}) {
+  for (const std::string unit :
+       {"__global__ ", "namespace ", "__global__ __launch_bounds__( ", "template <class T> __global__ "}) {
     std::string source;
     while (source.size() < 660000) source += unit;
     const auto start = std::chrono::steady_clock::now();
@@ -139,10 +139,11 @@ TEST(KernelDecl, HostileTokenRunsParseInLinearTime) {
 // Issue 14 item 19: a parameter list continued with backslash-newlines (as CuPy's test kernels write
 // them) is read as the compiler reads it, after translation phase 2: `unsigned int N`, not '\ unsigned int'.
 TEST(KernelDecl, BackslashNewlineContinuationsAreSpliced) {
-  auto ks = parse_kernel_decls("template <typename T,\\\n          int VEC>\\\n"
-                               "__global__ void add(const T* x, \\\n  T* y, \\\r\n  unsigned int N) { }\n"
-                               "// a comment continued \\\n __global__ void hidden(int n);\n"
-                               "__global__ void after(unsi\\\ngned int n) { }\n");
+  auto ks = parse_kernel_decls(
+      "template <typename T,\\\n          int VEC>\\\n"
+      "__global__ void add(const T* x, \\\n  T* y, \\\r\n  unsigned int N) { }\n"
+      "// a comment continued \\\n __global__ void hidden(int n);\n"
+      "__global__ void after(unsi\\\ngned int n) { }\n");
   ASSERT_EQ(ks.size(), 2u);
   const KernelDecl& k = ks[0];
   EXPECT_EQ(k.name, "add");

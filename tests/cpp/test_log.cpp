@@ -116,7 +116,6 @@ TEST(Log, CompileDiskLoadAndStoreAreEventsWithTheirData) {
   EXPECT_EQ(loads[0].origin, "disk");
   EXPECT_EQ(loads[0].target, "sm_80");
   EXPECT_GE(loads[0].ms, 0.0);
-
 }
 
 TEST(Log, StrictMissAndDamagedEntryAreEvents) {
@@ -143,7 +142,9 @@ TEST(Log, StrictMissAndDamagedEntryAreEvents) {
   for (auto& f : std::filesystem::recursive_directory_iterator(dir / "cache"))
     if (f.path().extension() == ".kjit") entry = f.path();
   ASSERT_FALSE(entry.empty());
-  { std::ofstream(entry, std::ios::binary | std::ios::trunc) << "not an entry"; }
+  {
+    std::ofstream(entry, std::ios::binary | std::ios::trunc) << "not an entry";
+  }
   Engine fresh(settings_for(dir));
   EXPECT_EQ(prepared_origin(fresh, spec, sm90), Origin::Compiled);
   const auto damaged = captured.of_kind("cache_damaged");
@@ -229,8 +230,7 @@ TEST(KernelStats, IsBoundedAndSumsTheRest) {
   TempDir dir;
   Engine engine(settings_for(dir));
   engine.set_kernel_stats_limit(3);
-  for (int vec : {1, 2, 4, 8})
-    engine.prepare(add_constant(DType::Float32, vec), Target::parse("sm_80"));
+  for (int vec : {1, 2, 4, 8}) engine.prepare(add_constant(DType::Float32, vec), Target::parse("sm_80"));
   const auto k = engine.kernel_stats();
   ASSERT_EQ(k.size(), 3u);
   EXPECT_EQ(k.at(add_constant(DType::Float32, 1).name_expression()).compiles, 1u);

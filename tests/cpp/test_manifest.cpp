@@ -26,14 +26,14 @@ using kjit::TemplateArg;
 using kjit::cache::Manifest;
 using kjit::cache::ManifestArg;
 using kjit::cache::ManifestRecord;
-using kjit::testing::TempDir;
 using kjit::testing::read_file;
+using kjit::testing::TempDir;
 using kjit::testing::write_file;
 
 kjit::Specialization add_constant(const std::string& dtype, int vec, kjit::CompileOptions o = {}) {
-  return kjit::Specialization(kjit::Template::builtin("add_constant"), "add_constant",
-                              {{"T", TemplateArg::type(*kjit::dtype_from_name(dtype))}, {"VEC", TemplateArg::integer(vec)}},
-                              std::move(o));
+  return kjit::Specialization(
+      kjit::Template::builtin("add_constant"), "add_constant",
+      {{"T", TemplateArg::type(*kjit::dtype_from_name(dtype))}, {"VEC", TemplateArg::integer(vec)}}, std::move(o));
 }
 
 const char* kUserSource =
@@ -195,12 +195,13 @@ TEST(Manifest, AnOldRecordKeepsItsId) {
   Manifest m;
   m.add(r);
   const std::string text = kjit::cache::manifest_to_json(m);
-  EXPECT_NE(text.find("{\"record\":{\"args\":[{\"kind\":\"type\",\"name\":\"T\",\"value\":\"float32\"},{\"kind\":"
-                      "\"integer\",\"name\":\"VEC\",\"value\":4}],\"id\":\"bc5bd8bfd59f557b9ddf9cc4978fc77c08d7bace911"
-                      "aaf61b08957e6af62a7d8\",\"kernel\":\"add_constant\",\"options\":{\"defines\":{},\"device_debug\":"
-                      "false,\"fast_math\":false,\"line_info\":false,\"max_registers\":null,\"std\":\"c++20\"},"
-                      "\"template\":{\"builtin\":true,\"digest\":\"0123\",\"name\":\"add_constant\"}}}\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("{\"record\":{\"args\":[{\"kind\":\"type\",\"name\":\"T\",\"value\":\"float32\"},{\"kind\":"
+                "\"integer\",\"name\":\"VEC\",\"value\":4}],\"id\":\"bc5bd8bfd59f557b9ddf9cc4978fc77c08d7bace911"
+                "aaf61b08957e6af62a7d8\",\"kernel\":\"add_constant\",\"options\":{\"defines\":{},\"device_debug\":"
+                "false,\"fast_math\":false,\"line_info\":false,\"max_registers\":null,\"std\":\"c++20\"},"
+                "\"template\":{\"builtin\":true,\"digest\":\"0123\",\"name\":\"add_constant\"}}}\n"),
+      std::string::npos)
       << text;
   r.arch_specific = true;  // the same with the field: its own id, pinned as well
   EXPECT_EQ(r.id(), "e972010818ce6354f82aa4b5fb4d0bbcd32641ecea8937b05695f3d1cb88c251");
@@ -248,8 +249,8 @@ TEST(Manifest, TheRecorderMarksWhatWasResolvedForAnArchSpecificTarget) {
   TempDir dir("kjit-manifest");
   const fs::path file = dir / "m.json";
   {
-    kjit::Engine engine(kjit::Settings::from_map(
-        {{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", file.string()}}));
+    kjit::Engine engine(
+        kjit::Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", file.string()}}));
     engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90a"));
     engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90a"));  // once
     engine.prepare(add_constant("float32", 4), kjit::Target::parse("sm_90"));
@@ -348,13 +349,15 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   expect_parse_error("{\"kjit_manifest\": 2, \"records\": []}", "version 2 is not supported");
   expect_parse_error("{\"kjit_manifest\": 1}", "missing field \"records\"");
   expect_parse_error("{\"kjit_manifest\": 1, \"records\": {}}", "field \"records\" is object, expected array");
-  expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"kernel\": 3}]}", "records[0]: missing field \"template\"");
+  expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"kernel\": 3}]}",
+                     "records[0]: missing field \"template\"");
 
   // Version 1 documents (still read): one JSON object holding the records.
   Manifest m;
   m.add(kjit::to_record(add_constant("float32", 4)));
-  nlohmann::json j = {{"kjit_manifest", 1},
-                      {"records", nlohmann::json::array({json_lines(kjit::cache::manifest_to_json(m)).at(1)["record"]})}};
+  nlohmann::json j = {
+      {"kjit_manifest", 1},
+      {"records", nlohmann::json::array({json_lines(kjit::cache::manifest_to_json(m)).at(1)["record"]})}};
   auto edit = [&](auto f) {
     auto c = j;
     f(c["records"][0]);
@@ -367,26 +370,43 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
   // The options are the engine's to read (a field missing or of the wrong type: an error of the record's
   // specialization_of, which `kjit warm` reports for that record); the cache layer refuses only a value nested
   // deeper than options are.
-  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"].erase("std"); }), "missing field \"std\"");
-  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"]["newer"] = true; }),
+  expect_options_error(edit([](auto& r) {
+                         r.erase("id");
+                         r["options"].erase("std");
+                       }),
+                       "missing field \"std\"");
+  expect_options_error(edit([](auto& r) {
+                         r.erase("id");
+                         r["options"]["newer"] = true;
+                       }),
                        "compile option \"newer\" is not one this kjit knows");
-  expect_parse_error(edit([](auto& r) { r.erase("id"); r["options"]["defines"] = {{"A", {1}}}; }),
+  expect_parse_error(edit([](auto& r) {
+                       r.erase("id");
+                       r["options"]["defines"] = {{"A", {1}}};
+                     }),
                      "records[0].options: \"defines\" is not a value or an object of values");
   expect_parse_error(edit([](auto& r) { r["kernel"] = "other"; }), "its \"id\" does not match its content");
   // Without an id (hand-written) it parses.
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) { r.erase("id"); }), "m").records().size(), 1u);
   // Numbers that do not fit are errors, not silently wrapped (2^64 - 1 was read as -1, 2^32 + 64 as 64;
   // 2^64 - 1 is a value now, of unsigned 64-bit parameters).
-  expect_parse_error(edit([](auto& r) { r.erase("id"); r["args"][1]["value"] = 18446744073709551616.0; }),
+  expect_parse_error(edit([](auto& r) {
+                       r.erase("id");
+                       r["args"][1]["value"] = 18446744073709551616.0;
+                     }),
                      "a integer argument cannot have the value 1.8446744073709552e+19");
   EXPECT_EQ(kjit::cache::parse_manifest(edit([](auto& r) {
                                           r.erase("id");
                                           r["args"][1]["value"] = 18446744073709551615ull;
-                                        }), "m")
+                                        }),
+                                        "m")
                 .records()[0]
                 .describe(),
             "add_constant(T=float32, VEC=18446744073709551615) from template add_constant");
-  expect_options_error(edit([](auto& r) { r.erase("id"); r["options"]["max_registers"] = 4294967360ll; }),
+  expect_options_error(edit([](auto& r) {
+                         r.erase("id");
+                         r["options"]["max_registers"] = 4294967360ll;
+                       }),
                        "\"max_registers\" is not an integer in [-2^31, 2^31) or null");
   expect_parse_error("{\"kjit_manifest\": 4294967297, \"records\": []}", "version 4294967297 is not supported");
 }
@@ -397,10 +417,12 @@ TEST(Manifest, ParseErrorsNameTheFileAndWhatIsWrong) {
 TEST(Manifest, ADeeplyNestedValueIsAnErrorNotAStackOverflow) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   expect_parse_error("{\"kjit_manifest\": " + deep + "}", "version [...] is not supported");
-  expect_parse_error("{\"kjit_manifest\": 1, \"records\": [{\"template\": {\"name\": \"t\", \"builtin\": true, "
-                     "\"digest\": \"\"}, \"kernel\": \"k\", \"args\": [{\"name\": \"N\", \"kind\": \"integer\", "
-                     "\"value\": " + deep + "}], \"options\": {}}]}",
-                     "records[0].args[0]: a integer argument cannot have the value [...]");
+  expect_parse_error(
+      "{\"kjit_manifest\": 1, \"records\": [{\"template\": {\"name\": \"t\", \"builtin\": true, "
+      "\"digest\": \"\"}, \"kernel\": \"k\", \"args\": [{\"name\": \"N\", \"kind\": \"integer\", "
+      "\"value\": " +
+          deep + "}], \"options\": {}}]}",
+      "records[0].args[0]: a integer argument cannot have the value [...]");
   // A long scalar is quoted cut short.
   expect_parse_error("{\"kjit_manifest\": \"" + std::string(1000, 'x') + "\"}",
                      "version \"" + std::string(76, 'x') + "... is not supported");
@@ -499,8 +521,8 @@ TEST(Manifest, FourConcurrentProcessesLoseAndDuplicateNothing) {
 TEST(Manifest, RecordingAppendsEachRecordOnceAndTheSourcesOnce) {
   TempDir dir("kjit-manifest");
   const std::string big_comment = "// " + std::string(20000, 'x') + "\n";  // a 20 KB template
-  const auto t = kjit::Template::from_string(big_comment + "template <int N> __global__ void k(int* p) { *p = N; }",
-                                             "big.cu");
+  const auto t =
+      kjit::Template::from_string(big_comment + "template <int N> __global__ void k(int* p) { *p = N; }", "big.cu");
   const fs::path file = dir / "m.jsonl";
   kjit::cache::ManifestWriter writer(file, 10);
   std::uintmax_t first_size = 0;
@@ -539,8 +561,9 @@ TEST(Manifest, RecordingAppendsEachRecordOnceAndTheSourcesOnce) {
 TEST(Manifest, ATornLastLineLosesNothingBeforeIt) {
   TempDir dir("kjit-manifest");
   const fs::path file = dir / "m.jsonl";
-  EXPECT_EQ(kjit::cache::append_to_manifest(file, {kjit::to_record(add_constant("float32", 1)),
-                                                   kjit::to_record(add_constant("float32", 2))}, 10), 2u);
+  EXPECT_EQ(kjit::cache::append_to_manifest(
+                file, {kjit::to_record(add_constant("float32", 1)), kjit::to_record(add_constant("float32", 2))}, 10),
+            2u);
   const std::string whole = read_file(file);
   const std::string third = kjit::cache::manifest_to_json([] {
     Manifest m;
@@ -610,16 +633,23 @@ nlohmann::json big_record_line(const std::string& sources_id, int n) {
            {{"template", {{"name", "big.cu"}, {"builtin", false}, {"digest", "d"}, {"sources", sources_id}}},
             {"kernel", "k"},
             {"args", {{{"name", "N"}, {"kind", "integer"}, {"value", n}}}},
-            {"options", {{"std", "c++20"}, {"fast_math", false}, {"line_info", false}, {"device_debug", false},
-                         {"max_registers", nullptr}, {"defines", nlohmann::json::object()}}}}}};
+            {"options",
+             {{"std", "c++20"},
+              {"fast_math", false},
+              {"line_info", false},
+              {"device_debug", false},
+              {"max_registers", nullptr},
+              {"defines", nlohmann::json::object()}}}}}};
 }
 
 TEST(Manifest, ReadingSharesOneCopyOfTheSourcesAmongItsRecords) {
   const auto sources = std::make_shared<const kjit::cache::ManifestSources>(
       big_source(), std::map<std::string, std::string>{{"h.cuh", "#define H 1\n"}});
   std::string text = "{\"kjit_manifest\":2}\n";
-  text += nlohmann::json{{"sources", {{"id", sources->id()}, {"source", sources->source()},
-                                      {"headers", sources->headers()}}}}.dump() + "\n";
+  text += nlohmann::json{{"sources",
+                          {{"id", sources->id()}, {"source", sources->source()}, {"headers", sources->headers()}}}}
+              .dump() +
+          "\n";
   const int n = 2000;
   for (int i = 0; i < n; ++i) text += big_record_line(sources->id(), i).dump() + "\n";
   const Manifest m = kjit::cache::parse_manifest(text, "big");
@@ -643,8 +673,8 @@ std::size_t heap_in_use() {
 
 TEST(Manifest, AWriterKeepsRecordIdsNotCopiesOfTheSources) {
   TempDir dir("kjit-manifest");
-  const auto sources = std::make_shared<const kjit::cache::ManifestSources>(big_source(),
-                                                                            std::map<std::string, std::string>{});
+  const auto sources =
+      std::make_shared<const kjit::cache::ManifestSources>(big_source(), std::map<std::string, std::string>{});
   std::vector<ManifestRecord> records;
   for (int i = 0; i < 300; ++i) {
     ManifestRecord r;

@@ -306,16 +306,16 @@ TEST(HostFloatConversion, HalfKnownValues) {
   EXPECT_EQ(double_to_half_bits(65504.0), 0x7BFF);
   EXPECT_EQ(double_to_half_bits(65520.0), 0x7C00);
   EXPECT_EQ(double_to_half_bits(1e10), 0x7C00);
-  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -24)), 0x0001);           // smallest subnormal
-  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -25)), 0x0000);           // tie -> even (zero)
+  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -25)), 0x0000);  // tie -> even (zero)
   EXPECT_EQ(double_to_half_bits(std::ldexp(1.5, -25)), 0x0001);
-  EXPECT_EQ(double_to_half_bits(std::ldexp(3.0, -25)), 0x0002);           // tie 1.5 ulp -> even
-  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -14)), 0x0400);           // smallest normal
-  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -14) - std::ldexp(1.0, -26)), 0x0400);  // rounds up into normal
-  EXPECT_EQ(double_to_half_bits(1.0 + std::ldexp(1.0, -11)), 0x3C00);     // tie -> even
-  EXPECT_EQ(double_to_half_bits(1.0 + 3 * std::ldexp(1.0, -11)), 0x3C02);  // tie -> even (up)
+  EXPECT_EQ(double_to_half_bits(std::ldexp(3.0, -25)), 0x0002);                               // tie 1.5 ulp -> even
+  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -14)), 0x0400);                               // smallest normal
+  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -14) - std::ldexp(1.0, -26)), 0x0400);        // rounds up into normal
+  EXPECT_EQ(double_to_half_bits(1.0 + std::ldexp(1.0, -11)), 0x3C00);                         // tie -> even
+  EXPECT_EQ(double_to_half_bits(1.0 + 3 * std::ldexp(1.0, -11)), 0x3C02);                     // tie -> even (up)
   EXPECT_EQ(double_to_half_bits(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)), 0x3C01);  // above the tie
-  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -1074)), 0x0000);         // double subnormal
+  EXPECT_EQ(double_to_half_bits(std::ldexp(1.0, -1074)), 0x0000);                             // double subnormal
   EXPECT_EQ(double_to_half_bits(std::numeric_limits<double>::infinity()), 0x7C00);
   EXPECT_EQ(double_to_half_bits(-std::numeric_limits<double>::infinity()), 0xFC00);
   std::uint16_t nan = double_to_half_bits(std::nan(""));

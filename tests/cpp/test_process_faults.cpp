@@ -82,14 +82,12 @@ constexpr double kLockTimeoutS = 1.0;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 Specialization add_constant(int vec) {
-  return Specialization(kjit::Template::builtin("add_constant"), "add_constant",
-                        {{"T", kjit::TemplateArg::type(kjit::DType::Float32)},
-                         {"VEC", kjit::TemplateArg::integer(vec)}});
+  return Specialization(
+      kjit::Template::builtin("add_constant"), "add_constant",
+      {{"T", kjit::TemplateArg::type(kjit::DType::Float32)}, {"VEC", kjit::TemplateArg::integer(vec)}});
 }
 
 Settings settings_for(const fs::path& root) {
@@ -193,7 +191,7 @@ pid_t fork_engine_compile(const fs::path& root) {
 std::set<std::pair<ino_t, long long>> entry_files(const fs::path& root) {
   std::set<std::pair<ino_t, long long>> out;
   for (const auto& p : files_named(root, layout::kEntrySuffix)) {
-    struct stat st {};
+    struct stat st{};
     if (layout::classify(p.filename().string()).kind == layout::FileKind::Entry && ::stat(p.c_str(), &st) == 0)
       out.emplace(st.st_ino, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
   }
@@ -202,8 +200,8 @@ std::set<std::pair<ino_t, long long>> entry_files(const fs::path& root) {
 
 // Polls `done` every 200 us until it is true (true) or `timeout_s` passes (false).
 bool poll_until(const std::function<bool()>& done, double timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   while (Clock::now() < deadline) {
     if (done()) return true;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -293,8 +291,7 @@ TEST(ProcessFaults, EngineKilledAtRandomPointsOfARealCompile) {
     const CacheScan s = scan_cache(root);
     EXPECT_TRUE(s.problems.empty()) << s.all_problems();
     EXPECT_EQ(s.entries.size(), 1u);
-    EXPECT_EQ(prepared_origin(Engine(settings_for(root)), add_constant(4), Target::parse(kTarget)),
-              Origin::Disk);
+    EXPECT_EQ(prepared_origin(Engine(settings_for(root)), add_constant(4), Target::parse(kTarget)), Origin::Disk);
     // Temp files of the killed writer (if any) are abandoned: prune removes them and any dead lock.
     const auto report = DiskCache(cache_config(root)).prune();
     EXPECT_EQ(report.removed_temp_files, s.temps.size());
@@ -327,11 +324,14 @@ TEST(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
       ::close(ready[0]);
       try {
         DiskCache c(short_lock_config(root));
-        c.load_or_produce(key, kTarget, [&] {
-          char x = 'L';
-          if (::write(ready[1], &x, 1) != 1) ::_exit(3);
-          return compile_entry(key, 4);
-        }, nullptr);
+        c.load_or_produce(
+            key, kTarget,
+            [&] {
+              char x = 'L';
+              if (::write(ready[1], &x, 1) != 1) ::_exit(3);
+              return compile_entry(key, 4);
+            },
+            nullptr);
       } catch (...) {
         ::_exit(2);
       }
@@ -364,7 +364,8 @@ TEST(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
     bool produced = false;
     const auto start = Clock::now();
     Entry got;
-    ASSERT_NO_THROW(got = c.load_or_produce(key, kTarget, [&] { return compile_entry(key, 4); }, &produced))
+    ASSERT_NO_THROW(got = c.load_or_produce(
+                        key, kTarget, [&] { return compile_entry(key, 4); }, &produced))
         << "the dead holder's lock must not be waited for";
     const double took_ms = ms_since(start);
     if (produced) compile_ms = took_ms;
@@ -419,10 +420,13 @@ TEST(ProcessFaults, PublishedThenKilledBeforeItsLockWasRemoved) {
   WarningCapture warnings;
   DiskCache c(short_lock_config(root));
   bool produced = true;
-  const Entry got = c.load_or_produce(key, kTarget, [&]() -> Entry {
-    ADD_FAILURE() << "the published entry must be loaded, not produced again";
-    return entry;
-  }, &produced);
+  const Entry got = c.load_or_produce(
+      key, kTarget,
+      [&]() -> Entry {
+        ADD_FAILURE() << "the published entry must be loaded, not produced again";
+        return entry;
+      },
+      &produced);
   EXPECT_FALSE(produced);
   EXPECT_TRUE(same_entry(got, entry));
   EXPECT_EQ(warnings.count(), 0u) << warnings.all();
@@ -488,11 +492,14 @@ TEST(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
       return false;
     };
     if (mode == OnTempFile) {
-      EXPECT_TRUE(poll_until([&] {
-        for (const auto& t : files_named(root, ".tmp."))
-          if (layout::classify(t.filename().string()).pid == pid) return true;
-        return false;
-      }, 5)) << "the writer's temp file never appeared";  // then kill it anyway
+      EXPECT_TRUE(poll_until(
+          [&] {
+            for (const auto& t : files_named(root, ".tmp."))
+              if (layout::classify(t.filename().string()).pid == pid) return true;
+            return false;
+          },
+          5))
+          << "the writer's temp file never appeared";  // then kill it anyway
     } else if (mode == AfterAPublish) {
       EXPECT_TRUE(poll_until(published, 5)) << "the writer never published";
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(at_ms));
@@ -510,8 +517,10 @@ TEST(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
     DiskCache reader(cache_config(root));
     for (const auto& e : expected) {
       const auto got = reader.load(e.key, kTarget);
-      if (got) EXPECT_TRUE(same_entry(*got, e)) << e.key.hex();
-      else EXPECT_FALSE(fs::exists(reader.entry_path(e.key, kTarget))) << "a visible entry loads";
+      if (got)
+        EXPECT_TRUE(same_entry(*got, e)) << e.key.hex();
+      else
+        EXPECT_FALSE(fs::exists(reader.entry_path(e.key, kTarget))) << "a visible entry loads";
     }
     EXPECT_EQ(warnings.count(), 0u) << warnings.all();
     temps_left = s.temps.size();
@@ -522,7 +531,8 @@ TEST(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
   // Temp files left by dead writers are not entries, and prune removes them (and only them).
   DiskCache c(cache_config(root));
   const std::size_t entries_before = scan_cache(root).entries.size();
-  for (const auto& info : c.list()) EXPECT_EQ(layout::classify(info.path.filename().string()).kind, layout::FileKind::Entry);
+  for (const auto& info : c.list())
+    EXPECT_EQ(layout::classify(info.path.filename().string()).kind, layout::FileKind::Entry);
   const auto report = c.prune();
   EXPECT_EQ(report.removed_temp_files, temps_left);
   EXPECT_EQ(report.removed_damaged, 0u);
@@ -546,7 +556,7 @@ TEST(ProcessFaults, DiskFullDuringARealCompileAndStore) {
     ::signal(SIGXFSZ, SIG_IGN);
     Engine engine(settings_for(root));
     WarningCapture warnings;
-    struct rlimit lim {1024, 1024};  // an entry (header, metadata, cubin) is larger
+    struct rlimit lim{1024, 1024};  // an entry (header, metadata, cubin) is larger
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) c.skip("setrlimit(RLIMIT_FSIZE) failed");
 
     Origin p_origin;
@@ -598,7 +608,7 @@ class FileSizeLimit {
   }
 
  private:
-  struct rlimit old_ {};
+  struct rlimit old_{};
   sighandler_t old_handler_ = SIG_DFL;
   bool ok_ = false, restored_ = false;
 };
@@ -671,10 +681,13 @@ TEST(ProcessFaults, CacheRootDeletedUnderARunningCacheIsRecreated) {
   EXPECT_TRUE(produced) << "the deleted entry is produced again";
 
   // Deleted while this process holds the key's lock (in the middle of the compile).
-  ASSERT_NO_THROW(back = c.load_or_produce(d.key, kTarget, [&] {
-    fs::remove_all(root);
-    return d;
-  }, &produced));
+  ASSERT_NO_THROW(back = c.load_or_produce(
+                      d.key, kTarget,
+                      [&] {
+                        fs::remove_all(root);
+                        return d;
+                      },
+                      &produced));
   EXPECT_TRUE(produced);
   EXPECT_TRUE(same_entry(back, d));
   EXPECT_TRUE(DiskCache(cache_config(root)).load(d.key, kTarget).has_value());
@@ -777,7 +790,7 @@ std::string make_read_only_mount(const fs::path& dir) {
   if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
     return "mount --bind " + dir.string() + ": " + errno_string(errno);
   // A remount must keep the flags a user namespace may not drop.
-  struct statvfs sv {};
+  struct statvfs sv{};
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
   if (::statvfs(dir.c_str(), &sv) == 0) {
     if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
@@ -841,7 +854,10 @@ TEST(ProcessFaults, CacheOnAReadOnlyMount) {
       bool produced = false;
       const Entry back = cache->load_or_produce(b.key, kTarget, [&] { return b; }, &produced);
       c.check(produced && same_entry(back, b), "a miss is produced in memory");
-      c.check(cache->load_or_produce(a.key, kTarget, [&] { return b; }, &produced).key == a.key && !produced,
+      c.check(cache->load_or_produce(
+                       a.key, kTarget, [&] { return b; }, &produced)
+                          .key == a.key &&
+                  !produced,
               "an existing entry is a hit through load_or_produce");
       c.check(!cache->load(b.key, kTarget), "the produced entry was not stored");
       c.check(warnings.count() == 1, "one warning: " + warnings.all());

@@ -170,7 +170,8 @@ class RedisStoreTest : public ::testing::Test {
     return c;
   }
   // Another process of the deployment (its own connections, its own back-off).
-  std::shared_ptr<RedisStore> machine(cache::RemoteMode mode = cache::RemoteMode::ReadWrite, double lease_s = 60) const {
+  std::shared_ptr<RedisStore> machine(cache::RemoteMode mode = cache::RemoteMode::ReadWrite,
+                                      double lease_s = 60) const {
     return std::make_shared<RedisStore>(config(mode, lease_s));
   }
   cache::RedisReply redis(const cache::RedisConnection::Command& args) const {
@@ -389,7 +390,7 @@ TEST_F(RedisStoreTest, AForkedChildOpensItsOwnConnectionsInsteadOfSharingItsPare
 TEST_F(RedisStoreTest, AnIdleConnectionTheServerClosedIsReplacedWithoutAnOutage) {
   const cache::Entry e = make_entry("remote-idle-closed");
   auto a = machine();
-  ASSERT_TRUE(a->put(e));  // a pooled connection
+  ASSERT_TRUE(a->put(e));                                        // a pooled connection
   redis({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});  // what a server's idle timeout does
   WarningCapture warnings;
   EXPECT_TRUE(a->get(e.key, "sm_90"));
@@ -398,7 +399,7 @@ TEST_F(RedisStoreTest, AnIdleConnectionTheServerClosedIsReplacedWithoutAnOutage)
 
 TEST_F(RedisStoreTest, AWriteToAConnectionTheServerClosedDoesNotKillTheProcess) {
   // SIGPIPE at its default action (ends the process), as in a program that never touched it.
-  struct sigaction dfl {}, old {};
+  struct sigaction dfl{}, old{};
   dfl.sa_handler = SIG_DFL;
   ::sigaction(SIGPIPE, &dfl, &old);
   auto a = machine();
@@ -434,7 +435,8 @@ TEST_F(RedisStoreTest, AHolderKeepsItsLeaseWhileItCompilesLongerThanTheLease) {
     std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kLease));  // the point: 2.5 leases
     return e;
   };
-  std::thread holder([&] { cache::produce_once(*machine(cache::RemoteMode::ReadWrite, kLease), e.key, "sm_90", slow); });
+  std::thread holder(
+      [&] { cache::produce_once(*machine(cache::RemoteMode::ReadWrite, kLease), e.key, "sm_90", slow); });
   ASSERT_TRUE(eventually([&] { return produced.load() == 1; })) << "the holder never compiled";  // it holds the lease
   cache::FlightResult r = cache::produce_once(*machine(cache::RemoteMode::ReadWrite, kLease), e.key, "sm_90", slow);
   holder.join();
@@ -525,8 +527,9 @@ TEST_F(RedisStoreTest, ALeaseWhoseHolderDiedExpiresAndIsTakenOver) {
 TEST_F(RedisStoreTest, AHolderWhoseCompileFailsLetsTheLeaseGoAtOnce) {
   const cache::Entry e = make_entry("remote-failing-holder");
   auto a = machine();
-  EXPECT_THROW(cache::produce_once(*a, e.key, "sm_90", []() -> cache::Entry { throw CompileError("bad", "", "", {}, ""); }),
-               CompileError);
+  EXPECT_THROW(
+      cache::produce_once(*a, e.key, "sm_90", []() -> cache::Entry { throw CompileError("bad", "", "", {}, ""); }),
+      CompileError);
   EXPECT_EQ(redis({"EXISTS", RedisStore::lease_name(e.key, "sm_90")}).integer, 0);
   EXPECT_EQ(redis({"EXISTS", RedisStore::entry_name(e.key, "sm_90")}).integer, 0);
 }
@@ -642,7 +645,6 @@ cache::RemoteConfig scripted_config(const ScriptedRedis& server, double timeout_
   c.lease_s = lease_s;
   return c;
 }
-
 
 TEST(HostileRedis, ATricklingReplyCostsOneTimeoutForTheWholeReply) {
   ScriptedRedis server([](const std::vector<std::string>&) { return ScriptedRedis::trickled_bulk(); });

@@ -31,10 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using kjit::TemplateArg;
+using kjit::testing::entries_in;
 using kjit::testing::ScopedEnv;
 using kjit::testing::ScriptedRedis;
 using kjit::testing::TempDir;
-using kjit::testing::entries_in;
 
 const std::string kSecret = "the deployment secret of the CLI tests";
 
@@ -66,7 +66,6 @@ ScriptedRedis::Answer answer_with(const std::string& bytes, bool hold = false) {
   return a;
 }
 
-
 class RemoteCliTest : public ::testing::Test {
  protected:
   // A manifest of two add_constant specializations, and a cache holding both for sm_90, compiled once
@@ -75,9 +74,9 @@ class RemoteCliTest : public ::testing::Test {
     seed_ = std::make_unique<TempDir>("kjit-remote-cli-seed");
     std::vector<kjit::cache::ManifestRecord> records;
     for (int vec : {2, 4})
-      records.push_back(kjit::to_record(kjit::Specialization(
-          kjit::Template::builtin("add_constant"), "add_constant",
-          {{"T", TemplateArg::type(kjit::DType::Float32)}, {"VEC", TemplateArg::integer(vec)}})));
+      records.push_back(kjit::to_record(
+          kjit::Specialization(kjit::Template::builtin("add_constant"), "add_constant",
+                               {{"T", TemplateArg::type(kjit::DType::Float32)}, {"VEC", TemplateArg::integer(vec)}})));
     kjit::cache::append_to_manifest(manifest(), records, 10);
     ScopedEnv no_remote("KJIT_REMOTE_CACHE", std::nullopt);
     const Result r = kjit_cli(seeded(), {"warm", manifest().string(), "--arch", "sm_90", "-j", "1"});

@@ -29,12 +29,13 @@ std::shared_ptr<MapStore>& shared_store() {
 }
 
 void register_memtest() {
-  cache::register_remote_store({"memtest", "memtest://NAME",
-                                [](const std::string& url) {
-                                  if (url.size() <= std::string("memtest://").size())
-                                    throw ValueError("a memtest URL names a store: memtest://NAME");
-                                },
-                                [](const cache::RemoteConfig&) -> std::shared_ptr<cache::Store> { return shared_store(); }});
+  cache::register_remote_store(
+      {"memtest", "memtest://NAME",
+       [](const std::string& url) {
+         if (url.size() <= std::string("memtest://").size())
+           throw ValueError("a memtest URL names a store: memtest://NAME");
+       },
+       [](const cache::RemoteConfig&) -> std::shared_ptr<cache::Store> { return shared_store(); }});
 }
 
 Settings settings_with_remote(const TempDir& dir, const std::string& url) {

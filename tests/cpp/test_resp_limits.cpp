@@ -82,7 +82,7 @@ TEST(RespScanner, CountsEveryKindOfReplyHoweverTheBytesAreSplit) {
       {"*-1\r\n", 1},
       {"*0\r\n", 1},
       {"$4\r\n\r\n\r\n\r\n", 1},  // a body made of CR LF
-      {"+a\rb\r\n", 1},          // a lone CR is part of a status line, as hiredis reads it
+      {"+a\rb\r\n", 1},           // a lone CR is part of a status line, as hiredis reads it
       {"+OK\r\n$3\r\nabc\r\n:1\r\n", 3},
       {"*3\r\n$1\r\na\r\n$-1\r\n*2\r\n:1\r\n+x\r\n", 1},
       {"*2\r\n*0\r\n*-1\r\n-E\r\n", 2},

@@ -140,9 +140,12 @@ static void expect_refused(const std::map<std::string, std::string>& vars, std::
 TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
   EXPECT_FALSE(Settings::from_map({{"HOME", "/h"}}).remote_cache);
   const std::string secret(32, 's');
-  Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://10.1.2.3:7000/2"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
-                                   {"KJIT_REMOTE_CACHE_MODE", "read"}, {"KJIT_REMOTE_CACHE_TIMEOUT", "0.25"},
-                                   {"KJIT_REMOTE_CACHE_LEASE", "90"}, {"KJIT_REMOTE_CACHE_BACKOFF", "0.005"}});
+  Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://10.1.2.3:7000/2"},
+                                   {"KJIT_REMOTE_CACHE_SECRET", secret},
+                                   {"KJIT_REMOTE_CACHE_MODE", "read"},
+                                   {"KJIT_REMOTE_CACHE_TIMEOUT", "0.25"},
+                                   {"KJIT_REMOTE_CACHE_LEASE", "90"},
+                                   {"KJIT_REMOTE_CACHE_BACKOFF", "0.005"}});
   ASSERT_TRUE(s.remote_cache);
   EXPECT_EQ(s.remote_cache->url, "redis://10.1.2.3:7000/2");
   EXPECT_EQ(s.remote_cache->secret, secret);
@@ -161,18 +164,19 @@ TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
                  {"KJIT_REMOTE_CACHE_SECRET", "5 bytes", "at least 16"});
   expect_refused({{"KJIT_REMOTE_CACHE", "http://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}},
                  {"KJIT_REMOTE_CACHE", "redis://[user:password@]host[:port][/db]"});
-  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
-                  {"KJIT_REMOTE_CACHE_MODE", "write"}},
-                 {"KJIT_REMOTE_CACHE_MODE", "readwrite | read"});
-  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
-                  {"KJIT_REMOTE_CACHE_TIMEOUT", "0"}},
-                 {"KJIT_REMOTE_CACHE_TIMEOUT"});
+  expect_refused(
+      {{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}, {"KJIT_REMOTE_CACHE_MODE", "write"}},
+      {"KJIT_REMOTE_CACHE_MODE", "readwrite | read"});
+  expect_refused(
+      {{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}, {"KJIT_REMOTE_CACHE_TIMEOUT", "0"}},
+      {"KJIT_REMOTE_CACHE_TIMEOUT"});
   for (const char* bad : {"0", "-1", "soon", "1s", "nan"})
-    expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
-                    {"KJIT_REMOTE_CACHE_BACKOFF", bad}},
-                   {std::string("KJIT_REMOTE_CACHE_BACKOFF='") + bad + "' is not valid: allowed seconds, a number > 0",
-                    "Example: KJIT_REMOTE_CACHE_BACKOFF=0.25."});
-  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret},
+    expect_refused(
+        {{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET", secret}, {"KJIT_REMOTE_CACHE_BACKOFF", bad}},
+        {std::string("KJIT_REMOTE_CACHE_BACKOFF='") + bad + "' is not valid: allowed seconds, a number > 0",
+         "Example: KJIT_REMOTE_CACHE_BACKOFF=0.25."});
+  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"},
+                  {"KJIT_REMOTE_CACHE_SECRET", secret},
                   {"KJIT_REMOTE_CACHE_SECRET_FILE", "/x"}},
                  {"both set"});
 }
@@ -180,11 +184,15 @@ TEST(Settings, RemoteCacheNeedsAUrlAndADeploymentSecret) {
 TEST(Settings, RemoteCacheSecretFromAFile) {
   kjit::testing::TempDir dir;
   const fs::path file = dir.path() / "secret";
-  { std::ofstream(file) << "0123456789abcdef0123\n"; }
-  Settings s = Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", file.string()}});
+  {
+    std::ofstream(file) << "0123456789abcdef0123\n";
+  }
+  Settings s =
+      Settings::from_map({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", file.string()}});
   EXPECT_EQ(s.remote_cache->secret, "0123456789abcdef0123") << "one trailing newline is not part of it";
-  expect_refused({{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", (dir.path() / "none").string()}},
-                 {"KJIT_REMOTE_CACHE_SECRET_FILE", "cannot be read"});
+  expect_refused(
+      {{"KJIT_REMOTE_CACHE", "redis://h"}, {"KJIT_REMOTE_CACHE_SECRET_FILE", (dir.path() / "none").string()}},
+      {"KJIT_REMOTE_CACHE_SECRET_FILE", "cannot be read"});
 }
 
 // The secret file is read as the cache reads its files (hostile review 3, item 9): a FIFO nobody writes
@@ -196,7 +204,9 @@ TEST(Settings, RemoteCacheSecretFileThatIsNotASmallRegularFileIsRefusedAtOnce) {
   const fs::path fifo = dir.path() / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const fs::path big = dir.path() / "big";
-  { std::ofstream(big) << std::string(100 * 1024, 'x'); }
+  {
+    std::ofstream(big) << std::string(100 * 1024, 'x');
+  }
   for (const auto& [file, why] : std::vector<std::pair<std::string, std::string>>{
            {fifo.string(), "not a regular file"}, {"/dev/zero", "not a regular file"}, {big.string(), "larger"}}) {
     auto outcome = std::make_shared<std::promise<std::string>>();

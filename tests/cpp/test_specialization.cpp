@@ -14,7 +14,8 @@ std::shared_ptr<const Template> demo() {
     __global__ void k(T* p) {}
     template <float S, double D> __global__ void fl(float* p) {}
     __global__ void plain(float* p) {}
-  )", "demo.cu");
+  )",
+                               "demo.cu");
 }
 std::string message_of(const std::function<void()>& f) {
   try {
@@ -29,8 +30,9 @@ std::string message_of(const std::function<void()>& f) {
 TEST(Specialization, RendersNameExpressionInDeclarationOrder) {
   Specialization s(demo(), "k", {{"VEC", TemplateArg::integer(4)}, {"T", TemplateArg::type(DType::BFloat16)}});
   EXPECT_EQ(s.name_expression(), "k<__nv_bfloat16, 4>");
-  Specialization s2(demo(), "k", {{"T", TemplateArg::type(DType::Int8)}, {"VEC", TemplateArg::integer(1)},
-                                  {"FLAG", TemplateArg::boolean(true)}});
+  Specialization s2(
+      demo(), "k",
+      {{"T", TemplateArg::type(DType::Int8)}, {"VEC", TemplateArg::integer(1)}, {"FLAG", TemplateArg::boolean(true)}});
   EXPECT_EQ(s2.name_expression(), "k<signed char, 1, 3u, true>");
   EXPECT_EQ(s2.describe(), "k(T=int8, VEC=1, FLAG=true) from template demo.cu");
 }
@@ -52,8 +54,10 @@ TEST(Specialization, UnknownKernelListsKernels) {
 
 TEST(Specialization, UnknownParameterListsParameters) {
   EXPECT_EQ(message_of([] {
-              Specialization(demo(), "k", {{"T", TemplateArg::type(DType::Float32)}, {"VEC", TemplateArg::integer(1)},
-                                           {"WIDTH", TemplateArg::integer(2)}});
+              Specialization(demo(), "k",
+                             {{"T", TemplateArg::type(DType::Float32)},
+                              {"VEC", TemplateArg::integer(1)},
+                              {"WIDTH", TemplateArg::integer(2)}});
             }),
             "kernel 'k' has no template parameter 'WIDTH'; its parameters are T (type), VEC (int), U (unsigned) = "
             "3u, FLAG (bool) = false");
@@ -76,11 +80,13 @@ TEST(Specialization, KindMismatchIsTypeError) {
 }
 
 TEST(Specialization, OutOfRangeIntegerIsValueError) {
-  EXPECT_THROW(Specialization(demo(), "k", {{"T", TemplateArg::type(DType::Float32)},
-                                           {"VEC", TemplateArg::integer(1ll << 40)}}),
-               ValueError);
-  EXPECT_THROW(Specialization(demo(), "k", {{"T", TemplateArg::type(DType::Float32)}, {"VEC", TemplateArg::integer(1)},
-                                           {"U", TemplateArg::integer(-1)}}),
+  EXPECT_THROW(
+      Specialization(demo(), "k", {{"T", TemplateArg::type(DType::Float32)}, {"VEC", TemplateArg::integer(1ll << 40)}}),
+      ValueError);
+  EXPECT_THROW(Specialization(demo(), "k",
+                              {{"T", TemplateArg::type(DType::Float32)},
+                               {"VEC", TemplateArg::integer(1)},
+                               {"U", TemplateArg::integer(-1)}}),
                ValueError);
 }
 
@@ -116,7 +122,8 @@ TEST(Specialization, EveryIntegralTypeTakesExactlyItsRange) {
       {"std::size_t", "0", "18446744073709551615", "-1", ""},
   };
   for (const Case& c : cases) {
-    const auto t = Template::from_string("template <" + std::string(c.type) + " N> __global__ void k(int* p) {}", "t.cu");
+    const auto t =
+        Template::from_string("template <" + std::string(c.type) + " N> __global__ void k(int* p) {}", "t.cu");
     const KernelDecl& decl = t->kernel("k");
     ASSERT_EQ(decl.template_params.at(0).kind, TemplateParam::Kind::Integral) << c.type;
     auto spec = [&](const std::string& text) {
@@ -150,19 +157,25 @@ TEST(Specialization, EveryIntegralTypeTakesExactlyItsRange) {
 TEST(Specialization, SkippedDefaultsNameEarlierParametersByValue) {
   const auto t = Template::from_string(
       "template <typename T, int N, int M = N * 2, typename U = T, int K = sizeof(U) + M, bool B = false>\n"
-      "__global__ void k(T* x, U* y) {}\n", "defaults.cu");
-  const Specialization s(t, "k", {{"T", TemplateArg::type(DType::Float16)}, {"N", TemplateArg::integer(4)},
-                                  {"B", TemplateArg::boolean(true)}});
+      "__global__ void k(T* x, U* y) {}\n",
+      "defaults.cu");
+  const Specialization s(
+      t, "k",
+      {{"T", TemplateArg::type(DType::Float16)}, {"N", TemplateArg::integer(4)}, {"B", TemplateArg::boolean(true)}});
   EXPECT_EQ(s.name_expression(), "k<__half, 4, (4)* 2, __half, sizeof ( __half ) + ((4)* 2), true>");
   ASSERT_EQ(s.args().size(), 3u);  // only what was given
-  const Specialization with_default(t, "k", {{"T", TemplateArg::type(DType::Float16)}, {"N", TemplateArg::integer(4)},
-                                             {"M", TemplateArg::defaulted()}, {"U", TemplateArg::defaulted()},
-                                             {"K", TemplateArg::defaulted()}, {"B", TemplateArg::boolean(true)}});
+  const Specialization with_default(t, "k",
+                                    {{"T", TemplateArg::type(DType::Float16)},
+                                     {"N", TemplateArg::integer(4)},
+                                     {"M", TemplateArg::defaulted()},
+                                     {"U", TemplateArg::defaulted()},
+                                     {"K", TemplateArg::defaulted()},
+                                     {"B", TemplateArg::boolean(true)}});
   EXPECT_EQ(with_default.name_expression(), s.name_expression());
   EXPECT_EQ(with_default.args().size(), 3u);
   // Trailing defaults stay out; a member named like a parameter is not replaced.
-  const auto m = Template::from_string(
-      "template <int N, int M = traits::N + N> __global__ void k(int* p) {}\n", "member.cu");
+  const auto m =
+      Template::from_string("template <int N, int M = traits::N + N> __global__ void k(int* p) {}\n", "member.cu");
   EXPECT_EQ(Specialization(m, "k", {{"N", TemplateArg::integer(3)}}).name_expression(), "k<3>");
   EXPECT_EQ(substitute_names("traits::N + N + a.N", {{"N", "(3)"}}), "traits::N + (3) + a . N");
   // A parameter without a default cannot be left to its default.

@@ -150,7 +150,8 @@ TEST(StoreChain, DamagedBytesInALevelAreAMiss) {
 TEST(StoreChain, AnEntryForAnotherKeyOrTargetIsAMiss) {
   const Entry asked = make_entry("chain-wrong-asked");
   auto other_key = std::make_shared<WrongAnswerStore>("chain-wrong-key", make_entry("chain-wrong-other"));
-  auto other_target = std::make_shared<WrongAnswerStore>("chain-wrong-target", make_entry("chain-wrong-asked", "sm_80"));
+  auto other_target =
+      std::make_shared<WrongAnswerStore>("chain-wrong-target", make_entry("chain-wrong-asked", "sm_80"));
   auto right = std::make_shared<MapStore>("chain-wrong-right");
   right->seed(asked);
   StoreChain chain({{other_key, false}, {other_target, false}, {right, false}});
@@ -416,7 +417,8 @@ TEST(StoreChain, PrefetchAsksTheRemoteLevelOnceForWhatNoLocalLevelHas) {
               nowhere = make_entry("chain-pf-nowhere");
   c.layer->seed(here);
   c.remote->seed(there);
-  const auto r = c.chain.prefetch({{{here.key}, "sm_90"}, {{nowhere.key, there.key}, "sm_90"}, {{nowhere.key}, "sm_90"}});
+  const auto r =
+      c.chain.prefetch({{{here.key}, "sm_90"}, {{nowhere.key, there.key}, "sm_90"}, {{nowhere.key}, "sm_90"}});
   EXPECT_EQ(r.jobs, 3u);
   EXPECT_EQ(r.on_disk, 1u);
   EXPECT_EQ(r.fetched, 1u);

@@ -28,13 +28,14 @@ TEST(Template, ResolvesNestedIncludesRelativeToTheIncludingFile) {
 // Only a backslash that ends a line splices: of two before a newline, the second.
 TEST(Template, IncludesSplicedOverSeveralLinesAreFound) {
   TempDir dir;
-  for (const char* name : {"a.cuh", "b.cuh", "c.cuh", "d.cuh"}) write_file(dir / name, std::string("// ") + name + "\n");
+  for (const char* name : {"a.cuh", "b.cuh", "c.cuh", "d.cuh"})
+    write_file(dir / name, std::string("// ") + name + "\n");
   const std::string source =
       "#inc\\\nlude \"a.cuh\"\n"          // LF
       "#\\\r\ninclude \"b.cuh\"\n"        // CRLF
       "#in\\\ncl\\\nude \\\n\"c.cuh\"\n"  // several on one directive
-      "// a comment \\\\\n"                // "\\" then a newline: the second backslash splices this
-      "#include \"d.cuh\"\n"                // line onto the comment, so NVRTC never sees this include
+      "// a comment \\\\\n"               // "\\" then a newline: the second backslash splices this
+      "#include \"d.cuh\"\n"              // line onto the comment, so NVRTC never sees this include
       "#define PATH \"x\\y\"\n"
       "__global__ void k() {}\n";
   auto t = Template::from_string(source, "s.cu", {dir.path()});
@@ -97,9 +98,7 @@ TEST(Template, BuiltinsAreListedWithoutHelpers) {
   EXPECT_EQ(std::find(names.begin(), names.end(), "numeric"), names.end());
 }
 
-TEST(Template, MissingFileIsAClearError) {
-  EXPECT_THROW(Template::from_file("/nonexistent/k.cu"), ValueError);
-}
+TEST(Template, MissingFileIsAClearError) { EXPECT_THROW(Template::from_file("/nonexistent/k.cu"), ValueError); }
 
 TEST(Target, ParsesAndRejects) {
   EXPECT_EQ(Target::parse("sm_90").str(), "sm_90");
@@ -135,8 +134,8 @@ std::vector<std::string> header_names(const Template& t) {
 
 TEST(Template, IncludeNamesCannotClimbOutOfKjitsFolder) {
   // kernel_templates/../CMakeLists.txt exists (the project's own): it must not be reachable.
-  auto t = Template::from_string("#include \"../CMakeLists.txt\"\n#include <../CMakeLists.txt>\n__global__ void k() {}\n",
-                                 "climb.cu");
+  auto t = Template::from_string(
+      "#include \"../CMakeLists.txt\"\n#include <../CMakeLists.txt>\n__global__ void k() {}\n", "climb.cu");
   EXPECT_TRUE(t->headers().empty()) << header_names(*t)[0];
   EXPECT_EQ(t->unresolved_includes(), std::vector<std::string>{"../CMakeLists.txt"});
 }
@@ -160,7 +159,8 @@ TEST(Template, ManifestTemplatesResolveEscapingNamesOnlyAmongTheirRecordedHeader
   EXPECT_EQ(Template::from_memory(missing, "m.cu", {})->digest(), Template::from_string(missing, "m.cu")->digest())
       << "the #error stand-ins are not part of the digest: the recorded template keeps its key";
   // The recorded bytes are used, never the file system.
-  auto recorded = Template::from_memory(source, "recorded.cu", {{absolute, "#define SECRET 1\n"}, {"../secret.txt", "//\n"}});
+  auto recorded =
+      Template::from_memory(source, "recorded.cu", {{absolute, "#define SECRET 1\n"}, {"../secret.txt", "//\n"}});
   ASSERT_EQ(recorded->headers().size(), 2u);
   EXPECT_EQ(recorded->headers()[0].bytes, "#define SECRET 1\n");
   EXPECT_TRUE(recorded->unresolved_includes().empty());

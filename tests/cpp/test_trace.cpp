@@ -58,8 +58,8 @@ TEST(Trace, CompileAndLoadAreNamedRangesForNvtxAndTheHook) {
   trace::set_hook({});
 
   // The miss looks on disk (a short load range), compiles; the second engine loads from disk.
-  const std::string expected = "push kjit load " + name + "\npop\npush kjit compile " + name + "\npop\npush kjit load " +
-                               name + "\npop\n";
+  const std::string expected =
+      "push kjit load " + name + "\npop\npush kjit compile " + name + "\npop\npush kjit load " + name + "\npop\n";
   EXPECT_EQ(std::string(recorded()), expected);
   const std::vector<std::string> hook_expected{"begin kjit load " + name, "end", "begin kjit compile " + name, "end",
                                                "begin kjit load " + name, "end"};

@@ -27,10 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using kjit::TemplateArg;
 using kjit::cache::ManifestRecord;
+using kjit::testing::entries_in;
+using kjit::testing::read_file;
 using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
-using kjit::testing::read_file;
-using kjit::testing::entries_in;
 using kjit::testing::write_file;
 
 struct Result {
@@ -51,8 +51,9 @@ class WarmTest : public ::testing::Test {
   void SetUp() override {
     // A file template with a header, recorded from files that are gone before warm runs.
     TempDir src("kjit-warm-src");
-    write_file(src / "twice.cu", "#include \"twice_detail.cuh\"\ntemplate <typename T>\n"
-                                 "__global__ void twice(T* x) { x[threadIdx.x] *= FACTOR; }\n");
+    write_file(src / "twice.cu",
+               "#include \"twice_detail.cuh\"\ntemplate <typename T>\n"
+               "__global__ void twice(T* x) { x[threadIdx.x] *= FACTOR; }\n");
     write_file(src / "twice_detail.cuh", "#define FACTOR 2\n");
     const ManifestRecord user = kjit::to_record(kjit::Specialization(
         kjit::Template::from_file(src / "twice.cu"), "twice", {{"T", TemplateArg::type(kjit::DType::Float32)}}));
@@ -104,10 +105,12 @@ TEST_F(WarmTest, WarmsTwoArchsInParallelThenEverythingIsAlreadyCached) {
 
 TEST_F(WarmTest, WarmedEntriesAreWhatTheEngineLooksUp) {
   ASSERT_EQ(kjit({"warm", manifest().string(), "--arch", "sm_90"}).code, 0);
-  kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
+  kjit::Engine engine(
+      kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
   const ManifestRecord r = add_constant_record("float32", 4);
   kjit::Origin p_origin = kjit::Origin::Memory;
-  const auto p = engine.prepare(kjit::specialization_of(r, kjit::template_of(r)), kjit::Target::parse("sm_90"), &p_origin);
+  const auto p =
+      engine.prepare(kjit::specialization_of(r, kjit::template_of(r)), kjit::Target::parse("sm_90"), &p_origin);
   EXPECT_EQ(p_origin, kjit::Origin::Disk);
 }
 
@@ -120,11 +123,13 @@ TEST_F(WarmTest, AnArchSpecificRecordIsWarmedForSmXYaAndSkippedForPtx) {
   write_manifest({specific, add_constant_record("float32", 2)});
   Result r = kjit({"warm", manifest().string(), "--arch", "sm_90,compute_90", "-j", "1"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "4 jobs (2 specializations x 2 targets): 3 compiled, 0 already cached, 0 failed, "
-                              "1 skipped"))
+  EXPECT_TRUE(contains(r.out,
+                       "4 jobs (2 specializations x 2 targets): 3 compiled, 0 already cached, 0 failed, "
+                       "1 skipped"))
       << r.out;
-  EXPECT_TRUE(contains(r.out, "skipped: add_constant(T=float32, VEC=4) from template add_constant for compute_90: "
-                              "an arch-specific kernel"))
+  EXPECT_TRUE(contains(r.out,
+                       "skipped: add_constant(T=float32, VEC=4) from template add_constant for compute_90: "
+                       "an arch-specific kernel"))
       << r.out;
   EXPECT_TRUE(contains(r.err, "add_constant(T=float32, VEC=4) from template add_constant for sm_90a")) << r.err;
   EXPECT_TRUE(fs::is_directory(cache_dir() / "v1" / "sm_90a")) << r.out;
@@ -134,9 +139,11 @@ TEST_F(WarmTest, AnArchSpecificRecordIsWarmedForSmXYaAndSkippedForPtx) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "1 compiled, 1 already cached, 0 failed\n")) << r.out;  // the plain one for sm_90a
   // Strict: the arch-specific family's lookup (sm_90a) finds it.
-  kjit::Engine engine(kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
+  kjit::Engine engine(
+      kjit::Settings::from_map({{"KJIT_CACHE_DIR", cache_dir().string()}, {"KJIT_CACHE_MODE", "strict"}}));
   kjit::Origin p_origin = kjit::Origin::Memory;
-  const auto p = engine.prepare(kjit::specialization_of(specific, kjit::template_of(specific)), kjit::Target::parse("sm_90a"), &p_origin);
+  const auto p = engine.prepare(kjit::specialization_of(specific, kjit::template_of(specific)),
+                                kjit::Target::parse("sm_90a"), &p_origin);
   EXPECT_EQ(p_origin, kjit::Origin::Disk);
 }
 
@@ -160,7 +167,8 @@ TEST_F(WarmTest, FailuresAreListedWithTheirReasonAndExitOne) {
   Result r = kjit({"warm", manifest().string(), "--arch", "sm_90", "-j", "2"});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "1 compiled, 0 already cached, 2 failed")) << r.out;
-  EXPECT_TRUE(contains(r.out, "failed: add_constant(T=float32, VEC=3) from template add_constant for sm_90: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "failed: add_constant(T=float32, VEC=3) from template add_constant for sm_90: "))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "VEC must be a power of two")) << r.out;
   EXPECT_TRUE(contains(r.out, "cannot rebuild the recorded specialization")) << r.out;
   EXPECT_TRUE(contains(r.out, "no __global__ kernel named 'no_such_kernel'")) << r.out;
@@ -170,7 +178,8 @@ TEST_F(WarmTest, BadManifestAndModesAreClearErrors) {
   write_file(manifest(), "{\"kjit_manifest\": 7, \"records\": []}");
   Result r = kjit({"warm", manifest().string(), "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.err, "manifest " + manifest().string() + " is not valid: the file: version 7 is not supported"))
+  EXPECT_TRUE(
+      contains(r.err, "manifest " + manifest().string() + " is not valid: the file: version 7 is not supported"))
       << r.err;
   r = kjit({"warm", (dir_ / "none.json").string(), "--arch", "sm_90"});
   EXPECT_EQ(r.code, 1);
@@ -241,7 +250,8 @@ TEST_F(WarmTest, StrictModeFindsExportedEntriesInAReadOnlyLayer) {
                                                 {"KJIT_CACHE_MODE", "strict"}}));
   const ManifestRecord warmed = add_constant_record("float32", 4);
   const kjit::Target sm90 = kjit::Target::parse("sm_90");
-  EXPECT_EQ(prepared_origin(engine, kjit::specialization_of(warmed, kjit::template_of(warmed)), sm90), kjit::Origin::Disk);
+  EXPECT_EQ(prepared_origin(engine, kjit::specialization_of(warmed, kjit::template_of(warmed)), sm90),
+            kjit::Origin::Disk);
   const ManifestRecord cold = add_constant_record("float16", 4);
   try {
     engine.prepare(kjit::specialization_of(cold, kjit::template_of(cold)), sm90);
@@ -275,15 +285,16 @@ TEST_F(WarmTest, AJobWhoseEntryWasNotStoredIsAFailure) {
   write_manifest({add_constant_record("float32", 4), big_record()});
   KJIT_RUN_IN_CHILD([&](kjit::testing::ChildChecks& c) {
     ::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim {128 * 1024, 128 * 1024};  // an add_constant entry is a few KiB, a big one > 256 KiB
+    struct rlimit lim{128 * 1024, 128 * 1024};  // an add_constant entry is a few KiB, a big one > 256 KiB
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) c.skip("setrlimit(RLIMIT_FSIZE) failed");
     // One thread: the jobs run in manifest order, the small ones before the disk "fills".
     Result r = kjit({"warm", manifest().string(), "--arch", "sm_80,sm_90", "-j", "1"});
     c.check(r.code == 1, "warm exits 1, got " + std::to_string(r.code) + ":\n" + r.out + r.err);
     c.check(contains(r.out, "4 jobs (2 specializations x 2 targets): 2 compiled, 0 already cached, 2 failed"),
             "two jobs failed: " + r.out);
-    c.check(contains(r.out, "failed: big(T=float32) from template big.cu for sm_80: compiled, but the entry was "
-                            "not stored in the cache"),
+    c.check(contains(r.out,
+                     "failed: big(T=float32) from template big.cu for sm_80: compiled, but the entry was "
+                     "not stored in the cache"),
             "the failure says what: " + r.out);
     c.check(contains(r.out, "memory only") && contains(r.out, "File too large"), "and why: " + r.out);
     c.check(entries_in(cache_dir()) == 2, "the two small entries are stored");
@@ -408,19 +419,22 @@ TEST_F(WarmTest, VerifyReportsSymbolicLinksWithoutFollowingThem) {
 // ---- an export is readable by the runtime user (issue 14 item 15) --------------------------------
 
 mode_t mode_of(const fs::path& p) {
-  struct stat st {};
+  struct stat st{};
   return ::lstat(p.c_str(), &st) == 0 ? (st.st_mode & 07777) : 07777;
 }
 
 TEST_F(WarmTest, AnExportIsReadableByEveryUserWhileTheCacheStaysPrivate) {
   ASSERT_EQ(kjit({"warm", manifest().string(), "--arch", "sm_90"}).code, 0);
-  ASSERT_EQ(kjit({"export", manifest().string(), "--out", (export_dir() / "deep").string(), "--arch", "sm_90"}).code, 0);
+  ASSERT_EQ(kjit({"export", manifest().string(), "--out", (export_dir() / "deep").string(), "--arch", "sm_90"}).code,
+            0);
   const fs::path out = export_dir() / "deep";
   EXPECT_EQ(mode_of(out), 0755u);
   std::size_t files = 0;
   for (const auto& e : fs::recursive_directory_iterator(out)) {
-    if (e.is_directory()) EXPECT_EQ(mode_of(e.path()), 0755u) << e.path();
-    else EXPECT_EQ(mode_of(e.path()), 0644u) << e.path();
+    if (e.is_directory())
+      EXPECT_EQ(mode_of(e.path()), 0755u) << e.path();
+    else
+      EXPECT_EQ(mode_of(e.path()), 0644u) << e.path();
     files += e.is_regular_file();
   }
   EXPECT_EQ(files, 3u) << "two entries and the lock";
@@ -449,7 +463,8 @@ TEST_F(WarmTest, AnExportIsReadableByEveryUserWhileTheCacheStaysPrivate) {
     const ManifestRecord rec = add_constant_record("float32", 4);
     try {
       kjit::Origin p_origin = kjit::Origin::Memory;
-  const auto p = engine.prepare(kjit::specialization_of(rec, kjit::template_of(rec)), kjit::Target::parse("sm_90"), &p_origin);
+      const auto p =
+          engine.prepare(kjit::specialization_of(rec, kjit::template_of(rec)), kjit::Target::parse("sm_90"), &p_origin);
       c.check(p_origin == kjit::Origin::Disk, "a disk hit as nobody");
     } catch (const std::exception& e) {
       c.fail(std::string("nobody cannot use the export: ") + e.what());
@@ -473,7 +488,8 @@ TEST_F(WarmTest, NamesAndLogsFromAManifestAreEscaped) {
   Result r = kjit({"warm", manifest().string(), "--arch", "sm_90", "-j", "1"});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   const std::string all = r.out + r.err;
-  for (char c : {'\x1b', '\x07', '\r'}) EXPECT_EQ(all.find(c), std::string::npos) << "raw control " << int(c) << ": " << all;
+  for (char c : {'\x1b', '\x07', '\r'})
+    EXPECT_EQ(all.find(c), std::string::npos) << "raw control " << int(c) << ": " << all;
   EXPECT_TRUE(contains(r.err, "k(N=1) from template evil\\x1b[2J\\x1b]0;owned\\x07\\x0d.cu for sm_90")) << r.err;
   EXPECT_TRUE(contains(r.out, "\\x1b]0;log title\\x07")) << r.out;  // the log's #error line, escaped
   EXPECT_TRUE(contains(r.out, "\n")) << "logs keep their lines";

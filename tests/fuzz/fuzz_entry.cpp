@@ -24,8 +24,8 @@ namespace {
 using namespace kjit::cache;
 
 // The header layout of entry.hpp, for the checksum fix-up.
-constexpr std::size_t kOffMetaLen = 12, kOffPayloadLen = 16, kOffKey = 24, kOffMetaSum = 88,
-                      kOffPayloadSum = 120, kHeaderSize = 152;
+constexpr std::size_t kOffMetaLen = 12, kOffPayloadLen = 16, kOffKey = 24, kOffMetaSum = 88, kOffPayloadSum = 120,
+                      kHeaderSize = 152;
 
 [[noreturn]] void finding(const char* what, const std::string& detail = "") {
   std::fprintf(stderr, "fuzz_entry: %s %s\n", what, detail.c_str());

@@ -61,7 +61,9 @@ void put_le(std::string& s, std::size_t at, std::uint64_t v, int n) {
 }
 
 void entry_seeds(const fs::path& dir) {
-  std::string elf = "\x7f" "ELF\x02\x01\x01";
+  std::string elf =
+      "\x7f"
+      "ELF\x02\x01\x01";
   elf.resize(64, '\0');
   const Entry cubin = entry("sm_90", "sm_90", OutputKind::Cubin, elf);
   const Entry ptx = entry("compute_90", "sm_100", OutputKind::Ptx,

@@ -32,8 +32,10 @@ def no_device_reason():
     except ImportError as e:  # pragma: no cover
         return f"no CUDA device: torch cannot be imported ({e})"
     if not torch.cuda.is_available():
-        return (f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
-                f"built for CUDA {torch.version.cuda}, torch.cuda.device_count() = {torch.cuda.device_count()})")
+        return (
+            f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
+            f"built for CUDA {torch.version.cuda}, torch.cuda.device_count() = {torch.cuda.device_count()})"
+        )
     return None
 
 
@@ -93,8 +95,9 @@ def run_python(args, env=None, check=True, timeout=300, cwd=None) -> PyResult:
             full_env.pop(k, None)
         else:
             full_env[k] = str(v)
-    proc = subprocess.run([sys.executable, *args], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, *args], env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
     result = PyResult(proc)
     if check and proc.returncode != 0:
         raise AssertionError(f"python {' '.join(args)} failed: {result!r}")

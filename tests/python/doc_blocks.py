@@ -84,8 +84,10 @@ def runnable_blocks(path: pathlib.Path) -> list[Block]:
     found = []
     for b in fenced_blocks(path):
         if b.lang in REFUSED_LANGS:
-            raise AssertionError(f"{b.where}: a ```{b.lang} block is not run by the docs tests; write "
-                                 f"```{'python' if b.lang.startswith('py') else 'bash'}")
+            raise AssertionError(
+                f"{b.where}: a ```{b.lang} block is not run by the docs tests; write "
+                f"```{'python' if b.lang.startswith('py') else 'bash'}"
+            )
         if b.lang in RUN_LANGS:
             found.append(b)
         elif b.marker is not None:
@@ -98,11 +100,12 @@ def _marks(b: Block) -> list:
     if b.marker is not None:
         if b.marker == "gpu":
             marks.append(pytest.mark.gpu)
-        elif b.marker.startswith("illustrative:") and b.marker[len("illustrative:"):].strip():
-            marks.append(pytest.mark.skip(reason=f"illustrative only: {b.marker[len('illustrative:'):].strip()}"))
+        elif b.marker.startswith("illustrative:") and b.marker[len("illustrative:") :].strip():
+            marks.append(pytest.mark.skip(reason=f"illustrative only: {b.marker[len('illustrative:') :].strip()}"))
         else:
-            raise AssertionError(f"{b.where}: unknown doc-test marker {b.marker!r}; allowed: 'gpu', "
-                                 "'illustrative: REASON'")
+            raise AssertionError(
+                f"{b.where}: unknown doc-test marker {b.marker!r}; allowed: 'gpu', 'illustrative: REASON'"
+            )
     if b.lang == "python":
         if '"cuda"' in b.code and pytest.mark.gpu not in marks:
             marks.append(pytest.mark.gpu)
@@ -150,7 +153,10 @@ def run_block(b: Block, tmp_path: pathlib.Path) -> None:
     full_env = {k: v for k, v in os.environ.items()}
     full_env.update({k: str(v) for k, v in env.items()})
     full_env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    proc = subprocess.run(["bash", "-euo", "pipefail", str(script)], env=full_env, cwd=work,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (f"{b.where}: the bash block failed (exit {proc.returncode})\n"
-                                  f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", str(script)], env=full_env, cwd=work, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, (
+        f"{b.where}: the bash block failed (exit {proc.returncode})\n"
+        f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )

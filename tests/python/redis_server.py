@@ -86,8 +86,7 @@ def _answers(port: int, timeout: float = 0.5) -> bool:
 class RedisServer:
     """One redis-server process. `port` None: a free one (retried if taken in between)."""
 
-    def __init__(self, workdir, port: int | None = None, password: str | None = None,
-                 extra_args: tuple[str, ...] = ()):
+    def __init__(self, workdir, port: int | None = None, password: str | None = None, extra_args: tuple[str, ...] = ()):
         self.exe = server_path()
         if self.exe is None:
             raise RuntimeError(unavailable_reason() or "no redis-server")
@@ -132,9 +131,27 @@ class RedisServer:
 
     # --- life cycle ---------------------------------------------------------------------------------
     def _command(self, port: int) -> list[str]:
-        cmd = [self.exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-               "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(self.log_path),
-               "--dbfilename", "never-written.rdb", "--databases", "4"]
+        cmd = [
+            self.exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.log_path),
+            "--dbfilename",
+            "never-written.rdb",
+            "--databases",
+            "4",
+        ]
         if self.password:
             cmd += ["--requirepass", self.password]
         return cmd + list(self.extra_args)
@@ -146,8 +163,14 @@ class RedisServer:
         fixed = self.port is not None and self.starts > 0
         for attempt in range(5):
             port = self.port if (fixed or (self.port is not None and attempt == 0)) else free_port()
-            self.proc = subprocess.Popen(self._command(port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self._command(port),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -160,11 +183,12 @@ class RedisServer:
                 time.sleep(0.02)
             if self.proc.poll() is None:  # neither answering nor dead: give up on it
                 self._kill_proc()
-                raise RuntimeError(f"redis-server on port {port} did not answer within {timeout} s:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(f"redis-server on port {port} did not answer within {timeout} s:\n{self.log_tail()}")
             if fixed:
-                raise RuntimeError(f"redis-server could not start again on port {port} "
-                                   f"(exit {self.proc.returncode}):\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"redis-server could not start again on port {port} "
+                    f"(exit {self.proc.returncode}):\n{self.log_tail()}"
+                )
         raise RuntimeError(f"redis-server did not start (exit {self.proc.returncode}):\n{self.log_tail()}")
 
     @property

@@ -27,6 +27,7 @@ def error_of(exc_type, fn):
 
 # ---- Template ---------------------------------------------------------------------------------------
 
+
 def test_template_from_string_and_file(tmp_path):
     src = "template <typename T, int N = 2> __global__ void scale(T* x, T s, int n) {}\n__global__ void plain(float* p) {}"
     t = kjit.Template(src, name="mine.cu")
@@ -58,10 +59,20 @@ def test_template_includes_are_hashed(tmp_path):
 
 def test_kernel_options():
     t = kjit.Template.builtin("add_constant")
-    f = t.kernel("add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True},
-                 max_registers=64)
-    assert f.options == {"std": "c++17", "fast_math": True, "line_info": False, "device_debug": False,
-                         "minimal": False, "default_device": False, "fast_compile": "off", "max_registers": 64, "defines": {"A": "1", "B": "x", "C": "1", "D": "1"}}
+    f = t.kernel(
+        "add_constant", std="c++17", fast_math=True, defines={"A": 1, "B": "x", "C": None, "D": True}, max_registers=64
+    )
+    assert f.options == {
+        "std": "c++17",
+        "fast_math": True,
+        "line_info": False,
+        "device_debug": False,
+        "minimal": False,
+        "default_device": False,
+        "fast_compile": "off",
+        "max_registers": 64,
+        "defines": {"A": "1", "B": "x", "C": "1", "D": "1"},
+    }
     assert t.kernel("add_constant", minimal=True).options["minimal"] is True
     assert t.kernel("add_constant", fast_compile="max").options["fast_compile"] == "max"
     with pytest.raises(ValueError, match="fast_compile='fast' is not valid: allowed off, min, mid, max"):
@@ -104,18 +115,25 @@ def test_type_macros_say_which_16_bit_float_types_a_specialization_names():
 template <typename T, typename U> __global__ void k(T* y, const U* x) {}
 """
     t = kjit.Template(src, name="type_macros.cu")
-    cases = [("float32", "float64", 0, 0), ("float16", "float32", 1, 0), ("float32", "bfloat16", 0, 1),
-             ("float16", "bfloat16", 1, 1)]
+    cases = [
+        ("float32", "float64", 0, 0),
+        ("float16", "float32", 1, 0),
+        ("float32", "bfloat16", 0, 1),
+        ("float16", "bfloat16", 1, 1),
+    ]
     for a, b, half, bf16 in cases:
         t.kernel("k", defines={"WANT_HALF": half, "WANT_BF16": bf16}).specialize(T=a, U=b, arch="sm_90")
     # A value the user defines is the user's.
-    t.kernel("k", defines={"WANT_HALF": 1, "WANT_BF16": 0, "KJIT_USES_HALF": 1}).specialize(T="float32", U="float32",
-                                                                                         arch="sm_90")
+    t.kernel("k", defines={"WANT_HALF": 1, "WANT_BF16": 0, "KJIT_USES_HALF": 1}).specialize(
+        T="float32", U="float32", arch="sm_90"
+    )
     # A template of one's own that names a 16-bit type in its source gets 1 whatever the name expression:
     # kernel_templates/detail/numeric.cuh then declares the type (review of 2026-11-24).
-    own = kjit.Template('#include "detail/numeric.cuh"\n'
-                        "__global__ void k(float* y) { y[0] = __bfloat162float(__float2bfloat16(y[0])); }\n",
-                        name="own_bf16.cu")
+    own = kjit.Template(
+        '#include "detail/numeric.cuh"\n'
+        "__global__ void k(float* y) { y[0] = __bfloat162float(__float2bfloat16(y[0])); }\n",
+        name="own_bf16.cu",
+    )
     own.kernel("k").specialize(arch="sm_90")
 
 
@@ -127,7 +145,8 @@ def test_an_elementwise_expression_may_use_the_16_bit_intrinsics_on_float_tensor
 def test_phase_times_say_where_a_cold_start_went():
     # NVRTC loaded first: its loading counts in the compile phase, not in compile_ms (compared below).
     kjit.Template(f"__global__ void k() {{ /* {uuid.uuid4()} */ }}\n", name="nvrtc_up.cu").kernel("k").specialize(
-        arch="sm_90")
+        arch="sm_90"
+    )
     kjit.reset_stats()
     assert set(kjit.stats()["phase_ms"].values()) == {0.0}
     # A source of its own: compiled here, whatever this session's cache holds.
@@ -150,7 +169,8 @@ def test_a_new_process_keys_a_template_without_reading_its_headers_again(tmp_pat
         "t = kjit.Template.builtin('add_constant')\n"
         "k = t.kernel('add_constant', defines={'KJIT_TEST_NONCE': sys.argv[1]}).specialize(T='float16', VEC=4, "
         "arch='sm_90')\n"
-        "print(json.dumps({'headers': kjit.stats()['headers'], 'digest': t.digest, 'origin': k.origin}))\n")
+        "print(json.dumps({'headers': kjit.stats()['headers'], 'digest': t.digest, 'origin': k.origin}))\n"
+    )
     env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), KJIT_CACHE_MODE="readwrite")
     # The index vouches only for files on a local filesystem (not NFS, FUSE...): the headers here must be.
     local = {"ef53", "58465342", "9123683e", "1021994", "858458f6", "794c7630", "2fc12fc1", "73717368", "f2f52010"}
@@ -160,8 +180,9 @@ def test_a_new_process_keys_a_template_without_reading_its_headers_again(tmp_pat
             pytest.skip(f"{d} is on a filesystem (type 0x{fs_type}) the header index does not vouch for")
 
     def run(nonce):
-        out = subprocess.run([sys.executable, "-c", probe, nonce], env=env, capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", probe, nonce], env=env, capture_output=True, text=True, check=True
+        ).stdout
         return json.loads(out.strip().splitlines()[-1])
 
     first, second = run(uuid.uuid4().hex), run(uuid.uuid4().hex)
@@ -173,20 +194,26 @@ def test_a_new_process_keys_a_template_without_reading_its_headers_again(tmp_pat
 
 
 def test_template_errors():
-    assert error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("nope")) == \
-        "template 'add_constant' has no __global__ kernel named 'nope' (it declares: add_constant)"
+    assert (
+        error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("nope"))
+        == "template 'add_constant' has no __global__ kernel named 'nope' (it declares: add_constant)"
+    )
     msg = error_of(kjit.ValueError, lambda: kjit.Template.builtin("nope"))
     assert msg.startswith("there is no built-in template 'nope' in ")
     assert "available: add_constant" in msg
-    assert error_of(kjit.ValueError, lambda: kjit.Template.from_file("/nonexistent.cu")) == \
-        "cannot read template file '/nonexistent.cu': it does not exist or is not readable. Pass the path of a " \
+    assert (
+        error_of(kjit.ValueError, lambda: kjit.Template.from_file("/nonexistent.cu"))
+        == "cannot read template file '/nonexistent.cu': it does not exist or is not readable. Pass the path of a "
         ".cu/.cuh file."
-    assert error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant",
-                                                                                          std="c++11")) == \
-        "compile option std='c++11' is not valid: allowed c++17, c++20"
-    assert error_of(kjit.TypeError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant",
-                                                                                         defines="X")) == \
-        "defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got a str"
+    )
+    assert (
+        error_of(kjit.ValueError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant", std="c++11"))
+        == "compile option std='c++11' is not valid: allowed c++17, c++20"
+    )
+    assert (
+        error_of(kjit.TypeError, lambda: kjit.Template.builtin("add_constant").kernel("add_constant", defines="X"))
+        == "defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got a str"
+    )
 
 
 # ---- specialize: errors -----------------------------------------------------------------------------
@@ -194,61 +221,113 @@ def test_template_errors():
 ALLOWED = "float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool"
 
 
-@pytest.mark.parametrize("kwargs, exc, message", [
-    (dict(T=torch.float32, VEC=4, X=1), kjit.ValueError,
-     "kernel 'add_constant' has no template parameter 'X'; its parameters are T (type), VEC (int)"),
-    (dict(VEC=4), kjit.ValueError,
-     "kernel 'add_constant' needs template parameter T; its parameters are T (type), VEC (int)"),
-    (dict(T=torch.float32), kjit.ValueError,
-     "kernel 'add_constant' needs template parameter VEC; its parameters are T (type), VEC (int)"),
-    (dict(T=4, VEC=4), kjit.TypeError,
-     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
-     "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got the int 4"),
-    (dict(T=torch.zeros(1), VEC=4), kjit.TypeError,
-     "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
-     "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got a torch.Tensor (pass the tensor's .dtype)"),
-    (dict(T=torch.float32, VEC=True), kjit.TypeError,
-     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the bool True"),
-    (dict(T=torch.float32, VEC=2.0), kjit.TypeError,
-     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the float 2.0"),
-    (dict(T=torch.float32, VEC="4"), kjit.TypeError,
-     "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the str '4'"),
-    (dict(T=torch.complex64, VEC=4), kjit.TypeError,
-     f"template parameter 'T' of kernel 'add_constant' got torch.complex64, which kjit cannot specialize on; "
-     f"allowed dtypes: {ALLOWED}"),
-    (dict(T="flot32", VEC=4), kjit.ValueError,
-     f"template parameter 'T' of kernel 'add_constant': unknown dtype name 'flot32'; allowed: {ALLOWED} (or a "
-     f"torch.dtype)"),
-    (dict(T=torch.float32, VEC=2**40), kjit.ValueError,
-     "template parameter 'VEC' of kernel 'add_constant' is int: the value 1099511627776 is out of its range "
-     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
-     "from 2^63 up) or pass a value in that range."),
-    (dict(T=torch.float32, VEC=2**63), kjit.ValueError,
-     "template parameter 'VEC' of kernel 'add_constant' is int: the value 9223372036854775808 is out of its range "
-     "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
-     "from 2^63 up) or pass a value in that range."),
-    (dict(T=torch.float32, VEC=2**70), kjit.ValueError,
-     "template parameter 'VEC' of kernel 'add_constant' is int: the value 1180591620717411303424 does not fit "
-     "in 64 bits (allowed: [-2^63, 2^64), and the range of int)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        (
+            dict(T=torch.float32, VEC=4, X=1),
+            kjit.ValueError,
+            "kernel 'add_constant' has no template parameter 'X'; its parameters are T (type), VEC (int)",
+        ),
+        (
+            dict(VEC=4),
+            kjit.ValueError,
+            "kernel 'add_constant' needs template parameter T; its parameters are T (type), VEC (int)",
+        ),
+        (
+            dict(T=torch.float32),
+            kjit.ValueError,
+            "kernel 'add_constant' needs template parameter VEC; its parameters are T (type), VEC (int)",
+        ),
+        (
+            dict(T=4, VEC=4),
+            kjit.TypeError,
+            "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
+            "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got the int 4",
+        ),
+        (
+            dict(T=torch.zeros(1), VEC=4),
+            kjit.TypeError,
+            "template parameter 'T' of kernel 'add_constant' is a type: pass a torch.dtype, a numpy / CuPy / JAX "
+            "dtype or a dtype name (e.g. torch.float32, numpy.float32, 'bfloat16'), got a torch.Tensor (pass the tensor's .dtype)",
+        ),
+        (
+            dict(T=torch.float32, VEC=True),
+            kjit.TypeError,
+            "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the bool True",
+        ),
+        (
+            dict(T=torch.float32, VEC=2.0),
+            kjit.TypeError,
+            "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the float 2.0",
+        ),
+        (
+            dict(T=torch.float32, VEC="4"),
+            kjit.TypeError,
+            "template parameter 'VEC' of kernel 'add_constant' is an integer (int): pass an int, got the str '4'",
+        ),
+        (
+            dict(T=torch.complex64, VEC=4),
+            kjit.TypeError,
+            f"template parameter 'T' of kernel 'add_constant' got torch.complex64, which kjit cannot specialize on; "
+            f"allowed dtypes: {ALLOWED}",
+        ),
+        (
+            dict(T="flot32", VEC=4),
+            kjit.ValueError,
+            f"template parameter 'T' of kernel 'add_constant': unknown dtype name 'flot32'; allowed: {ALLOWED} (or a "
+            f"torch.dtype)",
+        ),
+        (
+            dict(T=torch.float32, VEC=2**40),
+            kjit.ValueError,
+            "template parameter 'VEC' of kernel 'add_constant' is int: the value 1099511627776 is out of its range "
+            "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
+            "from 2^63 up) or pass a value in that range.",
+        ),
+        (
+            dict(T=torch.float32, VEC=2**63),
+            kjit.ValueError,
+            "template parameter 'VEC' of kernel 'add_constant' is int: the value 9223372036854775808 is out of its range "
+            "[-2147483648, 2147483647]. Declare it with a wider type (e.g. long long, or unsigned long long for values "
+            "from 2^63 up) or pass a value in that range.",
+        ),
+        (
+            dict(T=torch.float32, VEC=2**70),
+            kjit.ValueError,
+            "template parameter 'VEC' of kernel 'add_constant' is int: the value 1180591620717411303424 does not fit "
+            "in 64 bits (allowed: [-2^63, 2^64), and the range of int)",
+        ),
+    ],
+)
 def test_specialize_argument_errors(add, kwargs, exc, message):
     assert error_of(exc, lambda: add.specialize(arch="sm_90", **kwargs)) == message
 
 
 def test_specialize_call_errors(add):
-    assert error_of(kjit.TypeError, lambda: add.specialize(torch.float32, 4)) == \
-        "specialize() takes keyword arguments only (the template parameters by name, and device= or arch=), got 2 " \
+    assert (
+        error_of(kjit.TypeError, lambda: add.specialize(torch.float32, 4))
+        == "specialize() takes keyword arguments only (the template parameters by name, and device= or arch=), got 2 "
         "positional; the parameters of 'add_constant' are T (type), VEC (int)"
-    assert error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, arch="sm_90", device=0)) == \
-        "specialize() takes device= (to launch) or arch= (to compile only), not both"
-    assert error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, arch=90)) == \
-        "arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got the int 90"
+    )
+    assert (
+        error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, arch="sm_90", device=0))
+        == "specialize() takes device= (to launch) or arch= (to compile only), not both"
+    )
+    assert (
+        error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, arch=90))
+        == "arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got the int 90"
+    )
     msg = error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, arch="sm_91"))
     assert "cannot compile for sm_91" in msg and "sm_90" in msg
-    assert error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, device="cpu")) == \
-        "kernels run on CUDA devices, got the device 'cpu'"
-    assert error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, device=[0])) == \
-        "device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', got a list"
+    assert (
+        error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4, device="cpu"))
+        == "kernels run on CUDA devices, got the device 'cpu'"
+    )
+    assert (
+        error_of(kjit.TypeError, lambda: add.specialize(T=torch.float32, VEC=4, device=[0]))
+        == "device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', got a list"
+    )
 
 
 def test_specialize_without_device_says_how_to_compile(add):
@@ -256,11 +335,11 @@ def test_specialize_without_device_says_how_to_compile(add):
         pytest.skip("a CUDA device is present")
     msg = error_of(kjit.ValueError, lambda: add.specialize(T=torch.float32, VEC=4))
     assert msg.startswith("no CUDA device is available (")
-    assert msg.endswith("); to compile without a GPU, pass the target architecture, e.g. "
-                        "specialize(arch='sm_90', ...)")
+    assert msg.endswith("); to compile without a GPU, pass the target architecture, e.g. specialize(arch='sm_90', ...)")
 
 
 # ---- specialize(arch=...): compile only --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, "float64"])
 def test_compile_only_add_constant(add, dtype):
@@ -284,10 +363,12 @@ def test_compile_only_add_constant(add, dtype):
 
 def test_compile_only_params_and_args(add):
     k = add.specialize(T=torch.float16, VEC=8, arch="sm_90")
-    assert k.params == [("x", "pointer", "const __half* __restrict__", "float16"),
-                        ("y", "pointer", "__half* __restrict__", "float16"),
-                        ("c", "scalar", "__half", "float16"),
-                        ("n", "scalar", "long long", "int64")]
+    assert k.params == [
+        ("x", "pointer", "const __half* __restrict__", "float16"),
+        ("y", "pointer", "__half* __restrict__", "float16"),
+        ("c", "scalar", "__half", "float16"),
+        ("n", "scalar", "long long", "int64"),
+    ]
     assert k.args == {"T": "float16", "VEC": 8}
     assert k.param_sizes is None
 
@@ -303,8 +384,9 @@ def test_compile_only_rgb_to_gray():
 
 
 def test_compile_counts_once_per_specialization():
-    f = kjit.Template(unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"),
-                      name="fill.cu").kernel("fill")
+    f = kjit.Template(
+        unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"), name="fill.cu"
+    ).kernel("fill")
     kjit.reset_stats()
     origins = [f.specialize(N=n, arch="sm_90").origin for n in [1, 2, 1, 3, 2, 1]]
     assert origins == ["compiled", "compiled", "memory", "compiled", "memory", "memory"]
@@ -325,13 +407,17 @@ def test_defaults_and_other_kinds():
     k = f.specialize(T=torch.float32, S=2, arch="sm_90")  # an int for a float parameter
     assert k.name_expression.startswith("k<float, 4, false, ")
     assert k.args["S"] == 2.0
-    assert error_of(kjit.TypeError, lambda: f.specialize(T=torch.float32, FLAG=1, arch="sm_90")) == \
-        "template parameter 'FLAG' of kernel 'k' is a bool: pass True or False, got the int 1"
+    assert (
+        error_of(kjit.TypeError, lambda: f.specialize(T=torch.float32, FLAG=1, arch="sm_90"))
+        == "template parameter 'FLAG' of kernel 'k' is a bool: pass True or False, got the int 1"
+    )
 
 
 def test_compile_error_has_the_data():
-    t = kjit.Template(unique_source("template <typename T>\n__global__ void broken(T* x) { x[0] = undefined_name; }\n"),
-                      name="broken.cu")
+    t = kjit.Template(
+        unique_source("template <typename T>\n__global__ void broken(T* x) { x[0] = undefined_name; }\n"),
+        name="broken.cu",
+    )
     with pytest.raises(kjit.CompileError) as e:
         t.kernel("broken").specialize(T=torch.float32, arch="sm_90")
     err = e.value
@@ -356,8 +442,7 @@ SNIPPET = """
 """
 
 
-@pytest.mark.parametrize("tmpl, params", [("add_constant", "T=torch.float32, VEC=4"),
-                                          ("rgb_to_gray", "H=32, W=48")])
+@pytest.mark.parametrize("tmpl, params", [("add_constant", "T=torch.float32, VEC=4"), ("rgb_to_gray", "H=32, W=48")])
 def test_second_process_finds_it_on_disk(run_py, cache_dir, tmpl, params):
     first = run_py(SNIPPET.format(tmpl=tmpl, params=params)).stdout.split()
     assert first[0] == "compiled" and first[2:] == ["1", "0"]
@@ -369,7 +454,8 @@ def test_second_process_finds_it_on_disk(run_py, cache_dir, tmpl, params):
 
 
 def test_strict_mode_raises_cache_miss(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import kjit, torch
         f = kjit.Template.builtin('add_constant').kernel('add_constant')
         try:
@@ -379,7 +465,9 @@ def test_strict_mode_raises_cache_miss(run_py):
             print('spec', e.specialization)
             print('msg', e)
         print('stats', kjit.stats()['strict_misses'], kjit.stats()['compiles'])
-    """, env={"KJIT_CACHE_MODE": "strict"})
+    """,
+        env={"KJIT_CACHE_MODE": "strict"},
+    )
     out = r.stdout
     assert re.search(r"^key [0-9a-f]{64}$", out, re.M), out
     assert "spec add_constant(T=float32, VEC=4) from template add_constant" in out

@@ -30,13 +30,28 @@ def error_of(exc, fn):
     return str(e.value)
 
 
-@pytest.mark.parametrize("typestr,dtype", [
-    ("<f2", "float16"), ("<f4", "float32"), ("<f8", "float64"), ("|i1", "int8"), ("<i2", "int16"),
-    ("<i4", "int32"), ("<i8", "int64"), ("|u1", "uint8"), ("<u2", "uint16"), ("<u4", "uint32"),
-    ("<u8", "uint64"), ("|b1", "bool"), ("=f4", "float32"),
-    # No kjit element type: complex, big-endian, void (bfloat16 has no typestr of its own).
-    ("<c8", None), (">f4", None), ("|V2", None),
-])
+@pytest.mark.parametrize(
+    "typestr,dtype",
+    [
+        ("<f2", "float16"),
+        ("<f4", "float32"),
+        ("<f8", "float64"),
+        ("|i1", "int8"),
+        ("<i2", "int16"),
+        ("<i4", "int32"),
+        ("<i8", "int64"),
+        ("|u1", "uint8"),
+        ("<u2", "uint16"),
+        ("<u4", "uint32"),
+        ("<u8", "uint64"),
+        ("|b1", "bool"),
+        ("=f4", "float32"),
+        # No kjit element type: complex, big-endian, void (bfloat16 has no typestr of its own).
+        ("<c8", None),
+        (">f4", None),
+        ("|V2", None),
+    ],
+)
 def test_cai_typestr_maps_to_dtype(typestr, dtype):
     info = _core.array_info(empty(typestr))
     assert info["protocol"] == "cuda_array_interface"
@@ -61,30 +76,39 @@ MALFORMED = [
     (CAI(shape=(0,), typestr="<f4", version=3), "it has no 'data'"),
     (CAI(shape=[0], typestr="<f4", data=(0, False), version=3), "'shape' must be a tuple of ints, got a list"),
     (CAI(shape=(0,), typestr=4, data=(0, False), version=3), "'typestr' must be a str, got the int 4"),
-    (CAI(shape=(0,), typestr="<f4", data=0, version=3),
-     "'data' must be a tuple (pointer: int, read_only: bool), got the int 0"),
+    (
+        CAI(shape=(0,), typestr="<f4", data=0, version=3),
+        "'data' must be a tuple (pointer: int, read_only: bool), got the int 0",
+    ),
     (CAI(shape=(0,), typestr="<f4", data=(0, False), version=4), "'version' is 4; kjit reads versions 0 to 3"),
     (CAI(shape=(-1,), typestr="<f4", data=(0, False), version=3), "'shape' has a negative extent -1"),
-    (CAI(shape=(0, 2), typestr="<f4", data=(0, False), strides=(4,), version=3),
-     "'strides' has 1 entries for 2 dimensions"),
-    (CAI(shape=(0,), typestr="<f4", data=(0, False), version=3, stream=0),
-     "'stream' is 0, which the interface forbids (1: the legacy default stream)"),
+    (
+        CAI(shape=(0, 2), typestr="<f4", data=(0, False), strides=(4,), version=3),
+        "'strides' has 1 entries for 2 dimensions",
+    ),
+    (
+        CAI(shape=(0,), typestr="<f4", data=(0, False), version=3, stream=0),
+        "'stream' is 0, which the interface forbids (1: the legacy default stream)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("array,detail", MALFORMED, ids=[d for _, d in MALFORMED])
 def test_malformed_interface_is_refused(array, detail):
     msg = error_of(kjit.ValueError, lambda: _core.array_info(array, "argument 'x' of k"))
-    assert msg.startswith("argument 'x' of k is a test_arrays_cpu.CAI whose __cuda_array_interface__ is malformed: "
-                          + detail)
+    assert msg.startswith(
+        "argument 'x' of k is a test_arrays_cpu.CAI whose __cuda_array_interface__ is malformed: " + detail
+    )
     assert "does not follow the CUDA Array Interface" in msg
 
 
 def test_interface_that_is_not_a_dict_is_refused():
     class Bad:
         __cuda_array_interface__ = [1, 2]
+
     assert "__cuda_array_interface__ is malformed: it must be a dict, got a list" in error_of(
-        kjit.ValueError, lambda: _core.array_info(Bad()))
+        kjit.ValueError, lambda: _core.array_info(Bad())
+    )
 
 
 def test_masked_array_is_refused():
@@ -95,8 +119,10 @@ def test_masked_array_is_refused():
 
 def test_numpy_array_is_refused_as_cpu_memory():
     msg = error_of(kjit.ValueError, lambda: _core.array_info(np.zeros(4, np.float32), "argument 'x' of k"))
-    assert msg.startswith("argument 'x' of k is a numpy.ndarray in CPU memory; kernels read CUDA device memory: "
-                          "copy it to the GPU first (e.g. cupy.asarray(x)")
+    assert msg.startswith(
+        "argument 'x' of k is a numpy.ndarray in CPU memory; kernels read CUDA device memory: "
+        "copy it to the GPU first (e.g. cupy.asarray(x)"
+    )
 
 
 def test_dlpack_device_protocol():
@@ -118,14 +144,16 @@ def test_dlpack_device_protocol():
     info = _core.array_info(OnGpu())
     assert info["protocol"] == "dlpack" and info["device"] == 1 and info["dtype"] is None
     assert "in CUDA pinned host memory; kernels read CUDA device memory" in error_of(
-        kjit.ValueError, lambda: _core.array_info(Pinned()))
+        kjit.ValueError, lambda: _core.array_info(Pinned())
+    )
     assert "with __dlpack__ but no __dlpack_device__" in error_of(kjit.TypeError, lambda: _core.array_info(NoDevice()))
 
 
 def test_object_without_a_protocol_is_refused():
     assert error_of(kjit.TypeError, lambda: _core.array_info([1.0, 2.0], "argument 'x' of k")) == (
         "argument 'x' of k is a list, which is no array: pass a CUDA tensor or an array with "
-        "__cuda_array_interface__ or __dlpack__ (CuPy, JAX, Numba, TensorFlow)")
+        "__cuda_array_interface__ or __dlpack__ (CuPy, JAX, Numba, TensorFlow)"
+    )
 
 
 def test_launcher_refuses_numpy_arrays_before_specializing(add):
@@ -135,8 +163,11 @@ def test_launcher_refuses_numpy_arrays_before_specializing(add):
     assert msg.startswith("argument 'x' of add_constant is a numpy.ndarray in CPU memory")
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float32"), np.dtype(np.float32).type, "float32"],
-                         ids=["np.float32", "np.dtype", "dtype.type", "name"])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.dtype("float32"), np.dtype(np.float32).type, "float32"],
+    ids=["np.float32", "np.dtype", "dtype.type", "name"],
+)
 def test_numpy_dtypes_specialize_like_torch_dtypes(add, dtype):
     k = add.specialize(T=dtype, VEC=4, arch="sm_90")
     assert k.args == {"T": "float32", "VEC": 4}

@@ -143,14 +143,18 @@ def test_array_of_the_wrong_dtype_is_refused(add):
             k.launch(1, 256, wrap(x), wrap(x), 1.0, 8)
         assert str(e.value) == (
             f"argument 'x' of add_constant<float, 4> points to float32 elements, got a test_arrays_gpu.{wrap.__name__} "
-            "of float64; convert it with x.astype('float32') or specialize the kernel for its dtype")
+            "of float64; convert it with x.astype('float32') or specialize the kernel for its dtype"
+        )
 
 
 def test_host_memory_is_refused(add):
     k = add.specialize(T=torch.float32, VEC=4)
     x = np.zeros(8, np.float32)
-    with pytest.raises(kjit.ValueError, match=r"^argument 'x' of add_constant<float, 4> is a numpy\.ndarray in CPU "
-                                              r"memory; kernels read CUDA device memory"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^argument 'x' of add_constant<float, 4> is a numpy\.ndarray in CPU "
+        r"memory; kernels read CUDA device memory",
+    ):
         k.launch(1, 256, x, x, 1.0, 8)
     host = CAI(torch.zeros(8, device="cuda"))
     host.__cuda_array_interface__["data"] = (x.ctypes.data, False)
@@ -159,8 +163,7 @@ def test_host_memory_is_refused(add):
 
 
 def test_launcher_specializes_from_arrays(add):
-    run = kjit.launcher(add, grid=lambda x, y, c, n: kjit.cdiv(n, 1024), block=256, T=kjit.arg("x").dtype,
-                        VEC=4)
+    run = kjit.launcher(add, grid=lambda x, y, c, n: kjit.cdiv(n, 1024), block=256, T=kjit.arg("x").dtype, VEC=4)
     x = torch.randn(N, device="cuda", dtype=torch.float16)
     y = torch.zeros_like(x)
     run(DLPackOnly(x), DLPackOnly(y), 1.0, N)
@@ -173,6 +176,7 @@ def test_launcher_specializes_from_arrays(add):
 
 
 # ---- CuPy and JAX ------------------------------------------------------------------------------------
+
 
 def test_cupy_arrays(add):
     cp = pytest.importorskip("cupy")
@@ -225,5 +229,7 @@ def test_launcher_refuses_non_contiguous_arrays(add):
     x = torch.zeros(8, 12, device="cuda").t()  # its interface gives the strides (bytes)
     with pytest.raises(kjit.ValueError) as e:
         run(CAI(x), CAI(torch.zeros(12, 8, device="cuda")), 1.0, 96)
-    assert str(e.value) == ("add_constant: argument 'x' is not contiguous (shape [12, 8], strides [1, 12] in elements): "
-                            "pass a C-contiguous copy (e.g. cupy.ascontiguousarray(x))")
+    assert str(e.value) == (
+        "add_constant: argument 'x' is not contiguous (shape [12, 8], strides [1, 12] in elements): "
+        "pass a C-contiguous copy (e.g. cupy.ascontiguousarray(x))"
+    )

@@ -64,13 +64,16 @@ RGB = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray")
 FMA = kjit.elementwise("x * y * s", "x, y", "s", name="bad_input_fma")
 SPEC = kjit.elementwise("x * s", "x", "s", specialize="s", name="bad_input_spec")
 LAUNCHER = kjit.launcher(ADD, grid=lambda x, y, c, n: kjit.cdiv(n, 1024), block=256, T=kjit.arg("x").dtype, VEC=1)
-NOT_A_TARGET = (r"is not valid: allowed sm_XY \(cubin\), sm_XYa \(arch-specific cubin\), compute_XY \(PTX\) or a "
-                r"compute capability such as 9\.0; for example sm_90")
+NOT_A_TARGET = (
+    r"is not valid: allowed sm_XY \(cubin\), sm_XYa \(arch-specific cubin\), compute_XY \(PTX\) or a "
+    r"compute capability such as 9\.0; for example sm_90"
+)
 
 
 # =====================================================================================================
 # 1. The public surface
 # =====================================================================================================
+
 
 def kjit_operator_names() -> list[str]:
     return sorted(n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("kjit::"))
@@ -105,6 +108,7 @@ def test_torch_ops_kjit_is_kjit_ops():
 # =====================================================================================================
 # 2. The operators: valid calls from a tensor factory, and PyTorch references
 # =====================================================================================================
+
 
 class Maker:
     """Builds an operator's arguments on one device.
@@ -180,6 +184,7 @@ def _norm_backward_ref(rms):
             y = _rms_ref(xr, wr, eps) if rms else F.layer_norm(xr, xr.shape[-1:], wr, br, eps)
             grads = torch.autograd.grad(y, [xr, wr] + ([br] if has_bias else []), grad)
         return grads[0], grads[1], grads[2] if has_bias else x.new_empty((0,))
+
     return ref
 
 
@@ -191,6 +196,7 @@ def _add_norm_ref(rms):
             return _rms_ref(h, w, eps), h
         w, b, eps = rest
         return F.layer_norm(h, h.shape[-1:], w, b, eps), h
+
     return ref
 
 
@@ -199,11 +205,17 @@ def _add_norm_backward_ref(rms):
         dx, dw, db = _norm_backward_ref(rms)(grad, h, w, has_bias, eps)
         g = dx if grad_h is None else dx + grad_h
         return g, g.clone(), dw, db
+
     return ref
 
 
-ACTIVATION_REFS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-                   "silu": F.silu}
+ACTIVATION_REFS = {
+    None: lambda z: z,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
 
 
 def _linear_pre(x, w, b=None, act=None, scale=1.0, res=None):
@@ -249,6 +261,7 @@ def _pool_backward_ref(fn):
             xr = x.detach().requires_grad_(True)
             (dx,) = torch.autograd.grad(fn(xr, *args), [xr], grad)
         return dx
+
     return ref
 
 
@@ -259,12 +272,12 @@ def _gray_ref(img):
 
 @dataclass
 class OpSpec:
-    build: Callable       # Maker -> the positional arguments of a valid call
-    ref: Callable         # the same arguments -> PyTorch's result
-    tensors: str          # the tensor arguments, as messages list them
-    first: str = "x"      # the argument named by the dtype and contiguity errors
+    build: Callable  # Maker -> the positional arguments of a valid call
+    ref: Callable  # the same arguments -> PyTorch's result
+    tensors: str  # the tensor arguments, as messages list them
+    first: str = "x"  # the argument named by the dtype and contiguity errors
     allowed: str = FLOAT_ALLOWED
-    seed: bool = False    # a C++ op: non-contiguous inputs are an error (the library reads any layout)
+    seed: bool = False  # a C++ op: non-contiguous inputs are an error (the library reads any layout)
     special: str | None = "naninf"  # NaN / Inf placement compared with PyTorch ("nan": NaN only; None: no floats)
     tol: float = 1e-5
 
@@ -277,8 +290,9 @@ X2 = (4, 6)
 IMG = (1, 2, 6, 6)
 OPS: dict[str, OpSpec] = {
     "relu": OpSpec(lambda m: (m.x(*X2),), torch.relu, "x"),
-    "relu_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), lambda g, y: A.threshold_backward(g, y, 0), "grad, saved",
-                            first="grad"),
+    "relu_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)), lambda g, y: A.threshold_backward(g, y, 0), "grad, saved", first="grad"
+    ),
     "sigmoid": OpSpec(lambda m: (m.x(*X2),), torch.sigmoid, "x"),
     "sigmoid_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), A.sigmoid_backward, "grad, saved", first="grad"),
     "tanh": OpSpec(lambda m: (m.x(*X2),), torch.tanh, "x"),
@@ -286,89 +300,224 @@ OPS: dict[str, OpSpec] = {
     "silu": OpSpec(lambda m: (m.x(*X2),), F.silu, "x"),
     "silu_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), A.silu_backward, "grad, saved", first="grad"),
     "gelu": OpSpec(lambda m: (m.x(*X2), "tanh"), lambda x, a: F.gelu(x, approximate=a), "x"),
-    "gelu_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2), "none"),
-                            lambda g, x, a: A.gelu_backward(g, x, approximate=a), "grad, x", first="grad"),
+    "gelu_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2), "none"),
+        lambda g, x, a: A.gelu_backward(g, x, approximate=a),
+        "grad, x",
+        first="grad",
+    ),
     "sum": OpSpec(lambda m: (m.x(*X2), -1, True), torch.sum, "x"),
     "mean": OpSpec(lambda m: (m.x(*X2), -1, False), torch.mean, "x"),
     "amax": OpSpec(lambda m: (m.x(*X2), -1, True), torch.amax, "x"),
     "amin": OpSpec(lambda m: (m.x(*X2), -1, False), torch.amin, "x"),
     "softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.softmax, "x", tol=3e-5),
-    "softmax_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), lambda g, y: A._softmax_backward_data(g, y, -1, y.dtype),
-                               "grad, output", first="output", special="nan", tol=3e-5),
+    "softmax_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        lambda g, y: A._softmax_backward_data(g, y, -1, y.dtype),
+        "grad, output",
+        first="output",
+        special="nan",
+        tol=3e-5,
+    ),
     "log_softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.log_softmax, "x", tol=3e-5),
-    "log_softmax_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)),
-                                   lambda g, y: A._log_softmax_backward_data(g, y, -1, y.dtype), "grad, output",
-                                   first="output", special="nan", tol=3e-5),
-    "layer_norm": OpSpec(lambda m: (m.x(4, 8), m.w(8), m.w(8), 1e-5),
-                         lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), "x, weight, bias", tol=1e-4),
-    "layer_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5), _norm_backward_ref(False),
-                                  "grad, x, weight", special="nan", tol=1e-4),
+    "log_softmax_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        lambda g, y: A._log_softmax_backward_data(g, y, -1, y.dtype),
+        "grad, output",
+        first="output",
+        special="nan",
+        tol=3e-5,
+    ),
+    "layer_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.w(8), m.w(8), 1e-5),
+        lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
+        "x, weight, bias",
+        tol=1e-4,
+    ),
+    "layer_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
+        _norm_backward_ref(False),
+        "grad, x, weight",
+        special="nan",
+        tol=1e-4,
+    ),
     "rms_norm": OpSpec(lambda m: (m.x(4, 8), m.w(8), 1e-6), _rms_ref, "x, weight", tol=1e-4),
-    "rms_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6), _norm_backward_ref(True),
-                                "grad, x, weight", special="nan", tol=1e-4),
-    "add_layer_norm": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5), _add_norm_ref(False),
-                             "x, residual, weight, bias", tol=1e-4),
-    "add_layer_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
-                                      _add_norm_backward_ref(False), "grad, grad_h, h, weight", first="h",
-                                      special="nan", tol=1e-4),
-    "add_rms_norm": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6), _add_norm_ref(True), "x, residual, weight",
-                           tol=1e-4),
-    "add_rms_norm_backward": OpSpec(lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
-                                    _add_norm_backward_ref(True), "grad, grad_h, h, weight", first="h",
-                                    special="nan", tol=1e-4),
+    "rms_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
+        _norm_backward_ref(True),
+        "grad, x, weight",
+        special="nan",
+        tol=1e-4,
+    ),
+    "add_layer_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5),
+        _add_norm_ref(False),
+        "x, residual, weight, bias",
+        tol=1e-4,
+    ),
+    "add_layer_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
+        _add_norm_backward_ref(False),
+        "grad, grad_h, h, weight",
+        first="h",
+        special="nan",
+        tol=1e-4,
+    ),
+    "add_rms_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6), _add_norm_ref(True), "x, residual, weight", tol=1e-4
+    ),
+    "add_rms_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
+        _add_norm_backward_ref(True),
+        "grad, grad_h, h, weight",
+        first="h",
+        special="nan",
+        tol=1e-4,
+    ),
     # The matrix ops: bfloat16 (float32 only as TF32, off by default); GEMM sums compared loosely.
-    "linear": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16), m.w(6, dtype=BF16), "gelu", 0.5,
-                                m.x(4, 6, dtype=BF16)), _linear_ref, "x, weight, bias, residual",
-                     allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
-    "linear_aux": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16), m.w(6, dtype=BF16), "silu", 2.0,
-                                    m.x(4, 6, dtype=BF16)),
-                         lambda *a: (_linear_ref(*a), _linear_pre(*a).to(a[0].dtype)), "x, weight, bias, residual",
-                         allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
-    "linear_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(6, 8, dtype=BF16),
-                                         m.x(4, 6, dtype=BF16), "gelu_tanh", 2.0, True),
-                              _linear_backward_ref, "grad, x, weight, preactivation", allowed=MATRIX_ALLOWED,
-                              special=None, tol=5e-2),
-    "linear_swiglu": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
-                            _swiglu_ref, "x, w_gate_up, residual", allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
-    "linear_swiglu_aux": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
-                                lambda x, w, r: (_swiglu_ref(x, w, r), _swiglu_pre(x, w).to(x.dtype)),
-                                "x, w_gate_up, residual",
-                                allowed=MATRIX_ALLOWED, special=None, tol=3e-2),
-    "linear_swiglu_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16),
-                                                m.x(4, 12, dtype=BF16)),
-                                     _swiglu_backward_ref, "grad, x, w_gate_up, preactivation", allowed=MATRIX_ALLOWED,
-                                     special=None, tol=5e-2),
-    "matmul": OpSpec(lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
-                     lambda a, b: (a.float() @ b.float()).to(a.dtype), "a, b", first="a", allowed=MATRIX_ALLOWED,
-                     special=None, tol=3e-2),
-    "matmul_backward": OpSpec(lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
-                              lambda g, a, b: ((g.float() @ b.float().T).to(a.dtype), (a.float().T @ g.float()).to(a.dtype)),
-                              "grad, a, b", first="a", allowed=MATRIX_ALLOWED, special=None, tol=5e-2),
-    "bmm": OpSpec(lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
-                  lambda a, b: torch.bmm(a.float(), b.float()).to(a.dtype), "a, b", first="a", allowed=MATRIX_ALLOWED,
-                  special=None, tol=3e-2),
-    "bmm_backward": OpSpec(lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
-                           lambda g, a, b: (torch.bmm(g.float(), b.float().transpose(1, 2)).to(a.dtype),
-                                            torch.bmm(a.float().transpose(1, 2), g.float()).to(a.dtype)),
-                           "grad, a, b", first="a", allowed=MATRIX_ALLOWED, special=None, tol=5e-2),
+    "linear": OpSpec(
+        lambda m: (
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.w(6, dtype=BF16),
+            "gelu",
+            0.5,
+            m.x(4, 6, dtype=BF16),
+        ),
+        _linear_ref,
+        "x, weight, bias, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "linear_aux": OpSpec(
+        lambda m: (
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.w(6, dtype=BF16),
+            "silu",
+            2.0,
+            m.x(4, 6, dtype=BF16),
+        ),
+        lambda *a: (_linear_ref(*a), _linear_pre(*a).to(a[0].dtype)),
+        "x, weight, bias, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "linear_backward": OpSpec(
+        lambda m: (
+            m.x(4, 6, dtype=BF16),
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.x(4, 6, dtype=BF16),
+            "gelu_tanh",
+            2.0,
+            True,
+        ),
+        _linear_backward_ref,
+        "grad, x, weight, preactivation",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+    ),
+    "linear_swiglu": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
+        _swiglu_ref,
+        "x, w_gate_up, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "linear_swiglu_aux": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
+        lambda x, w, r: (_swiglu_ref(x, w, r), _swiglu_pre(x, w).to(x.dtype)),
+        "x, w_gate_up, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "linear_swiglu_backward": OpSpec(
+        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 12, dtype=BF16)),
+        _swiglu_backward_ref,
+        "grad, x, w_gate_up, preactivation",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+    ),
+    "matmul": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+        lambda a, b: (a.float() @ b.float()).to(a.dtype),
+        "a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "matmul_backward": OpSpec(
+        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+        lambda g, a, b: ((g.float() @ b.float().T).to(a.dtype), (a.float().T @ g.float()).to(a.dtype)),
+        "grad, a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+    ),
+    "bmm": OpSpec(
+        lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+        lambda a, b: torch.bmm(a.float(), b.float()).to(a.dtype),
+        "a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+    ),
+    "bmm_backward": OpSpec(
+        lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+        lambda g, a, b: (
+            torch.bmm(g.float(), b.float().transpose(1, 2)).to(a.dtype),
+            torch.bmm(a.float().transpose(1, 2), g.float()).to(a.dtype),
+        ),
+        "grad, a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+    ),
     "max_pool2d": OpSpec(lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]), F.max_pool2d, "x"),
-    "max_pool2d_backward": OpSpec(lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]),
-                                  _pool_backward_ref(F.max_pool2d), "grad, x"),
-    "avg_pool2d": OpSpec(lambda m: (m.x(*IMG), [3, 3], [2, 2], [1, 1], False),
-                         lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c), "x"),
-    "avg_pool2d_backward": OpSpec(lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
-                                  _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
-                                  "grad, x"),
+    "max_pool2d_backward": OpSpec(
+        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]), _pool_backward_ref(F.max_pool2d), "grad, x"
+    ),
+    "avg_pool2d": OpSpec(
+        lambda m: (m.x(*IMG), [3, 3], [2, 2], [1, 1], False),
+        lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c),
+        "x",
+    ),
+    "avg_pool2d_backward": OpSpec(
+        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
+        _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
+        "grad, x",
+    ),
     "add_constant": OpSpec(lambda m: (m.x(*X2), 2.5), torch.add, "x", seed=True),
-    "rgb_to_gray": OpSpec(lambda m: (m.u8(5, 7, 3),), _gray_ref, "img", first="img", allowed=U8_ALLOWED, seed=True,
-                          special=None, tol=0),
-    "outer": OpSpec(lambda m: (m.x(2, 3), m.x(2, 4)), lambda a, b: a.unsqueeze(-1) * b.unsqueeze(-2), "a, b",
-                    first="a", seed=True),
-    "outer_backward": OpSpec(lambda m: (m.x(2, 3, 4), m.x(2, 3), m.x(2, 4)),
-                             lambda g, a, b: ((g * b.unsqueeze(-2)).sum(-1), (g * a.unsqueeze(-1)).sum(-2)),
-                             "grad, a, b", first="a", seed=True),
-    "fused_update": OpSpec(lambda m: (m.x(*X2), m.x(*X2), m.x(*X2), 0.5, -1.5, 0.25),
-                           lambda x, mo, n, a, b, c: a * x + b * mo + c * n, "x, model_out, noise", seed=True),
+    "rgb_to_gray": OpSpec(
+        lambda m: (m.u8(5, 7, 3),), _gray_ref, "img", first="img", allowed=U8_ALLOWED, seed=True, special=None, tol=0
+    ),
+    "outer": OpSpec(
+        lambda m: (m.x(2, 3), m.x(2, 4)), lambda a, b: a.unsqueeze(-1) * b.unsqueeze(-2), "a, b", first="a", seed=True
+    ),
+    "outer_backward": OpSpec(
+        lambda m: (m.x(2, 3, 4), m.x(2, 3), m.x(2, 4)),
+        lambda g, a, b: ((g * b.unsqueeze(-2)).sum(-1), (g * a.unsqueeze(-1)).sum(-2)),
+        "grad, a, b",
+        first="a",
+        seed=True,
+    ),
+    "fused_update": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2), m.x(*X2), 0.5, -1.5, 0.25),
+        lambda x, mo, n, a, b, c: a * x + b * mo + c * n,
+        "x, model_out, noise",
+        seed=True,
+    ),
 }
 
 
@@ -396,17 +545,18 @@ def check_op(name: str, m: Maker, tol: float | None = None):
 # 3. Cases
 # =====================================================================================================
 
+
 class WrongError(AssertionError):
     """The bad call did not give the documented error (the only failure a known(...) row accepts)."""
 
 
 @dataclass(frozen=True)
 class Case:
-    target: str           # the public name it calls (see public_surface())
+    target: str  # the public name it calls (see public_surface())
     category: str
-    call: Callable        # Maker -> the bad call's result
+    call: Callable  # Maker -> the bad call's result
     exc: type
-    pattern: str          # re.search in str(error)
+    pattern: str  # re.search in str(error)
     known_meta: str | None = None  # a known bug of the meta (fake) implementation only
 
 
@@ -424,8 +574,9 @@ def case(target, category, call, exc, pattern, id, *, known=None, known_meta=Non
     marks = list(marks)
     if known:
         marks.append(known_bug(known))
-    return pytest.param(Case(target, category, call, exc, pattern, known_meta),
-                        id=f"{target.removeprefix('kjit.')}-{id}", marks=marks)
+    return pytest.param(
+        Case(target, category, call, exc, pattern, known_meta), id=f"{target.removeprefix('kjit.')}-{id}", marks=marks
+    )
 
 
 def covers(target, *categories):
@@ -440,17 +591,32 @@ def op(name):
 
 # ---- the operator rows, generated from OPS ------------------------------------------------------------
 
+
 def _cpu_tensor_rows():
     rows = []
     for name, spec in OPS.items():
         names = re.escape(spec.tensors)
-        pattern = (rf"^kjit\.ops\.{name}: expected all tensors on one CUDA device, got cpu \({names}\); move them "
-                   r"with \.to\('cuda'\)")
+        pattern = (
+            rf"^kjit\.ops\.{name}: expected all tensors on one CUDA device, got cpu \({names}\); move them "
+            r"with \.to\('cuda'\)"
+        )
         rows.append(case(op(name), "cpu", lambda m, n=name: check_op(n, Maker("cpu")), kjit.ValueError, pattern, "cpu"))
         # requires_grad goes through the autograd kernel first; the same error comes out.
-        rows.append(case(op(name), "cpu", lambda m, n=name: getattr(ops, n)(*[
-            a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-            for a in OPS[n].build(Maker("cpu"))]), kjit.ValueError, pattern, "cpu-requires-grad"))
+        rows.append(
+            case(
+                op(name),
+                "cpu",
+                lambda m, n=name: getattr(ops, n)(
+                    *[
+                        a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                        for a in OPS[n].build(Maker("cpu"))
+                    ]
+                ),
+                kjit.ValueError,
+                pattern,
+                "cpu-requires-grad",
+            )
+        )
     return rows
 
 
@@ -459,10 +625,20 @@ def _dtype_rows():
     for name, spec in OPS.items():
         bad = [torch.float32, torch.int8] if spec.allowed == U8_ALLOWED else [torch.int32, torch.bool, torch.complex64]
         for dt in bad:
-            pattern = (rf"^kjit\.ops\.{name}: {spec.first} has dtype {re.escape(str(dt))}, which is not supported; "
-                       rf"{spec.allowed}")
-            rows.append(case(op(name), "dtype", lambda m, n=name, dt=dt: check_op(n, Maker(m.device, dtype=dt)),
-                             kjit.TypeError, pattern, str(dt).removeprefix("torch.")))
+            pattern = (
+                rf"^kjit\.ops\.{name}: {spec.first} has dtype {re.escape(str(dt))}, which is not supported; "
+                rf"{spec.allowed}"
+            )
+            rows.append(
+                case(
+                    op(name),
+                    "dtype",
+                    lambda m, n=name, dt=dt: check_op(n, Maker(m.device, dtype=dt)),
+                    kjit.TypeError,
+                    pattern,
+                    str(dt).removeprefix("torch."),
+                )
+            )
     return rows
 
 
@@ -475,30 +651,70 @@ def _argument_rows():
         n_args = len(schema.arguments)
         first = schema.arguments[0].name
         rows += [
-            case(op(name), "args", lambda m, n=name: getattr(ops, n)(), RuntimeError,
-                 rf"^kjit::{name}\(\) is missing value for argument '{first}'\. Declaration: kjit::{name}\(", "no-args"),
-            case(op(name), "args", lambda m, n=name: getattr(ops, n)(*OPS[n].build(m), 1), RuntimeError,
-                 rf"^kjit::{name}\(\) expected at most {n_args} argument\(s\) but received {n_args + 1} argument\(s\)",
-                 "one-too-many"),
-            case(op(name), "args", lambda m, n=name: getattr(ops, n)(*OPS[n].build(m), bogus=1), RuntimeError,
-                 rf"^kjit::{name}\(\) expected at most {n_args} argument\(s\)", "unknown-keyword"),
-            case(op(name), "args", lambda m, n=name: getattr(ops, n)([1.0], *OPS[n].build(m)[1:]), RuntimeError,
-                 rf"^kjit::{name}\(\) Expected a value of type 'Tensor' for argument '{first}' but instead found type "
-                 r"'list'", "list-for-tensor"),
-            case(op(name), "args", lambda m, n=name: getattr(ops, n)(None, *OPS[n].build(m)[1:]), kjit.TypeError,
-                 rf"^kjit\.ops\.{name}: {first} must be a torch\.Tensor, got NoneType", "None-for-tensor"),
+            case(
+                op(name),
+                "args",
+                lambda m, n=name: getattr(ops, n)(),
+                RuntimeError,
+                rf"^kjit::{name}\(\) is missing value for argument '{first}'\. Declaration: kjit::{name}\(",
+                "no-args",
+            ),
+            case(
+                op(name),
+                "args",
+                lambda m, n=name: getattr(ops, n)(*OPS[n].build(m), 1),
+                RuntimeError,
+                rf"^kjit::{name}\(\) expected at most {n_args} argument\(s\) but received {n_args + 1} argument\(s\)",
+                "one-too-many",
+            ),
+            case(
+                op(name),
+                "args",
+                lambda m, n=name: getattr(ops, n)(*OPS[n].build(m), bogus=1),
+                RuntimeError,
+                rf"^kjit::{name}\(\) expected at most {n_args} argument\(s\)",
+                "unknown-keyword",
+            ),
+            case(
+                op(name),
+                "args",
+                lambda m, n=name: getattr(ops, n)([1.0], *OPS[n].build(m)[1:]),
+                RuntimeError,
+                rf"^kjit::{name}\(\) Expected a value of type 'Tensor' for argument '{first}' but instead found type "
+                r"'list'",
+                "list-for-tensor",
+            ),
+            case(
+                op(name),
+                "args",
+                lambda m, n=name: getattr(ops, n)(None, *OPS[n].build(m)[1:]),
+                kjit.TypeError,
+                rf"^kjit\.ops\.{name}: {first} must be a torch\.Tensor, got NoneType",
+                "None-for-tensor",
+            ),
         ]
     return rows
 
 
 def _huge_meta_rows():
-    return [case(op(name), "huge", lambda m, n=name: check_op(n, Maker("meta", lead=2**29)), type(None), "",
-                 "meta-2^31-elements") for name in OPS]
+    return [
+        case(
+            op(name),
+            "huge",
+            lambda m, n=name: check_op(n, Maker("meta", lead=2**29)),
+            type(None),
+            "",
+            "meta-2^31-elements",
+        )
+        for name in OPS
+    ]
 
 
 def _empty_meta_rows():
-    return [case(op(name), "empty", lambda m, n=name: check_op(n, Maker("meta", lead=0)), type(None), "", "meta-empty")
-            for name in OPS]
+    return [
+        case(op(name), "empty", lambda m, n=name: check_op(n, Maker("meta", lead=0)), type(None), "", "meta-empty")
+        for name in OPS
+    ]
 
 
 OP_CPU_TENSOR_CASES = _cpu_tensor_rows()
@@ -517,158 +733,494 @@ def _v(name, id, call, exc, pattern, *, category="value", known=None, known_meta
 
 OP_VALUE_CASES = [
     # dims of the reductions and softmax
-    _v("sum", "dim-2", lambda m: ops.sum(m.x(3, 4), 2), kjit.ValueError,
-       r"^kjit\.ops\.sum: dim 2 is out of range for a tensor of 2 dims \(allowed: -2 to 1\)"),
-    _v("mean", "dim--3", lambda m: ops.mean(m.x(3, 4), -3), kjit.ValueError, r"^kjit\.ops\.mean: dim -3 is out of range"),
-    _v("amax", "dim-2^40", lambda m: ops.amax(m.x(3, 4), 2**40, True), kjit.ValueError,
-       r"^kjit\.ops\.amax: dim 1099511627776 is out of range for a tensor of 2 dims"),
-    _v("amin", "0-dim-dim-1", lambda m: ops.amin(m.x(3, 4)[0, 0], 1), kjit.ValueError,
-       r"^kjit\.ops\.amin: dim 1 is out of range for a tensor of 0 dims \(allowed: -1 to 0\)"),
-    _v("amax", "empty-dim", lambda m: ops.amax(m.x(4, 0), 1), kjit.ValueError,
-       r"^kjit\.ops\.amax: dim 1 has size 0 and amax of nothing is undefined; reduce a non-empty dim", category="empty"),
-    _v("amin", "empty-dim", lambda m: ops.amin(m.x(0), 0, True), kjit.ValueError,
-       r"^kjit\.ops\.amin: dim 0 has size 0 and amin of nothing is undefined", category="empty"),
+    _v(
+        "sum",
+        "dim-2",
+        lambda m: ops.sum(m.x(3, 4), 2),
+        kjit.ValueError,
+        r"^kjit\.ops\.sum: dim 2 is out of range for a tensor of 2 dims \(allowed: -2 to 1\)",
+    ),
+    _v(
+        "mean",
+        "dim--3",
+        lambda m: ops.mean(m.x(3, 4), -3),
+        kjit.ValueError,
+        r"^kjit\.ops\.mean: dim -3 is out of range",
+    ),
+    _v(
+        "amax",
+        "dim-2^40",
+        lambda m: ops.amax(m.x(3, 4), 2**40, True),
+        kjit.ValueError,
+        r"^kjit\.ops\.amax: dim 1099511627776 is out of range for a tensor of 2 dims",
+    ),
+    _v(
+        "amin",
+        "0-dim-dim-1",
+        lambda m: ops.amin(m.x(3, 4)[0, 0], 1),
+        kjit.ValueError,
+        r"^kjit\.ops\.amin: dim 1 is out of range for a tensor of 0 dims \(allowed: -1 to 0\)",
+    ),
+    _v(
+        "amax",
+        "empty-dim",
+        lambda m: ops.amax(m.x(4, 0), 1),
+        kjit.ValueError,
+        r"^kjit\.ops\.amax: dim 1 has size 0 and amax of nothing is undefined; reduce a non-empty dim",
+        category="empty",
+    ),
+    _v(
+        "amin",
+        "empty-dim",
+        lambda m: ops.amin(m.x(0), 0, True),
+        kjit.ValueError,
+        r"^kjit\.ops\.amin: dim 0 has size 0 and amin of nothing is undefined",
+        category="empty",
+    ),
     # the dispatcher reads True as 1 (schema int): the direct entry refuses a bool before calling it
-    _v("sum", "bool-dim", lambda m: ops.sum(m.x(3, 4), True), kjit.TypeError,
-       r"^kjit\.ops\.sum: dim must be an int, got bool \(True\); pass an int", category="args"),
-    _v("mean", "bool-dim-keyword", lambda m: ops.mean(m.x(3, 4), dim=False, keepdim=True), kjit.TypeError,
-       r"^kjit\.ops\.mean: dim must be an int, got bool \(False\)", category="args"),
-    _v("max_pool2d", "bool-in-int-list", lambda m: ops.max_pool2d(m.x(*IMG), [2, True], [2, 2], [0, 0]),
-       kjit.TypeError, r"^kjit\.ops\.max_pool2d: kernel_size must be an int or a list of ints, got bool \(True\)",
-       category="args"),
-    _v("sum", "str-dim", lambda m: ops.sum(m.x(3, 4), "a"), RuntimeError,
-       r"^kjit::sum\(\) Expected a value of type 'int' for argument 'dim' but instead found type 'str'",
-       category="args"),
-    _v("amin", "float-dim", lambda m: ops.amin(m.x(3, 4), 1.5), RuntimeError,
-       r"Expected a value of type 'int' for argument 'dim' but instead found type 'float'", category="args"),
-    _v("softmax", "dim-0", lambda m: ops.softmax(m.x(3, 5), 0), kjit.ValueError,
-       r"^kjit\.ops\.softmax: only the last dim is supported, got dim=0 for a tensor of 2 dims; move it last with "
-       r"x\.movedim\(0, -1\)"),
-    _v("log_softmax", "dim--2", lambda m: ops.log_softmax(m.x(3, 5), -2), kjit.ValueError,
-       r"^kjit\.ops\.log_softmax: only the last dim is supported, got dim=-2"),
-    _v("softmax", "dim-2", lambda m: ops.softmax(m.x(3, 5), 2), kjit.ValueError, r"^kjit\.ops\.softmax: dim 2 is out of range"),
-    _v("gelu", "approximate-fast", lambda m: ops.gelu(m.x(4), "fast"), kjit.ValueError,
-       r"^kjit\.ops\.gelu: approximate='fast' is not supported; allowed: 'none', 'tanh'"),
-    _v("gelu_backward", "approximate-erf", lambda m: ops.gelu_backward(m.x(4), m.x(4), "erf"), kjit.ValueError,
-       r"^kjit\.ops\.gelu_backward: approximate='erf' is not supported; allowed: 'none', 'tanh'"),
-    _v("gelu", "int-approximate", lambda m: ops.gelu(m.x(4), approximate=1), RuntimeError,
-       r"^kjit::gelu\(\) Expected a value of type 'str' for argument 'approximate' but instead found type 'int'",
-       category="args"),
+    _v(
+        "sum",
+        "bool-dim",
+        lambda m: ops.sum(m.x(3, 4), True),
+        kjit.TypeError,
+        r"^kjit\.ops\.sum: dim must be an int, got bool \(True\); pass an int",
+        category="args",
+    ),
+    _v(
+        "mean",
+        "bool-dim-keyword",
+        lambda m: ops.mean(m.x(3, 4), dim=False, keepdim=True),
+        kjit.TypeError,
+        r"^kjit\.ops\.mean: dim must be an int, got bool \(False\)",
+        category="args",
+    ),
+    _v(
+        "max_pool2d",
+        "bool-in-int-list",
+        lambda m: ops.max_pool2d(m.x(*IMG), [2, True], [2, 2], [0, 0]),
+        kjit.TypeError,
+        r"^kjit\.ops\.max_pool2d: kernel_size must be an int or a list of ints, got bool \(True\)",
+        category="args",
+    ),
+    _v(
+        "sum",
+        "str-dim",
+        lambda m: ops.sum(m.x(3, 4), "a"),
+        RuntimeError,
+        r"^kjit::sum\(\) Expected a value of type 'int' for argument 'dim' but instead found type 'str'",
+        category="args",
+    ),
+    _v(
+        "amin",
+        "float-dim",
+        lambda m: ops.amin(m.x(3, 4), 1.5),
+        RuntimeError,
+        r"Expected a value of type 'int' for argument 'dim' but instead found type 'float'",
+        category="args",
+    ),
+    _v(
+        "softmax",
+        "dim-0",
+        lambda m: ops.softmax(m.x(3, 5), 0),
+        kjit.ValueError,
+        r"^kjit\.ops\.softmax: only the last dim is supported, got dim=0 for a tensor of 2 dims; move it last with "
+        r"x\.movedim\(0, -1\)",
+    ),
+    _v(
+        "log_softmax",
+        "dim--2",
+        lambda m: ops.log_softmax(m.x(3, 5), -2),
+        kjit.ValueError,
+        r"^kjit\.ops\.log_softmax: only the last dim is supported, got dim=-2",
+    ),
+    _v(
+        "softmax",
+        "dim-2",
+        lambda m: ops.softmax(m.x(3, 5), 2),
+        kjit.ValueError,
+        r"^kjit\.ops\.softmax: dim 2 is out of range",
+    ),
+    _v(
+        "gelu",
+        "approximate-fast",
+        lambda m: ops.gelu(m.x(4), "fast"),
+        kjit.ValueError,
+        r"^kjit\.ops\.gelu: approximate='fast' is not supported; allowed: 'none', 'tanh'",
+    ),
+    _v(
+        "gelu_backward",
+        "approximate-erf",
+        lambda m: ops.gelu_backward(m.x(4), m.x(4), "erf"),
+        kjit.ValueError,
+        r"^kjit\.ops\.gelu_backward: approximate='erf' is not supported; allowed: 'none', 'tanh'",
+    ),
+    _v(
+        "gelu",
+        "int-approximate",
+        lambda m: ops.gelu(m.x(4), approximate=1),
+        RuntimeError,
+        r"^kjit::gelu\(\) Expected a value of type 'str' for argument 'approximate' but instead found type 'int'",
+        category="args",
+    ),
     # shapes and dtypes of the second tensors
-    _v("layer_norm", "2d-weight", lambda m: ops.layer_norm(m.x(4, 8), m.w(1, 8)), kjit.ValueError,
-       r"^kjit\.ops\.layer_norm: weight has shape \[1, 8\] but must have shape \[8\]"),
-    _v("layer_norm", "short-bias", lambda m: ops.layer_norm(m.x(4, 8), m.w(8), m.w(4)), kjit.ValueError,
-       r"^kjit\.ops\.layer_norm: bias has shape \[4\] but must have shape \[8\]"),
-    _v("layer_norm", "weight-dtype", lambda m: ops.layer_norm(m.x(4, 8), m.w(8).to(torch.float16)), kjit.TypeError,
-       r"^kjit\.ops\.layer_norm: weight has dtype torch\.float16 but x has dtype torch\.float32: the dtypes must "
-       r"match; convert with weight\.to\(x\.dtype\)", category="dtype"),
-    _v("layer_norm", "int-bias", lambda m: ops.layer_norm(m.x(4, 8), None, m.w(8).to(torch.int32)), kjit.TypeError,
-       r"^kjit\.ops\.layer_norm: bias has dtype torch\.int32, which is not supported; " + FLOAT_ALLOWED, category="dtype"),
-    _v("layer_norm", "list-weight", lambda m: ops.layer_norm(m.x(4, 8), [1.0] * 8), RuntimeError,
-       r"Expected a value of type 'Optional\[Tensor\]' for argument 'weight' but instead found type 'list'",
-       category="args"),
-    _v("layer_norm", "str-eps", lambda m: ops.layer_norm(m.x(4, 8), None, None, "1e-5"), RuntimeError,
-       r"Expected a value of type 'float' for argument 'eps' but instead found type 'str'", category="args"),
-    _v("rms_norm", "long-weight", lambda m: ops.rms_norm(m.x(4, 8), m.w(16)), kjit.ValueError,
-       r"^kjit\.ops\.rms_norm: weight has shape \[16\] but must have shape \[8\]"),
-    _v("rms_norm", "scalar-weight", lambda m: ops.rms_norm(m.x(4, 8), m.w()), kjit.ValueError,
-       r"^kjit\.ops\.rms_norm: weight has shape \[\] but must have shape \[8\]"),
-    _v("rms_norm", "0-dim", lambda m: ops.rms_norm(m.x(4, 8)[0, 0]), kjit.ValueError,
-       r"^kjit\.ops\.rms_norm: x must have at least one dim \(the normalized last dim\), got a 0-dim tensor"),
-    _v("rms_norm", "None-eps", lambda m: ops.rms_norm(m.x(4, 8), eps=None), RuntimeError,
-       r"Expected a value of type 'float' for argument 'eps' but instead found type 'NoneType'", category="args"),
-    _v("layer_norm_backward", "grad-shape", lambda m: ops.layer_norm_backward(m.x(4, 7), m.x(4, 8), None, False, 1e-5),
-       kjit.ValueError, r"^kjit\.ops\.layer_norm_backward: grad has shape \[4, 7\] but must have shape \[4, 8\]"),
-    _v("rms_norm_backward", "grad-dtype", lambda m: ops.rms_norm_backward(m.x(4, 8).double(), m.x(4, 8), None, False,
-                                                                          1e-6), kjit.TypeError,
-       r"^kjit\.ops\.rms_norm_backward: grad has dtype torch\.float64 but x has dtype torch\.float32", category="dtype"),
-    _v("add_rms_norm", "residual-shape", lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 7), m.w(8)), kjit.ValueError,
-       r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape \[4, 8\]"),
-    _v("add_layer_norm", "broadcast-residual", lambda m: ops.add_layer_norm(m.x(4, 8), m.w(8)), kjit.ValueError,
-       r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have shape \[4, 8\]"),
-    _v("add_layer_norm", "residual-dtype", lambda m: ops.add_layer_norm(m.x(4, 8), m.x(4, 8).half(), m.w(8)),
-       kjit.TypeError, r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype torch\.float32: "
-       r"the dtypes must match; convert with residual\.to\(x\.dtype\)", category="dtype"),
-    _v("add_rms_norm", "None-residual", lambda m: ops.add_rms_norm(m.x(4, 8), None), kjit.TypeError,
-       r"^kjit\.ops\.add_rms_norm: residual must be a torch\.Tensor, got NoneType", category="args"),
-    _v("add_rms_norm", "short-weight", lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 8), m.w(4)), kjit.ValueError,
-       r"^kjit\.ops\.add_rms_norm: weight has shape \[4\] but must have shape \[8\]"),
-    _v("add_rms_norm_backward", "grad_h-shape",
-       lambda m: ops.add_rms_norm_backward(m.x(4, 8), m.x(8), m.x(4, 8), None, False, 1e-6), kjit.ValueError,
-       r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[8\] but must have shape \[4, 8\]"),
-    _v("add_layer_norm_backward", "grad-dtype",
-       lambda m: ops.add_layer_norm_backward(m.x(4, 8).double(), None, m.x(4, 8), None, False, 1e-5), kjit.TypeError,
-       r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h has dtype torch\.float32",
-       category="dtype"),
-    _v("relu_backward", "grad-shape", lambda m: ops.relu_backward(m.x(3), m.x(4)), kjit.ValueError,
-       r"^kjit\.ops\.relu_backward: grad has shape \[3\] but must have shape \[4\]"),
-    _v("silu_backward", "grad-dtype", lambda m: ops.silu_backward(m.x(4).half(), m.x(4)), kjit.TypeError,
-       r"^kjit\.ops\.silu_backward: grad has dtype torch\.float16 but saved has dtype torch\.float32", category="dtype"),
-    _v("gelu_backward", "grad-dtype", lambda m: ops.gelu_backward(m.x(4), m.x(4).bfloat16()), kjit.TypeError,
-       r"^kjit\.ops\.gelu_backward: grad has dtype torch\.float32 but x has dtype torch\.bfloat16", category="dtype"),
-    _v("softmax_backward", "grad-shape", lambda m: ops.softmax_backward(m.x(3), m.x(4)), kjit.ValueError,
-       r"^kjit\.ops\.softmax_backward: grad has shape \[3\] but must have shape \[4\]"),
-    _v("log_softmax_backward", "grad-dtype", lambda m: ops.log_softmax_backward(m.x(3, 8).double(), m.x(3, 8)),
-       kjit.TypeError, r"^kjit\.ops\.log_softmax_backward: grad has dtype torch\.float64 but output has dtype "
-       r"torch\.float32", category="dtype"),
+    _v(
+        "layer_norm",
+        "2d-weight",
+        lambda m: ops.layer_norm(m.x(4, 8), m.w(1, 8)),
+        kjit.ValueError,
+        r"^kjit\.ops\.layer_norm: weight has shape \[1, 8\] but must have shape \[8\]",
+    ),
+    _v(
+        "layer_norm",
+        "short-bias",
+        lambda m: ops.layer_norm(m.x(4, 8), m.w(8), m.w(4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.layer_norm: bias has shape \[4\] but must have shape \[8\]",
+    ),
+    _v(
+        "layer_norm",
+        "weight-dtype",
+        lambda m: ops.layer_norm(m.x(4, 8), m.w(8).to(torch.float16)),
+        kjit.TypeError,
+        r"^kjit\.ops\.layer_norm: weight has dtype torch\.float16 but x has dtype torch\.float32: the dtypes must "
+        r"match; convert with weight\.to\(x\.dtype\)",
+        category="dtype",
+    ),
+    _v(
+        "layer_norm",
+        "int-bias",
+        lambda m: ops.layer_norm(m.x(4, 8), None, m.w(8).to(torch.int32)),
+        kjit.TypeError,
+        r"^kjit\.ops\.layer_norm: bias has dtype torch\.int32, which is not supported; " + FLOAT_ALLOWED,
+        category="dtype",
+    ),
+    _v(
+        "layer_norm",
+        "list-weight",
+        lambda m: ops.layer_norm(m.x(4, 8), [1.0] * 8),
+        RuntimeError,
+        r"Expected a value of type 'Optional\[Tensor\]' for argument 'weight' but instead found type 'list'",
+        category="args",
+    ),
+    _v(
+        "layer_norm",
+        "str-eps",
+        lambda m: ops.layer_norm(m.x(4, 8), None, None, "1e-5"),
+        RuntimeError,
+        r"Expected a value of type 'float' for argument 'eps' but instead found type 'str'",
+        category="args",
+    ),
+    _v(
+        "rms_norm",
+        "long-weight",
+        lambda m: ops.rms_norm(m.x(4, 8), m.w(16)),
+        kjit.ValueError,
+        r"^kjit\.ops\.rms_norm: weight has shape \[16\] but must have shape \[8\]",
+    ),
+    _v(
+        "rms_norm",
+        "scalar-weight",
+        lambda m: ops.rms_norm(m.x(4, 8), m.w()),
+        kjit.ValueError,
+        r"^kjit\.ops\.rms_norm: weight has shape \[\] but must have shape \[8\]",
+    ),
+    _v(
+        "rms_norm",
+        "0-dim",
+        lambda m: ops.rms_norm(m.x(4, 8)[0, 0]),
+        kjit.ValueError,
+        r"^kjit\.ops\.rms_norm: x must have at least one dim \(the normalized last dim\), got a 0-dim tensor",
+    ),
+    _v(
+        "rms_norm",
+        "None-eps",
+        lambda m: ops.rms_norm(m.x(4, 8), eps=None),
+        RuntimeError,
+        r"Expected a value of type 'float' for argument 'eps' but instead found type 'NoneType'",
+        category="args",
+    ),
+    _v(
+        "layer_norm_backward",
+        "grad-shape",
+        lambda m: ops.layer_norm_backward(m.x(4, 7), m.x(4, 8), None, False, 1e-5),
+        kjit.ValueError,
+        r"^kjit\.ops\.layer_norm_backward: grad has shape \[4, 7\] but must have shape \[4, 8\]",
+    ),
+    _v(
+        "rms_norm_backward",
+        "grad-dtype",
+        lambda m: ops.rms_norm_backward(m.x(4, 8).double(), m.x(4, 8), None, False, 1e-6),
+        kjit.TypeError,
+        r"^kjit\.ops\.rms_norm_backward: grad has dtype torch\.float64 but x has dtype torch\.float32",
+        category="dtype",
+    ),
+    _v(
+        "add_rms_norm",
+        "residual-shape",
+        lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 7), m.w(8)),
+        kjit.ValueError,
+        r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape \[4, 8\]",
+    ),
+    _v(
+        "add_layer_norm",
+        "broadcast-residual",
+        lambda m: ops.add_layer_norm(m.x(4, 8), m.w(8)),
+        kjit.ValueError,
+        r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have shape \[4, 8\]",
+    ),
+    _v(
+        "add_layer_norm",
+        "residual-dtype",
+        lambda m: ops.add_layer_norm(m.x(4, 8), m.x(4, 8).half(), m.w(8)),
+        kjit.TypeError,
+        r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype torch\.float32: "
+        r"the dtypes must match; convert with residual\.to\(x\.dtype\)",
+        category="dtype",
+    ),
+    _v(
+        "add_rms_norm",
+        "None-residual",
+        lambda m: ops.add_rms_norm(m.x(4, 8), None),
+        kjit.TypeError,
+        r"^kjit\.ops\.add_rms_norm: residual must be a torch\.Tensor, got NoneType",
+        category="args",
+    ),
+    _v(
+        "add_rms_norm",
+        "short-weight",
+        lambda m: ops.add_rms_norm(m.x(4, 8), m.x(4, 8), m.w(4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.add_rms_norm: weight has shape \[4\] but must have shape \[8\]",
+    ),
+    _v(
+        "add_rms_norm_backward",
+        "grad_h-shape",
+        lambda m: ops.add_rms_norm_backward(m.x(4, 8), m.x(8), m.x(4, 8), None, False, 1e-6),
+        kjit.ValueError,
+        r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[8\] but must have shape \[4, 8\]",
+    ),
+    _v(
+        "add_layer_norm_backward",
+        "grad-dtype",
+        lambda m: ops.add_layer_norm_backward(m.x(4, 8).double(), None, m.x(4, 8), None, False, 1e-5),
+        kjit.TypeError,
+        r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h has dtype torch\.float32",
+        category="dtype",
+    ),
+    _v(
+        "relu_backward",
+        "grad-shape",
+        lambda m: ops.relu_backward(m.x(3), m.x(4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.relu_backward: grad has shape \[3\] but must have shape \[4\]",
+    ),
+    _v(
+        "silu_backward",
+        "grad-dtype",
+        lambda m: ops.silu_backward(m.x(4).half(), m.x(4)),
+        kjit.TypeError,
+        r"^kjit\.ops\.silu_backward: grad has dtype torch\.float16 but saved has dtype torch\.float32",
+        category="dtype",
+    ),
+    _v(
+        "gelu_backward",
+        "grad-dtype",
+        lambda m: ops.gelu_backward(m.x(4), m.x(4).bfloat16()),
+        kjit.TypeError,
+        r"^kjit\.ops\.gelu_backward: grad has dtype torch\.float32 but x has dtype torch\.bfloat16",
+        category="dtype",
+    ),
+    _v(
+        "softmax_backward",
+        "grad-shape",
+        lambda m: ops.softmax_backward(m.x(3), m.x(4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.softmax_backward: grad has shape \[3\] but must have shape \[4\]",
+    ),
+    _v(
+        "log_softmax_backward",
+        "grad-dtype",
+        lambda m: ops.log_softmax_backward(m.x(3, 8).double(), m.x(3, 8)),
+        kjit.TypeError,
+        r"^kjit\.ops\.log_softmax_backward: grad has dtype torch\.float64 but output has dtype "
+        r"torch\.float32",
+        category="dtype",
+    ),
     # pool windows
-    _v("max_pool2d", "kernel_size-0", lambda m: ops.max_pool2d(m.x(*IMG), 0), kjit.ValueError,
-       r"^kjit\.ops\.max_pool2d: kernel_size and stride must be >= 1 and padding >= 0, got kernel_size=\(0, 0\)"),
-    _v("avg_pool2d", "kernel_size-neg", lambda m: ops.avg_pool2d(m.x(*IMG), [2, -1]), kjit.ValueError,
-       r"got kernel_size=\(2, -1\)"),
+    _v(
+        "max_pool2d",
+        "kernel_size-0",
+        lambda m: ops.max_pool2d(m.x(*IMG), 0),
+        kjit.ValueError,
+        r"^kjit\.ops\.max_pool2d: kernel_size and stride must be >= 1 and padding >= 0, got kernel_size=\(0, 0\)",
+    ),
+    _v(
+        "avg_pool2d",
+        "kernel_size-neg",
+        lambda m: ops.avg_pool2d(m.x(*IMG), [2, -1]),
+        kjit.ValueError,
+        r"got kernel_size=\(2, -1\)",
+    ),
     _v("max_pool2d", "stride-0", lambda m: ops.max_pool2d(m.x(*IMG), 2, [1, 0]), kjit.ValueError, r"stride=\(1, 0\)"),
     _v("avg_pool2d", "stride-neg", lambda m: ops.avg_pool2d(m.x(*IMG), 2, -2), kjit.ValueError, r"stride=\(-2, -2\)"),
-    _v("max_pool2d", "padding-neg", lambda m: ops.max_pool2d(m.x(*IMG), 3, 1, [0, -1]), kjit.ValueError,
-       r"padding=\(0, -1\)"),
-    _v("max_pool2d", "padding-over-half", lambda m: ops.max_pool2d(m.x(*IMG), 3, 1, 2), kjit.ValueError,
-       r"^kjit\.ops\.max_pool2d: padding \(2, 2\) must be at most half the kernel size \(3, 3\)"),
-    _v("avg_pool2d", "padding-over-half-h", lambda m: ops.avg_pool2d(m.x(*IMG), [4, 4], 1, [3, 0]), kjit.ValueError,
-       r"^kjit\.ops\.avg_pool2d: padding \(3, 0\) must be at most half the kernel size \(4, 4\)"),
-    _v("max_pool2d", "window-too-big", lambda m: ops.max_pool2d(m.x(*IMG), 9), kjit.ValueError,
-       r"the input's spatial size \(6, 6\) is too small for kernel_size \(9, 9\) with padding \(0, 0\) \(the output "
-       r"would be \(0, 0\)\)"),
-    _v("max_pool2d", "kernel_size-2^40", lambda m: ops.max_pool2d(m.x(*IMG), 2**40), kjit.ValueError,
-       r"spatial size \(6, 6\) is too small for kernel_size \(1099511627776, 1099511627776\)"),
-    _v("max_pool2d", "2-dims", lambda m: ops.max_pool2d(m.x(6, 6), 2), kjit.ValueError,
-       r"^kjit\.ops\.max_pool2d: x must be NCHW or CHW \(4 or 3 dims\), got shape \[6, 6\]"),
-    _v("avg_pool2d", "3-tuple", lambda m: ops.avg_pool2d(m.x(*IMG), (2, 2, 2)), kjit.TypeError,
-       r"^kjit\.ops\.avg_pool2d: kernel_size must be an int or a pair of ints, got \[2, 2, 2\]"),
-    _v("max_pool2d", "empty-kernel_size", lambda m: ops.max_pool2d(m.x(*IMG), []), kjit.TypeError,
-       r"^kjit\.ops\.max_pool2d: kernel_size must be an int or a pair of ints, got \[\]"),
-    _v("avg_pool2d", "str-kernel_size", lambda m: ops.avg_pool2d(m.x(*IMG), "2"), RuntimeError,
-       r"Expected a value of type 'List\[int\]' for argument 'kernel_size' but instead found type 'str'",
-       category="args"),
-    _v("max_pool2d_backward", "grad-shape", lambda m: ops.max_pool2d_backward(m.x(*IMG), m.x(*IMG), [2, 2]),
-       kjit.ValueError, r"^kjit\.ops\.max_pool2d_backward: grad has shape \[1, 2, 6, 6\] but must have shape "
-       r"\[1, 2, 3, 3\]"),
-    _v("avg_pool2d_backward", "bad-window", lambda m: ops.avg_pool2d_backward(m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [0, 1]),
-       kjit.ValueError, r"^kjit\.ops\.avg_pool2d_backward: kernel_size and stride must be >= 1"),
+    _v(
+        "max_pool2d",
+        "padding-neg",
+        lambda m: ops.max_pool2d(m.x(*IMG), 3, 1, [0, -1]),
+        kjit.ValueError,
+        r"padding=\(0, -1\)",
+    ),
+    _v(
+        "max_pool2d",
+        "padding-over-half",
+        lambda m: ops.max_pool2d(m.x(*IMG), 3, 1, 2),
+        kjit.ValueError,
+        r"^kjit\.ops\.max_pool2d: padding \(2, 2\) must be at most half the kernel size \(3, 3\)",
+    ),
+    _v(
+        "avg_pool2d",
+        "padding-over-half-h",
+        lambda m: ops.avg_pool2d(m.x(*IMG), [4, 4], 1, [3, 0]),
+        kjit.ValueError,
+        r"^kjit\.ops\.avg_pool2d: padding \(3, 0\) must be at most half the kernel size \(4, 4\)",
+    ),
+    _v(
+        "max_pool2d",
+        "window-too-big",
+        lambda m: ops.max_pool2d(m.x(*IMG), 9),
+        kjit.ValueError,
+        r"the input's spatial size \(6, 6\) is too small for kernel_size \(9, 9\) with padding \(0, 0\) \(the output "
+        r"would be \(0, 0\)\)",
+    ),
+    _v(
+        "max_pool2d",
+        "kernel_size-2^40",
+        lambda m: ops.max_pool2d(m.x(*IMG), 2**40),
+        kjit.ValueError,
+        r"spatial size \(6, 6\) is too small for kernel_size \(1099511627776, 1099511627776\)",
+    ),
+    _v(
+        "max_pool2d",
+        "2-dims",
+        lambda m: ops.max_pool2d(m.x(6, 6), 2),
+        kjit.ValueError,
+        r"^kjit\.ops\.max_pool2d: x must be NCHW or CHW \(4 or 3 dims\), got shape \[6, 6\]",
+    ),
+    _v(
+        "avg_pool2d",
+        "3-tuple",
+        lambda m: ops.avg_pool2d(m.x(*IMG), (2, 2, 2)),
+        kjit.TypeError,
+        r"^kjit\.ops\.avg_pool2d: kernel_size must be an int or a pair of ints, got \[2, 2, 2\]",
+    ),
+    _v(
+        "max_pool2d",
+        "empty-kernel_size",
+        lambda m: ops.max_pool2d(m.x(*IMG), []),
+        kjit.TypeError,
+        r"^kjit\.ops\.max_pool2d: kernel_size must be an int or a pair of ints, got \[\]",
+    ),
+    _v(
+        "avg_pool2d",
+        "str-kernel_size",
+        lambda m: ops.avg_pool2d(m.x(*IMG), "2"),
+        RuntimeError,
+        r"Expected a value of type 'List\[int\]' for argument 'kernel_size' but instead found type 'str'",
+        category="args",
+    ),
+    _v(
+        "max_pool2d_backward",
+        "grad-shape",
+        lambda m: ops.max_pool2d_backward(m.x(*IMG), m.x(*IMG), [2, 2]),
+        kjit.ValueError,
+        r"^kjit\.ops\.max_pool2d_backward: grad has shape \[1, 2, 6, 6\] but must have shape "
+        r"\[1, 2, 3, 3\]",
+    ),
+    _v(
+        "avg_pool2d_backward",
+        "bad-window",
+        lambda m: ops.avg_pool2d_backward(m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [0, 1]),
+        kjit.ValueError,
+        r"^kjit\.ops\.avg_pool2d_backward: kernel_size and stride must be >= 1",
+    ),
     # the C++ ops
-    _v("outer", "3-dims", lambda m: ops.outer(m.x(2, 3, 1), m.x(2, 4)), kjit.ValueError,
-       r"^kjit\.ops\.outer: a has shape \[2, 3, 1\] and b has shape \[2, 4\]: expected a \[B, M\] and b \[B, N\]"),
-    _v("outer", "batch-mismatch", lambda m: ops.outer(m.x(2, 3), m.x(3, 4)), kjit.ValueError,
-       r"^kjit\.ops\.outer: a has shape \[2, 3\] and b has shape \[3, 4\]: the batch sizes \(first dimensions\) must "
-       r"be equal"),
-    _v("outer", "b-dtype", lambda m: ops.outer(m.x(2, 3), m.x(2, 4).double()), kjit.TypeError,
-       r"^kjit\.ops\.outer: b has dtype torch\.float64 but a has dtype torch\.float32: the dtypes must match",
-       category="dtype"),
-    _v("fused_update", "shape-mismatch", lambda m: ops.fused_update(m.x(4), m.x(4), m.x(5), 1.0, 1.0, 1.0),
-       kjit.ValueError, r"^kjit\.ops\.fused_update: .*(noise has shape \[5\] but x has shape \[4\]|same shape)"),
-    _v("fused_update", "str-scalar", lambda m: ops.fused_update(m.x(4), m.x(4), m.x(4), 1.0, "b", 1.0), RuntimeError,
-       r"Expected a value of type 'float' for argument 'b' but instead found type 'str'", category="args"),
-    _v("add_constant", "str-constant", lambda m: ops.add_constant(m.x(4), "2"), RuntimeError,
-       r"^kjit::add_constant\(\) Expected a value of type 'float' for argument 'c' but instead found type 'str'",
-       category="args"),
-    _v("add_constant", "constant-2^2000", lambda m: ops.add_constant(m.x(4), 2**2000), RuntimeError,
-       r"Expected a value of type 'float' for argument 'c'", category="args"),
-    _v("rgb_to_gray", "4-channels", lambda m: ops.rgb_to_gray(m.u8(5, 7, 4)), kjit.ValueError,
-       r"^kjit\.ops\.rgb_to_gray: img has shape \[5, 7, 4\]: expected interleaved RGB of shape \[H, W, 3\] or "
-       r"\[B, H, W, 3\]"),
-    _v("outer_backward", "grad-shape", lambda m: ops.outer_backward(m.x(2, 3, 5), m.x(2, 3), m.x(2, 4)),
-       kjit.ValueError, r"^kjit\.ops\.outer_backward: grad has shape \[2, 3, 5\] but outer\(a, b\) has shape "
-       r"\[2, 3, 4\]: pass the gradient of outer's output"),
-    _v("outer_backward", "grad-shape-unbatched", lambda m: ops.outer_backward(m.x(4, 3), m.x(3), m.x(4)),
-       kjit.ValueError, r"^kjit\.ops\.outer_backward: grad has shape \[4, 3\] but outer\(a, b\) has shape \[3, 4\]"),
+    _v(
+        "outer",
+        "3-dims",
+        lambda m: ops.outer(m.x(2, 3, 1), m.x(2, 4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.outer: a has shape \[2, 3, 1\] and b has shape \[2, 4\]: expected a \[B, M\] and b \[B, N\]",
+    ),
+    _v(
+        "outer",
+        "batch-mismatch",
+        lambda m: ops.outer(m.x(2, 3), m.x(3, 4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.outer: a has shape \[2, 3\] and b has shape \[3, 4\]: the batch sizes \(first dimensions\) must "
+        r"be equal",
+    ),
+    _v(
+        "outer",
+        "b-dtype",
+        lambda m: ops.outer(m.x(2, 3), m.x(2, 4).double()),
+        kjit.TypeError,
+        r"^kjit\.ops\.outer: b has dtype torch\.float64 but a has dtype torch\.float32: the dtypes must match",
+        category="dtype",
+    ),
+    _v(
+        "fused_update",
+        "shape-mismatch",
+        lambda m: ops.fused_update(m.x(4), m.x(4), m.x(5), 1.0, 1.0, 1.0),
+        kjit.ValueError,
+        r"^kjit\.ops\.fused_update: .*(noise has shape \[5\] but x has shape \[4\]|same shape)",
+    ),
+    _v(
+        "fused_update",
+        "str-scalar",
+        lambda m: ops.fused_update(m.x(4), m.x(4), m.x(4), 1.0, "b", 1.0),
+        RuntimeError,
+        r"Expected a value of type 'float' for argument 'b' but instead found type 'str'",
+        category="args",
+    ),
+    _v(
+        "add_constant",
+        "str-constant",
+        lambda m: ops.add_constant(m.x(4), "2"),
+        RuntimeError,
+        r"^kjit::add_constant\(\) Expected a value of type 'float' for argument 'c' but instead found type 'str'",
+        category="args",
+    ),
+    _v(
+        "add_constant",
+        "constant-2^2000",
+        lambda m: ops.add_constant(m.x(4), 2**2000),
+        RuntimeError,
+        r"Expected a value of type 'float' for argument 'c'",
+        category="args",
+    ),
+    _v(
+        "rgb_to_gray",
+        "4-channels",
+        lambda m: ops.rgb_to_gray(m.u8(5, 7, 4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.rgb_to_gray: img has shape \[5, 7, 4\]: expected interleaved RGB of shape \[H, W, 3\] or "
+        r"\[B, H, W, 3\]",
+    ),
+    _v(
+        "outer_backward",
+        "grad-shape",
+        lambda m: ops.outer_backward(m.x(2, 3, 5), m.x(2, 3), m.x(2, 4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.outer_backward: grad has shape \[2, 3, 5\] but outer\(a, b\) has shape "
+        r"\[2, 3, 4\]: pass the gradient of outer's output",
+    ),
+    _v(
+        "outer_backward",
+        "grad-shape-unbatched",
+        lambda m: ops.outer_backward(m.x(4, 3), m.x(3), m.x(4)),
+        kjit.ValueError,
+        r"^kjit\.ops\.outer_backward: grad has shape \[4, 3\] but outer\(a, b\) has shape \[3, 4\]",
+    ),
 ]
 
 # ---- the template / kernel API (no GPU needed: compile-only for sm_90) ---------------------------------
@@ -676,135 +1228,417 @@ OP_VALUE_CASES = [
 _PYBIND = r"incompatible (function|constructor) arguments\. The following argument types are supported:"
 
 API_CASES = [
-    case("kjit.Template.builtin", "name", lambda m: kjit.Template.builtin(""), kjit.ValueError,
-         r"built-in template name '' is not valid: names are letters, digits and '_' \(available: add_constant", "empty"),
-    case("kjit.Template.builtin", "name", lambda m: kjit.Template.builtin("../add_constant"), kjit.ValueError,
-         r"'\.\./add_constant' is not valid.*For a file of your own use Template\.from_file", "path"),
-    case("kjit.Template.builtin", "name", lambda m: kjit.Template.builtin("no_such_template"), kjit.ValueError,
-         r"no_such_template.*add_constant", "unknown"),
-    case("kjit.Template.builtin", "args", lambda m: kjit.Template.builtin(None), TypeError,
-         _PYBIND + r".*\(name: str\).*Invoked with: None", "None"),
-    case("kjit.Template.builtin_names", "args", lambda m: kjit.Template.builtin_names(1), TypeError,
-         _PYBIND + r".*Invoked with: 1", "extra-arg"),
-    case("kjit.Template", "args", lambda m: kjit.Template(3), TypeError, _PYBIND + r".*source: str.*Invoked with: 3",
-         "int-source"),
-    case("kjit.Template", "args", lambda m: kjit.Template("__global__ void k() {}", include_dirs=3), TypeError,
-         _PYBIND + r".*include_dirs", "int-include_dirs"),
-    case("kjit.Template.from_file", "name", lambda m: kjit.Template.from_file("/"), kjit.ValueError,
-         r"cannot read template file '/': it does not exist or is not readable", "directory"),
-    case("kjit.Template.from_file", "name", lambda m: kjit.Template.from_file("/nonexistent/k.cu"), kjit.ValueError,
-         r"cannot read template file '/nonexistent/k\.cu': it does not exist or is not readable\. Pass the path of a "
-         r"\.cu/\.cuh file", "missing"),
-    case("kjit.Template.from_file", "args", lambda m: kjit.Template.from_file(None), TypeError,
-         _PYBIND + r".*Invoked with: None", "None"),
-    case("kjit.Template.kernel", "name", lambda m: ADD.template.kernel(""), kjit.ValueError,
-         r"template 'add_constant' has no __global__ kernel named '' \(it declares: add_constant\)", "empty"),
-    case("kjit.Template.kernel", "name", lambda m: kjit.Template.builtin("softmax").kernel("softmax"), kjit.ValueError,
-         r"template 'softmax' has no __global__ kernel named 'softmax' \(it declares: .*softmax_forward", "unknown"),
-    case("kjit.Template.kernel", "name", lambda m: kjit.Template("int x;", name="nokernel.cu").kernel("x"),
-         kjit.ValueError, r"template 'nokernel\.cu' has no __global__ kernel named 'x' \(it declares: none\)", "none"),
-    case("kjit.Template.kernel", "value", lambda m: ADD.template.kernel("add_constant", max_registers=1000),
-         kjit.ValueError, r"compile option max_registers=1000 is not valid: allowed 16\.\.255, or unset", "max_registers"),
-    case("kjit.Template.kernel", "value", lambda m: ADD.template.kernel("add_constant", defines={"1A": 1}),
-         kjit.ValueError, r"macro name '1A' is not a C identifier", "define-name"),
-    case("kjit.Template.kernel", "args", lambda m: ADD.template.kernel("add_constant", defines=[3]), kjit.TypeError,
-         r"defines must be a dict \{name: value\} or a list of 'NAME' / 'NAME=VALUE' strings, got an item the int 3",
-         "define-item"),
-    case("kjit.Template.kernel", "args", lambda m: ADD.template.kernel(3), TypeError, _PYBIND + r".*Invoked with:",
-         "int-name"),
-    case("kjit.Template.kernel", "args", lambda m: ADD.template.kernel("add_constant", fastmath=True), TypeError,
-         _PYBIND + r".*fast_math.*Invoked with:.*fastmath=True", "unknown-option"),
-    case("kjit.Kernel", "args", lambda m: kjit.Kernel(), TypeError, r"kjit\._core\.Kernel: No constructor defined",
-         "constructor"),
-    case("kjit.KernelFamily", "args", lambda m: kjit.KernelFamily(), TypeError,
-         r"kjit\._core\.KernelFamily: No constructor defined", "constructor"),
+    case(
+        "kjit.Template.builtin",
+        "name",
+        lambda m: kjit.Template.builtin(""),
+        kjit.ValueError,
+        r"built-in template name '' is not valid: names are letters, digits and '_' \(available: add_constant",
+        "empty",
+    ),
+    case(
+        "kjit.Template.builtin",
+        "name",
+        lambda m: kjit.Template.builtin("../add_constant"),
+        kjit.ValueError,
+        r"'\.\./add_constant' is not valid.*For a file of your own use Template\.from_file",
+        "path",
+    ),
+    case(
+        "kjit.Template.builtin",
+        "name",
+        lambda m: kjit.Template.builtin("no_such_template"),
+        kjit.ValueError,
+        r"no_such_template.*add_constant",
+        "unknown",
+    ),
+    case(
+        "kjit.Template.builtin",
+        "args",
+        lambda m: kjit.Template.builtin(None),
+        TypeError,
+        _PYBIND + r".*\(name: str\).*Invoked with: None",
+        "None",
+    ),
+    case(
+        "kjit.Template.builtin_names",
+        "args",
+        lambda m: kjit.Template.builtin_names(1),
+        TypeError,
+        _PYBIND + r".*Invoked with: 1",
+        "extra-arg",
+    ),
+    case(
+        "kjit.Template",
+        "args",
+        lambda m: kjit.Template(3),
+        TypeError,
+        _PYBIND + r".*source: str.*Invoked with: 3",
+        "int-source",
+    ),
+    case(
+        "kjit.Template",
+        "args",
+        lambda m: kjit.Template("__global__ void k() {}", include_dirs=3),
+        TypeError,
+        _PYBIND + r".*include_dirs",
+        "int-include_dirs",
+    ),
+    case(
+        "kjit.Template.from_file",
+        "name",
+        lambda m: kjit.Template.from_file("/"),
+        kjit.ValueError,
+        r"cannot read template file '/': it does not exist or is not readable",
+        "directory",
+    ),
+    case(
+        "kjit.Template.from_file",
+        "name",
+        lambda m: kjit.Template.from_file("/nonexistent/k.cu"),
+        kjit.ValueError,
+        r"cannot read template file '/nonexistent/k\.cu': it does not exist or is not readable\. Pass the path of a "
+        r"\.cu/\.cuh file",
+        "missing",
+    ),
+    case(
+        "kjit.Template.from_file",
+        "args",
+        lambda m: kjit.Template.from_file(None),
+        TypeError,
+        _PYBIND + r".*Invoked with: None",
+        "None",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "name",
+        lambda m: ADD.template.kernel(""),
+        kjit.ValueError,
+        r"template 'add_constant' has no __global__ kernel named '' \(it declares: add_constant\)",
+        "empty",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "name",
+        lambda m: kjit.Template.builtin("softmax").kernel("softmax"),
+        kjit.ValueError,
+        r"template 'softmax' has no __global__ kernel named 'softmax' \(it declares: .*softmax_forward",
+        "unknown",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "name",
+        lambda m: kjit.Template("int x;", name="nokernel.cu").kernel("x"),
+        kjit.ValueError,
+        r"template 'nokernel\.cu' has no __global__ kernel named 'x' \(it declares: none\)",
+        "none",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "value",
+        lambda m: ADD.template.kernel("add_constant", max_registers=1000),
+        kjit.ValueError,
+        r"compile option max_registers=1000 is not valid: allowed 16\.\.255, or unset",
+        "max_registers",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "value",
+        lambda m: ADD.template.kernel("add_constant", defines={"1A": 1}),
+        kjit.ValueError,
+        r"macro name '1A' is not a C identifier",
+        "define-name",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "args",
+        lambda m: ADD.template.kernel("add_constant", defines=[3]),
+        kjit.TypeError,
+        r"defines must be a dict \{name: value\} or a list of 'NAME' / 'NAME=VALUE' strings, got an item the int 3",
+        "define-item",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "args",
+        lambda m: ADD.template.kernel(3),
+        TypeError,
+        _PYBIND + r".*Invoked with:",
+        "int-name",
+    ),
+    case(
+        "kjit.Template.kernel",
+        "args",
+        lambda m: ADD.template.kernel("add_constant", fastmath=True),
+        TypeError,
+        _PYBIND + r".*fast_math.*Invoked with:.*fastmath=True",
+        "unknown-option",
+    ),
+    case(
+        "kjit.Kernel",
+        "args",
+        lambda m: kjit.Kernel(),
+        TypeError,
+        r"kjit\._core\.Kernel: No constructor defined",
+        "constructor",
+    ),
+    case(
+        "kjit.KernelFamily",
+        "args",
+        lambda m: kjit.KernelFamily(),
+        TypeError,
+        r"kjit\._core\.KernelFamily: No constructor defined",
+        "constructor",
+    ),
     # specialize(): parameter names and values, devices and targets
-    case("kjit.KernelFamily.specialize", "name", lambda m: ADD.specialize(t=torch.float32, VEC=4, arch="sm_90"),
-         kjit.ValueError, r"^kernel 'add_constant' has no template parameter 't'; its parameters are T \(type\), VEC "
-         r"\(int\)$", "lowercase-name"),
-    case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(arch="sm_90"), kjit.ValueError,
-         r"^kernel 'add_constant' needs template parameters T, VEC; its parameters are T \(type\), VEC \(int\)$",
-         "no-parameters"),
-    case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(torch.float32), kjit.TypeError,
-         r"^specialize\(\) takes keyword arguments only .*got 1 positional; the parameters of 'add_constant' are "
-         r"T \(type\), VEC \(int\)", "positional"),
-    case("kjit.KernelFamily.specialize", "dtype", lambda m: ADD.specialize(T=torch.complex64, VEC=4, arch="sm_90"),
-         kjit.TypeError, r"template parameter 'T' of kernel 'add_constant' got torch\.complex64, which kjit cannot "
-         r"specialize on; allowed dtypes: float32, float64", "complex64"),
-    case("kjit.KernelFamily.specialize", "dtype", lambda m: ADD.specialize(T="float128", VEC=4, arch="sm_90"),
-         kjit.ValueError, r"template parameter 'T' of kernel 'add_constant': unknown dtype name 'float128'; allowed: "
-         r"float32, .*\(or a torch\.dtype\)", "unknown-dtype-name"),
-    case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(T=None, VEC=4, arch="sm_90"), kjit.TypeError,
-         r"template parameter 'T' of kernel 'add_constant' is a type: pass a torch\.dtype, a numpy / CuPy / JAX "
-         r"dtype or a dtype name \(e\.g\. torch\.float32, numpy\.float32, 'bfloat16'\), got None", "T-None"),
-    case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(T=torch.float32, VEC=None, arch="sm_90"),
-         kjit.TypeError, r"template parameter 'VEC' of kernel 'add_constant' is an integer \(int\): pass an int, "
-         r"got None", "VEC-None"),
-    case("kjit.KernelFamily.specialize", "args", lambda m: RGB.specialize(H=1.5, W=4, arch="sm_90"), kjit.TypeError,
-         r"template parameter 'H' of kernel 'rgb_to_gray' is an integer \(int\): pass an int, got the float 1\.5",
-         "H-float"),
-    case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=3, arch="sm_90"),
-         kjit.CompileError, r"NVRTC could not compile add_constant\(T=float32, VEC=3\).*VEC must be a power of two",
-         "VEC-3-does-not-compile"),
-    case("kjit.KernelFamily.specialize", "device", lambda m: ADD.specialize(T=torch.float32, VEC=4, device="cuda:x"),
-         kjit.ValueError, r"device 'cuda:x' is not a device name: pass an int, a torch\.device or a str such as "
-         r"'cuda:0'", "bad-device-name"),
-    case("kjit.KernelFamily.specialize", "device", lambda m: ADD.specialize(T=torch.float32, VEC=4, device="cpu"),
-         kjit.ValueError, r"kernels run on CUDA devices, got the device 'cpu'", "cpu-device"),
-    case("kjit.KernelFamily.specialize", "device", lambda m: ADD.specialize(T=torch.float32, VEC=4, device=[0]),
-         kjit.TypeError, r"device must be None \(the current device\), an int, a torch\.device or a str such as "
-         r"'cuda:0'", "list-device"),
-    case("kjit.KernelFamily.specialize", "device", lambda m: ADD.specialize(T=torch.float32, VEC=4, device=0,
-                                                                            arch="sm_90"),
-         kjit.ValueError, r"specialize\(\) takes device= \(to launch\) or arch= \(to compile only\), not both",
-         "device-and-arch"),
-    case("kjit.KernelFamily.specialize", "device", lambda m: ADD.specialize(T=torch.float32, VEC=4), kjit.ValueError,
-         r"^no CUDA device is available \(.*\); to compile without a GPU, pass the target architecture, e\.g\. "
-         r"specialize\(arch='sm_90', \.\.\.\)", "no-gpu", marks=[no_gpu_here]),
-    case("kjit.KernelFamily.specialize", "args", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch=["sm_90"]),
-         kjit.TypeError, r"arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got a list", "arch-list"),
-    *[case("kjit.KernelFamily.specialize", "value", lambda m, a=a: ADD.specialize(T=torch.float32, VEC=4, arch=a),
-           kjit.ValueError, rf"^target '{re.escape(a)}' {NOT_A_TARGET}$", f"arch-{a.strip() or 'empty'}")
-      for a in ["banana", "", "sm_", "SM_90", " sm_90", "sm_1000", "sm_90b", "compute_"]],
-    case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_10"),
-         kjit.ValueError, r"^target 'sm_10' is older than anything CUDA 12\+ supports \(sm_50 and newer\)", "arch-sm_10"),
-    case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="compute_91"),
-         kjit.ValueError, r"^NVRTC \S+ cannot compile for compute_91: it supports compute_.*, compute_90\b.* for PTX "
-         r"\(or sm_XY for a cubin\)$", "arch-compute_91"),
-    case("kjit.KernelFamily.specialize", "value", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_91"),
-         kjit.ValueError, r"^NVRTC \S+ cannot compile for sm_91: it supports sm_.*, sm_90\b", "arch-sm_91"),
-    case("kjit.KernelFamily.specialize", "value", lambda m: kjit.Template(
-        '#include "nope_zz.cuh"\n__global__ void k(float* x) {}', name="inc.cu").kernel("k").specialize(arch="sm_90"),
-        kjit.CompileError, r"NVRTC could not compile k\(\) from template inc\.cu for sm_90.*kjit did not find 'nope_zz\.cuh'.*(could not|cannot) open source file "
-        r"\"nope_zz\.cuh\"", "missing-include"),
-    case("kjit.KernelFamily.specialize", "value", lambda m: kjit.Template(
-        "__global__ void k(float* x) { x[0] = undefined_q; }", name="bad.cu").kernel("k").specialize(arch="sm_90"),
-        kjit.CompileError, r"bad\.cu\(1\): error: identifier \"undefined_q\" is undefined", "does-not-compile"),
+    case(
+        "kjit.KernelFamily.specialize",
+        "name",
+        lambda m: ADD.specialize(t=torch.float32, VEC=4, arch="sm_90"),
+        kjit.ValueError,
+        r"^kernel 'add_constant' has no template parameter 't'; its parameters are T \(type\), VEC "
+        r"\(int\)$",
+        "lowercase-name",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: ADD.specialize(arch="sm_90"),
+        kjit.ValueError,
+        r"^kernel 'add_constant' needs template parameters T, VEC; its parameters are T \(type\), VEC \(int\)$",
+        "no-parameters",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: ADD.specialize(torch.float32),
+        kjit.TypeError,
+        r"^specialize\(\) takes keyword arguments only .*got 1 positional; the parameters of 'add_constant' are "
+        r"T \(type\), VEC \(int\)",
+        "positional",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "dtype",
+        lambda m: ADD.specialize(T=torch.complex64, VEC=4, arch="sm_90"),
+        kjit.TypeError,
+        r"template parameter 'T' of kernel 'add_constant' got torch\.complex64, which kjit cannot "
+        r"specialize on; allowed dtypes: float32, float64",
+        "complex64",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "dtype",
+        lambda m: ADD.specialize(T="float128", VEC=4, arch="sm_90"),
+        kjit.ValueError,
+        r"template parameter 'T' of kernel 'add_constant': unknown dtype name 'float128'; allowed: "
+        r"float32, .*\(or a torch\.dtype\)",
+        "unknown-dtype-name",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: ADD.specialize(T=None, VEC=4, arch="sm_90"),
+        kjit.TypeError,
+        r"template parameter 'T' of kernel 'add_constant' is a type: pass a torch\.dtype, a numpy / CuPy / JAX "
+        r"dtype or a dtype name \(e\.g\. torch\.float32, numpy\.float32, 'bfloat16'\), got None",
+        "T-None",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: ADD.specialize(T=torch.float32, VEC=None, arch="sm_90"),
+        kjit.TypeError,
+        r"template parameter 'VEC' of kernel 'add_constant' is an integer \(int\): pass an int, "
+        r"got None",
+        "VEC-None",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: RGB.specialize(H=1.5, W=4, arch="sm_90"),
+        kjit.TypeError,
+        r"template parameter 'H' of kernel 'rgb_to_gray' is an integer \(int\): pass an int, got the float 1\.5",
+        "H-float",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: ADD.specialize(T=torch.float32, VEC=3, arch="sm_90"),
+        kjit.CompileError,
+        r"NVRTC could not compile add_constant\(T=float32, VEC=3\).*VEC must be a power of two",
+        "VEC-3-does-not-compile",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, device="cuda:x"),
+        kjit.ValueError,
+        r"device 'cuda:x' is not a device name: pass an int, a torch\.device or a str such as "
+        r"'cuda:0'",
+        "bad-device-name",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, device="cpu"),
+        kjit.ValueError,
+        r"kernels run on CUDA devices, got the device 'cpu'",
+        "cpu-device",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, device=[0]),
+        kjit.TypeError,
+        r"device must be None \(the current device\), an int, a torch\.device or a str such as "
+        r"'cuda:0'",
+        "list-device",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, device=0, arch="sm_90"),
+        kjit.ValueError,
+        r"specialize\(\) takes device= \(to launch\) or arch= \(to compile only\), not both",
+        "device-and-arch",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4),
+        kjit.ValueError,
+        r"^no CUDA device is available \(.*\); to compile without a GPU, pass the target architecture, e\.g\. "
+        r"specialize\(arch='sm_90', \.\.\.\)",
+        "no-gpu",
+        marks=[no_gpu_here],
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "args",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch=["sm_90"]),
+        kjit.TypeError,
+        r"arch must be a str such as 'sm_90', 'sm_90a' or 'compute_90', got a list",
+        "arch-list",
+    ),
+    *[
+        case(
+            "kjit.KernelFamily.specialize",
+            "value",
+            lambda m, a=a: ADD.specialize(T=torch.float32, VEC=4, arch=a),
+            kjit.ValueError,
+            rf"^target '{re.escape(a)}' {NOT_A_TARGET}$",
+            f"arch-{a.strip() or 'empty'}",
+        )
+        for a in ["banana", "", "sm_", "SM_90", " sm_90", "sm_1000", "sm_90b", "compute_"]
+    ],
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_10"),
+        kjit.ValueError,
+        r"^target 'sm_10' is older than anything CUDA 12\+ supports \(sm_50 and newer\)",
+        "arch-sm_10",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="compute_91"),
+        kjit.ValueError,
+        r"^NVRTC \S+ cannot compile for compute_91: it supports compute_.*, compute_90\b.* for PTX "
+        r"\(or sm_XY for a cubin\)$",
+        "arch-compute_91",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_91"),
+        kjit.ValueError,
+        r"^NVRTC \S+ cannot compile for sm_91: it supports sm_.*, sm_90\b",
+        "arch-sm_91",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: (
+            kjit.Template('#include "nope_zz.cuh"\n__global__ void k(float* x) {}', name="inc.cu")
+            .kernel("k")
+            .specialize(arch="sm_90")
+        ),
+        kjit.CompileError,
+        r"NVRTC could not compile k\(\) from template inc\.cu for sm_90.*kjit did not find 'nope_zz\.cuh'.*(could not|cannot) open source file "
+        r"\"nope_zz\.cuh\"",
+        "missing-include",
+    ),
+    case(
+        "kjit.KernelFamily.specialize",
+        "value",
+        lambda m: (
+            kjit.Template("__global__ void k(float* x) { x[0] = undefined_q; }", name="bad.cu")
+            .kernel("k")
+            .specialize(arch="sm_90")
+        ),
+        kjit.CompileError,
+        r"bad\.cu\(1\): error: identifier \"undefined_q\" is undefined",
+        "does-not-compile",
+    ),
     # Kernel.launch of a compile-only kernel: the argument errors first, then LaunchError whatever the arguments
-    case("kjit.Kernel.launch", "args", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(1),
-         kjit.TypeError, r"^launch\(\) takes grid and block, then the kernel's arguments \(x, y, c, n\); got 1 "
-         r"positional argument$", "one-arg"),
-    case("kjit.Kernel.launch", "args", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(
-        1, 1, bogus=2), kjit.TypeError, r"launch\(\) got an unexpected keyword argument 'bogus': it takes launch\(grid, "
-        r"block, \*args, shared_mem=0, stream=None\)", "unknown-keyword"),
-    case("kjit.Kernel.launch", "args", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(
-        1, 256, "a", [1], None), kjit.LaunchError, r"^add_constant<float, 4> is compiled for sm_90 only "
-        r"\(arch='sm_90'\); specialize with a device to launch$", "compile-only"),
-    case("kjit.Kernel.launch", "cpu", lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(
-        1, 256, torch.ones(4), torch.ones(4), 1.0, 4), kjit.LaunchError, r"is compiled for sm_90 only",
-        "compile-only-cpu-tensors"),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(1),
+        kjit.TypeError,
+        r"^launch\(\) takes grid and block, then the kernel's arguments \(x, y, c, n\); got 1 "
+        r"positional argument$",
+        "one-arg",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(1, 1, bogus=2),
+        kjit.TypeError,
+        r"launch\(\) got an unexpected keyword argument 'bogus': it takes launch\(grid, "
+        r"block, \*args, shared_mem=0, stream=None\)",
+        "unknown-keyword",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(1, 256, "a", [1], None),
+        kjit.LaunchError,
+        r"^add_constant<float, 4> is compiled for sm_90 only "
+        r"\(arch='sm_90'\); specialize with a device to launch$",
+        "compile-only",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "cpu",
+        lambda m: ADD.specialize(T=torch.float32, VEC=4, arch="sm_90").launch(
+            1, 256, torch.ones(4), torch.ones(4), 1.0, 4
+        ),
+        kjit.LaunchError,
+        r"is compiled for sm_90 only",
+        "compile-only-cpu-tensors",
+    ),
     # process-wide functions
     case("kjit.stats", "args", lambda m: kjit.stats(1), TypeError, _PYBIND + r".*\(\) -> dict.*Invoked with: 1", "arg"),
     case("kjit.reset_stats", "args", lambda m: kjit.reset_stats(1), TypeError, _PYBIND + r".*Invoked with: 1", "arg"),
     case("kjit.cache_info", "args", lambda m: kjit.cache_info("x"), TypeError, _PYBIND + r".*Invoked with: 'x'", "arg"),
-    case("kjit.clear_memory", "args", lambda m: kjit.clear_memory(None), TypeError, _PYBIND + r".*Invoked with: None",
-         "arg"),
+    case(
+        "kjit.clear_memory",
+        "args",
+        lambda m: kjit.clear_memory(None),
+        TypeError,
+        _PYBIND + r".*Invoked with: None",
+        "arg",
+    ),
 ]
 
 # ---- kjit.elementwise ----------------------------------------------------------------------------------
 
-_NOT_USABLE = (r"is not usable: names are C\+\+ identifiers, not C\+\+ keywords, not C, TO, I, VEC, TAIL or out, and "
-               r"not starting with 'kjit_', 'T_' or '__'")
+_NOT_USABLE = (
+    r"is not usable: names are C\+\+ identifiers, not C\+\+ keywords, not C, TO, I, VEC, TAIL or out, and "
+    r"not starting with 'kjit_', 'T_' or '__'"
+)
 
 
 def _ew(target, category, call, exc, pattern, id, **kw):
@@ -812,179 +1646,614 @@ def _ew(target, category, call, exc, pattern, id, **kw):
 
 
 EW_CASES = [
-    *[_ew("kjit.elementwise", "name", lambda m, n=n: kjit.elementwise("x", ("x", n)), kjit.ValueError,
-          rf"^kjit\.elementwise: input name '{re.escape(n)}' {_NOT_USABLE}$", f"input-{n}")
-      for n in ["C", "VEC", "T_x", "__x", "None", "lambda", "a-b", "out"]],
-    *[_ew("kjit.elementwise", "name", lambda m, n=n: kjit.elementwise("x", "x", n), kjit.ValueError,
-          rf"^kjit\.elementwise: scalar name '{n}'", f"scalar-{n}") for n in ["TO", "int", "kjit_s"]],
-    _ew("kjit.elementwise", "name", lambda m: kjit.elementwise("x * s", "x", "s, s"), kjit.ValueError,
-        r"names \['s'\] are given more than once", "scalar-twice"),
-    _ew("kjit.elementwise", "name", lambda m: kjit.elementwise("x * s + y", "x, y", {"x": 1.0, "s": 2.0}),
-        kjit.ValueError, r"names \['x'\] are given more than once", "scalar-shadows-input"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x", None), kjit.TypeError,
+    *[
+        _ew(
+            "kjit.elementwise",
+            "name",
+            lambda m, n=n: kjit.elementwise("x", ("x", n)),
+            kjit.ValueError,
+            rf"^kjit\.elementwise: input name '{re.escape(n)}' {_NOT_USABLE}$",
+            f"input-{n}",
+        )
+        for n in ["C", "VEC", "T_x", "__x", "None", "lambda", "a-b", "out"]
+    ],
+    *[
+        _ew(
+            "kjit.elementwise",
+            "name",
+            lambda m, n=n: kjit.elementwise("x", "x", n),
+            kjit.ValueError,
+            rf"^kjit\.elementwise: scalar name '{n}'",
+            f"scalar-{n}",
+        )
+        for n in ["TO", "int", "kjit_s"]
+    ],
+    _ew(
+        "kjit.elementwise",
+        "name",
+        lambda m: kjit.elementwise("x * s", "x", "s, s"),
+        kjit.ValueError,
+        r"names \['s'\] are given more than once",
+        "scalar-twice",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "name",
+        lambda m: kjit.elementwise("x * s + y", "x, y", {"x": 1.0, "s": 2.0}),
+        kjit.ValueError,
+        r"names \['x'\] are given more than once",
+        "scalar-shadows-input",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x", None),
+        kjit.TypeError,
         r"kjit\.elementwise: input must be a name, a list of names or a string of names separated by commas, got None",
-        "inputs-None"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x", ""), kjit.ValueError,
-        r"kjit\.elementwise: at least one input tensor is needed", "no-inputs"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x", "x", 3), kjit.TypeError,
-        r"scalar must be a name, .*got 3", "scalars-int"),
-    _ew("kjit.elementwise", "dtype", lambda m: kjit.elementwise("x", "x", dtype="float32"), kjit.TypeError,
-        r"kjit\.elementwise: dtype=float32 is not supported; allowed: torch\.float32", "dtype-str"),
-    _ew("kjit.elementwise", "dtype", lambda m: kjit.elementwise("x", "x", dtype=torch.complex32), kjit.TypeError,
-        r"dtype=torch\.complex32 is not supported", "dtype-complex32"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise(None, "x"), kjit.TypeError,
-        r"the expression must be a non-empty string of C\+\+, got None", "expr-None"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("  ", "x"), kjit.TypeError,
-        r"the expression must be a non-empty string of C\+\+, got '  '", "expr-blank"),
-    *[_ew("kjit.elementwise", "value", lambda m, e=e: kjit.elementwise(e, "x"), kjit.ValueError,
-          r"must be one C\+\+ expression \(no ';', braces, comments or preprocessor lines\)", f"expr-{i}")
-      for i, e in enumerate(["x; return 0", "x }", "#define A", "x /* c", "x // c"])],
-    _ew("kjit.elementwise", "name", lambda m: kjit.elementwise("x * s", "x", "s", specialize="s, s"), kjit.ValueError,
-        r"kjit\.elementwise: specialize names \['s'\] more than once", "specialize-twice"),
-    _ew("kjit.elementwise", "name", lambda m: kjit.elementwise("x * s", "x", "s", specialize="t"), kjit.ValueError,
-        r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]", "specialize-unknown"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x * s", "x", "s", specialize=3), kjit.TypeError,
-        r"specialized scalar must be a name, a list of names .*got 3", "specialize-int"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x * s", "x", {"s": "2"}), kjit.TypeError,
-        r"the default of scalar 's' must be a Python int or float, got str '2'", "str-default"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x", "x", name=3), kjit.TypeError,
-        r"kjit\.elementwise: name must be a str .*got int 3", "int-name"),
-    _ew("kjit.elementwise", "args", lambda m: kjit.elementwise("x", "x", fused=True), TypeError,
-        r"elementwise\(\) got an unexpected keyword argument 'fused'", "unknown-keyword"),
-    _ew("kjit.Elementwise", "args", lambda m: kjit.Elementwise("x"), TypeError,
-        r"missing 1 required positional argument: 'inputs'", "no-inputs"),
-    _ew("kjit.Elementwise", "name", lambda m: kjit.Elementwise("x", "x, x"), kjit.ValueError,
-        r"names \['x'\] are given more than once", "input-twice"),
+        "inputs-None",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x", ""),
+        kjit.ValueError,
+        r"kjit\.elementwise: at least one input tensor is needed",
+        "no-inputs",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x", "x", 3),
+        kjit.TypeError,
+        r"scalar must be a name, .*got 3",
+        "scalars-int",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "dtype",
+        lambda m: kjit.elementwise("x", "x", dtype="float32"),
+        kjit.TypeError,
+        r"kjit\.elementwise: dtype=float32 is not supported; allowed: torch\.float32",
+        "dtype-str",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "dtype",
+        lambda m: kjit.elementwise("x", "x", dtype=torch.complex32),
+        kjit.TypeError,
+        r"dtype=torch\.complex32 is not supported",
+        "dtype-complex32",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise(None, "x"),
+        kjit.TypeError,
+        r"the expression must be a non-empty string of C\+\+, got None",
+        "expr-None",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("  ", "x"),
+        kjit.TypeError,
+        r"the expression must be a non-empty string of C\+\+, got '  '",
+        "expr-blank",
+    ),
+    *[
+        _ew(
+            "kjit.elementwise",
+            "value",
+            lambda m, e=e: kjit.elementwise(e, "x"),
+            kjit.ValueError,
+            r"must be one C\+\+ expression \(no ';', braces, comments or preprocessor lines\)",
+            f"expr-{i}",
+        )
+        for i, e in enumerate(["x; return 0", "x }", "#define A", "x /* c", "x // c"])
+    ],
+    _ew(
+        "kjit.elementwise",
+        "name",
+        lambda m: kjit.elementwise("x * s", "x", "s", specialize="s, s"),
+        kjit.ValueError,
+        r"kjit\.elementwise: specialize names \['s'\] more than once",
+        "specialize-twice",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "name",
+        lambda m: kjit.elementwise("x * s", "x", "s", specialize="t"),
+        kjit.ValueError,
+        r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]",
+        "specialize-unknown",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x * s", "x", "s", specialize=3),
+        kjit.TypeError,
+        r"specialized scalar must be a name, a list of names .*got 3",
+        "specialize-int",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x * s", "x", {"s": "2"}),
+        kjit.TypeError,
+        r"the default of scalar 's' must be a Python int or float, got str '2'",
+        "str-default",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x", "x", name=3),
+        kjit.TypeError,
+        r"kjit\.elementwise: name must be a str .*got int 3",
+        "int-name",
+    ),
+    _ew(
+        "kjit.elementwise",
+        "args",
+        lambda m: kjit.elementwise("x", "x", fused=True),
+        TypeError,
+        r"elementwise\(\) got an unexpected keyword argument 'fused'",
+        "unknown-keyword",
+    ),
+    _ew(
+        "kjit.Elementwise",
+        "args",
+        lambda m: kjit.Elementwise("x"),
+        TypeError,
+        r"missing 1 required positional argument: 'inputs'",
+        "no-inputs",
+    ),
+    _ew(
+        "kjit.Elementwise",
+        "name",
+        lambda m: kjit.Elementwise("x", "x, x"),
+        kjit.ValueError,
+        r"names \['x'\] are given more than once",
+        "input-twice",
+    ),
     # calls (CPU tensors: the argument checks come before the device check)
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(), kjit.TypeError, r"is missing input 'x' \(inputs: x, y\)",
-        "no-args"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA([1.0], m.x(2), s=1.0), kjit.TypeError,
-        r"input 'x' must be a torch\.Tensor, got list \[1\.0\]; pass numbers as scalars", "list"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(None, m.x(2), s=1.0), kjit.TypeError,
-        r"input 'x' must be a torch\.Tensor, got NoneType None", "None"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), m.x(2), s=None), kjit.TypeError,
-        r"scalar 's' must be a Python int or float, got NoneType None", "scalar-None"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), m.x(2), s=m.x(2)), kjit.TypeError,
-        r"scalar 's' must be a Python int or float, got a torch\.float32 tensor of shape \[2\]", "scalar-tensor"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), m.x(2)), kjit.TypeError,
-        r"is missing scalar 's' \(pass s=<number>\)", "scalar-missing"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), m.x(2), 1.0), kjit.TypeError,
-        r"takes 2 tensor\(s\) \(x, y\) and scalars \['s'\] by keyword, got 3 positional", "scalar-positional"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), m.x(2), s=1.0, z=1), kjit.TypeError,
-        r"unexpected keyword arguments \['z'\]; inputs \['x', 'y'\], scalars \['s'\], out=", "unknown-keyword"),
-    _ew("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(2), x=m.x(2), s=1.0), kjit.TypeError,
-        r"got input 'x' twice, by position and by keyword \(inputs: x, y\)", "input-twice"),
-    _ew("kjit.Elementwise.__call__", "dtype", lambda m: FMA(m.x(2), m.x(2).to(torch.complex32), s=1.0), kjit.TypeError,
-        r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32", "complex32"),
-    _ew("kjit.Elementwise.__call__", "cpu", lambda m: FMA(torch.ones(3), torch.ones(3), s=1.0), kjit.ValueError,
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(),
+        kjit.TypeError,
+        r"is missing input 'x' \(inputs: x, y\)",
+        "no-args",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA([1.0], m.x(2), s=1.0),
+        kjit.TypeError,
+        r"input 'x' must be a torch\.Tensor, got list \[1\.0\]; pass numbers as scalars",
+        "list",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(None, m.x(2), s=1.0),
+        kjit.TypeError,
+        r"input 'x' must be a torch\.Tensor, got NoneType None",
+        "None",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), m.x(2), s=None),
+        kjit.TypeError,
+        r"scalar 's' must be a Python int or float, got NoneType None",
+        "scalar-None",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), m.x(2), s=m.x(2)),
+        kjit.TypeError,
+        r"scalar 's' must be a Python int or float, got a torch\.float32 tensor of shape \[2\]",
+        "scalar-tensor",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), m.x(2)),
+        kjit.TypeError,
+        r"is missing scalar 's' \(pass s=<number>\)",
+        "scalar-missing",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), m.x(2), 1.0),
+        kjit.TypeError,
+        r"takes 2 tensor\(s\) \(x, y\) and scalars \['s'\] by keyword, got 3 positional",
+        "scalar-positional",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), m.x(2), s=1.0, z=1),
+        kjit.TypeError,
+        r"unexpected keyword arguments \['z'\]; inputs \['x', 'y'\], scalars \['s'\], out=",
+        "unknown-keyword",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(2), x=m.x(2), s=1.0),
+        kjit.TypeError,
+        r"got input 'x' twice, by position and by keyword \(inputs: x, y\)",
+        "input-twice",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "dtype",
+        lambda m: FMA(m.x(2), m.x(2).to(torch.complex32), s=1.0),
+        kjit.TypeError,
+        r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32",
+        "complex32",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "cpu",
+        lambda m: FMA(torch.ones(3), torch.ones(3), s=1.0),
+        kjit.ValueError,
         r"^kjit\.elementwise\('bad_input_fma': 'x \* y \* s'\): expected all inputs on one CUDA device, got x on cpu, "
-        r"y on cpu; move them with \.to\('cuda'\)", "cpu"),
-    _ew("kjit.Elementwise.__call__", "cpu", lambda m: FMA(torch.ones(0), torch.ones(0), s=1.0), kjit.ValueError,
-        r"expected all inputs on one CUDA device, got x on cpu, y on cpu", "cpu-empty"),
-    _ew("kjit.Elementwise.__call__", "cpu", lambda m: FMA(torch.ones(4, 4).t(), torch.ones(4), s=1.0), kjit.ValueError,
-        r"expected all inputs on one CUDA device, got x on cpu, y on cpu", "cpu-non-contiguous"),
-    _ew("kjit.Elementwise.__call__", "device", lambda m: FMA(m.x(2), m.x(2), s=1.0), kjit.ValueError,
-        r"expected all inputs on one CUDA device, got x on meta, y on meta", "meta"),
+        r"y on cpu; move them with \.to\('cuda'\)",
+        "cpu",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "cpu",
+        lambda m: FMA(torch.ones(0), torch.ones(0), s=1.0),
+        kjit.ValueError,
+        r"expected all inputs on one CUDA device, got x on cpu, y on cpu",
+        "cpu-empty",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "cpu",
+        lambda m: FMA(torch.ones(4, 4).t(), torch.ones(4), s=1.0),
+        kjit.ValueError,
+        r"expected all inputs on one CUDA device, got x on cpu, y on cpu",
+        "cpu-non-contiguous",
+    ),
+    _ew(
+        "kjit.Elementwise.__call__",
+        "device",
+        lambda m: FMA(m.x(2), m.x(2), s=1.0),
+        kjit.ValueError,
+        r"expected all inputs on one CUDA device, got x on meta, y on meta",
+        "meta",
+    ),
     # compile(), source(), template()
-    _ew("kjit.Elementwise.compile", "value", lambda m: kjit.elementwise("x +", "x", name="syntax").compile(
-        arch="sm_90", dtypes=(torch.float32,)), kjit.CompileError,
-        r"NVRTC could not compile kjit_elementwise\(.*\) from template kjit_elementwise_syntax for sm_90", "syntax"),
-    _ew("kjit.Elementwise.compile", "name", lambda m: kjit.elementwise("x + undefined_zz", "x", name="undef").compile(
-        arch="sm_90", dtypes=(torch.float32,)), kjit.CompileError, r"identifier \"undefined_zz\" is undefined",
-        "undefined-name"),
-    _ew("kjit.Elementwise.compile", "value", lambda m: FMA.compile(arch="banana", dtypes=(torch.float32,) * 2),
-        kjit.ValueError, rf"^target 'banana' {NOT_A_TARGET}$", "bad-arch"),
-    _ew("kjit.Elementwise.compile", "dtype", lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32, torch.complex32)),
-        kjit.TypeError, r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32",
-        "complex32"),
-    _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(arch="sm_90", dtypes="ff"), kjit.TypeError,
-        r"dtypes must be a tuple of torch\.dtype, one per input \(x, y\), got str 'ff'", "dtypes-str"),
-    _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(arch="sm_90", dtypes=None), kjit.TypeError,
-        r"dtypes must be a tuple of torch\.dtype, one per input \(x, y\), got NoneType None", "dtypes-None"),
-    _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32,)),
-        kjit.ValueError, r"dtypes gives 1 dtypes for 2 inputs", "dtypes-count"),
-    _ew("kjit.Elementwise.compile", "value", lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32,) * 2, rank=7),
-        kjit.ValueError, r"has no __global__ kernel named 'kjit_elementwise_strided7' \(it declares: "
-        r"kjit_elementwise, kjit_elementwise_strided1", "rank-7"),
-    _ew("kjit.Elementwise.compile", "args", lambda m: SPEC.compile(arch="sm_90", dtypes=(torch.float32,)),
-        kjit.ValueError, r"specialized_values must be a tuple of one number per specialized scalar \['s'\], got "
-        r"tuple \(\)", "specialized_values-missing"),
-    _ew("kjit.Elementwise.compile", "args", lambda m: FMA.compile(dtypes=(torch.float32,) * 2), TypeError,
-        r"compile\(\) missing 1 required keyword-only argument: 'arch'", "no-arch"),
-    _ew("kjit.Elementwise.source", "args", lambda m: SPEC.source(1), kjit.ValueError,
-        r"specialized_values must be a tuple of one number per specialized scalar \['s'\], got int 1", "int"),
-    _ew("kjit.Elementwise.source", "args", lambda m: SPEC.source(("a",)), kjit.ValueError,
-        r"specialized_values must be a tuple of one number .*got tuple \('a',\)", "str-value"),
-    _ew("kjit.Elementwise.template", "args", lambda m: SPEC.template(None), kjit.ValueError,
-        r"specialized_values must be a tuple of one number .*got NoneType None", "None"),
+    _ew(
+        "kjit.Elementwise.compile",
+        "value",
+        lambda m: kjit.elementwise("x +", "x", name="syntax").compile(arch="sm_90", dtypes=(torch.float32,)),
+        kjit.CompileError,
+        r"NVRTC could not compile kjit_elementwise\(.*\) from template kjit_elementwise_syntax for sm_90",
+        "syntax",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "name",
+        lambda m: kjit.elementwise("x + undefined_zz", "x", name="undef").compile(
+            arch="sm_90", dtypes=(torch.float32,)
+        ),
+        kjit.CompileError,
+        r"identifier \"undefined_zz\" is undefined",
+        "undefined-name",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "value",
+        lambda m: FMA.compile(arch="banana", dtypes=(torch.float32,) * 2),
+        kjit.ValueError,
+        rf"^target 'banana' {NOT_A_TARGET}$",
+        "bad-arch",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "dtype",
+        lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32, torch.complex32)),
+        kjit.TypeError,
+        r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32",
+        "complex32",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "args",
+        lambda m: FMA.compile(arch="sm_90", dtypes="ff"),
+        kjit.TypeError,
+        r"dtypes must be a tuple of torch\.dtype, one per input \(x, y\), got str 'ff'",
+        "dtypes-str",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "args",
+        lambda m: FMA.compile(arch="sm_90", dtypes=None),
+        kjit.TypeError,
+        r"dtypes must be a tuple of torch\.dtype, one per input \(x, y\), got NoneType None",
+        "dtypes-None",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "args",
+        lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32,)),
+        kjit.ValueError,
+        r"dtypes gives 1 dtypes for 2 inputs",
+        "dtypes-count",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "value",
+        lambda m: FMA.compile(arch="sm_90", dtypes=(torch.float32,) * 2, rank=7),
+        kjit.ValueError,
+        r"has no __global__ kernel named 'kjit_elementwise_strided7' \(it declares: "
+        r"kjit_elementwise, kjit_elementwise_strided1",
+        "rank-7",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "args",
+        lambda m: SPEC.compile(arch="sm_90", dtypes=(torch.float32,)),
+        kjit.ValueError,
+        r"specialized_values must be a tuple of one number per specialized scalar \['s'\], got "
+        r"tuple \(\)",
+        "specialized_values-missing",
+    ),
+    _ew(
+        "kjit.Elementwise.compile",
+        "args",
+        lambda m: FMA.compile(dtypes=(torch.float32,) * 2),
+        TypeError,
+        r"compile\(\) missing 1 required keyword-only argument: 'arch'",
+        "no-arch",
+    ),
+    _ew(
+        "kjit.Elementwise.source",
+        "args",
+        lambda m: SPEC.source(1),
+        kjit.ValueError,
+        r"specialized_values must be a tuple of one number per specialized scalar \['s'\], got int 1",
+        "int",
+    ),
+    _ew(
+        "kjit.Elementwise.source",
+        "args",
+        lambda m: SPEC.source(("a",)),
+        kjit.ValueError,
+        r"specialized_values must be a tuple of one number .*got tuple \('a',\)",
+        "str-value",
+    ),
+    _ew(
+        "kjit.Elementwise.template",
+        "args",
+        lambda m: SPEC.template(None),
+        kjit.ValueError,
+        r"specialized_values must be a tuple of one number .*got NoneType None",
+        "None",
+    ),
 ]
 
 # ---- kjit.launcher / kjit.arg / kjit.cdiv ----------------------------------------------------------------
 
 LAUNCHER_CASES = [
-    case("kjit.launcher", "args", lambda m: kjit.launcher("add_constant", grid=1), kjit.TypeError,
-         r"kjit\.launcher\(\) takes a kjit\.KernelFamily \(template\.kernel\(name\)\), got str", "not-a-family"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD.template, grid=1), kjit.TypeError, r"got Template",
-         "a-template"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD), TypeError,
-         r"launcher\(\) missing 1 required keyword-only argument: 'grid'", "no-grid"),
-    case("kjit.launcher", "name", lambda m: kjit.launcher(ADD, grid=1, WIDTH=4), kjit.ValueError,
-         r"kernel 'add_constant' has no template parameter 'WIDTH'; its parameters are T \(type\), VEC \(int\)",
-         "unknown-parameter"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD, grid=(1, 2, 3, 4)), kjit.TypeError,
-         r"grid must be an int or a tuple of 1 to 3 ints .*got \(1, 2, 3, 4\)", "grid-4d"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD, grid=1, block=True), kjit.TypeError,
-         r"block must be an int or a tuple of 1 to 3 ints, got True", "block-bool"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD, grid=1, shared_mem="0"), kjit.TypeError,
-         r"shared_mem must be an int or a callable, got '0'", "shared_mem-str"),
-    case("kjit.launcher", "name", lambda m: kjit.launcher(ADD, grid=1, T=kjit.arg("z").dtype), kjit.ValueError,
-         r"kjit\.arg\('z'\)\.dtype: kernel 'add_constant' has no parameter 'z'; its parameters are \(x, y, c, n\)",
-         "arg-unknown-name"),
-    case("kjit.launcher", "args", lambda m: kjit.launcher(ADD, grid=1, T=kjit.arg(-5).dtype), kjit.ValueError,
-         r"kjit\.arg\(-5\)\.dtype: kernel 'add_constant' has 4 parameters \(x, y, c, n\)", "arg-bad-position"),
-    case("kjit.Launcher", "args", lambda m: kjit.Launcher(ADD, grid=1), TypeError,
-         r"missing 1 required keyword-only argument: 'specialize'", "no-specialize"),
-    case("kjit.Launcher", "args", lambda m: kjit.Launcher(None, grid=1, specialize={}), kjit.TypeError,
-         r"kjit\.launcher\(\) takes a kjit\.KernelFamily .*got NoneType", "None-family"),
-    case("kjit.arg", "args", lambda m: kjit.arg(None), kjit.TypeError,
-         r"kjit\.arg\(\) takes a parameter name or position, got None", "None"),
-    case("kjit.arg", "args", lambda m: kjit.arg(True), kjit.TypeError,
-         r"kjit\.arg\(\) takes a parameter name or position, got True", "bool"),
-    case("kjit.arg", "args", lambda m: kjit.arg("x").stride[1.0], kjit.TypeError,
-         r"kjit\.arg\('x'\)\.stride\[\.\.\.\] takes an int dimension, got 1\.0", "stride-float"),
-    case("kjit.arg", "args", lambda m: kjit.arg("x").shape["a"], kjit.TypeError,
-         r"kjit\.arg\('x'\)\.shape\[\.\.\.\] takes an int dimension, got 'a'", "shape-str"),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher("add_constant", grid=1),
+        kjit.TypeError,
+        r"kjit\.launcher\(\) takes a kjit\.KernelFamily \(template\.kernel\(name\)\), got str",
+        "not-a-family",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD.template, grid=1),
+        kjit.TypeError,
+        r"got Template",
+        "a-template",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD),
+        TypeError,
+        r"launcher\(\) missing 1 required keyword-only argument: 'grid'",
+        "no-grid",
+    ),
+    case(
+        "kjit.launcher",
+        "name",
+        lambda m: kjit.launcher(ADD, grid=1, WIDTH=4),
+        kjit.ValueError,
+        r"kernel 'add_constant' has no template parameter 'WIDTH'; its parameters are T \(type\), VEC \(int\)",
+        "unknown-parameter",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD, grid=(1, 2, 3, 4)),
+        kjit.TypeError,
+        r"grid must be an int or a tuple of 1 to 3 ints .*got \(1, 2, 3, 4\)",
+        "grid-4d",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD, grid=1, block=True),
+        kjit.TypeError,
+        r"block must be an int or a tuple of 1 to 3 ints, got True",
+        "block-bool",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD, grid=1, shared_mem="0"),
+        kjit.TypeError,
+        r"shared_mem must be an int or a callable, got '0'",
+        "shared_mem-str",
+    ),
+    case(
+        "kjit.launcher",
+        "name",
+        lambda m: kjit.launcher(ADD, grid=1, T=kjit.arg("z").dtype),
+        kjit.ValueError,
+        r"kjit\.arg\('z'\)\.dtype: kernel 'add_constant' has no parameter 'z'; its parameters are \(x, y, c, n\)",
+        "arg-unknown-name",
+    ),
+    case(
+        "kjit.launcher",
+        "args",
+        lambda m: kjit.launcher(ADD, grid=1, T=kjit.arg(-5).dtype),
+        kjit.ValueError,
+        r"kjit\.arg\(-5\)\.dtype: kernel 'add_constant' has 4 parameters \(x, y, c, n\)",
+        "arg-bad-position",
+    ),
+    case(
+        "kjit.Launcher",
+        "args",
+        lambda m: kjit.Launcher(ADD, grid=1),
+        TypeError,
+        r"missing 1 required keyword-only argument: 'specialize'",
+        "no-specialize",
+    ),
+    case(
+        "kjit.Launcher",
+        "args",
+        lambda m: kjit.Launcher(None, grid=1, specialize={}),
+        kjit.TypeError,
+        r"kjit\.launcher\(\) takes a kjit\.KernelFamily .*got NoneType",
+        "None-family",
+    ),
+    case(
+        "kjit.arg",
+        "args",
+        lambda m: kjit.arg(None),
+        kjit.TypeError,
+        r"kjit\.arg\(\) takes a parameter name or position, got None",
+        "None",
+    ),
+    case(
+        "kjit.arg",
+        "args",
+        lambda m: kjit.arg(True),
+        kjit.TypeError,
+        r"kjit\.arg\(\) takes a parameter name or position, got True",
+        "bool",
+    ),
+    case(
+        "kjit.arg",
+        "args",
+        lambda m: kjit.arg("x").stride[1.0],
+        kjit.TypeError,
+        r"kjit\.arg\('x'\)\.stride\[\.\.\.\] takes an int dimension, got 1\.0",
+        "stride-float",
+    ),
+    case(
+        "kjit.arg",
+        "args",
+        lambda m: kjit.arg("x").shape["a"],
+        kjit.TypeError,
+        r"kjit\.arg\('x'\)\.shape\[\.\.\.\] takes an int dimension, got 'a'",
+        "shape-str",
+    ),
     case("kjit.cdiv", "args", lambda m: kjit.cdiv("8", 2), TypeError, r"bad operand type for unary -: 'str'", "str"),
     case("kjit.cdiv", "value", lambda m: kjit.cdiv(8, 0), ZeroDivisionError, r"division or modulo by zero", "zero"),
     # calls: the argument checks come before the device check
-    case("kjit.Launcher.__call__", "args", lambda m: LAUNCHER(m.x(2), m.x(2), 1.0), kjit.TypeError,
-         r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 3$", "too-few"),
-    case("kjit.Launcher.__call__", "args", lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, 2, 5), kjit.TypeError,
-         r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 5$", "too-many"),
-    case("kjit.Launcher.__call__", "args", lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, 2, w=1), kjit.TypeError,
-         r"kernel add_constant has no parameter 'w'; its parameters are \(x, y, c, n\)", "unknown-keyword"),
-    case("kjit.Launcher.__call__", "args", lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, n=2, c=1.0), kjit.TypeError,
-         r"kernel add_constant got argument 'c' twice", "twice"),
-    case("kjit.Launcher.__call__", "args", lambda m: LAUNCHER(m.x(2), y=m.x(2), c=1.0), kjit.TypeError,
-         r"kernel add_constant takes 4 arguments \(x, y, c, n\), missing n", "missing"),
-    case("kjit.Launcher.__call__", "cpu", lambda m: LAUNCHER(torch.ones(2), torch.ones(2), 1.0, 2), kjit.ValueError,
-         r"^add_constant: expected all tensors on one CUDA device, got cpu \(x, y\); move them with \.to\('cuda'\)$",
-         "cpu"),
-    case("kjit.Launcher.__call__", "cpu", lambda m: LAUNCHER(torch.ones(0), torch.ones(0), 1.0, 0), kjit.ValueError,
-         r"got cpu \(x, y\)", "cpu-empty"),
-    case("kjit.Launcher.specialize", "args", lambda m: LAUNCHER.specialize(m.x(2), m.x(2)), kjit.TypeError,
-         r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 2$", "too-few"),
-    case("kjit.Launcher.specialize", "cpu", lambda m: LAUNCHER.specialize(torch.ones(2), torch.ones(2), 1.0, 2),
-         kjit.ValueError, r"^add_constant: expected all tensors on one CUDA device, got cpu \(x, y\)", "cpu"),
-    case("kjit.Launcher.specialize", "args", lambda m: LAUNCHER.specialize(1.0, 2.0, 3.0, 4), kjit.TypeError,
-         r"^add_constant: T=kjit\.arg\('x'\)\.dtype cannot be read from this call: 'float' object has no attribute "
-         r"'dtype'", "no-tensor"),
+    case(
+        "kjit.Launcher.__call__",
+        "args",
+        lambda m: LAUNCHER(m.x(2), m.x(2), 1.0),
+        kjit.TypeError,
+        r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 3$",
+        "too-few",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "args",
+        lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, 2, 5),
+        kjit.TypeError,
+        r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 5$",
+        "too-many",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "args",
+        lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, 2, w=1),
+        kjit.TypeError,
+        r"kernel add_constant has no parameter 'w'; its parameters are \(x, y, c, n\)",
+        "unknown-keyword",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "args",
+        lambda m: LAUNCHER(m.x(2), m.x(2), 1.0, n=2, c=1.0),
+        kjit.TypeError,
+        r"kernel add_constant got argument 'c' twice",
+        "twice",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "args",
+        lambda m: LAUNCHER(m.x(2), y=m.x(2), c=1.0),
+        kjit.TypeError,
+        r"kernel add_constant takes 4 arguments \(x, y, c, n\), missing n",
+        "missing",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "cpu",
+        lambda m: LAUNCHER(torch.ones(2), torch.ones(2), 1.0, 2),
+        kjit.ValueError,
+        r"^add_constant: expected all tensors on one CUDA device, got cpu \(x, y\); move them with \.to\('cuda'\)$",
+        "cpu",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "cpu",
+        lambda m: LAUNCHER(torch.ones(0), torch.ones(0), 1.0, 0),
+        kjit.ValueError,
+        r"got cpu \(x, y\)",
+        "cpu-empty",
+    ),
+    case(
+        "kjit.Launcher.specialize",
+        "args",
+        lambda m: LAUNCHER.specialize(m.x(2), m.x(2)),
+        kjit.TypeError,
+        r"^kernel add_constant takes 4 arguments \(x, y, c, n\), got 2$",
+        "too-few",
+    ),
+    case(
+        "kjit.Launcher.specialize",
+        "cpu",
+        lambda m: LAUNCHER.specialize(torch.ones(2), torch.ones(2), 1.0, 2),
+        kjit.ValueError,
+        r"^add_constant: expected all tensors on one CUDA device, got cpu \(x, y\)",
+        "cpu",
+    ),
+    case(
+        "kjit.Launcher.specialize",
+        "args",
+        lambda m: LAUNCHER.specialize(1.0, 2.0, 3.0, 4),
+        kjit.TypeError,
+        r"^add_constant: T=kjit\.arg\('x'\)\.dtype cannot be read from this call: 'float' object has no attribute "
+        r"'dtype'",
+        "no-tensor",
+    ),
 ]
 
 
 # =====================================================================================================
 # 4. Runners and valid calls
 # =====================================================================================================
+
 
 def _compile_only_ok():
     k = ADD.specialize(T=torch.float32, VEC=4, arch="sm_90")
@@ -1073,8 +2342,10 @@ def run_bad(c: Case, device: str, request=None):
     if err is None:
         raise WrongError(f"{c.target}: no error; expected {c.exc.__module__}.{c.exc.__qualname__} /{c.pattern}/")
     if type(err) is not c.exc:
-        raise WrongError(f"{c.target}: {type(err).__module__}.{type(err).__qualname__}: {err}\n"
-                         f"expected exactly {c.exc.__module__}.{c.exc.__qualname__} /{c.pattern}/") from err
+        raise WrongError(
+            f"{c.target}: {type(err).__module__}.{type(err).__qualname__}: {err}\n"
+            f"expected exactly {c.exc.__module__}.{c.exc.__qualname__} /{c.pattern}/"
+        ) from err
     if isinstance(err, kjit.Error) != issubclass(c.exc, kjit.Error):
         raise WrongError(f"{c.target}: {err!r} and kjit.Error")
     if not re.search(c.pattern, str(err), re.S):
@@ -1082,6 +2353,7 @@ def run_bad(c: Case, device: str, request=None):
 
 
 # ---- CPU part --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("c", OP_CPU_TENSOR_CASES)
 def test_cpu_tensors(c):
@@ -1133,9 +2405,11 @@ def test_elementwise_compile_only_64_bit_index_and_special_constants():
 
 # ---- the matrix covers the public surface ------------------------------------------------------------------
 
-TENSOR_FUNCTIONS = {"kjit.Elementwise.__call__": {"cpu", "dtype", "device", "noncontig", "empty", "huge", "nan", "args"},
-                    "kjit.Launcher.__call__": {"cpu", "dtype", "device", "noncontig", "empty", "args"},
-                    "kjit.Kernel.launch": {"cpu", "dtype", "device", "empty", "args"}}
+TENSOR_FUNCTIONS = {
+    "kjit.Elementwise.__call__": {"cpu", "dtype", "device", "noncontig", "empty", "huge", "nan", "args"},
+    "kjit.Launcher.__call__": {"cpu", "dtype", "device", "noncontig", "empty", "args"},
+    "kjit.Kernel.launch": {"cpu", "dtype", "device", "empty", "args"},
+}
 
 
 def required_categories(target: str) -> set[str]:
@@ -1166,6 +2440,7 @@ def test_the_matrix_covers_the_public_surface():
 # GPU part
 # =====================================================================================================
 
+
 @gpu
 @pytest.mark.parametrize("c", OP_DTYPE_CASES + OP_VALUE_CASES + [p for p in OP_ARGUMENT_CASES if "None" in p.id])
 def test_op_rows_on_cuda(c):
@@ -1182,6 +2457,7 @@ def test_op_valid_on_cuda(name):
 
 # ---- mixed devices ---------------------------------------------------------------------------------------
 
+
 def _mixed_rows():
     rows = []
     for name, spec in OPS.items():
@@ -1195,9 +2471,17 @@ def _mixed_rows():
             args[i] = args[i].cpu()
             return getattr(ops, n)(*args)
 
-        rows.append(case(op(name), "device", call, kjit.ValueError,
-                         rf"^kjit\.ops\.{name}: {_ONE_DEVICE}.*cpu \([^)]*\b{moved}\b[^)]*\).*; move them with "
-                         r"\.to\('cuda(:\d+)?'\)", f"cpu-{moved}"))
+        rows.append(
+            case(
+                op(name),
+                "device",
+                call,
+                kjit.ValueError,
+                rf"^kjit\.ops\.{name}: {_ONE_DEVICE}.*cpu \([^)]*\b{moved}\b[^)]*\).*; move them with "
+                r"\.to\('cuda(:\d+)?'\)",
+                f"cpu-{moved}",
+            )
+        )
     return rows
 
 
@@ -1207,36 +2491,93 @@ def _second_gpu(name):
         i = max(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
         args[i] = args[i].to("cuda:1")
         return getattr(ops, name)(*args)
+
     return call
 
 
 MIXED_DEVICE_CASES = _mixed_rows() + [
     # Every tensor grouped by its device, in argument order (the C++ ops' message).
-    case(op("layer_norm"), "device", _second_gpu("layer_norm"), kjit.ValueError, rf"{_ONE_DEVICE}cuda:0 \(x, weight\) and "
-         r"cuda:1 \(bias\); move them with \.to\('cuda:0'\)", "cuda:1", marks=[multi_gpu]),
-    case(op("outer"), "device", _second_gpu("outer"), kjit.ValueError, rf"{_ONE_DEVICE}cuda:0 \(a\) and cuda:1 \(b\)",
-         "cuda:1", marks=[multi_gpu]),
-    case(op("layer_norm"), "device", lambda m: ops.layer_norm(torch.ones(3, 8), m.w(8).cuda()), kjit.ValueError,
-         rf"^kjit\.ops\.layer_norm: {_ONE_DEVICE}cpu \(x\) and cuda:\d+ \(weight\); move them with \.to\('cuda:\d+'\)",
-         "cpu-x"),
-    case(op("relu_backward"), "args", lambda m: ops.relu_backward(m.x(4).cuda(), None), kjit.TypeError,
-         r"^kjit\.ops\.relu_backward: saved must be a torch\.Tensor, got NoneType", "cuda-and-None"),
-    case("kjit.Elementwise.__call__", "device", lambda m: FMA(torch.ones(4, device="cuda"), torch.ones(4), s=1.0),
-         kjit.ValueError, r"expected all inputs on one CUDA device, got x on cuda:\d+, y on cpu; move them with "
-         r"\.to\('cuda'\)", "cpu-y"),
-    case("kjit.Elementwise.__call__", "device", lambda m: FMA(torch.ones(4, device="cuda"), torch.ones(4), s=1.0,
-                                                             out=torch.empty(4)),
-         kjit.ValueError, r"expected all inputs on one CUDA device", "cpu-out"),
-    case("kjit.Launcher.__call__", "device", lambda m: LAUNCHER(torch.ones(4, device="cuda"), torch.ones(4), 1.0, 4),
-         kjit.ValueError, r"^add_constant: expected all tensors on one CUDA device, got cuda:\d+ \(x\) and cpu \(y\); "
-         r"move them with \.to\('cuda:\d+'\)", "cpu-y"),
-    case("kjit.Kernel.launch", "device", lambda m: ADD.specialize(T=torch.float32, VEC=1, device=0).launch(
-        1, 256, torch.ones(4, device="cuda"), torch.ones(4), 1.0, 4), kjit.ValueError,
+    case(
+        op("layer_norm"),
+        "device",
+        _second_gpu("layer_norm"),
+        kjit.ValueError,
+        rf"{_ONE_DEVICE}cuda:0 \(x, weight\) and "
+        r"cuda:1 \(bias\); move them with \.to\('cuda:0'\)",
+        "cuda:1",
+        marks=[multi_gpu],
+    ),
+    case(
+        op("outer"),
+        "device",
+        _second_gpu("outer"),
+        kjit.ValueError,
+        rf"{_ONE_DEVICE}cuda:0 \(a\) and cuda:1 \(b\)",
+        "cuda:1",
+        marks=[multi_gpu],
+    ),
+    case(
+        op("layer_norm"),
+        "device",
+        lambda m: ops.layer_norm(torch.ones(3, 8), m.w(8).cuda()),
+        kjit.ValueError,
+        rf"^kjit\.ops\.layer_norm: {_ONE_DEVICE}cpu \(x\) and cuda:\d+ \(weight\); move them with \.to\('cuda:\d+'\)",
+        "cpu-x",
+    ),
+    case(
+        op("relu_backward"),
+        "args",
+        lambda m: ops.relu_backward(m.x(4).cuda(), None),
+        kjit.TypeError,
+        r"^kjit\.ops\.relu_backward: saved must be a torch\.Tensor, got NoneType",
+        "cuda-and-None",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "device",
+        lambda m: FMA(torch.ones(4, device="cuda"), torch.ones(4), s=1.0),
+        kjit.ValueError,
+        r"expected all inputs on one CUDA device, got x on cuda:\d+, y on cpu; move them with "
+        r"\.to\('cuda'\)",
+        "cpu-y",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "device",
+        lambda m: FMA(torch.ones(4, device="cuda"), torch.ones(4), s=1.0, out=torch.empty(4)),
+        kjit.ValueError,
+        r"expected all inputs on one CUDA device",
+        "cpu-out",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "device",
+        lambda m: LAUNCHER(torch.ones(4, device="cuda"), torch.ones(4), 1.0, 4),
+        kjit.ValueError,
+        r"^add_constant: expected all tensors on one CUDA device, got cuda:\d+ \(x\) and cpu \(y\); "
+        r"move them with \.to\('cuda:\d+'\)",
+        "cpu-y",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "device",
+        lambda m: ADD.specialize(T=torch.float32, VEC=1, device=0).launch(
+            1, 256, torch.ones(4, device="cuda"), torch.ones(4), 1.0, 4
+        ),
+        kjit.ValueError,
         r"argument 'y' of add_constant<float, 1> is on cpu, but the kernel runs on cuda:0; move it with "
-        r"y\.to\('cuda:0'\) or specialize for its device", "cpu-y"),
-    case("kjit.Kernel.launch", "cpu", lambda m: ADD.specialize(T=torch.float32, VEC=1, device=0).launch(
-        1, 256, torch.ones(4), torch.ones(4), 1.0, 4), kjit.ValueError, r"argument 'x' of add_constant<float, 1> is on "
-        r"cpu, but the kernel runs on cuda:0", "cpu"),
+        r"y\.to\('cuda:0'\) or specialize for its device",
+        "cpu-y",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "cpu",
+        lambda m: ADD.specialize(T=torch.float32, VEC=1, device=0).launch(1, 256, torch.ones(4), torch.ones(4), 1.0, 4),
+        kjit.ValueError,
+        r"argument 'x' of add_constant<float, 1> is on "
+        r"cpu, but the kernel runs on cuda:0",
+        "cpu",
+    ),
 ]
 
 
@@ -1248,49 +2589,144 @@ def test_mixed_devices(c):
 
 # ---- the GPU launch API: dtypes, arguments, non-contiguous, empty -----------------------------------------
 
+
 def _k1():
     return ADD.specialize(T=torch.float32, VEC=1, device=0)
 
 
 GPU_API_CASES = [
-    case("kjit.Kernel.launch", "dtype", lambda m: _k1().launch(1, 256, m.x(4).double(), m.x(4), 1.0, 4),
-         kjit.TypeError, r"argument 'x' of add_constant<float, 1> points to torch\.float32 elements, got a torch\.float64 tensor; "
-         r"convert it with x\.to\(torch\.float32\)", "float64"),
-    case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0), kjit.TypeError,
-         r"^kernel add_constant<float, 1> takes 4 arguments \(x, y, c, n\), got 3", "too-few"),
-    case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), "1", 4), kjit.TypeError,
-         r"argument 'c' of add_constant<float, 1> is .*: pass a float or an int, got", "str-scalar"),
-    case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), m.x(1), 4), kjit.TypeError,
-         r"argument 'c' of add_constant<float, 1> is .*a tensor \(pass a Python number; for a one-element tensor, "
-         r"t\.item\(\)\)", "tensor-scalar"),
-    case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0, 2**70), kjit.ValueError,
-         r"argument 'n' of add_constant<float, 1> is .*: the value 1180591620717411303424 is out of its range", "n-2^70"),
-    case("kjit.Kernel.launch", "empty", lambda m: _k1().launch(0, 256, m.x(0), m.x(0), 1.0, 0), kjit.LaunchError,
-         r"grid \(0, 1, 1\) is empty: every grid dimension must be >= 1 \(skip the launch when there is no work\)",
-         "grid-0"),
-    case("kjit.Kernel.launch", "value", lambda m: _k1().launch(1, 2048, m.x(4), m.x(4), 1.0, 4), kjit.LaunchError,
-         r"block \(2048, 1, 1\) has 2048 threads: allowed at most 1024 threads per block", "block-2048"),
-    case("kjit.Kernel.launch", "value", lambda m: _k1().launch((1, 70000), 256, m.x(4), m.x(4), 1.0, 4),
-         kjit.LaunchError, r"exceeds the CUDA limits: x <= 2\^31-1, y and z <= 65535", "grid-y-70000"),
-    case("kjit.Kernel.launch", "args", lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0, 4, stream="s"),
-         kjit.TypeError, r"stream must be None \(the current stream\), a torch\.cuda\.Stream or an int handle", "stream"),
-    case("kjit.Launcher.__call__", "dtype", lambda m: LAUNCHER(m.x(4), m.x(4).double(), 1.0, 4), kjit.TypeError,
-         r"^add_constant: argument 'y' has dtype torch\.float64, but add_constant<float, 1> takes it as .*"
-         r"\(torch\.float32\); convert it with y\.to\(torch\.float32\)", "y-float64"),
-    case("kjit.Launcher.__call__", "noncontig", lambda m: LAUNCHER(m.x(8, 12).t(), m.x(12, 8), 1.0, 96),
-         kjit.ValueError, r"^add_constant: argument 'x' is not contiguous \(shape \[12, 8\], strides \[1, 12\]\): call "
-         r"x\.contiguous\(\) first", "transposed"),
-    case("kjit.Elementwise.__call__", "value", lambda m: FMA(m.x(3, 4), m.x(5), s=1.0), kjit.ValueError,
-         r"the input shapes do not broadcast: x \[3, 4\], y \[5\]", "broadcast"),
-    case("kjit.Elementwise.__call__", "args", lambda m: FMA(m.x(4), m.x(4), s=1.0, out=[0.0]), kjit.TypeError,
-         r"out must be a torch\.Tensor, got list", "out-list"),
-    case("kjit.Elementwise.__call__", "dtype", lambda m: FMA(m.x(4), m.x(4), s=1.0, out=m.x(4).half()), kjit.ValueError,
-         r"out must be a contiguous torch\.float32 tensor of shape \[4\] on cuda:\d+, got a torch\.float16 tensor",
-         "out-dtype"),
-    case("kjit.Elementwise.__call__", "noncontig", lambda m: FMA(m.x(4), m.x(4), s=1.0, out=m.x(8)[::2]),
-         kjit.ValueError, r"out must be a contiguous .*\(contiguous: False\)", "out-strided"),
-    case("kjit.Elementwise.__call__", "value", lambda m: (lambda t: FMA(t[1:], t[:-1], s=1.0, out=t[:-1]))(m.x(9)),
-         kjit.ValueError, r"out overlaps input 'x' without being that very tensor", "out-overlaps"),
+    case(
+        "kjit.Kernel.launch",
+        "dtype",
+        lambda m: _k1().launch(1, 256, m.x(4).double(), m.x(4), 1.0, 4),
+        kjit.TypeError,
+        r"argument 'x' of add_constant<float, 1> points to torch\.float32 elements, got a torch\.float64 tensor; "
+        r"convert it with x\.to\(torch\.float32\)",
+        "float64",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0),
+        kjit.TypeError,
+        r"^kernel add_constant<float, 1> takes 4 arguments \(x, y, c, n\), got 3",
+        "too-few",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: _k1().launch(1, 256, m.x(4), m.x(4), "1", 4),
+        kjit.TypeError,
+        r"argument 'c' of add_constant<float, 1> is .*: pass a float or an int, got",
+        "str-scalar",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: _k1().launch(1, 256, m.x(4), m.x(4), m.x(1), 4),
+        kjit.TypeError,
+        r"argument 'c' of add_constant<float, 1> is .*a tensor \(pass a Python number; for a one-element tensor, "
+        r"t\.item\(\)\)",
+        "tensor-scalar",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0, 2**70),
+        kjit.ValueError,
+        r"argument 'n' of add_constant<float, 1> is .*: the value 1180591620717411303424 is out of its range",
+        "n-2^70",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "empty",
+        lambda m: _k1().launch(0, 256, m.x(0), m.x(0), 1.0, 0),
+        kjit.LaunchError,
+        r"grid \(0, 1, 1\) is empty: every grid dimension must be >= 1 \(skip the launch when there is no work\)",
+        "grid-0",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "value",
+        lambda m: _k1().launch(1, 2048, m.x(4), m.x(4), 1.0, 4),
+        kjit.LaunchError,
+        r"block \(2048, 1, 1\) has 2048 threads: allowed at most 1024 threads per block",
+        "block-2048",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "value",
+        lambda m: _k1().launch((1, 70000), 256, m.x(4), m.x(4), 1.0, 4),
+        kjit.LaunchError,
+        r"exceeds the CUDA limits: x <= 2\^31-1, y and z <= 65535",
+        "grid-y-70000",
+    ),
+    case(
+        "kjit.Kernel.launch",
+        "args",
+        lambda m: _k1().launch(1, 256, m.x(4), m.x(4), 1.0, 4, stream="s"),
+        kjit.TypeError,
+        r"stream must be None \(the current stream\), a torch\.cuda\.Stream or an int handle",
+        "stream",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "dtype",
+        lambda m: LAUNCHER(m.x(4), m.x(4).double(), 1.0, 4),
+        kjit.TypeError,
+        r"^add_constant: argument 'y' has dtype torch\.float64, but add_constant<float, 1> takes it as .*"
+        r"\(torch\.float32\); convert it with y\.to\(torch\.float32\)",
+        "y-float64",
+    ),
+    case(
+        "kjit.Launcher.__call__",
+        "noncontig",
+        lambda m: LAUNCHER(m.x(8, 12).t(), m.x(12, 8), 1.0, 96),
+        kjit.ValueError,
+        r"^add_constant: argument 'x' is not contiguous \(shape \[12, 8\], strides \[1, 12\]\): call "
+        r"x\.contiguous\(\) first",
+        "transposed",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "value",
+        lambda m: FMA(m.x(3, 4), m.x(5), s=1.0),
+        kjit.ValueError,
+        r"the input shapes do not broadcast: x \[3, 4\], y \[5\]",
+        "broadcast",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "args",
+        lambda m: FMA(m.x(4), m.x(4), s=1.0, out=[0.0]),
+        kjit.TypeError,
+        r"out must be a torch\.Tensor, got list",
+        "out-list",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "dtype",
+        lambda m: FMA(m.x(4), m.x(4), s=1.0, out=m.x(4).half()),
+        kjit.ValueError,
+        r"out must be a contiguous torch\.float32 tensor of shape \[4\] on cuda:\d+, got a torch\.float16 tensor",
+        "out-dtype",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "noncontig",
+        lambda m: FMA(m.x(4), m.x(4), s=1.0, out=m.x(8)[::2]),
+        kjit.ValueError,
+        r"out must be a contiguous .*\(contiguous: False\)",
+        "out-strided",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "value",
+        lambda m: (lambda t: FMA(t[1:], t[:-1], s=1.0, out=t[:-1]))(m.x(9)),
+        kjit.ValueError,
+        r"out overlaps input 'x' without being that very tensor",
+        "out-overlaps",
+    ),
 ]
 covers("kjit.Launcher.__call__", "empty")
 covers("kjit.Elementwise.__call__", "empty", "noncontig", "nan", "huge")
@@ -1320,13 +2756,22 @@ def test_launcher_and_elementwise_valid_edge_inputs():
 
 # ---- the ops on edge inputs: non-contiguous, empty, NaN / Inf -----------------------------------------------
 
+
 def _seed_noncontig_rows():
     rows = []
     for name, spec in OPS.items():
         if spec.seed:
-            rows.append(case(op(name), "noncontig", lambda m, n=name: check_op(n, Maker("cuda", noncontig=True)),
-                             kjit.ValueError, rf"^kjit\.ops\.{name}: {spec.first} is not contiguous \(shape \[[\d, ]*\], "
-                             rf"strides \[[\d, ]*\]\): call {spec.first}\.contiguous\(\) first", "strided"))
+            rows.append(
+                case(
+                    op(name),
+                    "noncontig",
+                    lambda m, n=name: check_op(n, Maker("cuda", noncontig=True)),
+                    kjit.ValueError,
+                    rf"^kjit\.ops\.{name}: {spec.first} is not contiguous \(shape \[[\d, ]*\], "
+                    rf"strides \[[\d, ]*\]\): call {spec.first}\.contiguous\(\) first",
+                    "strided",
+                )
+            )
     return rows
 
 
@@ -1377,40 +2822,104 @@ def test_nan_cases_have_specials():
 
 # ---- huge: more than 2^31 elements ----------------------------------------------------------------------------
 
+
 def _expanded(*shape, dtype=torch.float32):
     """A view of `shape` on one element: nothing is allocated."""
     return torch.zeros(1, dtype=dtype, device="cuda").view([1] * len(shape)).expand(*shape)
 
 
 HUGE_VIEW_CASES = [
-    *[case(op(n), "huge", lambda m, n=n: getattr(ops, n)(_expanded(2**40)), kjit.ValueError,
-           rf"^kjit\.ops\.{n}: dim 0 has 1099511627776 elements; at most 2\^31 - 1 can be reduced in one dim", "R-2^40")
-      for n in ("sum", "mean", "amax", "amin")],
-    *[case(op(n), "huge", lambda m, n=n: getattr(ops, n)(_expanded(1, 2**31)), kjit.ValueError,
-           rf"^kjit\.ops\.{n}: rows of 2147483648 elements are too long \(at most 2\^31 - 1 elements in the last dim\)",
-           "row-2^31") for n in ("softmax", "log_softmax")],
-    case(op("softmax_backward"), "huge", lambda m: ops.softmax_backward(_expanded(2, 2**31), _expanded(2, 2**31)),
-         kjit.ValueError, r"^kjit\.ops\.softmax_backward: rows of 2147483648 elements are too long", "row-2^31"),
-    *[case(op(n), "huge", lambda m, n=n: getattr(ops, n)(_expanded(1, 1, 2**16, 2**16), 2), kjit.ValueError,
-           rf"^kjit\.ops\.{n}: planes of 65536 x 65536 elements are too large \(at most 2\^31 - 1 per plane\)",
-           "plane-2^32") for n in ("max_pool2d", "avg_pool2d")],
-    case(op("max_pool2d_backward"), "huge", lambda m: ops.max_pool2d_backward(
-        _expanded(1, 1, 2**15, 2**15), _expanded(1, 1, 2**16, 2**16), [2, 2]), kjit.ValueError,
-        r"planes of 65536 x 65536 elements are too large", "plane-2^32"),
-    case(op("layer_norm"), "huge", lambda m: ops.layer_norm(_expanded(1, 2**18)), kjit.ValueError,
-         r"^kjit\.ops\.layer_norm: rows of 262144 elements are longer than the kernel holds in registers \(at most "
-         r"131072 elements at this alignment\); use torch\.nn\.functional for such rows", "row-2^18"),
-    case(op("rgb_to_gray"), "huge", lambda m: ops.rgb_to_gray(torch.zeros(65535 * 8 + 1, 1, 3, dtype=torch.uint8,
-                                                                          device="cuda")),
-         kjit.ValueError, r"^kjit\.ops\.rgb_to_gray: an image of 524281 x 1 pixels is too large: allowed H <= 524280",
-         "H-524281"),
+    *[
+        case(
+            op(n),
+            "huge",
+            lambda m, n=n: getattr(ops, n)(_expanded(2**40)),
+            kjit.ValueError,
+            rf"^kjit\.ops\.{n}: dim 0 has 1099511627776 elements; at most 2\^31 - 1 can be reduced in one dim",
+            "R-2^40",
+        )
+        for n in ("sum", "mean", "amax", "amin")
+    ],
+    *[
+        case(
+            op(n),
+            "huge",
+            lambda m, n=n: getattr(ops, n)(_expanded(1, 2**31)),
+            kjit.ValueError,
+            rf"^kjit\.ops\.{n}: rows of 2147483648 elements are too long \(at most 2\^31 - 1 elements in the last dim\)",
+            "row-2^31",
+        )
+        for n in ("softmax", "log_softmax")
+    ],
+    case(
+        op("softmax_backward"),
+        "huge",
+        lambda m: ops.softmax_backward(_expanded(2, 2**31), _expanded(2, 2**31)),
+        kjit.ValueError,
+        r"^kjit\.ops\.softmax_backward: rows of 2147483648 elements are too long",
+        "row-2^31",
+    ),
+    *[
+        case(
+            op(n),
+            "huge",
+            lambda m, n=n: getattr(ops, n)(_expanded(1, 1, 2**16, 2**16), 2),
+            kjit.ValueError,
+            rf"^kjit\.ops\.{n}: planes of 65536 x 65536 elements are too large \(at most 2\^31 - 1 per plane\)",
+            "plane-2^32",
+        )
+        for n in ("max_pool2d", "avg_pool2d")
+    ],
+    case(
+        op("max_pool2d_backward"),
+        "huge",
+        lambda m: ops.max_pool2d_backward(_expanded(1, 1, 2**15, 2**15), _expanded(1, 1, 2**16, 2**16), [2, 2]),
+        kjit.ValueError,
+        r"planes of 65536 x 65536 elements are too large",
+        "plane-2^32",
+    ),
+    case(
+        op("layer_norm"),
+        "huge",
+        lambda m: ops.layer_norm(_expanded(1, 2**18)),
+        kjit.ValueError,
+        r"^kjit\.ops\.layer_norm: rows of 262144 elements are longer than the kernel holds in registers \(at most "
+        r"131072 elements at this alignment\); use torch\.nn\.functional for such rows",
+        "row-2^18",
+    ),
+    case(
+        op("rgb_to_gray"),
+        "huge",
+        lambda m: ops.rgb_to_gray(torch.zeros(65535 * 8 + 1, 1, 3, dtype=torch.uint8, device="cuda")),
+        kjit.ValueError,
+        r"^kjit\.ops\.rgb_to_gray: an image of 524281 x 1 pixels is too large: allowed H <= 524280",
+        "H-524281",
+    ),
     # An output of 2^40 elements cannot be allocated: PyTorch's allocator says so at once.
-    case(op("relu"), "huge", lambda m: ops.relu(_expanded(2**40)), torch.OutOfMemoryError, r"out of memory",
-         "output-2^40"),
-    case(op("add_constant"), "huge", lambda m: ops.add_constant(_expanded(2**40), 1.0), kjit.ValueError,
-         r"^kjit\.ops\.add_constant: x is not contiguous", "expanded-2^40"),
-    case("kjit.Elementwise.__call__", "huge", lambda m: FMA(_expanded(2**40), _expanded(2**40), s=1.0),
-         torch.OutOfMemoryError, r"out of memory", "output-2^40"),
+    case(
+        op("relu"),
+        "huge",
+        lambda m: ops.relu(_expanded(2**40)),
+        torch.OutOfMemoryError,
+        r"out of memory",
+        "output-2^40",
+    ),
+    case(
+        op("add_constant"),
+        "huge",
+        lambda m: ops.add_constant(_expanded(2**40), 1.0),
+        kjit.ValueError,
+        r"^kjit\.ops\.add_constant: x is not contiguous",
+        "expanded-2^40",
+    ),
+    case(
+        "kjit.Elementwise.__call__",
+        "huge",
+        lambda m: FMA(_expanded(2**40), _expanded(2**40), s=1.0),
+        torch.OutOfMemoryError,
+        r"out of memory",
+        "output-2^40",
+    ),
 ]
 
 

@@ -16,75 +16,192 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _ms(median, lo=None, hi=None, n=10):
-    return {"median": median, "min": lo if lo is not None else median, "max": hi if hi is not None else median,
-            "n": n}
+    return {"median": median, "min": lo if lo is not None else median, "max": hi if hi is not None else median, "n": n}
 
 
 def _row(op, size, ms: dict, nbytes=2 << 30):
     g = {k: stats.gbps(nbytes, v["median"]) for k, v in ms.items()}
-    return {"op": op, "dtype": "float32", "shape": [65536, 4096], "size_bytes": size, "bytes": nbytes, "ms": ms,
-            "gbps": g}
+    return {
+        "op": op,
+        "dtype": "float32",
+        "shape": [65536, 4096],
+        "size_bytes": size,
+        "bytes": nbytes,
+        "ms": ms,
+        "gbps": g,
+    }
 
 
 def _case(median, lo=None, hi=None, compile=0.0, compiles=1):
-    return {"ms": _ms(median, lo, hi) if lo is not None else _ms(median), "compiles": compiles,
-            "phase_ms": {"template": 2.0, "key": 0.1, "store": 0.2, "compile": compile, "module_load": 1.0}}
+    return {
+        "ms": _ms(median, lo, hi) if lo is not None else _ms(median),
+        "compiles": compiles,
+        "phase_ms": {"template": 2.0, "key": 0.1, "store": 0.2, "compile": compile, "module_load": 1.0},
+    }
 
 
 def synthetic() -> dict:
     mib = 1 << 20
     return {
-        "schema": 1, "quick": True, "sections": ["overhead", "first_call", "bandwidth", "recompile"],
-        "machine": {"date": "2026-11-24T10:00:00+00:00", "gpu": "NVIDIA H200", "driver": "580.159.04",
-                    "cuda": "13.0", "torch": "2.11.0+cu130", "kjit": "0.1.0",
-                    "peers": {"triton": "3.6.0", "cupy": "skipped: cupy not installed", "torch.compile": "2.11.0",
-                              "jiterator": "2.11.0"}},
-        "overhead": {"n": 1024, "dtype": "float32", "calls": 1000, "reps": 7, "results": {
-            "torch.add(x, c, out=y)": {"kind": "peer", "vs": "kjit Kernel.launch", "us": _ms(6.4, 6.3, 6.8),
-                                       "ratio_vs_torch_add_out": 1.0},
-            "torch x + c": {"kind": "peer", "vs": "kjit.ops.add_constant(x, c)", "us": _ms(7.1, 7.0, 7.3)},
-            "kjit.ops.add_constant(x, c)": {"kind": "kjit", "vs": None, "us": _ms(6.8, 6.7, 6.9)},
-            "kjit Kernel.launch": {"kind": "kjit", "vs": None, "us": _ms(3.72, 3.66, 3.88)},
-            "bare cuLaunchKernel (ctypes, same process)": {"kind": "peer", "vs": "kjit Kernel.launch",
-                                                           "us": _ms(3.24, 3.2, 3.3)},
-            "cupy RawKernel launch": "skipped: cupy not installed",
-        }},
-        "first_call": {"repeats": 2, "method": "fresh processes", "results": {
-            "kjit": {"empty_cache": {
-                "add, first kjit compile of the process": _case(49.0, 48.0, 50.0, compile=40.0),
-                "add, new specialization": _case(21.0, compile=15.0),
-                "softmax forward": _case(70.0, compile=55.0),
-                "softmax backward": _case(35.0, compile=30.0),
-            }, "warm_cache_new_process": {"add": _case(4.6, 4.5, 4.7, compiles=0), "softmax": _case(3.5, compiles=0)}},
-            "cupy": {"empty_cache": {"add": {"ms": _ms(44.0)}}, "warm_cache_new_process": {"add": {"ms": _ms(15.5)}}},
-            "triton": {"empty_cache": {"add": {"ms": _ms(1047.0)}},
-                       "warm_cache_new_process": {"add": {"ms": _ms(456.0)}}},
-            "jiterator": "failed: timed out after 120 s (killed)",
-        }},
-        "bandwidth": {"warmup": 3, "reps": 10, "inner": 10, "sizes": [mib, 1024 * mib], "sweep": [
-            _row("x * 0.5", mib, {"copy": _ms(0.5), "eager": _ms(0.5), "torch.compile": _ms(0.4), "kjit": _ms(0.5),
-                                  "triton": _ms(0.6)}),
-            _row("x * 0.5", 1024 * mib, {"copy": _ms(0.5), "eager": _ms(0.5), "kjit": _ms(0.5, 0.45, 0.55)}),
-            {"op": "relu", "dtype": "float32", "shape": [262144], "size_bytes": mib, "error": "RuntimeError: oom"},
-        ], "reference": [
-            dict(_row("layer_norm", None, {"copy": _ms(0.5), "eager": _ms(0.6), "torch.compile": _ms(0.48),
-                                           "kjit": _ms(0.5), "kjit generic": _ms(0.85)}),
-                 errors={"cupy": "TypeError: float32 only"}),
-        ]},
-        "recompile": {"runtime_changes": 1000, "specialized_values": 20, "results": {
-            "kjit runtime scalar": {"kind": "kjit", "mode": "runtime", "changes": 1000, "distinct_values": 1000,
-                                    "compiles": 0, "compile_ms": 0.0, "seconds": 0.02, "expected": "0 compiles"},
-            "kjit specialized scalar": {"kind": "kjit", "mode": "specialized", "changes": 20, "distinct_values": 20,
-                                        "compiles": 20, "compile_ms": 800.0, "seconds": 0.9,
-                                        "expected": "20 compiles"},
-            "torch.compile Python float": {"kind": "peer", "mode": "runtime", "changes": 1000,
-                                           "distinct_values": 1000, "compiles": 1, "seconds": 3.0},
-            "triton runtime argument": {"kind": "peer", "mode": "runtime", "changes": 1000, "distinct_values": 1000,
-                                        "compiles": 0, "seconds": 0.01},
-            "triton tl.constexpr": {"kind": "peer", "mode": "specialized", "changes": 20, "distinct_values": 20,
-                                    "compiles": 20, "seconds": 6.0},
-        }, "vs": {"torch.compile Python float": "kjit runtime scalar", "triton runtime argument": "kjit runtime scalar",
-                  "triton tl.constexpr": "kjit specialized scalar"}},
+        "schema": 1,
+        "quick": True,
+        "sections": ["overhead", "first_call", "bandwidth", "recompile"],
+        "machine": {
+            "date": "2026-11-24T10:00:00+00:00",
+            "gpu": "NVIDIA H200",
+            "driver": "580.159.04",
+            "cuda": "13.0",
+            "torch": "2.11.0+cu130",
+            "kjit": "0.1.0",
+            "peers": {
+                "triton": "3.6.0",
+                "cupy": "skipped: cupy not installed",
+                "torch.compile": "2.11.0",
+                "jiterator": "2.11.0",
+            },
+        },
+        "overhead": {
+            "n": 1024,
+            "dtype": "float32",
+            "calls": 1000,
+            "reps": 7,
+            "results": {
+                "torch.add(x, c, out=y)": {
+                    "kind": "peer",
+                    "vs": "kjit Kernel.launch",
+                    "us": _ms(6.4, 6.3, 6.8),
+                    "ratio_vs_torch_add_out": 1.0,
+                },
+                "torch x + c": {"kind": "peer", "vs": "kjit.ops.add_constant(x, c)", "us": _ms(7.1, 7.0, 7.3)},
+                "kjit.ops.add_constant(x, c)": {"kind": "kjit", "vs": None, "us": _ms(6.8, 6.7, 6.9)},
+                "kjit Kernel.launch": {"kind": "kjit", "vs": None, "us": _ms(3.72, 3.66, 3.88)},
+                "bare cuLaunchKernel (ctypes, same process)": {
+                    "kind": "peer",
+                    "vs": "kjit Kernel.launch",
+                    "us": _ms(3.24, 3.2, 3.3),
+                },
+                "cupy RawKernel launch": "skipped: cupy not installed",
+            },
+        },
+        "first_call": {
+            "repeats": 2,
+            "method": "fresh processes",
+            "results": {
+                "kjit": {
+                    "empty_cache": {
+                        "add, first kjit compile of the process": _case(49.0, 48.0, 50.0, compile=40.0),
+                        "add, new specialization": _case(21.0, compile=15.0),
+                        "softmax forward": _case(70.0, compile=55.0),
+                        "softmax backward": _case(35.0, compile=30.0),
+                    },
+                    "warm_cache_new_process": {
+                        "add": _case(4.6, 4.5, 4.7, compiles=0),
+                        "softmax": _case(3.5, compiles=0),
+                    },
+                },
+                "cupy": {
+                    "empty_cache": {"add": {"ms": _ms(44.0)}},
+                    "warm_cache_new_process": {"add": {"ms": _ms(15.5)}},
+                },
+                "triton": {
+                    "empty_cache": {"add": {"ms": _ms(1047.0)}},
+                    "warm_cache_new_process": {"add": {"ms": _ms(456.0)}},
+                },
+                "jiterator": "failed: timed out after 120 s (killed)",
+            },
+        },
+        "bandwidth": {
+            "warmup": 3,
+            "reps": 10,
+            "inner": 10,
+            "sizes": [mib, 1024 * mib],
+            "sweep": [
+                _row(
+                    "x * 0.5",
+                    mib,
+                    {
+                        "copy": _ms(0.5),
+                        "eager": _ms(0.5),
+                        "torch.compile": _ms(0.4),
+                        "kjit": _ms(0.5),
+                        "triton": _ms(0.6),
+                    },
+                ),
+                _row("x * 0.5", 1024 * mib, {"copy": _ms(0.5), "eager": _ms(0.5), "kjit": _ms(0.5, 0.45, 0.55)}),
+                {"op": "relu", "dtype": "float32", "shape": [262144], "size_bytes": mib, "error": "RuntimeError: oom"},
+            ],
+            "reference": [
+                dict(
+                    _row(
+                        "layer_norm",
+                        None,
+                        {
+                            "copy": _ms(0.5),
+                            "eager": _ms(0.6),
+                            "torch.compile": _ms(0.48),
+                            "kjit": _ms(0.5),
+                            "kjit generic": _ms(0.85),
+                        },
+                    ),
+                    errors={"cupy": "TypeError: float32 only"},
+                )
+            ],
+        },
+        "recompile": {
+            "runtime_changes": 1000,
+            "specialized_values": 20,
+            "results": {
+                "kjit runtime scalar": {
+                    "kind": "kjit",
+                    "mode": "runtime",
+                    "changes": 1000,
+                    "distinct_values": 1000,
+                    "compiles": 0,
+                    "compile_ms": 0.0,
+                    "seconds": 0.02,
+                    "expected": "0 compiles",
+                },
+                "kjit specialized scalar": {
+                    "kind": "kjit",
+                    "mode": "specialized",
+                    "changes": 20,
+                    "distinct_values": 20,
+                    "compiles": 20,
+                    "compile_ms": 800.0,
+                    "seconds": 0.9,
+                    "expected": "20 compiles",
+                },
+                "torch.compile Python float": {
+                    "kind": "peer",
+                    "mode": "runtime",
+                    "changes": 1000,
+                    "distinct_values": 1000,
+                    "compiles": 1,
+                    "seconds": 3.0,
+                },
+                "triton runtime argument": {
+                    "kind": "peer",
+                    "mode": "runtime",
+                    "changes": 1000,
+                    "distinct_values": 1000,
+                    "compiles": 0,
+                    "seconds": 0.01,
+                },
+                "triton tl.constexpr": {
+                    "kind": "peer",
+                    "mode": "specialized",
+                    "changes": 20,
+                    "distinct_values": 20,
+                    "compiles": 20,
+                    "seconds": 6.0,
+                },
+            },
+            "vs": {
+                "torch.compile Python float": "kjit runtime scalar",
+                "triton runtime argument": "kjit runtime scalar",
+                "triton tl.constexpr": "kjit specialized scalar",
+            },
+        },
     }
 
 
@@ -121,20 +238,27 @@ def test_file_prefix_and_gpu_slug():
 def test_behind_list():
     b = report.behind(synthetic())
     got = {(x["section"], x["peer"], x["figure"]): x["ratio"] for x in b}
-    assert got[("overhead", "bare cuLaunchKernel (ctypes, same process)",
-                "CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel (ctypes, same process)")] == \
-        pytest.approx(3.24 / 3.72)
+    assert got[
+        (
+            "overhead",
+            "bare cuLaunchKernel (ctypes, same process)",
+            "CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel (ctypes, same process)",
+        )
+    ] == pytest.approx(3.24 / 3.72)
     assert got[("first_call", "cupy", "first call of the add kernel, empty cache")] == pytest.approx(44 / 49)
     assert got[("bandwidth", "torch.compile", "x * 0.5 float32 1 MiB (sweep)")] == pytest.approx(0.4 / 0.5)
-    assert got[("bandwidth", "torch.compile", "layer_norm float32 65536x4096 (reference)")] == \
-        pytest.approx(0.48 / 0.5)
+    assert got[("bandwidth", "torch.compile", "layer_norm float32 65536x4096 (reference)")] == pytest.approx(0.48 / 0.5)
     # Slower peers, copy and kjit's own generic variant are never listed; nor is triton (slower) here.
-    assert not any(x["peer"] in ("copy", "kjit generic", "triton", "eager", "torch x + c") for x in b
-                   if x["section"] == "bandwidth" or x["section"] == "overhead")
+    assert not any(
+        x["peer"] in ("copy", "kjit generic", "triton", "eager", "torch x + c")
+        for x in b
+        if x["section"] == "bandwidth" or x["section"] == "overhead"
+    )
     assert not any(x["section"] == "first_call" and x["peer"] == "triton" for x in b)
     # Same compile counts (0), but Triton's 1000 launches took less time than kjit's calls.
-    assert got[("recompile", "triton runtime argument", "seconds for 1000 changes (kjit runtime scalar)")] == \
-        pytest.approx(0.5)
+    assert got[
+        ("recompile", "triton runtime argument", "seconds for 1000 changes (kjit runtime scalar)")
+    ] == pytest.approx(0.5)
     assert len(b) == 5 and all(x["ratio"] < 1 for x in b)
 
 
@@ -150,38 +274,53 @@ def test_markdown_cells():
     assert md.startswith("# kjit bench: NVIDIA H200 (2026-11-24T10:00:00+00:00)")
     assert "driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, kjit 0.1.0; quick run" in md
     # Overhead: median, min-max, ratio vs torch.add(out=), ratio vs the kjit entry compared with.
-    assert ("| bare cuLaunchKernel (ctypes, same process) | 3.24 us | 3.20-3.30 | - | kjit Kernel.launch | 0.87x "
-            "| peer |") in md
+    assert (
+        "| bare cuLaunchKernel (ctypes, same process) | 3.24 us | 3.20-3.30 | - | kjit Kernel.launch | 0.87x | peer |"
+    ) in md
     assert "| kjit Kernel.launch | 3.72 us | 3.66-3.88 | - | (kjit) | - | kjit |" in md
     assert "| cupy RawKernel launch | skipped: cupy not installed |" in md
     # First call: the add kernel against the peers (kjit's first compile of the process against theirs).
     assert "| cupy | 44.0 ms (44.0-44.0) | 15.5 ms (15.5-15.5) | 0.90x | 3.37x |" in md
     assert "| jiterator | failed: timed out after 120 s (killed) |" in md
     # kjit's breakdown: phases, the rest, compiles, the target; an op's forward + backward summed.
-    assert ("| empty cache | add, first kjit compile of the process | 49.0 (48.0-50.0) | 2.0 | 0.1 | 0.2 | 40.0 | "
-            "1.0 | 5.7 | 1 | <= 60: met |") in md
-    assert "| empty cache | softmax forward | 70.0 (70.0-70.0) | 2.0 | 0.1 | 0.2 | 55.0 | 1.0 | 11.7 | 1 | <= 60: over |" \
+    assert (
+        "| empty cache | add, first kjit compile of the process | 49.0 (48.0-50.0) | 2.0 | 0.1 | 0.2 | 40.0 | "
+        "1.0 | 5.7 | 1 | <= 60: met |"
+    ) in md
+    assert (
+        "| empty cache | softmax forward | 70.0 (70.0-70.0) | 2.0 | 0.1 | 0.2 | 55.0 | 1.0 | 11.7 | 1 | <= 60: over |"
         in md
-    assert "| empty cache | softmax forward + backward | 105.0 | 4.0 | 0.2 | 0.4 | 85.0 | 2.0 | 13.4 | 2 | <= 100: over |" \
+    )
+    assert (
+        "| empty cache | softmax forward + backward | 105.0 | 4.0 | 0.2 | 0.4 | 85.0 | 2.0 | 13.4 | 2 | <= 100: over |"
         in md
-    assert "| warm cache, new process | softmax | 3.5 (3.5-3.5) | 2.0 | 0.1 | 0.2 | 0.0 | 1.0 | 0.2 | 0 | <= 2: over |" \
+    )
+    assert (
+        "| warm cache, new process | softmax | 3.5 (3.5-3.5) | 2.0 | 0.1 | 0.2 | 0.0 | 1.0 | 0.2 | 0 | <= 2: over |"
         in md
+    )
     # Bandwidth sweep: 2 GiB moved in 0.5 ms = 4295 GB/s; kjit min-max from the ms range.
     assert "| x * 0.5 | float32 | 1 GiB | 4295 | 4295 | - | 4295 | - | 3905-4772 | 100% | 1.00x | - | - |" in md
-    assert "| x * 0.5 | float32 | 1 MiB | 4295 | 4295 | 5369 | 4295 | 3579 | 4295-4295 | 100% | 1.00x | 0.80x | 1.20x |" \
+    assert (
+        "| x * 0.5 | float32 | 1 MiB | 4295 | 4295 | 5369 | 4295 | 3579 | 4295-4295 | 100% | 1.00x | 0.80x | 1.20x |"
         in md
+    )
     assert "| relu | float32 | 1 MiB | error: RuntimeError: oom |" in md
     # Reference table with the specialized / generic column and the failed peer.
-    assert "| layer_norm | float32 | 65536x4096 | 4295 | 3579 | 4474 | 4295 | 2526 | 4295-4295 | 100% | 1.20x | " \
+    assert (
+        "| layer_norm | float32 | 65536x4096 | 4295 | 3579 | 4474 | 4295 | 2526 | 4295-4295 | 100% | 1.20x | "
         "0.96x | 1.70x |" in md
+    )
     assert "- layer_norm float32 65536x4096: cupy: TypeError: float32 only" in md
     # Recompile.
     assert "| kjit runtime scalar | 1000 | 1000 | 0 | 0.020 | 0 | 0 compiles |" in md
     assert "| triton tl.constexpr | 20 | 20 | 20 | 6.000 | - |  |" in md
     # The behind list, computed from the data.
     behind = md.split("## Where kjit is behind")[1]
-    assert ("- bandwidth: layer_norm float32 65536x4096 (reference): torch.compile is faster, kjit at 0.96x "
-            "(4295 GB/s for kjit, 4474 GB/s for torch.compile)") in behind
+    assert (
+        "- bandwidth: layer_norm float32 65536x4096 (reference): torch.compile is faster, kjit at 0.96x "
+        "(4295 GB/s for kjit, 4474 GB/s for torch.compile)"
+    ) in behind
     assert "- first_call: first call of the add kernel, empty cache: cupy is faster, kjit at 0.90x" in behind
     assert "- overhead: CPU cost per call: kjit Kernel.launch vs bare cuLaunchKernel" in behind
     assert "- recompile: seconds for 1000 changes (kjit runtime scalar): triton runtime argument is faster" in behind
@@ -196,8 +335,10 @@ def test_markdown_lists_near_ties_apart():
     behind = md.split("## Where kjit is behind")[1]
     assert "layer_norm float32 65536x4096 (reference): torch.compile is faster" not in behind
     assert behind.count("\n- ") == 4
-    assert ("Peers ahead by less than 2% (within run-to-run spread): layer_norm float32 65536x4096 (reference): "
-            "torch.compile 0.990x.") in behind
+    assert (
+        "Peers ahead by less than 2% (within run-to-run spread): layer_norm float32 65536x4096 (reference): "
+        "torch.compile 0.990x."
+    ) in behind
 
 
 def test_markdown_nothing_behind_and_failed_section():
@@ -248,8 +389,14 @@ def test_bad_only_is_a_usage_error():
 
 def test_no_gpu_exit_code(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--out", str(tmp_path / "o")], env=env,
-                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-m", "kjit.bench", "--quick", "--out", str(tmp_path / "o")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 2, r.stderr
     assert NO_GPU in r.stderr
     assert NO_GPU == "no CUDA device: nothing to measure; use --report FILE.json to render saved results"
@@ -281,8 +428,13 @@ def test_peers_never_raise():
 def _small_point(op, dtype, rows, **us):
     from kjit.bench import small
 
-    p = {"op": op, "dtype": dtype, "rows": rows, "shape": list(small.input_shape(op, rows)),
-         "us": {k.replace("compiled", "torch.compile"): _ms(v, v * 0.9, v * 1.2, 11) for k, v in us.items()}}
+    p = {
+        "op": op,
+        "dtype": dtype,
+        "rows": rows,
+        "shape": list(small.input_shape(op, rows)),
+        "us": {k.replace("compiled", "torch.compile"): _ms(v, v * 0.9, v * 1.2, 11) for k, v in us.items()},
+    }
     return small.add_ratios(p)
 
 
@@ -292,23 +444,56 @@ def synthetic_small() -> dict:
     points = [
         _small_point("softmax", "bfloat16", 1, kjit=9.0, eager=10.0, compiled=30.0),
         _small_point("softmax", "bfloat16", 4096, kjit=24.0, eager=20.0, compiled=30.0),
-        dict(_small_point("rms_norm", "bfloat16", 1, kjit=6.0, eager=12.0),
-             skipped={"torch.compile": "skipped: the section's torch.compile budget of 80 s is spent (81 s of "
-                                       "compiles so far)"}),
+        dict(
+            _small_point("rms_norm", "bfloat16", 1, kjit=6.0, eager=12.0),
+            skipped={
+                "torch.compile": "skipped: the section's torch.compile budget of 80 s is spent (81 s of "
+                "compiles so far)"
+            },
+        ),
         _small_point("silu", "float32", 1, kjit=5.0, eager=8.0, compiled=40.0),
-        dict(_small_point("gelu", "float32", 1, eager=8.0, compiled=30.0),
-             skipped={"kjit": "failed: AssertionError: Tensor-likes are not close!"}),
-        {"op": small.POOL, "dtype": "float32", "rows": 8, "shape": [8, 4, 32, 32], "us": {},
-         "error": "RuntimeError: oom"},
+        dict(
+            _small_point("gelu", "float32", 1, eager=8.0, compiled=30.0),
+            skipped={"kjit": "failed: AssertionError: Tensor-likes are not close!"},
+        ),
+        {
+            "op": small.POOL,
+            "dtype": "float32",
+            "rows": 8,
+            "shape": [8, 4, 32, 32],
+            "us": {},
+            "error": "RuntimeError: oom",
+        },
     ]
-    sec = {"cols": 4096, "rows": [1, 8, 4096], "dtypes": ["bfloat16", "float32"], "ops": list(small.OPS),
-           "calls": 200, "reps": 11, "warmup": 20, "targets": dict(small.TARGETS), "compile_budget_s": 80.0,
-           "compile_s": 81.2, "points": points}
+    sec = {
+        "cols": 4096,
+        "rows": [1, 8, 4096],
+        "dtypes": ["bfloat16", "float32"],
+        "ops": list(small.OPS),
+        "calls": 200,
+        "reps": 11,
+        "warmup": 20,
+        "targets": dict(small.TARGETS),
+        "compile_budget_s": 80.0,
+        "compile_s": 81.2,
+        "points": points,
+    }
     sec["summary"] = small.summary(sec)
-    return {"schema": 1, "quick": False, "sections": ["small"],
-            "machine": {"date": "2026-11-25T10:00:00+00:00", "gpu": "NVIDIA H100 80GB HBM3", "driver": "580",
-                        "cuda": "13.0", "torch": "2.11.0+cu130", "kjit": "0.1.0", "peers": {}},
-            "small": sec}
+    return {
+        "schema": 1,
+        "quick": False,
+        "sections": ["small"],
+        "machine": {
+            "date": "2026-11-25T10:00:00+00:00",
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "driver": "580",
+            "cuda": "13.0",
+            "torch": "2.11.0+cu130",
+            "kjit": "0.1.0",
+            "peers": {},
+        },
+        "small": sec,
+    }
 
 
 def test_wall_us_turns_and_counts():
@@ -342,7 +527,9 @@ def test_small_ratios_misses_summary():
     sec = synthetic_small()["small"]
     m = small.misses(sec)
     assert [(x["op"], x["dtype"], x["rows"], x["peer"]) for x in m] == [
-        ("softmax", "bfloat16", 4096, "eager"), ("softmax", "bfloat16", 4096, "torch.compile")]
+        ("softmax", "bfloat16", 4096, "eager"),
+        ("softmax", "bfloat16", 4096, "torch.compile"),
+    ]
     assert m[0]["ratio"] == pytest.approx(1.2) and m[0]["limit"] == 1.0 and m[1]["limit"] == 0.7
     assert (m[0]["kjit_us"], m[0]["peer_us"]) == (24.0, 20.0)
     s = small.summary(sec)
@@ -373,28 +560,36 @@ def test_small_compile_budget():
 def test_small_markdown():
     md = report.markdown(synthetic_small())
     assert "## Time per call at small sizes (rows x 4096)" in md
-    assert ("**Summary**: median kjit / eager 0.76x, worst 1.20x (softmax bfloat16 rows 4096) (median target <= "
-            "0.80x: met); median kjit / torch.compile 0.30x, worst 0.80x (softmax bfloat16 rows 4096); misses: 1 "
-            "vs eager (> 1.00x), 1 vs torch.compile (> 0.70x), over 6 points; kjit has no figure at 2 points.") in md
+    assert (
+        "**Summary**: median kjit / eager 0.76x, worst 1.20x (softmax bfloat16 rows 4096) (median target <= "
+        "0.80x: met); median kjit / torch.compile 0.30x, worst 0.80x (softmax bfloat16 rows 4096); misses: 1 "
+        "vs eager (> 1.00x), 1 vs torch.compile (> 0.70x), over 6 points; kjit has no figure at 2 points."
+    ) in md
     assert "Median kjit / eager by dtype: bfloat16 0.90x (worst 1.20x), float32 0.62x (worst 0.62x)." in md
-    assert ("### bfloat16\n\n| op | rows | kjit us | eager us | torch.compile us | kjit / eager "
-            "| kjit / torch.compile |") in md
+    assert (
+        "### bfloat16\n\n| op | rows | kjit us | eager us | torch.compile us | kjit / eager | kjit / torch.compile |"
+    ) in md
     assert "| softmax | 1 | 9.00 | 10.00 | 30.00 | 0.90x | 0.30x |" in md
     assert "| softmax | 4096 | 24.00 | 20.00 | 30.00 | **1.20x** | **0.80x** |" in md
     assert "| rms_norm | 1 | 6.00 | 12.00 | skipped | 0.50x | - |" in md
     assert "| gelu | 1 | failed | 8.00 | 30.00 | - | - |" in md
     assert "| max_pool2d 2x2 s2 | 8 | error: RuntimeError: oom | - | - | - | - |" in md
     misses = md.split("### Misses")[1]
-    assert ("- vs eager (target <= 1.00x): softmax bfloat16 rows 4096: 1.20x (24.00 us for kjit, 20.00 us for "
-            "eager)") in misses
-    assert ("- vs torch.compile (target <= 0.70x): softmax bfloat16 rows 4096: 0.80x (24.00 us for kjit, 30.00 us "
-            "for torch.compile)") in misses
+    assert (
+        "- vs eager (target <= 1.00x): softmax bfloat16 rows 4096: 1.20x (24.00 us for kjit, 20.00 us for eager)"
+    ) in misses
+    assert (
+        "- vs torch.compile (target <= 0.70x): softmax bfloat16 rows 4096: 0.80x (24.00 us for kjit, 30.00 us "
+        "for torch.compile)"
+    ) in misses
     assert "- rms_norm bfloat16 rows 1: torch.compile: skipped: the section's torch.compile budget" in misses
     assert "- gelu float32 rows 1: kjit: failed: AssertionError: Tensor-likes are not close!" in misses
     # The general list of figures where a peer is ahead has the one point where eager is faster.
     behind = md.split("## Where kjit is behind")[1]
-    assert ("- small: time per call: softmax bfloat16 rows 4096: eager is faster, kjit at 0.83x (24 us for kjit, "
-            "20 us for eager)") in behind
+    assert (
+        "- small: time per call: softmax bfloat16 rows 4096: eager is faster, kjit at 0.83x (24 us for kjit, "
+        "20 us for eager)"
+    ) in behind
     assert behind.count("\n- ") == 1
 
 
@@ -462,21 +657,32 @@ def test_first_call_keeps_going_past_a_failed_peer_and_saves_after_every_probe(m
     assert out["results"]["jiterator"] == "failed: ProbeFailed: timed out after 120 s (killed)"
     assert out["results"]["cupy"] == "skipped: cupy not installed"
     k = ["kjit", "kjit, no preload"]
-    assert [list(s["results"]) for s in saved] == [k[:1], k, k + ["cupy"], k + ["cupy", "triton"],
-                                                   k + ["cupy", "triton", "jiterator"]]
+    assert [list(s["results"]) for s in saved] == [
+        k[:1],
+        k,
+        k + ["cupy"],
+        k + ["cupy", "triton"],
+        k + ["cupy", "triton", "jiterator"],
+    ]
     assert "--no-cache" in out["method"] and "CUDA_CACHE_PATH" in out["method"]
 
 
 def test_first_call_results_of_the_format_before_2026_11_24_still_render():
     r = synthetic()
-    r["first_call"] = {"repeats": 5, "results": {
-        "kjit": {"empty_cache_ms": _ms(46.9), "warm_cache_new_process_ms": _ms(5.1)},
-        "jiterator": {"empty_cache_ms": _ms(19.6), "warm_cache_new_process_ms": _ms(0.9)}}}
+    r["first_call"] = {
+        "repeats": 5,
+        "results": {
+            "kjit": {"empty_cache_ms": _ms(46.9), "warm_cache_new_process_ms": _ms(5.1)},
+            "jiterator": {"empty_cache_ms": _ms(19.6), "warm_cache_new_process_ms": _ms(0.9)},
+        },
+    }
     md = report.markdown(r)
     assert "| jiterator | 19.6 ms (19.6-19.6) | 0.9 ms (0.9-0.9) | 0.42x | 0.18x |" in md
     got = {(x["peer"], x["figure"]) for x in report.behind(r) if x["section"] == "first_call"}
-    assert got == {("jiterator", "first call of the add kernel, empty cache"),
-                   ("jiterator", "first call of the add kernel, new process, warm cache")}
+    assert got == {
+        ("jiterator", "first call of the add kernel, empty cache"),
+        ("jiterator", "first call of the add kernel, new process, warm cache"),
+    }
 
 
 def test_first_call_partial_or_odd_results_render_without_error():
@@ -496,10 +702,14 @@ def test_first_call_partial_or_odd_results_render_without_error():
 def test_first_call_shows_the_compiler_preload_and_the_run_without_it_which_is_no_peer():
     r = synthetic()
     fc = r["first_call"]["results"]
-    fc["kjit"]["empty_cache"] = {"compiler preload (background, since CUDA started)": {"ms": _ms(31.0)},
-                                 **fc["kjit"]["empty_cache"]}
-    fc["kjit, no preload"] = {"empty_cache": {"add, first kjit compile of the process": _case(40.0, compile=35.0)},
-                              "warm_cache_new_process": {"add": _case(4.0, compiles=0)}}
+    fc["kjit"]["empty_cache"] = {
+        "compiler preload (background, since CUDA started)": {"ms": _ms(31.0)},
+        **fc["kjit"]["empty_cache"],
+    }
+    fc["kjit, no preload"] = {
+        "empty_cache": {"add, first kjit compile of the process": _case(40.0, compile=35.0)},
+        "warm_cache_new_process": {"add": _case(4.0, compiles=0)},
+    }
     md = report.markdown(r)
     assert "| empty cache | compiler preload (background, since CUDA started) | 31.0 (31.0-31.0) |" in md
     assert "| kjit, no preload | 40.0 ms (40.0-40.0) | 4.0 ms (4.0-4.0) | 0.82x | 0.87x |" in md
@@ -518,29 +728,76 @@ def _lib_step(median, lo=None, hi=None, errors=None):
 def synthetic_library_headers() -> dict:
     from kjit.bench import library_headers as lh
 
-    specs = {"first": {"BLOCK": 256, "T": "float32"}, "second_spec": {"BLOCK": 128, "T": "float32"},
-             "warm_index_first": {"BLOCK": 512, "T": "float32"}}
+    specs = {
+        "first": {"BLOCK": 256, "T": "float32"},
+        "second_spec": {"BLOCK": 128, "T": "float32"},
+        "warm_index_first": {"BLOCK": 512, "T": "float32"},
+    }
     return {
-        "schema": 1, "quick": False, "sections": ["library_headers"],
-        "machine": {"date": "2026-11-26T10:00:00+00:00", "gpu": None, "cuda": "13.0", "torch": "2.11.0",
-                    "kjit": "0.1.0", "peers": {}},
-        "library_headers": {"arch": "sm_90", "reps": 3, "env": "KJIT_PCH", "settings": ["off", "on"], "kernels": {
-            "cub_block_reduce": {"file": "cub_block_reduce.cu", "kernel": "block_sum", "specs": specs,
-                                 "headers": {"count": 622, "bytes": 6 << 20, "found": 622}, "pch": {
-                "off": {"env": "KJIT_PCH=off", "kjit_reported": None, "stderr": [], "steps": {
-                    "first": _lib_step(4200.0, 4100.0, 4400.0), "second_spec": _lib_step(2100.0, 2000.0, 2200.0),
-                    "warm_index_first": _lib_step(2300.0, 2250.0, 2350.0)}},
-                "on": {"env": "KJIT_PCH=on", "kjit_reported": {"stats.pch": {"mode": "on"}},
-                       "stderr": ["kjit: warning: something"], "steps": {
-                    "first": _lib_step(4620.0, 4500.0, 4700.0), "second_spec": _lib_step(420.0, 400.0, 450.0),
-                    "warm_index_first": {"errors": ["CompileError: NVRTC could not compile block_sum\n"
-                                                    "kjit did not find 'x.h' where it resolves includes"]}}}}},
-            "thrust": {"file": "thrust_functional.cu", "kernel": "max_plus",
-                       "specs": {"first": {"T": "float32"}, "second_spec": {"T": "float64"},
-                                 "warm_index_first": {"T": "int32"}},
-                       "headers": None, "pch": {"off": {"steps": {"first": _lib_step(95.5)}}}},
-            "cute": lh.MISSING_CUTLASS,
-        }},
+        "schema": 1,
+        "quick": False,
+        "sections": ["library_headers"],
+        "machine": {
+            "date": "2026-11-26T10:00:00+00:00",
+            "gpu": None,
+            "cuda": "13.0",
+            "torch": "2.11.0",
+            "kjit": "0.1.0",
+            "peers": {},
+        },
+        "library_headers": {
+            "arch": "sm_90",
+            "reps": 3,
+            "env": "KJIT_PCH",
+            "settings": ["off", "on"],
+            "kernels": {
+                "cub_block_reduce": {
+                    "file": "cub_block_reduce.cu",
+                    "kernel": "block_sum",
+                    "specs": specs,
+                    "headers": {"count": 622, "bytes": 6 << 20, "found": 622},
+                    "pch": {
+                        "off": {
+                            "env": "KJIT_PCH=off",
+                            "kjit_reported": None,
+                            "stderr": [],
+                            "steps": {
+                                "first": _lib_step(4200.0, 4100.0, 4400.0),
+                                "second_spec": _lib_step(2100.0, 2000.0, 2200.0),
+                                "warm_index_first": _lib_step(2300.0, 2250.0, 2350.0),
+                            },
+                        },
+                        "on": {
+                            "env": "KJIT_PCH=on",
+                            "kjit_reported": {"stats.pch": {"mode": "on"}},
+                            "stderr": ["kjit: warning: something"],
+                            "steps": {
+                                "first": _lib_step(4620.0, 4500.0, 4700.0),
+                                "second_spec": _lib_step(420.0, 400.0, 450.0),
+                                "warm_index_first": {
+                                    "errors": [
+                                        "CompileError: NVRTC could not compile block_sum\n"
+                                        "kjit did not find 'x.h' where it resolves includes"
+                                    ]
+                                },
+                            },
+                        },
+                    },
+                },
+                "thrust": {
+                    "file": "thrust_functional.cu",
+                    "kernel": "max_plus",
+                    "specs": {
+                        "first": {"T": "float32"},
+                        "second_spec": {"T": "float64"},
+                        "warm_index_first": {"T": "int32"},
+                    },
+                    "headers": None,
+                    "pch": {"off": {"steps": {"first": _lib_step(95.5)}}},
+                },
+                "cute": lh.MISSING_CUTLASS,
+            },
+        },
     }
 
 
@@ -548,19 +805,25 @@ def test_library_headers_markdown():
     md = report.markdown(synthetic_library_headers())
     assert md.startswith("# kjit bench: no GPU (2026-11-26")
     assert "## Kernels on CUDA's C++ libraries: compiles with NVRTC's PCH off and on (sm_90)" in md
-    assert ("| kernel | A / B / C | first, PCH off | first, PCH on | second spec, PCH off | second spec, PCH on | "
-            "warm-index first, PCH off | warm-index first, PCH on | headers | header bytes |") in md
+    assert (
+        "| kernel | A / B / C | first, PCH off | first, PCH on | second spec, PCH off | second spec, PCH on | "
+        "warm-index first, PCH off | warm-index first, PCH on | headers | header bytes |"
+    ) in md
     # Only the template argument that differs names the specializations; "on / off" after each PCH-on figure.
-    assert ("| cub_block_reduce | BLOCK=256 / BLOCK=128 / BLOCK=512 | 4200 ms (4100-4400) | 4620 ms (4500-4700), "
-            "1.10x | 2100 ms (2000-2200) | 420 ms (400-450), 0.20x | 2300 ms (2250-2350) | failed | 622 | 6144 KiB |") \
-        in md
+    assert (
+        "| cub_block_reduce | BLOCK=256 / BLOCK=128 / BLOCK=512 | 4200 ms (4100-4400) | 4620 ms (4500-4700), "
+        "1.10x | 2100 ms (2000-2200) | 420 ms (400-450), 0.20x | 2300 ms (2250-2350) | failed | 622 | 6144 KiB |"
+    ) in md
     assert "| thrust | T=float32 / T=float64 / T=int32 | 95.5 ms (95.5-95.5) | - | - | - | - | - | - | - |" in md
     assert "| cute | skipped: CuTe's headers are not installed (pip install nvidia-cutlass) | - |" in md
     assert "- KJIT_PCH=off: kjit reported no PCH setting" in md
-    assert ('- KJIT_PCH=on: kjit reported {"stats.pch": {"mode": "on"}}; the processes printed: '
-            "kjit: warning: something") in md
-    assert ("- cub_block_reduce (warm-index first; KJIT_PCH=on): CompileError: NVRTC could not compile block_sum | "
-            "kjit did not find 'x.h' where it resolves includes") in md
+    assert (
+        '- KJIT_PCH=on: kjit reported {"stats.pch": {"mode": "on"}}; the processes printed: kjit: warning: something'
+    ) in md
+    assert (
+        "- cub_block_reduce (warm-index first; KJIT_PCH=on): CompileError: NVRTC could not compile block_sum | "
+        "kjit did not find 'x.h' where it resolves includes"
+    ) in md
     assert report.file_prefix(synthetic_library_headers()) == "2026-11-26-cpu-kjit-bench"
 
 
@@ -582,25 +845,43 @@ def test_library_headers_kernels_plans_and_environment(tmp_path, monkeypatch):
     for name, k in lh.KERNELS.items():  # A, B and C: three distinct specializations of one template
         assert len(k["specs"]) == 3 and len({json.dumps(s, sort_keys=True) for s in k["specs"]}) == 3, name
     monkeypatch.setattr(lh, "KERNELS_DIR", str(tmp_path))
-    assert lh.plan("thrust", None).startswith("skipped: ") and "thrust_functional.cu is missing" in lh.plan("thrust",
-                                                                                                          None)
+    assert lh.plan("thrust", None).startswith("skipped: ") and "thrust_functional.cu is missing" in lh.plan(
+        "thrust", None
+    )
     for k in lh.KERNELS.values():
         (tmp_path / k["file"]).write_text("// a kernel\n")
     p = lh.plan("cub_warp_scan", None)
-    assert p == {"file": str(tmp_path / "cub_warp_scan.cu"), "kernel": "scan_plus_warp_sum", "options": {},
-                 "include": [], "specs": {"first": {"BLOCK": 128}, "second_spec": {"BLOCK": 256},
-                                          "warm_index_first": {"BLOCK": 64}}}
+    assert p == {
+        "file": str(tmp_path / "cub_warp_scan.cu"),
+        "kernel": "scan_plus_warp_sum",
+        "options": {},
+        "include": [],
+        "specs": {"first": {"BLOCK": 128}, "second_spec": {"BLOCK": 256}, "warm_index_first": {"BLOCK": 64}},
+    }
     assert lh.plan("cute", None) == lh.MISSING_CUTLASS
     cute = lh.plan("cute", "/opt/cutlass/include")
     assert cute["include"] == ["/opt/cutlass/include"] and cute["options"] == {"default_device": True}
-    base = {"PATH": "/bin", "KJIT_CACHE_PATH": "/a:/b", "KJIT_REMOTE_CACHE": "redis://x", "KJIT_CACHE_MODE": "read",
-            "KJIT_RECORD": "m.json", "KJIT_PCH": "auto"}
+    base = {
+        "PATH": "/bin",
+        "KJIT_CACHE_PATH": "/a:/b",
+        "KJIT_REMOTE_CACHE": "redis://x",
+        "KJIT_CACHE_MODE": "read",
+        "KJIT_RECORD": "m.json",
+        "KJIT_PCH": "auto",
+    }
     env = lh.probe_env(base, "/tmp/c", "/tmp/cc", "on")
-    assert env == {"PATH": "/bin", "KJIT_CACHE_DIR": "/tmp/c", "CUDA_CACHE_PATH": "/tmp/cc", "KJIT_PCH": "on",
-                   "KJIT_PRELOAD_COMPILER": "0"}
+    assert env == {
+        "PATH": "/bin",
+        "KJIT_CACHE_DIR": "/tmp/c",
+        "CUDA_CACHE_PATH": "/tmp/cc",
+        "KJIT_PCH": "on",
+        "KJIT_PRELOAD_COMPILER": "0",
+    }
     assert base["KJIT_PCH"] == "auto"  # the caller's environment is left alone
-    assert lh.reason("CompileError: boom\n  options: -x\nkjit did not find 'a.h'\n--- log ---\nx(1): error: y") == \
-        "CompileError: boom | kjit did not find 'a.h'"
+    assert (
+        lh.reason("CompileError: boom\n  options: -x\nkjit did not find 'a.h'\n--- log ---\nx(1): error: y")
+        == "CompileError: boom | kjit did not find 'a.h'"
+    )
     assert lh.reason("") == "?"
     assert lh.cause("CompileError: could not compile f<1>\nkjit did not find 'a.h'") == "kjit did not find 'a.h'"
     assert lh.cause("TypeError: kernel(): bad\n  1. (self, name)") == "TypeError: kernel(): bad"
@@ -610,15 +891,28 @@ def test_library_headers_aggregates_repetitions_and_keeps_errors():
     from kjit.bench import library_headers as lh
 
     def step(ms, origin="compiled"):
-        return {"ms": ms, "compile_ms": ms - 10, "phase_ms": {"template": 5.0, "compile": ms - 10}, "compiles": 1,
-                "origin": origin}
+        return {
+            "ms": ms,
+            "compile_ms": ms - 10,
+            "phase_ms": {"template": 5.0, "compile": ms - 10},
+            "compiles": 1,
+            "origin": origin,
+        }
 
-    runs = [{"steps": {"first": step(300.0), "second_spec": step(100.0), "warm_index_first": {"error": "boom"}},
-             "headers": {"first": {"count": 3, "bytes": 10, "found": 3}}},
-            {"steps": {"first": step(100.0), "second_spec": step(120.0), "warm_index_first": step(50.0, "disk")},
-             "headers": {"first": {"count": 3, "bytes": 10, "found": 3},
-                         "warm_index_first": {"count": 4, "bytes": 12, "found": 4}}},
-            {"steps": {"first": step(200.0), "second_spec": {"error": "bad"}}}]
+    runs = [
+        {
+            "steps": {"first": step(300.0), "second_spec": step(100.0), "warm_index_first": {"error": "boom"}},
+            "headers": {"first": {"count": 3, "bytes": 10, "found": 3}},
+        },
+        {
+            "steps": {"first": step(100.0), "second_spec": step(120.0), "warm_index_first": step(50.0, "disk")},
+            "headers": {
+                "first": {"count": 3, "bytes": 10, "found": 3},
+                "warm_index_first": {"count": 4, "bytes": 12, "found": 4},
+            },
+        },
+        {"steps": {"first": step(200.0), "second_spec": {"error": "bad"}}},
+    ]
     agg = lh.aggregate(runs)
     assert agg["first"]["ms"] == {"median": 200.0, "min": 100.0, "max": 300.0, "n": 3}
     assert agg["first"]["compile_ms"]["median"] == 190.0
@@ -644,27 +938,46 @@ def test_library_headers_run_alternates_settings_keeps_going_and_saves_after_eve
         if p["kernel"] == "block_sum":
             raise RuntimeError("probe machinery broke")
         ms = 100.0 if setting == "off" else 60.0
-        return {"steps": {s: {"ms": ms, "compile_ms": ms, "phase_ms": {}, "compiles": 1, "origin": "compiled"}
-                          for s in lh.STEPS},
-                "headers": {"first": {"count": 2, "bytes": 2048, "found": 2}}, "stderr": {"first": "kjit: hello"}}
+        return {
+            "steps": {
+                s: {"ms": ms, "compile_ms": ms, "phase_ms": {}, "compiles": 1, "origin": "compiled"} for s in lh.STEPS
+            },
+            "headers": {"first": {"count": 2, "bytes": 2048, "found": 2}},
+            "stderr": {"first": "kjit: hello"},
+        }
 
     monkeypatch.setattr(lh, "measure_once", fake_measure_once)
     monkeypatch.setattr(lh, "cutlass_include_dir", lambda: None)
     saved, logged = [], []
-    out = lh.run(False, log=logged.append, save=lambda part: saved.append(json.loads(json.dumps(part))),
-                 kernels=["cub_block_reduce", "thrust", "cute"], reps=2, arch="sm_80")
-    assert calls == [("cub_block_reduce.cu", "sm_80", "off"), ("cub_block_reduce.cu", "sm_80", "on"),
-                     ("thrust_functional.cu", "sm_80", "off"), ("thrust_functional.cu", "sm_80", "on"),
-                     ("cub_block_reduce.cu", "sm_80", "on"), ("cub_block_reduce.cu", "sm_80", "off"),
-                     ("thrust_functional.cu", "sm_80", "on"), ("thrust_functional.cu", "sm_80", "off")]
+    out = lh.run(
+        False,
+        log=logged.append,
+        save=lambda part: saved.append(json.loads(json.dumps(part))),
+        kernels=["cub_block_reduce", "thrust", "cute"],
+        reps=2,
+        arch="sm_80",
+    )
+    assert calls == [
+        ("cub_block_reduce.cu", "sm_80", "off"),
+        ("cub_block_reduce.cu", "sm_80", "on"),
+        ("thrust_functional.cu", "sm_80", "off"),
+        ("thrust_functional.cu", "sm_80", "on"),
+        ("cub_block_reduce.cu", "sm_80", "on"),
+        ("cub_block_reduce.cu", "sm_80", "off"),
+        ("thrust_functional.cu", "sm_80", "on"),
+        ("thrust_functional.cu", "sm_80", "off"),
+    ]
     assert len(saved) == 1 + len(calls)
     assert out["arch"] == "sm_80" and out["reps"] == 2 and out["settings"] == ["off", "on"]
     k = out["kernels"]
     assert k["cute"] == lh.MISSING_CUTLASS
     assert k["cub_block_reduce"]["pch"]["on"]["steps"]["first"] == {
-        "errors": ["RuntimeError: probe machinery broke"] * 2}
-    assert ("  cub_block_reduce, KJIT_PCH=on: first failed; second spec failed; warm-index first failed "
-            "(RuntimeError: probe machinery broke) (rep 2/2)") in logged
+        "errors": ["RuntimeError: probe machinery broke"] * 2
+    }
+    assert (
+        "  cub_block_reduce, KJIT_PCH=on: first failed; second spec failed; warm-index first failed "
+        "(RuntimeError: probe machinery broke) (rep 2/2)"
+    ) in logged
     thrust = k["thrust"]
     assert thrust["headers"] == {"count": 2, "bytes": 2048, "found": 2}
     assert thrust["pch"]["on"]["steps"]["second_spec"]["ms"]["median"] == 60.0
@@ -679,16 +992,37 @@ def test_library_headers_run_alternates_settings_keeps_going_and_saves_after_eve
 def test_library_headers_runs_without_a_gpu_and_other_sections_still_refuse(tmp_path):
     # An unknown kernel name: the section fails at once (nothing compiles), and the run still writes its result.
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KJIT_BENCH_LIBRARY_KERNELS="nope")
-    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--only", "library_headers", "--out",
-                        str(tmp_path / "o")], env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-m", "kjit.bench", "--quick", "--only", "library_headers", "--out", str(tmp_path / "o")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 0, r.stderr
     assert NO_GPU not in r.stderr and "compile-only" in r.stderr
     (json_file,) = (tmp_path / "o").glob("*-cpu-kjit-bench.json")
     result = json.loads(json_file.read_text())
     assert result["sections"] == ["library_headers"]
     assert "unknown library kernel(s) ['nope']" in result["library_headers"]["error"]
-    r = subprocess.run([sys.executable, "-m", "kjit.bench", "--quick", "--only", "small,library_headers", "--out",
-                        str(tmp_path / "o2")], env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kjit.bench",
+            "--quick",
+            "--only",
+            "small,library_headers",
+            "--out",
+            str(tmp_path / "o2"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 2 and NO_GPU in r.stderr
     assert not (tmp_path / "o2").exists()
 
@@ -700,8 +1034,15 @@ def _mm_point(kind, m, n, k, **ms):
     from kjit.bench import matmul
 
     names = {"cublas": "cuBLAS", "compiled": "torch.compile"}
-    p = {"kind": kind, "m": m, "n": n, "k": k, "dtype": "bfloat16", "copies": 1,
-         "ms": {names.get(c, c): _ms(v) for c, v in ms.items() if v is not None}}
+    p = {
+        "kind": kind,
+        "m": m,
+        "n": n,
+        "k": k,
+        "dtype": "bfloat16",
+        "copies": 1,
+        "ms": {names.get(c, c): _ms(v) for c, v in ms.items() if v is not None},
+    }
     return matmul.add_ratios(p)
 
 
@@ -712,25 +1053,57 @@ def synthetic_matmul() -> dict:
     pts = [_mm_point("plain", 8192, 8192, 8192, kjit=1.0, cublas=0.95, compiled=0.96)]
     for m in (1, 16):
         pts += [_mm_point("plain", m, 4096, 4096, kjit=1.0, cublas=1.1, compiled=1.5)]
-    pts += [_mm_point("plain", 2048, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
-            _mm_point("plain", 8192, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
-            _mm_point("plain", 128, 11008, 4096, kjit=1.0, cublas=0.8, compiled=0.85),
-            _mm_point("gelu", 16, 4096, 4096, kjit=1.0, eager=1.0, compiled=1.0),
-            _mm_point("gelu", 2048, 4096, 4096, kjit=1.0, eager=1.2, compiled=1.1),
-            _mm_point("swiglu", 2048, 11008, 4096, kjit=1.0, eager=1.3, compiled=None),
-            {"kind": "swiglu", "m": 8192, "n": 14336, "k": 4096, "dtype": "bfloat16", "ms": {},
-             "error": "RuntimeError: CUDA out of memory"}]
-    pts[-2]["skipped"] = {"torch.compile": "skipped: the section's torch.compile budget of 60 s is spent (61 s of "
-                                           "compiles so far)"}
-    probe = {"repeats": 1, "n": 4096, "k": 4096, "m": [16, 8192], "first_case": "linear, new (N, K), M=16",
-             "second_case": "linear, same (N, K), M=8192 (another tile configuration)",
-             "cases": {"linear, new (N, K), M=16": _case(1200.0, 1100.0, 1300.0, compile=1100.0),
-                       "linear, same (N, K), M=8192 (another tile configuration)": _case(900.0, compile=850.0)}}
-    return {"schema": 1, "quick": False, "sections": ["matmul"],
-            "machine": {"date": "2026-11-27T10:00:00+00:00", "gpu": "NVIDIA H100 80GB HBM3", "peers": {}},
-            "matmul": {"dtype": "bfloat16", "warmup": 10, "reps": 20, "inner": 10, "l2_bytes": 50 << 20,
-                       "l2_factor": 2, "kjit_tune": "", "compile_budget_s": 300.0, "compile_s": 61.0,
-                       "points": pts, "compile": probe}}
+    pts += [
+        _mm_point("plain", 2048, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
+        _mm_point("plain", 8192, 4096, 4096, kjit=1.0, cublas=0.9, compiled=0.9),
+        _mm_point("plain", 128, 11008, 4096, kjit=1.0, cublas=0.8, compiled=0.85),
+        _mm_point("gelu", 16, 4096, 4096, kjit=1.0, eager=1.0, compiled=1.0),
+        _mm_point("gelu", 2048, 4096, 4096, kjit=1.0, eager=1.2, compiled=1.1),
+        _mm_point("swiglu", 2048, 11008, 4096, kjit=1.0, eager=1.3, compiled=None),
+        {
+            "kind": "swiglu",
+            "m": 8192,
+            "n": 14336,
+            "k": 4096,
+            "dtype": "bfloat16",
+            "ms": {},
+            "error": "RuntimeError: CUDA out of memory",
+        },
+    ]
+    pts[-2]["skipped"] = {
+        "torch.compile": "skipped: the section's torch.compile budget of 60 s is spent (61 s of compiles so far)"
+    }
+    probe = {
+        "repeats": 1,
+        "n": 4096,
+        "k": 4096,
+        "m": [16, 8192],
+        "first_case": "linear, new (N, K), M=16",
+        "second_case": "linear, same (N, K), M=8192 (another tile configuration)",
+        "cases": {
+            "linear, new (N, K), M=16": _case(1200.0, 1100.0, 1300.0, compile=1100.0),
+            "linear, same (N, K), M=8192 (another tile configuration)": _case(900.0, compile=850.0),
+        },
+    }
+    return {
+        "schema": 1,
+        "quick": False,
+        "sections": ["matmul"],
+        "machine": {"date": "2026-11-27T10:00:00+00:00", "gpu": "NVIDIA H100 80GB HBM3", "peers": {}},
+        "matmul": {
+            "dtype": "bfloat16",
+            "warmup": 10,
+            "reps": 20,
+            "inner": 10,
+            "l2_bytes": 50 << 20,
+            "l2_factor": 2,
+            "kjit_tune": "",
+            "compile_budget_s": 300.0,
+            "compile_s": 61.0,
+            "points": pts,
+            "compile": probe,
+        },
+    }
 
 
 def test_matmul_points_flops_and_section():
@@ -746,7 +1119,7 @@ def test_matmul_points_flops_and_section():
     quick = matmul.points(True)
     assert len(quick) < 10 and {p["kind"] for p in quick} == set(matmul.KINDS)
     assert matmul.flops("plain", 2, 3, 5) == 60 and matmul.flops("swiglu", 2, 3, 5) == 120
-    assert matmul.tflops(2 * 8192 ** 3, 1.0) == pytest.approx(1099.511627776)
+    assert matmul.tflops(2 * 8192**3, 1.0) == pytest.approx(1099.511627776)
     assert matmul.where(full[0]) == "plain M=8192 N=8192 K=8192"
 
 
@@ -823,8 +1196,16 @@ def test_matmul_summary_and_verdicts():
     assert v["first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s"] == (True, 1.2)
     assert v["another tile configuration of the same (N, K) <= 0.8 s"] == (False, 0.9)
     texts = [matmul.verdict_text(x) for x in matmul.verdicts(sec)]
-    assert texts == ["missed (0.90x)", "missed (0.80x)", "met (1.10x)", "met (1.20x)", "missed (1.10x)",
-                     "met (1.30x)", "met (1.200 s)", "missed (0.900 s)"]
+    assert texts == [
+        "missed (0.90x)",
+        "missed (0.80x)",
+        "met (1.10x)",
+        "met (1.20x)",
+        "missed (1.10x)",
+        "met (1.30x)",
+        "met (1.200 s)",
+        "missed (0.900 s)",
+    ]
     # Targets recorded with the section are the ones applied.
     sec["targets"] = {"cublas_median_min": 0.9, "cublas_min": 0.8}
     v = {x["target"]: x["met"] for x in matmul.verdicts(sec)}
@@ -849,25 +1230,31 @@ def test_matmul_markdown_and_behind():
     md = report.markdown(synthetic_matmul())
     assert "## Matrix ops (bfloat16, TFLOP/s)" in md
     assert "KJIT_TUNE='' (no tuning)" in md and "the L2 (50 MiB)" in md
-    assert ("- kjit / cuBLAS median >= 0.95x (LLM shapes, M >= 128): **missed (0.90x)** (min 0.80x at plain M=128 "
-            "N=11008 K=4096; 3 points)") in md
+    assert (
+        "- kjit / cuBLAS median >= 0.95x (LLM shapes, M >= 128): **missed (0.90x)** (min 0.80x at plain M=128 "
+        "N=11008 K=4096; 3 points)"
+    ) in md
     assert "- kjit / cuBLAS none under 0.85x (LLM shapes, M >= 128): **missed (0.80x)** (at plain M=128" in md
     assert "- swiglu: kjit / eager median >= 1.25x: **met (1.30x)**" in md
     assert "- first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s: **met (1.200 s)** (1 compile(s))" in md
     assert "- kjit / cuBLAS at 8192^3: 0.95x (no target)" in md
     assert "- kjit has no figure at 1 of 10 points" in md
-    assert ("| M | N | K | kjit TFLOP/s | cuBLAS TFLOP/s | torch.compile TFLOP/s | kjit / cuBLAS "
-            "| kjit / torch.compile |") in md
-    assert ("| M | F | K | kjit TFLOP/s | eager TFLOP/s | torch.compile TFLOP/s | kjit / eager "
-            "| kjit / torch.compile |") in md
+    assert (
+        "| M | N | K | kjit TFLOP/s | cuBLAS TFLOP/s | torch.compile TFLOP/s | kjit / cuBLAS | kjit / torch.compile |"
+    ) in md
+    assert (
+        "| M | F | K | kjit TFLOP/s | eager TFLOP/s | torch.compile TFLOP/s | kjit / eager | kjit / torch.compile |"
+    ) in md
     assert "| 8192 | 14336 | 4096 | error: RuntimeError: CUDA out of memory | - | - | - | - |" in md
     assert "| 2048 | 11008 | 4096 | 369.4 | 284.1 | skipped | 1.30x | - |" in md
     assert "| 128 | 11008 | 4096 | 11.5 | 14.4 | 13.6 | 0.80x | 0.85x |" in md
     assert "| linear, new (N, K), M=16 | 1200 (1100-1300) | 1 | 1100 |" in md
     assert "- swiglu M=2048 N=11008 K=4096: torch.compile: skipped: the section's torch.compile budget" in md
     behind = md.split("## Where kjit is behind")[1]
-    assert ("- matmul: TFLOP/s: plain M=128 N=11008 K=4096: cuBLAS is faster, kjit at 0.80x (11.5 TFLOP/s for kjit, "
-            "14.4 TFLOP/s for cuBLAS)") in behind
+    assert (
+        "- matmul: TFLOP/s: plain M=128 N=11008 K=4096: cuBLAS is faster, kjit at 0.80x (11.5 TFLOP/s for kjit, "
+        "14.4 TFLOP/s for cuBLAS)"
+    ) in behind
     assert "matmul: TFLOP/s: plain M=16 " not in behind
 
 

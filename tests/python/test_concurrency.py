@@ -14,8 +14,9 @@ from conftest import WAIT_FOR_GO, start_together
 PROCESSES = 16
 SPECIALIZATIONS = 50
 
-WORKER = textwrap.dedent(
-    r"""
+WORKER = (
+    textwrap.dedent(
+        r"""
     import json, os, random, sys, time
     import kjit
 
@@ -29,12 +30,15 @@ WORKER = textwrap.dedent(
     order = list(range(count))
     random.Random(index).shuffle(order)
     """
-) + WAIT_FOR_GO + textwrap.dedent(
-    r"""
+    )
+    + WAIT_FOR_GO
+    + textwrap.dedent(
+        r"""
     for k in order:
         family.specialize(arch="sm_90", K=k)
     print(json.dumps(kjit.stats()))
     """
+    )
 )
 
 
@@ -44,8 +48,13 @@ def test_sixteen_processes_compile_each_of_fifty_keys_exactly_once(tmp_path, cac
     go = tmp_path / "go"
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
     procs = [
-        subprocess.Popen([sys.executable, str(worker), str(go), str(i), str(SPECIALIZATIONS)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(worker), str(go), str(i), str(SPECIALIZATIONS)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(PROCESSES)
     ]
     start_together(procs, go, [str(i) for i in range(PROCESSES)])

@@ -52,37 +52,67 @@ _BETA, _KAPPA = math.sqrt(2.0 / math.pi), 0.044715
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + math.tanh(_BETA * (x + _KAPPA * x ** 3)))
+    return 0.5 * x * (1.0 + math.tanh(_BETA * (x + _KAPPA * x**3)))
 
 
 def _gelu_tanh_backward(g, x):
-    t = math.tanh(_BETA * (x + _KAPPA * x ** 3))
+    t = math.tanh(_BETA * (x + _KAPPA * x**3))
     return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _BETA * (1.0 + 3.0 * _KAPPA * x * x))
 
 
 _FAMILY = {  # one function each, spelled f() (overloaded), ff() (float) and, for four, f_() (kjit_math)
-    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "expm1": math.expm1, "log": math.log, "log2": math.log2,
-    "log10": math.log10, "log1p": math.log1p, "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x),
-    "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf, "fabs": abs,
-    "pow": math.pow, "fmax": max, "fmin": min,
+    "exp": math.exp,
+    "exp2": lambda x: 2.0**x,
+    "expm1": math.expm1,
+    "log": math.log,
+    "log2": math.log2,
+    "log10": math.log10,
+    "log1p": math.log1p,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x),
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "tanh": math.tanh,
+    "erf": math.erf,
+    "fabs": abs,
+    "pow": math.pow,
+    "fmax": max,
+    "fmin": min,
 }
 FUNCTIONS = {
-    **_FAMILY, **{name + "f": f for name, f in _FAMILY.items()},
+    **_FAMILY,
+    **{name + "f": f for name, f in _FAMILY.items()},
     **{name + "_": _FAMILY[name] for name in ("exp", "log", "erf", "tanh")},
-    "abs": abs, "max": max, "min": min,
-    "relu": lambda x: x if x > 0 else 0.0, "relu_backward": lambda g, y: 0.0 if y <= 0 else g,
-    "sigmoid": _sigmoid, "sigmoid_backward": lambda g, y: g * y * (1.0 - y),
+    "abs": abs,
+    "max": max,
+    "min": min,
+    "relu": lambda x: x if x > 0 else 0.0,
+    "relu_backward": lambda g, y: 0.0 if y <= 0 else g,
+    "sigmoid": _sigmoid,
+    "sigmoid_backward": lambda g, y: g * y * (1.0 - y),
     "tanh_backward": lambda g, y: g * (1.0 - y * y),
     "silu": lambda x: x * _sigmoid(x),
     "silu_backward": lambda g, x: g * _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
-    "gelu": _gelu, "gelu_backward": _gelu_backward, "gelu_tanh": _gelu_tanh, "gelu_tanh_backward": _gelu_tanh_backward,
+    "gelu": _gelu,
+    "gelu_backward": _gelu_backward,
+    "gelu_tanh": _gelu_tanh,
+    "gelu_tanh_backward": _gelu_tanh_backward,
     "foo": lambda v: v * v + 1.0,  # an "unknown" function, fine on constants
 }
 _BINARY = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
-    "<": lambda a, b: float(a < b), ">": lambda a, b: float(a > b), "<=": lambda a, b: float(a <= b),
-    ">=": lambda a, b: float(a >= b), "==": lambda a, b: float(a == b), "!=": lambda a, b: float(a != b),
-    "&&": lambda a, b: float(bool(a) and bool(b)), "||": lambda a, b: float(bool(a) or bool(b)),
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "<": lambda a, b: float(a < b),
+    ">": lambda a, b: float(a > b),
+    "<=": lambda a, b: float(a <= b),
+    ">=": lambda a, b: float(a >= b),
+    "==": lambda a, b: float(a == b),
+    "!=": lambda a, b: float(a != b),
+    "&&": lambda a, b: float(bool(a) and bool(b)),
+    "||": lambda a, b: float(bool(a) or bool(b)),
 }
 
 
@@ -115,98 +145,125 @@ def value(text: str, env: dict) -> float:
 a, b, c, d, e, x, y = (D.Name(n) for n in "abcdexy")
 
 
-@pytest.mark.parametrize("text, tree", [
-    ("a + b * c", D.Binary("+", a, D.Binary("*", b, c))),
-    ("a * b + c", D.Binary("+", D.Binary("*", a, b), c)),
-    ("a - b - c", D.Binary("-", D.Binary("-", a, b), c)),
-    ("a / b * c", D.Binary("*", D.Binary("/", a, b), c)),
-    ("a ? b : c ? d : e", D.Ternary(a, b, D.Ternary(c, d, e))),
-    ("a ? b ? c : d : e", D.Ternary(a, D.Ternary(b, c, d), e)),
-    ("a || b && c", D.Binary("||", a, D.Binary("&&", b, c))),
-    ("a & b | c ^ d", D.Binary("|", D.Binary("&", a, b), D.Binary("^", c, d))),
-    ("a < b == c >= d", D.Binary("==", D.Binary("<", a, b), D.Binary(">=", c, d))),
-    ("a << b + c", D.Binary("<<", a, D.Binary("+", b, c))),
-    ("a % b * c", D.Binary("*", D.Binary("%", a, b), c)),
-    ("-a * b", D.Binary("*", D.Unary("-", a), b)),
-    ("a - -b", D.Binary("-", a, D.Unary("-", b))),
-    ("a-b", D.Binary("-", a, b)),
-    ("!a == ~b", D.Binary("==", D.Unary("!", a), D.Unary("~", b))),
-    ("- -a", D.Unary("-", D.Unary("-", a))),
-    ("(a + b) * c", D.Binary("*", D.Binary("+", a, b), c)),
-    ("a > b ? a : b", D.Ternary(D.Binary(">", a, b), a, b)),
-    ("(float)x * y", D.Binary("*", D.Cast("float", x, "c"), y)),
-    ("(C)-x", D.Cast("C", D.Unary("-", x), "c")),
-    ("(x) * y", D.Binary("*", x, y)),
-    ("static_cast<C>(x + 1)", D.Cast("C", D.Binary("+", x, D.Num("1")))),
-    ("static_cast<unsigned int>(x)", D.Cast("unsigned int", x)),
-    ("float(x) + C(y)", D.Binary("+", D.Cast("float", x, "func"), D.Cast("C", y, "func"))),
-    ("kjit_math::exp_(x) + ::expf(y)", D.Binary("+", D.Call("kjit_math::exp_", (x,)), D.Call("::expf", (y,)))),
-    ("f() + g(a, b ? c : d, e)", D.Binary("+", D.Call("f", ()), D.Call("g", (a, D.Ternary(b, c, d), e)))),
-    ("std::numbers::pi * M_PI", D.Binary("*", D.Name("std::numbers::pi"), D.Name("M_PI"))),
-])
+@pytest.mark.parametrize(
+    "text, tree",
+    [
+        ("a + b * c", D.Binary("+", a, D.Binary("*", b, c))),
+        ("a * b + c", D.Binary("+", D.Binary("*", a, b), c)),
+        ("a - b - c", D.Binary("-", D.Binary("-", a, b), c)),
+        ("a / b * c", D.Binary("*", D.Binary("/", a, b), c)),
+        ("a ? b : c ? d : e", D.Ternary(a, b, D.Ternary(c, d, e))),
+        ("a ? b ? c : d : e", D.Ternary(a, D.Ternary(b, c, d), e)),
+        ("a || b && c", D.Binary("||", a, D.Binary("&&", b, c))),
+        ("a & b | c ^ d", D.Binary("|", D.Binary("&", a, b), D.Binary("^", c, d))),
+        ("a < b == c >= d", D.Binary("==", D.Binary("<", a, b), D.Binary(">=", c, d))),
+        ("a << b + c", D.Binary("<<", a, D.Binary("+", b, c))),
+        ("a % b * c", D.Binary("*", D.Binary("%", a, b), c)),
+        ("-a * b", D.Binary("*", D.Unary("-", a), b)),
+        ("a - -b", D.Binary("-", a, D.Unary("-", b))),
+        ("a-b", D.Binary("-", a, b)),
+        ("!a == ~b", D.Binary("==", D.Unary("!", a), D.Unary("~", b))),
+        ("- -a", D.Unary("-", D.Unary("-", a))),
+        ("(a + b) * c", D.Binary("*", D.Binary("+", a, b), c)),
+        ("a > b ? a : b", D.Ternary(D.Binary(">", a, b), a, b)),
+        ("(float)x * y", D.Binary("*", D.Cast("float", x, "c"), y)),
+        ("(C)-x", D.Cast("C", D.Unary("-", x), "c")),
+        ("(x) * y", D.Binary("*", x, y)),
+        ("static_cast<C>(x + 1)", D.Cast("C", D.Binary("+", x, D.Num("1")))),
+        ("static_cast<unsigned int>(x)", D.Cast("unsigned int", x)),
+        ("float(x) + C(y)", D.Binary("+", D.Cast("float", x, "func"), D.Cast("C", y, "func"))),
+        ("kjit_math::exp_(x) + ::expf(y)", D.Binary("+", D.Call("kjit_math::exp_", (x,)), D.Call("::expf", (y,)))),
+        ("f() + g(a, b ? c : d, e)", D.Binary("+", D.Call("f", ()), D.Call("g", (a, D.Ternary(b, c, d), e)))),
+        ("std::numbers::pi * M_PI", D.Binary("*", D.Name("std::numbers::pi"), D.Name("M_PI"))),
+    ],
+)
 def test_parse_structure_and_round_trip(text, tree):
     assert D.parse(text) == tree
     assert D.parse(D.to_cpp(tree)) == tree
 
 
-@pytest.mark.parametrize("tree, text", [
-    (D.Binary("-", a, D.Binary("-", b, c)), "a - (b - c)"),
-    (D.Binary("*", D.Binary("+", a, b), c), "(a + b) * c"),
-    (D.Binary("/", a, D.Binary("*", b, c)), "a / (b * c)"),
-    (D.Unary("-", D.Unary("-", a)), "-(-a)"),
-    (D.Unary("-", D.Binary("+", a, b)), "-(a + b)"),
-    (D.Ternary(D.Ternary(a, b, c), d, e), "(a ? b : c) ? d : e"),
-    (D.Ternary(a, D.Ternary(b, c, d), e), "a ? (b ? c : d) : e"),
-    (D.Ternary(a, b, D.Ternary(c, d, e)), "a ? b : c ? d : e"),
-    (D.Binary("*", D.Ternary(a, b, c), d), "(a ? b : c) * d"),
-    (D.Cast("float", D.Binary("*", a, b), "c"), "(float)(a * b)"),
-    (D.Cast("C", D.Unary("-", D.Num("0.5"))), "static_cast<C>(-0.5)"),
-])
+@pytest.mark.parametrize(
+    "tree, text",
+    [
+        (D.Binary("-", a, D.Binary("-", b, c)), "a - (b - c)"),
+        (D.Binary("*", D.Binary("+", a, b), c), "(a + b) * c"),
+        (D.Binary("/", a, D.Binary("*", b, c)), "a / (b * c)"),
+        (D.Unary("-", D.Unary("-", a)), "-(-a)"),
+        (D.Unary("-", D.Binary("+", a, b)), "-(a + b)"),
+        (D.Ternary(D.Ternary(a, b, c), d, e), "(a ? b : c) ? d : e"),
+        (D.Ternary(a, D.Ternary(b, c, d), e), "a ? (b ? c : d) : e"),
+        (D.Ternary(a, b, D.Ternary(c, d, e)), "a ? b : c ? d : e"),
+        (D.Binary("*", D.Ternary(a, b, c), d), "(a ? b : c) * d"),
+        (D.Cast("float", D.Binary("*", a, b), "c"), "(float)(a * b)"),
+        (D.Cast("C", D.Unary("-", D.Num("0.5"))), "static_cast<C>(-0.5)"),
+    ],
+)
 def test_to_cpp_parenthesizes_where_needed(tree, text):
     assert D.to_cpp(tree) == text
     assert D.parse(text) == tree
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1", 1.0), ("42u", 42.0), ("10ul", 10.0), ("7LL", 7.0), ("017", 15.0), ("1.0", 1.0), ("3.", 3.0),
-    (".5", 0.5), ("1.5f", 1.5), ("2.5e-3", 2.5e-3), ("1e5", 1e5), ("1E+2F", 100.0), ("1.0L", 1.0),
-    ("0x10", 16.0), ("0xffu", 255.0), ("0x1.8p+1", 3.0), ("0x1p-2f", 0.25), ("0X.8P1", 1.0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1", 1.0),
+        ("42u", 42.0),
+        ("10ul", 10.0),
+        ("7LL", 7.0),
+        ("017", 15.0),
+        ("1.0", 1.0),
+        ("3.", 3.0),
+        (".5", 0.5),
+        ("1.5f", 1.5),
+        ("2.5e-3", 2.5e-3),
+        ("1e5", 1e5),
+        ("1E+2F", 100.0),
+        ("1.0L", 1.0),
+        ("0x10", 16.0),
+        ("0xffu", 255.0),
+        ("0x1.8p+1", 3.0),
+        ("0x1p-2f", 0.25),
+        ("0X.8P1", 1.0),
+    ],
+)
 def test_literal_forms(text, expected):
     node = D.parse(text)
     assert node == D.Num(text) and node.value == expected
     assert D.to_cpp(node) == text
 
 
-@pytest.mark.parametrize("text, column, what", [
-    ("a = b", 3, "'=' (assignment)"),
-    ("a += b", 3, "'+=' (compound assignment)"),
-    ("a <<= 1", 3, "'<<=' (compound assignment)"),
-    ("x++", 2, "'++' (increment)"),
-    ("--x", 1, "'--' (decrement)"),
-    ("a, b", 2, "the comma operator is not supported"),
-    ("f(a, (b, c))", 8, "expected ')', got ','"),
-    ("a.b", 2, "'.' (member access)"),
-    ("p->b", 2, "'->' (member access)"),
-    ("a[0]", 2, "'[' (subscript)"),
-    ('x * "s"', 5, "string literal"),
-    ("x + 'c'", 5, "character literal"),
-    ("a;", 2, "statement separator"),
-    ("1f", 1, "'1f' is not a C++ number"),
-    ("0x1.8", 1, "is not a C++ number"),
-    ("08", 1, "'08' is not a C++ number"),
-    ("(a", 3, "expected ')', got the end of the expression"),
-    ("a +", 4, "got the end of the expression"),
-    ("a b", 3, "expected an operator, got 'b'"),
-    ("f(a)(b)", 5, "only a named function can be called"),
-    ("static_cast<>(x)", 13, "expected a type name"),
-    ("reinterpret_cast<float>(x)", 1, "reinterpret_cast is not supported"),
-    ("x ? y", 6, "expected ':'"),
-    ("x @ y", 3, "unexpected character '@'"),
-    ("std:: + x", 7, "expected a name after '::'"),
-    (":: 1", 4, "expected a name after '::'"),
-    ("", 1, "got the end of the expression"),
-])
+@pytest.mark.parametrize(
+    "text, column, what",
+    [
+        ("a = b", 3, "'=' (assignment)"),
+        ("a += b", 3, "'+=' (compound assignment)"),
+        ("a <<= 1", 3, "'<<=' (compound assignment)"),
+        ("x++", 2, "'++' (increment)"),
+        ("--x", 1, "'--' (decrement)"),
+        ("a, b", 2, "the comma operator is not supported"),
+        ("f(a, (b, c))", 8, "expected ')', got ','"),
+        ("a.b", 2, "'.' (member access)"),
+        ("p->b", 2, "'->' (member access)"),
+        ("a[0]", 2, "'[' (subscript)"),
+        ('x * "s"', 5, "string literal"),
+        ("x + 'c'", 5, "character literal"),
+        ("a;", 2, "statement separator"),
+        ("1f", 1, "'1f' is not a C++ number"),
+        ("0x1.8", 1, "is not a C++ number"),
+        ("08", 1, "'08' is not a C++ number"),
+        ("(a", 3, "expected ')', got the end of the expression"),
+        ("a +", 4, "got the end of the expression"),
+        ("a b", 3, "expected an operator, got 'b'"),
+        ("f(a)(b)", 5, "only a named function can be called"),
+        ("static_cast<>(x)", 13, "expected a type name"),
+        ("reinterpret_cast<float>(x)", 1, "reinterpret_cast is not supported"),
+        ("x ? y", 6, "expected ':'"),
+        ("x @ y", 3, "unexpected character '@'"),
+        ("std:: + x", 7, "expected a name after '::'"),
+        (":: 1", 4, "expected a name after '::'"),
+        ("", 1, "got the end of the expression"),
+    ],
+)
 def test_syntax_errors_name_the_column(text, column, what):
     with pytest.raises(ValueError) as info:
         D.parse(text)
@@ -220,47 +277,56 @@ def test_syntax_errors_name_the_column(text, column, what):
 # ---- derivatives: exact text ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("expr, inputs, expected", [
-    ("x * y", "xy", {"x": "y", "y": "x"}),
-    ("x + y", "xy", {"x": ONE, "y": ONE}),
-    ("x - y", "xy", {"x": ONE, "y": f"-{ONE}"}),
-    ("0 - x", "x", {"x": f"-{ONE}"}),
-    ("x * 2", "xy", {"x": "2", "y": ZERO}),
-    ("silu(x) * y", "xy", {"x": "silu_backward(y, x)", "y": "silu(x)"}),  # the gradient into silu is y
-    ("relu(x)", "x", {"x": f"relu_backward({ONE}, relu(x))"}),
-    ("sigmoid(x)", "x", {"x": f"sigmoid_backward({ONE}, sigmoid(x))"}),
-    ("silu(x * 2.0)", "x", {"x": f"silu_backward({ONE}, static_cast<C>(x * 2.0)) * 2.0"}),
-    ("relu(expf(x))", "x", {"x": f"relu_backward({ONE}, static_cast<C>(relu(expf(x)))) * expf(x)"}),
-    ("sqrtf(x)", "x", {"x": f"{ONE} / (static_cast<C>(2) * sqrtf(x))"}),
-    ("expf(2.0f * x)", "x", {"x": "expf(2.0f * x) * 2.0f"}),
-    ("log_(x)", "x", {"x": f"{ONE} / x"}),
-    ("tanhf(x)", "x", {"x": f"{ONE} - tanhf(x) * tanhf(x)"}),
-    ("erf(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * exp(-(x * x))"}),
-    ("erff(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * expf(-(x * x))"}),
-    ("kjit_math::erf_(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * exp_(-(x * x))"}),
-    ("sinf(x)", "x", {"x": "cosf(x)"}),
-    ("cos(x)", "x", {"x": "-sin(x)"}),
-    ("pow(x, 3.0)", "x", {"x": f"3.0 * pow(x, 3.0 - {ONE})"}),  # a literal exponent other than 0: no mask
-    ("powf(2.0f, y)", "y", {"y": "powf(2.0f, y) * logf(2.0f)"}),  # a literal base other than 0: no mask
-    # PyTorch's masks: d/dx is 0 where the exponent is 0, d/dy is 0 where the base is 0 and the exponent >= 0.
-    ("pow(x, y)", "xy", {"x": f"y == {ZERO} ? {ZERO} : y * pow(x, y - {ONE})",
-                         "y": f"x == {ZERO} && y >= {ZERO} ? {ZERO} : pow(x, y) * log(x)"}),
-    ("powf(x, s)", "x", {"x": f"s == {ZERO} ? {ZERO} : s * powf(x, s - {ONE})"}),
-    ("pow(x, 0) + powf(x, 0.0f) + pow(x, 0x0p0f)", "x", {"x": ZERO}),
-    ("powf(0.0f, y)", "y", {"y": f"y >= {ZERO} ? {ZERO} : powf(0.0f, y) * logf(0.0f)"}),
-    ("fmaxf(x, y)", "xy", {"x": f"x >= y || y != y ? {ONE} : {ZERO}", "y": f"x >= y || y != y ? {ZERO} : {ONE}"}),
-    ("min(x, y)", "x", {"x": f"x <= y || y != y ? {ONE} : {ZERO}"}),
-    ("fmax(x, 0.0f)", "x", {"x": f"x >= 0.0f ? {ONE} : {ZERO}"}),  # a literal is never NaN
-    ("expm1f(x)", "x", {"x": f"expm1f(x) + {ONE}"}),
-    ("log2(x)", "x", {"x": f"{ONE} / (x * static_cast<C>(0.6931471805599453))"}),
-    ("log10f(x)", "x", {"x": f"{ONE} / (x * static_cast<C>(2.302585092994046))"}),
-    ("fabsf(x)", "x", {"x": f"x > {ZERO} ? {ONE} : x < {ZERO} ? static_cast<C>(-1) : {ZERO}"}),
-    ("x > 0 ? x * y : y", "xy", {"x": f"x > 0 ? y : {ZERO}", "y": f"x > 0 ? x : {ONE}"}),
-    ("(x > y) + x", "xy", {"x": ONE, "y": ZERO}),
-    ("foo(s) * x", "x", {"x": "foo(s)"}),
-    ("x / y", "xy", {"x": f"{ONE} / y", "y": "-(x / y / y)"}),  # PyTorch's order: -(x / y) / y
-    ("x / x", "x", {"x": f"{ONE} / x - x / x / x"}),
-])
+@pytest.mark.parametrize(
+    "expr, inputs, expected",
+    [
+        ("x * y", "xy", {"x": "y", "y": "x"}),
+        ("x + y", "xy", {"x": ONE, "y": ONE}),
+        ("x - y", "xy", {"x": ONE, "y": f"-{ONE}"}),
+        ("0 - x", "x", {"x": f"-{ONE}"}),
+        ("x * 2", "xy", {"x": "2", "y": ZERO}),
+        ("silu(x) * y", "xy", {"x": "silu_backward(y, x)", "y": "silu(x)"}),  # the gradient into silu is y
+        ("relu(x)", "x", {"x": f"relu_backward({ONE}, relu(x))"}),
+        ("sigmoid(x)", "x", {"x": f"sigmoid_backward({ONE}, sigmoid(x))"}),
+        ("silu(x * 2.0)", "x", {"x": f"silu_backward({ONE}, static_cast<C>(x * 2.0)) * 2.0"}),
+        ("relu(expf(x))", "x", {"x": f"relu_backward({ONE}, static_cast<C>(relu(expf(x)))) * expf(x)"}),
+        ("sqrtf(x)", "x", {"x": f"{ONE} / (static_cast<C>(2) * sqrtf(x))"}),
+        ("expf(2.0f * x)", "x", {"x": "expf(2.0f * x) * 2.0f"}),
+        ("log_(x)", "x", {"x": f"{ONE} / x"}),
+        ("tanhf(x)", "x", {"x": f"{ONE} - tanhf(x) * tanhf(x)"}),
+        ("erf(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * exp(-(x * x))"}),
+        ("erff(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * expf(-(x * x))"}),
+        ("kjit_math::erf_(x)", "x", {"x": "static_cast<C>(1.1283791670955126) * exp_(-(x * x))"}),
+        ("sinf(x)", "x", {"x": "cosf(x)"}),
+        ("cos(x)", "x", {"x": "-sin(x)"}),
+        ("pow(x, 3.0)", "x", {"x": f"3.0 * pow(x, 3.0 - {ONE})"}),  # a literal exponent other than 0: no mask
+        ("powf(2.0f, y)", "y", {"y": "powf(2.0f, y) * logf(2.0f)"}),  # a literal base other than 0: no mask
+        # PyTorch's masks: d/dx is 0 where the exponent is 0, d/dy is 0 where the base is 0 and the exponent >= 0.
+        (
+            "pow(x, y)",
+            "xy",
+            {
+                "x": f"y == {ZERO} ? {ZERO} : y * pow(x, y - {ONE})",
+                "y": f"x == {ZERO} && y >= {ZERO} ? {ZERO} : pow(x, y) * log(x)",
+            },
+        ),
+        ("powf(x, s)", "x", {"x": f"s == {ZERO} ? {ZERO} : s * powf(x, s - {ONE})"}),
+        ("pow(x, 0) + powf(x, 0.0f) + pow(x, 0x0p0f)", "x", {"x": ZERO}),
+        ("powf(0.0f, y)", "y", {"y": f"y >= {ZERO} ? {ZERO} : powf(0.0f, y) * logf(0.0f)"}),
+        ("fmaxf(x, y)", "xy", {"x": f"x >= y || y != y ? {ONE} : {ZERO}", "y": f"x >= y || y != y ? {ZERO} : {ONE}"}),
+        ("min(x, y)", "x", {"x": f"x <= y || y != y ? {ONE} : {ZERO}"}),
+        ("fmax(x, 0.0f)", "x", {"x": f"x >= 0.0f ? {ONE} : {ZERO}"}),  # a literal is never NaN
+        ("expm1f(x)", "x", {"x": f"expm1f(x) + {ONE}"}),
+        ("log2(x)", "x", {"x": f"{ONE} / (x * static_cast<C>(0.6931471805599453))"}),
+        ("log10f(x)", "x", {"x": f"{ONE} / (x * static_cast<C>(2.302585092994046))"}),
+        ("fabsf(x)", "x", {"x": f"x > {ZERO} ? {ONE} : x < {ZERO} ? static_cast<C>(-1) : {ZERO}"}),
+        ("x > 0 ? x * y : y", "xy", {"x": f"x > 0 ? y : {ZERO}", "y": f"x > 0 ? x : {ONE}"}),
+        ("(x > y) + x", "xy", {"x": ONE, "y": ZERO}),
+        ("foo(s) * x", "x", {"x": "foo(s)"}),
+        ("x / y", "xy", {"x": f"{ONE} / y", "y": "-(x / y / y)"}),  # PyTorch's order: -(x / y) / y
+        ("x / x", "x", {"x": f"{ONE} / x - x / x / x"}),
+    ],
+)
 def test_derivative_text(expr, inputs, expected):
     assert D.derivatives(expr, list(inputs), ["s"]) == expected
 
@@ -340,20 +406,23 @@ def test_to_cpp_round_trip_evaluates_equal(expr):
 # ---- what cannot be differentiated --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("expr, column, what", [
-    ("x % 3", 3, "'%' is an integer-only operator"),
-    ("x << 1", 3, "'<<' is an integer-only operator"),
-    ("x & y", 3, "'&' is an integer-only operator"),
-    ("y * (x | 1)", 8, "'|' is an integer-only operator"),
-    ("~x", 1, "'~' is an integer-only operator"),
-    ("foo(x)", 1, "foo has no known derivative"),
-    ("y + bar::exp(x)", 5, "bar::exp has no known derivative"),
-    ("silu_backward(y, x)", 1, "it is itself a derivative helper"),
-    ("relu_backward(x, y)", 1, "it is itself a derivative helper"),
-    ("static_cast<int>(x) * y", 1, "only casts to C, float and double are differentiable"),
-    ("(long)x", 1, "only casts to C, float and double are differentiable"),
-    ("fmaxf(x, y, 1)", 1, "fmaxf takes 2 argument(s), got 3"),
-])
+@pytest.mark.parametrize(
+    "expr, column, what",
+    [
+        ("x % 3", 3, "'%' is an integer-only operator"),
+        ("x << 1", 3, "'<<' is an integer-only operator"),
+        ("x & y", 3, "'&' is an integer-only operator"),
+        ("y * (x | 1)", 8, "'|' is an integer-only operator"),
+        ("~x", 1, "'~' is an integer-only operator"),
+        ("foo(x)", 1, "foo has no known derivative"),
+        ("y + bar::exp(x)", 5, "bar::exp has no known derivative"),
+        ("silu_backward(y, x)", 1, "it is itself a derivative helper"),
+        ("relu_backward(x, y)", 1, "it is itself a derivative helper"),
+        ("static_cast<int>(x) * y", 1, "only casts to C, float and double are differentiable"),
+        ("(long)x", 1, "only casts to C, float and double are differentiable"),
+        ("fmaxf(x, y, 1)", 1, "fmaxf takes 2 argument(s), got 3"),
+    ],
+)
 def test_not_differentiable(expr, column, what):
     with pytest.raises(D.NotDifferentiable, match="^kjit.elementwise: cannot differentiate ") as info:
         D.derivatives(expr, ["x", "y"])
@@ -365,15 +434,18 @@ def test_not_differentiable(expr, column, what):
 def test_not_differentiable_message():
     with pytest.raises(D.NotDifferentiable) as info:
         D.derivatives("foo(x) * y", ["x", "y"])
-    assert str(info.value) == ("kjit.elementwise: cannot differentiate foo(...) at column 1 of 'foo(x) * y' with "
-                               "respect to 'x': foo has no known derivative; give the gradient yourself with "
-                               "grads={'x': '...'}")
+    assert str(info.value) == (
+        "kjit.elementwise: cannot differentiate foo(...) at column 1 of 'foo(x) * y' with "
+        "respect to 'x': foo has no known derivative; give the gradient yourself with "
+        "grads={'x': '...'}"
+    )
 
 
 def test_constant_subexpressions_may_use_anything():
     assert D.derivatives("foo(s) * x + (s % 3) * y", ["x", "y"], ["s"]) == {"x": "foo(s)", "y": "s % 3"}
     assert D.derivatives("(y % 2 == 0 ? x : -x) * (y << 1 > 3)", ["x"]) == {
-        "x": "y % 2 == 0 ? y << 1 > 3 : -(y << 1 > 3)"}
+        "x": "y % 2 == 0 ? y << 1 > 3 : -(y << 1 > 3)"
+    }
     assert D.derivatives("x * 2", ["x", "y"])["y"] == ZERO
 
 
@@ -384,14 +456,25 @@ def test_syntax_error_is_a_value_error_not_not_differentiable():
 
 
 def test_output_is_deterministic_across_processes():
-    code = (f"import importlib.util as u, sys; s = u.spec_from_file_location('m', {str(_PATH)!r}); "
-            "m = u.module_from_spec(s); sys.modules['m'] = m; s.loader.exec_module(m); "
-            "print(m.derivatives('x * sigmoid(x) * scale + fmaxf(x, y) * abs(y) / pow(x, y)', ['x', 'y'], ['scale']))")
-    outputs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
-                              capture_output=True, text=True, check=True).stdout for seed in ("1", "2")}
+    code = (
+        f"import importlib.util as u, sys; s = u.spec_from_file_location('m', {str(_PATH)!r}); "
+        "m = u.module_from_spec(s); sys.modules['m'] = m; s.loader.exec_module(m); "
+        "print(m.derivatives('x * sigmoid(x) * scale + fmaxf(x, y) * abs(y) / pow(x, y)', ['x', 'y'], ['scale']))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(outputs) == 1
-    assert outputs.pop().strip() == str(D.derivatives("x * sigmoid(x) * scale + fmaxf(x, y) * abs(y) / pow(x, y)",
-                                                      ["x", "y"], ["scale"]))
+    assert outputs.pop().strip() == str(
+        D.derivatives("x * sigmoid(x) * scale + fmaxf(x, y) * abs(y) / pow(x, y)", ["x", "y"], ["scale"])
+    )
 
 
 # ---- every rule against torch.autograd at the edge values, in float32 --------------------------------------
@@ -426,10 +509,12 @@ def _ctype(*values):
 
 def _overloaded(fn):
     """A CUDA math function overloaded for float and double (an integer argument calls the double one)."""
+
     def call(*args):
         t = _ctype(*args)
         t = np.float64 if t is int else t
         return t(fn(*(t(a) for a in args)))
+
     return call
 
 
@@ -448,10 +533,12 @@ def _rsqrt(v):
 
 def _template(fn):
     """A kjit_math template of C (math.cuh), C deduced from its arguments."""
+
     def call(*args):
         t = _ctype(*args)
         t = np.float64 if t is int else t
         return fn(t, *(t(a) for a in args))
+
     return call
 
 
@@ -488,23 +575,43 @@ def _f32_silu_backward(C, g, x):
 
 
 if np is not None:
-    _MATH = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2, "log10": np.log10,
-             "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-             "tanh": np.tanh, "erf": _erf, "fabs": np.abs, "pow": np.power, "fmax": np.fmax, "fmin": np.fmin}
+    _MATH = {
+        "exp": np.exp,
+        "exp2": np.exp2,
+        "expm1": np.expm1,
+        "log": np.log,
+        "log2": np.log2,
+        "log10": np.log10,
+        "log1p": np.log1p,
+        "sqrt": np.sqrt,
+        "rsqrt": _rsqrt,
+        "sin": np.sin,
+        "cos": np.cos,
+        "tan": np.tan,
+        "tanh": np.tanh,
+        "erf": _erf,
+        "fabs": np.abs,
+        "pow": np.power,
+        "fmax": np.fmax,
+        "fmin": np.fmin,
+    }
     F32_FUNCTIONS = {
         **{name: _overloaded(fn) for name, fn in _MATH.items()},
         **{name + "f": _in_float(fn) for name, fn in _MATH.items()},
         **{name + "_": _overloaded(_MATH[name]) for name in ("exp", "log", "erf", "tanh")},
         "abs": _overloaded(np.abs),
-        "max": _overloaded(np.fmax), "min": _overloaded(np.fmin),  # CUDA: max(float, float) is fmaxf
+        "max": _overloaded(np.fmax),
+        "min": _overloaded(np.fmin),  # CUDA: max(float, float) is fmaxf
         "relu": _template(lambda C, x: x if (x > C(0) or x != x) else C(0)),
         "relu_backward": _template(lambda C, g, y: C(0) if y <= C(0) else g),
         "sigmoid": _template(_f32_sigmoid),
         "sigmoid_backward": _template(lambda C, g, y: g * y * (C(1) - y)),
         "silu": _template(lambda C, x: x / (C(1) + np.exp(-x))),
         "silu_backward": _template(_f32_silu_backward),
-        "gelu": _template(_f32_gelu), "gelu_backward": _template(_f32_gelu_backward),
-        "gelu_tanh": _template(_f32_gelu_tanh), "gelu_tanh_backward": _template(_f32_gelu_tanh_backward),
+        "gelu": _template(_f32_gelu),
+        "gelu_backward": _template(_f32_gelu_backward),
+        "gelu_tanh": _template(_f32_gelu_tanh),
+        "gelu_tanh_backward": _template(_f32_gelu_tanh_backward),
     }
 
 
@@ -524,9 +631,16 @@ def _f32_arith(op, a, b):
     return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[op]()
 
 
-_COMPARE = {"<": lambda a, b: a < b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
-            "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
-            "&&": lambda a, b: bool(a) and bool(b), "||": lambda a, b: bool(a) or bool(b)}
+_COMPARE = {
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "&&": lambda a, b: bool(a) and bool(b),
+    "||": lambda a, b: bool(a) or bool(b),
+}
 _CASTS = {"C": "float32", "float": "float32", "double": "float64"}
 
 
@@ -564,33 +678,61 @@ def kernel_gradient(text: str, x: float, y: float, k: float, w: float = 1.0) -> 
 
 # PyTorch's counterpart of every rule, as a function of x, y (float32 tensors) and the constant k (a float).
 if torch is not None:
+
     def _tensor_args(fn):
         """fn of tensors; a constant argument becomes a tensor like the other one."""
+
         def call(a, b):
             like = a if isinstance(a, torch.Tensor) else b
             return fn(*(v if isinstance(v, torch.Tensor) else torch.full_like(like, v) for v in (a, b)))
+
         return call
 
     TORCH_FUNCTIONS = {  # a rule of _derivative._FUNCTIONS (its base) -> PyTorch's function
-        "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log, "log2": torch.log2,
-        "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin,
-        "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "erf": torch.erf, "fabs": torch.abs,
-        "relu": torch.relu, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu,
+        "exp": torch.exp,
+        "exp2": torch.exp2,
+        "expm1": torch.expm1,
+        "log": torch.log,
+        "log2": torch.log2,
+        "log10": torch.log10,
+        "log1p": torch.log1p,
+        "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt,
+        "sin": torch.sin,
+        "cos": torch.cos,
+        "tan": torch.tan,
+        "tanh": torch.tanh,
+        "erf": torch.erf,
+        "fabs": torch.abs,
+        "relu": torch.relu,
+        "sigmoid": torch.sigmoid,
+        "silu": F.silu,
+        "gelu": F.gelu,
         "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
         # A constant argument becomes a tensor: torch.pow(x, 0.5) with a Python float computes sqrt(x) (and -0.5
         # rsqrt), whose sign at -0 and value at -inf differ from C's pow, forward and backward alike; kjit's pow
         # is CUDA's, C's, as torch.pow of two tensors is. The masks are the same (pow_backward: 0 where the
         # exponent is 0; pow_backward_exponent: 0 where the base is 0 and the exponent >= 0).
         "pow": _tensor_args(torch.pow),
-        "fmax": _tensor_args(torch.fmax), "fmin": _tensor_args(torch.fmin),
+        "fmax": _tensor_args(torch.fmax),
+        "fmin": _tensor_args(torch.fmin),
         # CUDA's max/min of floats are fmaxf/fminf (NaN ignored), so torch.fmax/fmin, not torch.maximum/minimum
         # (test_max_and_min_are_fmax_and_fmin_not_torch_maximum_and_minimum).
-        "max": _tensor_args(torch.fmax), "min": _tensor_args(torch.fmin),
+        "max": _tensor_args(torch.fmax),
+        "min": _tensor_args(torch.fmin),
     }
     TORCH_OPERATORS = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div}
     TORCH_UNARY_OPERATORS = {"-": torch.neg, "+": torch.positive, "!": torch.logical_not}
-    TORCH_PIECEWISE_CONSTANT = {"<": torch.lt, ">": torch.gt, "<=": torch.le, ">=": torch.ge, "==": torch.eq,
-                                "!=": torch.ne, "&&": torch.logical_and, "||": torch.logical_or}
+    TORCH_PIECEWISE_CONSTANT = {
+        "<": torch.lt,
+        ">": torch.gt,
+        "<=": torch.le,
+        ">=": torch.ge,
+        "==": torch.eq,
+        "!=": torch.ne,
+        "&&": torch.logical_and,
+        "||": torch.logical_or,
+    }
     TORCH_CASTS = {"C": lambda t: t.to(torch.float32), "float": lambda t: t.float(), "double": lambda t: t.double()}
 
 
@@ -630,12 +772,19 @@ def rule_cases() -> dict:
                 (f"{name}(x, k)", lambda x, y, k, fn=fn: fn(x, k), [(a, 0.5, c) for a in EDGES for c in EDGES]),
                 (f"{name}(k, y)", lambda x, y, k, fn=fn: fn(k, y), [(0.5, b, c) for b in EDGES for c in EDGES]),
                 # literals (no mask needed for those other than 0; CUDA has pow(float, int), not max(float, int))
-                *[(f"{name}(x, {lit})", lambda x, y, k, fn=fn, v=v: fn(x, v), _along_x())
-                  for lit, v in (("0", 0.0), ("2", 2.0)) if base == "pow"],
-                *[(f"{name}(x, {lit})", lambda x, y, k, fn=fn, v=v: fn(x, v), _along_x())
-                  for lit, v in (("0.0f", 0.0), ("2.0f", 2.0), ("0.5f", 0.5))],
-                *[(f"{name}({lit}, y)", lambda x, y, k, fn=fn, v=v: fn(v, y), [(0.5, b, 0.0) for b in EDGES])
-                  for lit, v in (("0.0f", 0.0), ("2.0f", 2.0), ("0.5f", 0.5))],
+                *[
+                    (f"{name}(x, {lit})", lambda x, y, k, fn=fn, v=v: fn(x, v), _along_x())
+                    for lit, v in (("0", 0.0), ("2", 2.0))
+                    if base == "pow"
+                ],
+                *[
+                    (f"{name}(x, {lit})", lambda x, y, k, fn=fn, v=v: fn(x, v), _along_x())
+                    for lit, v in (("0.0f", 0.0), ("2.0f", 2.0), ("0.5f", 0.5))
+                ],
+                *[
+                    (f"{name}({lit}, y)", lambda x, y, k, fn=fn, v=v: fn(v, y), [(0.5, b, 0.0) for b in EDGES])
+                    for lit, v in (("0.0f", 0.0), ("2.0f", 2.0), ("0.5f", 0.5))
+                ],
             ]
     for op in D._OPERATOR_RULES:
         fn = TORCH_OPERATORS.get(op)
@@ -653,8 +802,10 @@ def rule_cases() -> dict:
         cases[f"operator {op}"] = fn and [(f"x {op} y", lambda x, y, k, fn=fn: fn(x, y), _grid())]
     for t in D._DIFFERENTIABLE_CASTS:
         fn = TORCH_CASTS.get(t)
-        cases[f"cast {t}"] = fn and [(text, lambda x, y, k, fn=fn: fn(x) * y, _grid())
-                                     for text in (f"static_cast<{t}>(x) * y", f"({t})x * y", f"{t}(x) * y")]
+        cases[f"cast {t}"] = fn and [
+            (text, lambda x, y, k, fn=fn: fn(x) * y, _grid())
+            for text in (f"static_cast<{t}>(x) * y", f"({t})x * y", f"{t}(x) * y")
+        ]
     # c ? a : b differentiates the branch taken, as torch.where(c, a, b) does where the other branch's
     # derivative is finite (test_ternary_differs_from_torch_where_only_where_the_other_branch_is_inf_or_nan).
     cases["ternary ?:"] = [
@@ -732,8 +883,10 @@ def test_rule_agrees_with_torch_autograd_at_edge_values(rule):
                 for name, expected in zip("xy", torch_gradient(fn, x, y, k, w)):
                     got = kernel_gradient(grads[name], x, y, k, 1.0 if w is None else w)
                     if not agrees(got, expected):
-                        wrong.append(f"d({text})/d{name} at x={x}, y={y}, k={k}, w={w}: kjit {got} ({grads[name]}), "
-                                     f"torch {expected}")
+                        wrong.append(
+                            f"d({text})/d{name} at x={x}, y={y}, k={k}, w={w}: kjit {got} ({grads[name]}), "
+                            f"torch {expected}"
+                        )
     assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
 
 
@@ -768,13 +921,17 @@ def test_rule_agrees_with_torch_autograd_when_an_inf_or_nan_gradient_flows_in(ru
             for name, expected in zip("xy", torch_gradient_for(fn, x, y, k, g)):
                 got = seeded_gradient(grads[name], x, y, k, g)
                 if not agrees(got, expected):
-                    wrong.append(f"gradient of {name} in {expr} at x={x}, y={y}, k={k}, kjit_grad={g}: kjit {got} "
-                                 f"({grads[name]}), torch {expected}")
+                    wrong.append(
+                        f"gradient of {name} in {expr} at x={x}, y={y}, k={k}, kjit_grad={g}: kjit {got} "
+                        f"({grads[name]}), torch {expected}"
+                    )
     assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
 
 
 def test_the_gradient_text_seeds_the_incoming_gradient_at_the_top():
-    assert D.derivatives("relu(x) * s", ["x"], ["s"], grad="kjit_grad") == {"x": "relu_backward(kjit_grad * s, relu(x))"}
+    assert D.derivatives("relu(x) * s", ["x"], ["s"], grad="kjit_grad") == {
+        "x": "relu_backward(kjit_grad * s, relu(x))"
+    }
     assert D.derivatives("x * y", ["x", "y"], grad="kjit_grad") == {"x": "kjit_grad * y", "y": "kjit_grad * x"}
     assert D.derivatives("y * 2.0f", ["x"], grad="kjit_grad") == {"x": "static_cast<C>(0)"}
 
@@ -848,7 +1005,8 @@ def test_both_tie_rules_of_fmax_and_fmin(ties):
                 if x == y:  # a tie; 0 and -0 are one
                     assert tuple(kernel_gradient(grads[n], x, y, 0.0) for n in "xy") == want, (name, ties, x, y)
                     assert tuple(seeded_gradient(seeded[n], x, y, 0.0, INF) for n in "xy") == tuple(
-                        INF * w if w else 0.0 for w in want), (name, ties, x, y)
+                        INF * w if w else 0.0 for w in want
+                    ), (name, ties, x, y)
         nan_side = tuple(kernel_gradient(grads[n], 1.0, NAN, 0.0) for n in "xy")
         assert nan_side == (1.0, 0.0), (name, ties, "the gradient never goes to a NaN operand")
     with pytest.raises(ValueError, match="ties='half' is not valid: allowed first, split"):
@@ -899,31 +1057,52 @@ def test_a_long_product_and_quotient_differentiate(default_recursion_limit):
     product = " * ".join(["x"] + [f"{i}.5f" for i in range(n)])
     grads = D.derivatives(product + " / y", ["x", "y"])
     # reverse, as autograd: the gradient flowing into x is 1 / y, times each factor from the outside in
-    assert grads == {"x": f"{ONE} / y * " + " * ".join(f"{i}.5f" for i in reversed(range(n))),
-                     "y": f"-({product} / y / y)"}
+    assert grads == {
+        "x": f"{ONE} / y * " + " * ".join(f"{i}.5f" for i in reversed(range(n))),
+        "y": f"-({product} / y / y)",
+    }
 
 
 def _nested(n, open_, inner, close):
     return open_ * n + inner + close * n
 
 
-@pytest.mark.parametrize("expr, expected", [
-    (_nested(20000, "(", "x * y", ")"), {"x": "y", "y": "x"}),
-    (_nested(2000, "static_cast<C>(", "x * y", ")"), {"x": "y", "y": "x"}),
-    (_nested(2000, "(float)(", "x", ")") + " * y", {"x": "y", "y": "(float)" * 2000 + "x"}),
-    (_nested(2001, "-(", "x", ")") + " + y", {"x": f"-{ONE}", "y": ONE}),
-    (_nested(2000, "!", "x", "") + " + y", {"x": ZERO, "y": ONE}),
-    # the derivative of a nesting is a nesting (rendered with its parentheses)
-    (_nested(2000, "x + (", "x", ")"), {"x": _nested(2000, f"{ONE} + (", ONE, ")").replace(f"({ONE})", ONE),
-                                         "y": ZERO}),
-    # a call nesting in a constant factor, and 2000 chained ?:
-    ("x * " + _nested(2000, "foo(", "s", ")"), {"x": _nested(2000, "foo(", "s", ")"), "y": ZERO}),
-    (" ".join(f"x > {i} ? x * {i}.0f :" for i in range(2000)) + " y",
-     {"x": " ".join(f"x > {i} ? {i}.0f :" for i in range(2000)) + f" {ZERO}",
-      "y": " ".join(f"x > {i} ? {ZERO} :" for i in range(2000)) + f" {ONE}"}),
-    (_nested(2000, "x > 0 ? (", "x * y", ") : y"), None),
-], ids=["parentheses", "static_casts", "c_casts", "minus", "not", "right_nested_sum", "calls", "ternary_chain",
-        "ternary_nesting"])
+@pytest.mark.parametrize(
+    "expr, expected",
+    [
+        (_nested(20000, "(", "x * y", ")"), {"x": "y", "y": "x"}),
+        (_nested(2000, "static_cast<C>(", "x * y", ")"), {"x": "y", "y": "x"}),
+        (_nested(2000, "(float)(", "x", ")") + " * y", {"x": "y", "y": "(float)" * 2000 + "x"}),
+        (_nested(2001, "-(", "x", ")") + " + y", {"x": f"-{ONE}", "y": ONE}),
+        (_nested(2000, "!", "x", "") + " + y", {"x": ZERO, "y": ONE}),
+        # the derivative of a nesting is a nesting (rendered with its parentheses)
+        (
+            _nested(2000, "x + (", "x", ")"),
+            {"x": _nested(2000, f"{ONE} + (", ONE, ")").replace(f"({ONE})", ONE), "y": ZERO},
+        ),
+        # a call nesting in a constant factor, and 2000 chained ?:
+        ("x * " + _nested(2000, "foo(", "s", ")"), {"x": _nested(2000, "foo(", "s", ")"), "y": ZERO}),
+        (
+            " ".join(f"x > {i} ? x * {i}.0f :" for i in range(2000)) + " y",
+            {
+                "x": " ".join(f"x > {i} ? {i}.0f :" for i in range(2000)) + f" {ZERO}",
+                "y": " ".join(f"x > {i} ? {ZERO} :" for i in range(2000)) + f" {ONE}",
+            },
+        ),
+        (_nested(2000, "x > 0 ? (", "x * y", ") : y"), None),
+    ],
+    ids=[
+        "parentheses",
+        "static_casts",
+        "c_casts",
+        "minus",
+        "not",
+        "right_nested_sum",
+        "calls",
+        "ternary_chain",
+        "ternary_nesting",
+    ],
+)
 def test_deep_nesting_differentiates(default_recursion_limit, expr, expected):
     grads = D.derivatives(expr, ["x", "y"], ["s"])
     if expected is not None:

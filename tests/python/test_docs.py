@@ -114,8 +114,12 @@ def info(tmp_path_factory):
 
 def test_settings_table_lists_exactly_the_registry(info):
     documented, registry = set(docs_settings()), set(info["settings"])
-    assert not registry - documented, f"settings missing from {SETTINGS_PAGE.name}'s table: {sorted(registry - documented)}"
-    assert not documented - registry, f"{SETTINGS_PAGE.name} documents settings kjit does not read: {sorted(documented - registry)}"
+    assert not registry - documented, (
+        f"settings missing from {SETTINGS_PAGE.name}'s table: {sorted(registry - documented)}"
+    )
+    assert not documented - registry, (
+        f"{SETTINGS_PAGE.name} documents settings kjit does not read: {sorted(documented - registry)}"
+    )
 
 
 def test_settings_table_allowed_and_defaults_match_the_registry(info):
@@ -131,8 +135,9 @@ def test_settings_table_allowed_and_defaults_match_the_registry(info):
             if default != stated:
                 problems.append(f"{name}: default '{default}' in the docs, '{stated}' in the registry")
         elif not (default.startswith("unset") or default in [a.strip() for a in facts["allowed"].split("|")]):
-            problems.append(f"{name}: default '{default}' is neither 'unset' nor one of the allowed values "
-                            f"'{facts['allowed']}'")
+            problems.append(
+                f"{name}: default '{default}' is neither 'unset' nor one of the allowed values '{facts['allowed']}'"
+            )
     assert not problems, "\n".join(problems)
 
 

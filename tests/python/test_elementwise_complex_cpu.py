@@ -15,8 +15,10 @@ import kjit
 from kjit import ops
 
 ORIGINS = ("compiled", "disk", "memory")
-CPP_DTYPE_NAMES = re.compile(r"\b(Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble|ComplexHalf|Long|Int|Short|"
-                             r"Char|Byte|Bool|Float8_e4m3fn)\b")
+CPP_DTYPE_NAMES = re.compile(
+    r"\b(Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble|ComplexHalf|Long|Int|Short|"
+    r"Char|Byte|Bool|Float8_e4m3fn)\b"
+)
 
 
 def meta(*shape, dtype=torch.float32):
@@ -34,15 +36,17 @@ def test_complex_flat_and_strided_kernels_compile_with_the_complex_mask():
     assert k.name_expression == "kjit_elementwise<float, float, 2, false, int, 15ull, float, float>", k.name_expression
     # float16 x complex128 -> complex128: the first input is real (bit 2 clear).
     k = f.compile(arch="sm_90", dtypes=(torch.float16, torch.complex128))
-    assert k.name_expression == "kjit_elementwise<double, double, 1, false, int, 11ull, __half, double>", \
+    assert k.name_expression == "kjit_elementwise<double, double, 1, false, int, 11ull, __half, double>", (
         k.name_expression
+    )
     for rank in range(1, 7):
         k = f.compile(arch="sm_90", dtypes=(torch.complex128, torch.float32), rank=rank, index=torch.int64)
         assert k.name_expression == f"kjit_elementwise_strided{rank}<double, double, long long, 7ull, double, float>"
     # Real calls keep their name expressions' types, with a zero mask.
     k = f.compile(arch="sm_90", dtypes=(torch.bfloat16, torch.bfloat16), vec=8, tail=True)
-    assert k.name_expression == ("kjit_elementwise<__nv_bfloat16, float, 8, true, int, 0ull, __nv_bfloat16, "
-                                 "__nv_bfloat16>")
+    assert k.name_expression == (
+        "kjit_elementwise<__nv_bfloat16, float, 8, true, int, 0ull, __nv_bfloat16, __nv_bfloat16>"
+    )
 
 
 def test_complex_result_into_a_real_dtype_compiles_computing_in_complex():
@@ -58,30 +62,44 @@ def test_complex_result_into_a_real_dtype_compiles_computing_in_complex():
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 def test_every_complex_function_compiles(dtype):
-    expr = ("exp(z) + log(z) + log2(z) + log10(z) + sqrt(z) + rsqrt(z) + pow(z, w) + pow(z, 2) + pow(2.0, z) + "
-            "reciprocal(z) + square(z) + sgn(z) + sin(z) + cos(z) + tan(z) + sinh(z) + cosh(z) + tanh(z) + "
-            "sigmoid(z) + silu(z) + tanh_(z) + exp_(z) + log_(z) + conj(z) + polar(abs(z), angle(z)) + real(z) + "
-            "imag(z) + norm(z) + arg(z) + (z == w) + (z != 1.0) + (2 == w) + -z + +z + z * 2 + 2 * z + z / 2 + "
-            "2 / z + z - 1 + 1 - z + C(s, 1)")
+    expr = (
+        "exp(z) + log(z) + log2(z) + log10(z) + sqrt(z) + rsqrt(z) + pow(z, w) + pow(z, 2) + pow(2.0, z) + "
+        "reciprocal(z) + square(z) + sgn(z) + sin(z) + cos(z) + tan(z) + sinh(z) + cosh(z) + tanh(z) + "
+        "sigmoid(z) + silu(z) + tanh_(z) + exp_(z) + log_(z) + conj(z) + polar(abs(z), angle(z)) + real(z) + "
+        "imag(z) + norm(z) + arg(z) + (z == w) + (z != 1.0) + (2 == w) + -z + +z + z * 2 + 2 * z + z / 2 + "
+        "2 / z + z - 1 + 1 - z + C(s, 1)"
+    )
     f = kjit.elementwise(expr, "z, w", "s", name="cx_functions")
     k = f.compile(arch="sm_90", dtypes=(dtype, dtype))
     assert k.origin in ORIGINS
 
 
-@pytest.mark.parametrize("expr, match", [
-    ("relu(z)", r"relu of a complex value: PyTorch has no complex form of it either; apply it to real\(z\), "
-                r"imag\(z\) or abs\(z\)"),
-    ("gelu_tanh(z)", r"gelu_tanh of a complex value"),
-    ("erf_(z)", r"erf_ of a complex value"),
-    ("z < w", r"complex values have no order \(operator <\), as in PyTorch; compare real\(z\), imag\(z\) or "
-              r"abs\(z\) instead"),
-    ("z >= 1", r"complex values have no order \(operator >=\)"),
-    ("max(z, w)", r"max of a complex value: PyTorch has no complex form of it either"),
-    ("floor(z)", r"floor of a complex value"),
-    ("asin(z)", r"asin of a complex value: kjit does not provide it for complex values; compute it with torch\.asin"),
-    ("atanh(z)", r"compute it with torch\.atanh"),
-    ("expm1(z)", r"write exp\(z\) - 1 or use torch\.expm1"),
-])
+@pytest.mark.parametrize(
+    "expr, match",
+    [
+        (
+            "relu(z)",
+            r"relu of a complex value: PyTorch has no complex form of it either; apply it to real\(z\), "
+            r"imag\(z\) or abs\(z\)",
+        ),
+        ("gelu_tanh(z)", r"gelu_tanh of a complex value"),
+        ("erf_(z)", r"erf_ of a complex value"),
+        (
+            "z < w",
+            r"complex values have no order \(operator <\), as in PyTorch; compare real\(z\), imag\(z\) or "
+            r"abs\(z\) instead",
+        ),
+        ("z >= 1", r"complex values have no order \(operator >=\)"),
+        ("max(z, w)", r"max of a complex value: PyTorch has no complex form of it either"),
+        ("floor(z)", r"floor of a complex value"),
+        (
+            "asin(z)",
+            r"asin of a complex value: kjit does not provide it for complex values; compute it with torch\.asin",
+        ),
+        ("atanh(z)", r"compute it with torch\.atanh"),
+        ("expm1(z)", r"write exp\(z\) - 1 or use torch\.expm1"),
+    ],
+)
 def test_functions_without_a_complex_form_fail_to_compile_with_the_alternative(expr, match):
     f = kjit.elementwise(expr, "z, w", name="cx_refused")
     with pytest.raises(kjit.CompileError, match=match):
@@ -98,20 +116,28 @@ def test_real_forms_of_real_imag_conj_angle_compile():
 
 def test_a_complex_scalar_value_is_refused_with_the_way_to_pass_it():
     f = kjit.elementwise("z * C(re, im)", "z", "re, im", name="cx_scalar")
-    with pytest.raises(kjit.TypeError, match=r"scalar 're' must be a Python int or float, got complex \(1\+2j\); a "
-                                             r"complex value is two real scalars: pass its parts \(e\.g\. re=v\.real, "
-                                             r"im=v\.imag\) and write C\(re, im\) in the expression"):
+    with pytest.raises(
+        kjit.TypeError,
+        match=r"scalar 're' must be a Python int or float, got complex \(1\+2j\); a "
+        r"complex value is two real scalars: pass its parts \(e\.g\. re=v\.real, "
+        r"im=v\.imag\) and write C\(re, im\) in the expression",
+    ):
         f(meta(4, dtype=torch.complex64), re=1 + 2j, im=0.0)
-    with pytest.raises(kjit.TypeError, match=r"the default of scalar 's' must be a Python int or float, got complex "
-                                             r"1j; a complex value is two real scalars"):
+    with pytest.raises(
+        kjit.TypeError,
+        match=r"the default of scalar 's' must be a Python int or float, got complex "
+        r"1j; a complex value is two real scalars",
+    ):
         kjit.elementwise("z * s", "z", {"s": 1j})
 
 
 def test_complex_dtype_is_accepted_by_definition_and_spec():
     f = kjit.elementwise("z * 2", "z", dtype=torch.complex128, name="cx_dtype")
     assert json.loads(f.spec)["dtype"] == "complex128"
-    assert f.compile(arch="sm_90", dtypes=(torch.complex64,)).name_expression == \
-        "kjit_elementwise<double, double, 1, false, int, 7ull, float>"
+    assert (
+        f.compile(arch="sm_90", dtypes=(torch.complex64,)).name_expression
+        == "kjit_elementwise<double, double, 1, false, int, 7ull, float>"
+    )
 
 
 # ---- many inputs ---------------------------------------------------------------------------------------
@@ -164,8 +190,9 @@ def test_messages_name_dtypes_as_pytorch_users_write_them():
         "elementwise call float8": _message(lambda: f(meta(4, dtype=torch.float8_e4m3fn), meta(4))),
         "elementwise dtype=": _message(lambda: kjit.elementwise("x", "x", dtype=torch.complex32)),
         "elementwise compile": _message(lambda: f.compile(arch="sm_90", dtypes=(torch.float32, torch.complex32))),
-        "elementwise spec": _message(lambda: kjit._C.ElementwiseFunction(
-            json.dumps({"expr": "x", "inputs": ["x"], "dtype": "complex32"}))),
+        "elementwise spec": _message(
+            lambda: kjit._C.ElementwiseFunction(json.dumps({"expr": "x", "inputs": ["x"], "dtype": "complex32"}))
+        ),
         "template complex64": _message(lambda: add.specialize(T=torch.complex64, VEC=1)),
         "template float8": _message(lambda: add.specialize(T=torch.float8_e5m2, VEC=1)),
         "ops.add_constant complex64": _message(lambda: ops.add_constant(meta(3, dtype=torch.complex64), 1.0)),
@@ -177,14 +204,18 @@ def test_messages_name_dtypes_as_pytorch_users_write_them():
     for label, msg in messages.items():
         assert not CPP_DTYPE_NAMES.search(msg), (label, msg)
         assert "torch." in msg or "'complex32'" in msg, (label, msg)
-    assert "input 'y' has dtype torch.complex32, which is not supported; allowed: torch.float32" in \
-        messages["elementwise call complex32"]
+    assert (
+        "input 'y' has dtype torch.complex32, which is not supported; allowed: torch.float32"
+        in messages["elementwise call complex32"]
+    )
     assert "torch.complex64, torch.complex128" in messages["elementwise call complex32"]
     assert "input 'x' has dtype torch.float8_e4m3fn" in messages["elementwise call float8"]
     assert "dtype=torch.complex32 is not supported" in messages["elementwise dtype="]
     assert "input 'y' has dtype torch.complex32, which is not supported" in messages["elementwise compile"]
-    assert "dtype 'complex32' of the function spec is not supported; allowed: torch.float32" in \
-        messages["elementwise spec"]
+    assert (
+        "dtype 'complex32' of the function spec is not supported; allowed: torch.float32"
+        in messages["elementwise spec"]
+    )
     assert "got torch.complex64, which kjit cannot specialize on" in messages["template complex64"]
     assert "x has dtype torch.complex64, which is not supported" in messages["ops.add_constant complex64"]
     assert "x has dtype torch.int64, which is not supported" in messages["ops.add_constant int64"]

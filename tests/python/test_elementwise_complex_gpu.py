@@ -21,8 +21,10 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 COMPLEX = [torch.complex64, torch.complex128]
 SIZES = [1, 7, 1000, 4097]
-CPP_DTYPE_NAMES = re.compile(r"\b(Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble|ComplexHalf|Long|Int|Short|"
-                             r"Char|Byte|Bool|Float8_e4m3fn)\b")
+CPP_DTYPE_NAMES = re.compile(
+    r"\b(Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble|ComplexHalf|Long|Int|Short|"
+    r"Char|Byte|Bool|Float8_e4m3fn)\b"
+)
 
 
 def z(*shape, dtype=torch.complex64, scale=1.0, offset=0, seed=0):
@@ -56,15 +58,21 @@ def test_complex_arithmetic_matches_torch(dtype, n, offset):
 def test_complex_broadcast_and_strided_inputs(dtype):
     f = kjit.elementwise("a * conj(b) + s", "a, b", "s", name="cx_strided")
     a = z(64, 33, dtype=dtype, seed=3).t()  # strided
-    b = z(64, dtype=dtype, seed=4)           # broadcast over the first dim
+    b = z(64, dtype=dtype, seed=4)  # broadcast over the first dim
     close(f(a, b, s=0.5), a * b.conj() + 0.5)
 
 
 @pytest.mark.parametrize(
     "real, cx, expected",
-    [(torch.float64, torch.complex64, torch.complex128), (torch.float32, torch.complex64, torch.complex64),
-     (torch.float16, torch.complex64, torch.complex64), (torch.bfloat16, torch.complex128, torch.complex128),
-     (torch.int64, torch.complex64, torch.complex64), (torch.bool, torch.complex64, torch.complex64)])
+    [
+        (torch.float64, torch.complex64, torch.complex128),
+        (torch.float32, torch.complex64, torch.complex64),
+        (torch.float16, torch.complex64, torch.complex64),
+        (torch.bfloat16, torch.complex128, torch.complex128),
+        (torch.int64, torch.complex64, torch.complex64),
+        (torch.bool, torch.complex64, torch.complex64),
+    ],
+)
 def test_mixed_real_and_complex_inputs_promote_as_torch(real, cx, expected):
     assert torch.promote_types(real, cx) == expected
     f = kjit.elementwise("x * w + x", "x, w", name="cx_promote")
@@ -84,8 +92,11 @@ def test_complex_comparisons_give_bool_and_ordering_is_refused():
     assert torch.equal(eq(a, b), a == b)
     assert torch.equal(ne(a, b), a != b)
     lt = kjit.elementwise("a < b", "a, b", dtype=torch.bool, name="cx_lt")
-    with pytest.raises(kjit.CompileError, match=r"complex values have no order \(operator <\), as in PyTorch; compare "
-                                                r"real\(z\), imag\(z\) or abs\(z\) instead"):
+    with pytest.raises(
+        kjit.CompileError,
+        match=r"complex values have no order \(operator <\), as in PyTorch; compare "
+        r"real\(z\), imag\(z\) or abs\(z\) instead",
+    ):
         lt(a, b)
     assert torch.equal(eq(a, b), a == b)  # the process stays usable
 
@@ -102,12 +113,30 @@ def test_complex_constants_from_real_scalars_and_the_compute_type():
 @pytest.mark.parametrize("dtype", COMPLEX)
 @pytest.mark.parametrize(
     "expr, ref",
-    [("exp(z)", torch.exp), ("log(z)", torch.log), ("sqrt(z)", torch.sqrt), ("sin(z)", torch.sin),
-     ("cos(z)", torch.cos), ("tan(z)", torch.tan), ("sinh(z)", torch.sinh), ("cosh(z)", torch.cosh),
-     ("tanh(z)", torch.tanh), ("conj(z)", lambda v: v.conj().resolve_conj()), ("reciprocal(z)", torch.reciprocal),
-     ("log2(z)", torch.log2), ("log10(z)", torch.log10), ("rsqrt(z)", torch.rsqrt), ("sgn(z)", torch.sgn),
-     ("square(z)", torch.square), ("sigmoid(z)", torch.sigmoid), ("silu(z)", torch.nn.functional.silu),
-     ("pow(z, w)", None), ("pow(z, 2.5)", lambda v: torch.pow(v, 2.5)), ("1 / z", lambda v: 1 / v)])
+    [
+        ("exp(z)", torch.exp),
+        ("log(z)", torch.log),
+        ("sqrt(z)", torch.sqrt),
+        ("sin(z)", torch.sin),
+        ("cos(z)", torch.cos),
+        ("tan(z)", torch.tan),
+        ("sinh(z)", torch.sinh),
+        ("cosh(z)", torch.cosh),
+        ("tanh(z)", torch.tanh),
+        ("conj(z)", lambda v: v.conj().resolve_conj()),
+        ("reciprocal(z)", torch.reciprocal),
+        ("log2(z)", torch.log2),
+        ("log10(z)", torch.log10),
+        ("rsqrt(z)", torch.rsqrt),
+        ("sgn(z)", torch.sgn),
+        ("square(z)", torch.square),
+        ("sigmoid(z)", torch.sigmoid),
+        ("silu(z)", torch.nn.functional.silu),
+        ("pow(z, w)", None),
+        ("pow(z, 2.5)", lambda v: torch.pow(v, 2.5)),
+        ("1 / z", lambda v: 1 / v),
+    ],
+)
 def test_complex_math_functions_match_torch(dtype, expr, ref):
     # |re|, |im| <= 1: away from the poles of tan (re = pi/2), tanh and sigmoid (im = pi/2, pi), where both
     # kjit's and PyTorch's formulas lose digits to cancellation, each differently.
@@ -122,8 +151,16 @@ def test_complex_math_functions_match_torch(dtype, expr, ref):
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
-@pytest.mark.parametrize("expr, ref", [("abs(z)", torch.abs), ("angle(z)", torch.angle), ("real(z)", torch.real),
-                                       ("imag(z)", torch.imag), ("norm(z)", lambda v: v.abs() ** 2)])
+@pytest.mark.parametrize(
+    "expr, ref",
+    [
+        ("abs(z)", torch.abs),
+        ("angle(z)", torch.angle),
+        ("real(z)", torch.real),
+        ("imag(z)", torch.imag),
+        ("norm(z)", lambda v: v.abs() ** 2),
+    ],
+)
 def test_complex_functions_with_real_results(dtype, expr, ref):
     real = torch.float32 if dtype == torch.complex64 else torch.float64
     f = kjit.elementwise(expr, "z", dtype=real, name="cx_real_result")
@@ -139,12 +176,18 @@ def test_real_functions_of_real_values_agree_with_torch():
     close(f(x), x + 0 + x + torch.angle(x))
 
 
-@pytest.mark.parametrize("expr, match", [
-    ("relu(z)", r"relu of a complex value: PyTorch has no complex form of it either"),
-    ("gelu(z)", r"gelu of a complex value"),
-    ("asin(z)", r"asin of a complex value: kjit does not provide it for complex values; compute it with torch\.asin"),
-    ("floor(z)", r"floor of a complex value: PyTorch has no complex form of it either"),
-])
+@pytest.mark.parametrize(
+    "expr, match",
+    [
+        ("relu(z)", r"relu of a complex value: PyTorch has no complex form of it either"),
+        ("gelu(z)", r"gelu of a complex value"),
+        (
+            "asin(z)",
+            r"asin of a complex value: kjit does not provide it for complex values; compute it with torch\.asin",
+        ),
+        ("floor(z)", r"floor of a complex value: PyTorch has no complex form of it either"),
+    ],
+)
 def test_complex_functions_without_a_complex_form_are_refused_with_the_alternative(expr, match):
     f = kjit.elementwise(expr, "z", name="cx_refused")
     with pytest.raises(kjit.CompileError, match=match):
@@ -173,13 +216,18 @@ def test_complex_inputs_that_require_grad_are_refused_with_the_reason():
     with pytest.raises(kjit.ValueError) as e:
         f(a, b)
     msg = str(e.value)
-    assert "input 'a' requires grad, but this call is complex (inputs a torch.complex64, b torch.complex64, result " \
-           "torch.complex64)" in msg, msg
+    assert (
+        "input 'a' requires grad, but this call is complex (inputs a torch.complex64, b torch.complex64, result "
+        "torch.complex64)" in msg
+    ), msg
     assert "conjugate Wirtinger" in msg and "a.detach()" in msg and "torch.no_grad()" in msg, msg
     # A real input that requires grad, with a complex result, is refused too; the forward works without grad.
     x = torch.randn(8, device=DEV, requires_grad=True)
-    with pytest.raises(kjit.ValueError, match=r"input 'a' requires grad, but this call is complex \(inputs a "
-                                              r"torch\.float32, b torch\.complex64, result torch\.complex64\)"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"input 'a' requires grad, but this call is complex \(inputs a "
+        r"torch\.float32, b torch\.complex64, result torch\.complex64\)",
+    ):
         f(x, b)
     with torch.no_grad():
         close(f(x, b), x * b)
@@ -219,9 +267,12 @@ def test_thirty_two_inputs_forward_and_gradient_refused_when_asked():
         ref = ref * a
     close(f(*args), ref)
     args[5].requires_grad_()
-    with pytest.raises(kjit.ValueError, match=r"input 'a5' requires grad, but a function of 32 inputs has no "
-                                              r"derivative kernel \(it would take the gradient and every input: at "
-                                              r"most 32 tensors\); split the function, or pass a5\.detach\(\)"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"input 'a5' requires grad, but a function of 32 inputs has no "
+        r"derivative kernel \(it would take the gradient and every input: at "
+        r"most 32 tensors\); split the function, or pass a5\.detach\(\)",
+    ):
         f(*args)
 
 
@@ -266,8 +317,10 @@ def test_cpp_call_paths_name_dtypes_as_torch_does():
     for label, msg in messages.items():
         assert not CPP_DTYPE_NAMES.search(msg), (label, msg)
         assert "torch." in msg, (label, msg)
-    assert "input 'y' has dtype torch.complex32, which is not supported; allowed: torch.float32" in \
-        messages["elementwise complex32"]
+    assert (
+        "input 'y' has dtype torch.complex32, which is not supported; allowed: torch.float32"
+        in messages["elementwise complex32"]
+    )
     assert "torch.complex64, torch.complex128" in messages["elementwise complex32"]
     assert "input 'x' has dtype torch.float8_e4m3fn" in messages["elementwise float8"]
     assert "points to torch.float32 elements, got a torch.float16 tensor" in messages["launch half"]

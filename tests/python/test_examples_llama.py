@@ -16,8 +16,20 @@ import os
 import pytest
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "llama_kjit.py")
-TINY = ["--hidden", "128", "--intermediate", "352", "--layers", "2", "--heads", "4", "--vocab", "256",
-        "--check-tokens", "2x16"]
+TINY = [
+    "--hidden",
+    "128",
+    "--intermediate",
+    "352",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--vocab",
+    "256",
+    "--check-tokens",
+    "2x16",
+]
 
 
 def _transformers():
@@ -76,8 +88,8 @@ def test_patching_swaps_classes_only_in_the_copy():
     # Gradients reach both parameters, split as torch.cat's backward would split them.
     g = torch.randn(m._kjit_gate_up.shape, dtype=m._kjit_gate_up.dtype)
     ex._gate_up_weight(m).backward(g)
-    assert torch.equal(m.gate_proj.weight.grad, g[:m.gate_proj.weight.shape[0]])
-    assert torch.equal(m.up_proj.weight.grad, g[m.gate_proj.weight.shape[0]:])
+    assert torch.equal(m.gate_proj.weight.grad, g[: m.gate_proj.weight.shape[0]])
+    assert torch.equal(m.up_proj.weight.grad, g[m.gate_proj.weight.shape[0] :])
 
 
 def test_patching_silu_mul_mode_keeps_the_layers():
@@ -126,8 +138,9 @@ def test_llama_example_counts_kernels_and_times(tmp_path, capsys):
     _transformers()
     ex = _example()
     out_json = tmp_path / "llama.json"
-    rc = ex.main(TINY + ["--shapes", "1x1,2x16", "--iters", "2", "--warmup", "1", "--no-compile",
-                         "--json", str(out_json)])
+    rc = ex.main(
+        TINY + ["--shapes", "1x1,2x16", "--iters", "2", "--warmup", "1", "--no-compile", "--json", str(out_json)]
+    )
     printed = capsys.readouterr()
     assert rc == 0, printed.out + printed.err
     t = json.loads(out_json.read_text())["timing"]

@@ -70,7 +70,7 @@ def padded(batch, rows, cols, dtype, ld, offset, fill):
     """A [batch, rows, cols] view with row stride ld, `offset` elements into a buffer filled with `fill`
     (the buffer is returned too: what lies outside the view must stay `fill`)."""
     buf = torch.full((batch * rows * ld + offset + ld,), fill, dtype=dtype, device=DEV)
-    view = buf[offset:offset + batch * rows * ld].view(batch, rows, ld)[:, :, :cols]
+    view = buf[offset : offset + batch * rows * ld].view(batch, rows, ld)[:, :, :cols]
     return buf, view
 
 
@@ -80,8 +80,22 @@ def operand(batch, rows, k, dtype, ld, scale):
     return full[:, :, :k]
 
 
-def run_gemm(cfg, dtype, x, w, *, n, act=0, bias=None, residual=None, aux=False, swiglu=False, scale=1.0,
-             specialize=True, shared_b=False):
+def run_gemm(
+    cfg,
+    dtype,
+    x,
+    w,
+    *,
+    n,
+    act=0,
+    bias=None,
+    residual=None,
+    aux=False,
+    swiglu=False,
+    scale=1.0,
+    specialize=True,
+    shared_b=False,
+):
     """Launches gemm_mma on x [B, M, K], w [B or 1, N (2N for swiglu), K]; returns (out, aux, buffers) with
     out / aux views into sentinel-filled buffers (odd row strides, misaligned by one element)."""
     batch, m, k = x.shape
@@ -90,19 +104,44 @@ def run_gemm(cfg, dtype, x, w, *, n, act=0, bias=None, residual=None, aux=False,
     out_buf, out = padded(batch, m, n, dtype, n + 3, 1, sentinel)
     aux_cols = 2 * n if swiglu else n
     aux_buf, aux_t = padded(batch, m, aux_cols, dtype, aux_cols + 5, 1, sentinel) if aux else (None, None)
-    kern = family().specialize(T=dtype, N=n if specialize else 0, K=k if specialize else 0, **cfg, ACT=act,
-                               HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, AUX=aux,
-                               SWIGLU=swiglu)
+    kern = family().specialize(
+        T=dtype,
+        N=n if specialize else 0,
+        K=k if specialize else 0,
+        **cfg,
+        ACT=act,
+        HAS_BIAS=bias is not None,
+        HAS_RESIDUAL=residual is not None,
+        AUX=aux,
+        SWIGLU=swiglu,
+    )
     grid = (kjit.cdiv(n, cfg["BN"]), kjit.cdiv(m, cfg["BM"]), batch)
     block = 32 * cfg["WM"] * cfg["WN"] * cfg["WK"]
-    kern.launch(grid, block,
-                x, w, out, m, n, k,
-                x.stride(1), w.stride(1), out.stride(1),
-                x.stride(0), 0 if shared_b else w.stride(0), out.stride(0),
-                bias, residual, aux_t,
-                residual.stride(1) if residual is not None else 0, aux_t.stride(1) if aux else 0,
-                residual.stride(0) if residual is not None else 0, aux_t.stride(0) if aux else 0,
-                scale, shared_mem=smem_bytes(dtype, cfg, swiglu))
+    kern.launch(
+        grid,
+        block,
+        x,
+        w,
+        out,
+        m,
+        n,
+        k,
+        x.stride(1),
+        w.stride(1),
+        out.stride(1),
+        x.stride(0),
+        0 if shared_b else w.stride(0),
+        out.stride(0),
+        bias,
+        residual,
+        aux_t,
+        residual.stride(1) if residual is not None else 0,
+        aux_t.stride(1) if aux else 0,
+        residual.stride(0) if residual is not None else 0,
+        aux_t.stride(0) if aux else 0,
+        scale,
+        shared_mem=smem_bytes(dtype, cfg, swiglu),
+    )
     torch.cuda.synchronize()
     return out, aux_t, (out_buf, out, aux_buf, aux_t, sentinel)
 
@@ -133,9 +172,12 @@ def check_untouched(buffers):
         covered = torch.zeros(buf.shape, dtype=torch.bool, device=DEV)
         start = view.storage_offset() - buf.storage_offset()
         b, r, c = view.shape
-        pos = (start + torch.arange(b, device=DEV)[:, None, None] * view.stride(0)
-               + torch.arange(r, device=DEV)[None, :, None] * view.stride(1)
-               + torch.arange(c, device=DEV)[None, None, :])
+        pos = (
+            start
+            + torch.arange(b, device=DEV)[:, None, None] * view.stride(0)
+            + torch.arange(r, device=DEV)[None, :, None] * view.stride(1)
+            + torch.arange(c, device=DEV)[None, None, :]
+        )
         covered[pos.reshape(-1)] = True
         outside = buf[~covered]
         expected = torch.tensor(sentinel, dtype=buf.dtype, device=DEV)
@@ -145,8 +187,9 @@ def check_untouched(buffers):
 def close(actual, expected, dtype, k, what):
     tol = ULP[dtype] if dtype != torch.float32 else 2.0**-10
     atol = tol + 1e-5 * math.sqrt(k) if dtype != torch.float32 else 4e-3
-    torch.testing.assert_close(actual.double(), expected.to(dtype).double(), rtol=2 * tol, atol=atol,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual.double(), expected.to(dtype).double(), rtol=2 * tol, atol=atol, msg=lambda m: f"{what}: {m}"
+    )
 
 
 # ---- shapes: every configuration, awkward M / N / K, specialized and generic ------------------------------
@@ -171,8 +214,11 @@ def test_gemm_shapes(name, dtype, n, k, specialize):
 
 # ---- epilogues: every activation with bias / residual / aux, batch 2 ----------------------------------------
 
-EPILOGUE_CASES = [(act, has_bias, has_res, aux) for act in ACTS
-                  for has_bias, has_res, aux in ((True, False, True), (False, True, False), (True, True, True))]
+EPILOGUE_CASES = [
+    (act, has_bias, has_res, aux)
+    for act in ACTS
+    for has_bias, has_res, aux in ((True, False, True), (False, True, False), (True, True, True))
+]
 
 
 @pytest.mark.parametrize("dtype", HALF_TYPES, ids=lambda d: str(d).split(".")[-1])
@@ -190,8 +236,20 @@ def test_gemm_epilogues(act, has_bias, has_res, aux, dtype):
         w = operand(1 if shared_b else batch, n, k, dtype, k, 2.0 / math.sqrt(k))
         bias = torch.randn(n, device=DEV).to(dtype) if has_bias else None
         residual = operand(batch, m, n, dtype, n + 1, 1.0) if has_res else None  # odd row stride
-        out, aux_t, buffers = run_gemm(cfg, dtype, x, w, n=n, act=act, bias=bias, residual=residual, aux=aux,
-                                       scale=scale, specialize=m != 7, shared_b=shared_b)
+        out, aux_t, buffers = run_gemm(
+            cfg,
+            dtype,
+            x,
+            w,
+            n=n,
+            act=act,
+            bias=bias,
+            residual=residual,
+            aux=aux,
+            scale=scale,
+            specialize=m != 7,
+            shared_b=shared_b,
+        )
         ref, z = reference(x, w, n=n, act=act, bias=bias, residual=residual, scale=scale, shared_b=shared_b)
         close(out, ref, dtype, k, f"{name} act={act} M={m}")
         if aux:
@@ -213,8 +271,9 @@ def test_gemm_swiglu(name, dtype, has_res, aux, specialize):
         x = operand(batch, m, k, dtype, k, 1.0)
         w = operand(batch, 2 * n, k, dtype, k + 8, 2.0 / math.sqrt(k))
         residual = operand(batch, m, n, dtype, n, 1.0) if has_res else None
-        out, aux_t, buffers = run_gemm(cfg, dtype, x, w, n=n, residual=residual, aux=aux, swiglu=True, scale=0.75,
-                                       specialize=specialize)
+        out, aux_t, buffers = run_gemm(
+            cfg, dtype, x, w, n=n, residual=residual, aux=aux, swiglu=True, scale=0.75, specialize=specialize
+        )
         ref, z = reference(x, w, n=n, residual=residual, swiglu=True, scale=0.75)
         close(out, ref, dtype, k, f"swiglu {name} M={m}")
         if aux:
@@ -247,4 +306,3 @@ def test_gemm_tf32(name):
     ref, _ = reference(x, w, n=n, swiglu=True)
     close(out, ref, dtype, k, f"tf32 swiglu {name}")
     check_untouched(buffers)
-

@@ -61,8 +61,9 @@ def test_runtime_argument_never_recompiles(add):
 
 
 def test_one_compile_per_specialized_value():
-    f = kjit.Template(unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"),
-                      name="fill.cu").kernel("fill")
+    f = kjit.Template(
+        unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"), name="fill.cu"
+    ).kernel("fill")
     y = torch.zeros(32, device="cuda")
     kjit.reset_stats()
     for n in [1, 2, 3, 1, 2, 3, 3]:
@@ -121,15 +122,18 @@ def test_graph_capture_of_a_cached_kernel(add):
 
 
 def test_compiling_during_capture_is_an_error():
-    f = kjit.Template(unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"),
-                      name="fill.cu").kernel("fill")
+    f = kjit.Template(
+        unique_source("template <int N> __global__ void fill(float* y) { y[threadIdx.x] = N; }"), name="fill.cu"
+    ).kernel("fill")
     y = torch.zeros(32, device="cuda")
     g = torch.cuda.CUDAGraph()
     with pytest.raises(kjit.LaunchError) as e:
         with torch.cuda.graph(g):
             f.specialize(N=7)
-    assert "the stream is being captured by a CUDA graph; run the kernel once before capture so that it is " \
-           "compiled and cached" in str(e.value)
+    assert (
+        "the stream is being captured by a CUDA graph; run the kernel once before capture so that it is "
+        "compiled and cached" in str(e.value)
+    )
     # The process is fine afterwards.
     f.specialize(N=7).launch(1, 32, y)
     torch.cuda.synchronize()
@@ -172,25 +176,37 @@ def test_launch_argument_errors(add):
             k.launch(*args, **kw)
         return str(e.value)
 
-    assert msg(kjit.TypeError, 1, 32, x, x, 1.0) == \
-        "kernel add_constant<float, 4> takes 4 arguments (x, y, c, n), got 3"
-    assert msg(kjit.TypeError, 1, 32, x, x, 1.0, 8.0) == \
-        "argument 'n' of add_constant<float, 4> is an int64 scalar (long long): pass an int, got the float 8.0"
-    assert msg(kjit.TypeError, 1, 32, x, 5, 1.0, 8) == \
-        "argument 'y' of add_constant<float, 4> is a pointer (float* __restrict__): pass a CUDA tensor, a CUDA array (__cuda_array_interface__ or __dlpack__: CuPy, JAX, Numba...) or None, " \
+    assert (
+        msg(kjit.TypeError, 1, 32, x, x, 1.0) == "kernel add_constant<float, 4> takes 4 arguments (x, y, c, n), got 3"
+    )
+    assert (
+        msg(kjit.TypeError, 1, 32, x, x, 1.0, 8.0)
+        == "argument 'n' of add_constant<float, 4> is an int64 scalar (long long): pass an int, got the float 8.0"
+    )
+    assert (
+        msg(kjit.TypeError, 1, 32, x, 5, 1.0, 8)
+        == "argument 'y' of add_constant<float, 4> is a pointer (float* __restrict__): pass a CUDA tensor, a CUDA array (__cuda_array_interface__ or __dlpack__: CuPy, JAX, Numba...) or None, "
         "got the int 5"
+    )
     assert msg(kjit.TypeError, 1, 32, x, x, x, 8).startswith(
-        "argument 'c' of add_constant<float, 4> is a float32 scalar (float): pass a float or an int, got a tensor")
+        "argument 'c' of add_constant<float, 4> is a float32 scalar (float): pass a float or an int, got a tensor"
+    )
     assert msg(kjit.ValueError, 1, 32, x, x, 1e300, 8).startswith(
-        "argument 'c' of add_constant<float, 4> is a float32 scalar (float): the value 1e+300 overflows it")
-    assert msg(kjit.ValueError, 1, 32, torch.zeros(8), x, 1.0, 8) == \
-        f"argument 'x' of add_constant<float, 4> is on cpu, but the kernel runs on cuda:{k.device}; move it with " \
+        "argument 'c' of add_constant<float, 4> is a float32 scalar (float): the value 1e+300 overflows it"
+    )
+    assert (
+        msg(kjit.ValueError, 1, 32, torch.zeros(8), x, 1.0, 8)
+        == f"argument 'x' of add_constant<float, 4> is on cpu, but the kernel runs on cuda:{k.device}; move it with "
         f"x.to('cuda:{k.device}') or specialize for its device"
-    assert msg(kjit.TypeError, 1.0, 32, x, x, 1.0, 8) == "grid must be an int or a tuple of 1 to 3 ints, got the float 1.0"
+    )
+    assert (
+        msg(kjit.TypeError, 1.0, 32, x, x, 1.0, 8) == "grid must be an int or a tuple of 1 to 3 ints, got the float 1.0"
+    )
     assert msg(kjit.LaunchError, 1, 2048, x, x, 1.0, 8).startswith("block (2048, 1, 1) has 2048 threads")
     assert msg(kjit.LaunchError, 0, 32, x, x, 1.0, 8).startswith("grid (0, 1, 1) is empty")
     assert msg(kjit.TypeError, 1, 32, x, x, 1.0, 8, bogus=1).startswith(
-        "launch() got an unexpected keyword argument 'bogus'")
+        "launch() got an unexpected keyword argument 'bogus'"
+    )
     k.launch(1, 32, x, None, 1.0, 0)  # None is a null pointer; n = 0 touches nothing
     torch.cuda.synchronize()
 
@@ -205,16 +221,22 @@ def test_launcher_on_gpu(add):
     x = torch.randn(64, 64, device="cuda")
     with pytest.raises(kjit.ValueError) as e:
         run(x.t(), torch.empty_like(x), 1.0, x.numel())
-    assert str(e.value) == "add_constant: argument 'x' is not contiguous (shape [64, 64], strides [1, 64]): call " \
-                           "x.contiguous() first"
+    assert (
+        str(e.value) == "add_constant: argument 'x' is not contiguous (shape [64, 64], strides [1, 64]): call "
+        "x.contiguous() first"
+    )
     with pytest.raises(kjit.TypeError) as e:
         run(x, torch.empty_like(x, dtype=torch.float16), 1.0, x.numel())
-    assert str(e.value) == "add_constant: argument 'y' has dtype torch.float16, but add_constant<float, 4> takes it " \
-                           "as float* __restrict__ (torch.float32); convert it with y.to(torch.float32)"
+    assert (
+        str(e.value) == "add_constant: argument 'y' has dtype torch.float16, but add_constant<float, 4> takes it "
+        "as float* __restrict__ (torch.float32); convert it with y.to(torch.float32)"
+    )
     with pytest.raises(kjit.ValueError) as e:
         run(x, torch.empty(64, 64), 1.0, x.numel())
-    assert str(e.value) == f"add_constant: expected all tensors on one CUDA device, got cuda:{x.get_device()} (x) " \
-                           f"and cpu (y); move them with .to('cuda:{x.get_device()}')"
+    assert (
+        str(e.value) == f"add_constant: expected all tensors on one CUDA device, got cuda:{x.get_device()} (x) "
+        f"and cpu (y); move them with .to('cuda:{x.get_device()}')"
+    )
     empty = torch.empty(0, device="cuda")
     run(empty, torch.empty_like(empty), 1.0, 0)  # a grid of 0 blocks launches nothing
 
@@ -255,14 +277,20 @@ def test_starting_cuda_preloads_the_compiler(run_py):
     assert r.stdout.split("\n")[:3] == ["None", "True", "2000.0 1"], r
 
 
-@pytest.mark.parametrize("env,report", [({"KJIT_PRELOAD_COMPILER": "0"}, "None"),
-                                        ({"KJIT_CACHE_MODE": "strict"}, "False")], ids=["off", "strict"])
+@pytest.mark.parametrize(
+    "env,report",
+    [({"KJIT_PRELOAD_COMPILER": "0"}, "None"), ({"KJIT_CACHE_MODE": "strict"}, "False")],
+    ids=["off", "strict"],
+)
 def test_no_compiler_preload_when_turned_off_and_no_nvrtc_in_strict_mode(run_py, env, report):
-    r = run_py("""
+    r = run_py(
+        """
         import torch, kjit
         from kjit import _core
         torch.zeros(1, device='cuda')
         _core._wait_for_compiler_preload()
         print((_core._compiler_preload() or {}).get('compiled'))
-    """, env=env)
+    """,
+        env=env,
+    )
     assert r.stdout.strip() == report, r

@@ -35,7 +35,8 @@ def _fake_cutlass_package(site: pathlib.Path, version=(9, 8, 7)) -> pathlib.Path
     (include / "cute").mkdir()
     (package / "__init__.py").write_text("raise ImportError('kjit must not import cutlass_library')\n")
     (include / "cutlass" / "version.h").write_text(
-        "#pragma once\n#define CUTLASS_MAJOR {}\n#define CUTLASS_MINOR {}\n#define CUTLASS_PATCH {} \n".format(*version))
+        "#pragma once\n#define CUTLASS_MAJOR {}\n#define CUTLASS_MINOR {}\n#define CUTLASS_PATCH {} \n".format(*version)
+    )
     (include / "cute" / "tensor.hpp").write_text("#pragma once\n")
     return include
 
@@ -57,17 +58,24 @@ def test_toolkit_reports_cccl_and_cutlass():
     if pip is None:
         assert tk["cutlass"] is None
     else:
-        assert tk["cutlass"] == {"include_dir": str(pip), "version": _cutlass_version(pip), "from": "pip nvidia-cutlass"}
+        assert tk["cutlass"] == {
+            "include_dir": str(pip),
+            "version": _cutlass_version(pip),
+            "from": "pip nvidia-cutlass",
+        }
         assert tk["include_dirs"][-1] == str(pip)  # appended last: the toolkit's include/ stays first
 
 
 def test_pip_cutlass_is_found_without_importing_it(run_py, tmp_path):
     include = _fake_cutlass_package(tmp_path)
-    r = run_py("""
+    r = run_py(
+        """
         import json, sys, kjit
         assert 'cutlass_library' not in sys.modules
         print(json.dumps(kjit._core.toolkit()))
-    """, env={"PYTHONPATH": _pythonpath(tmp_path)})
+    """,
+        env={"PYTHONPATH": _pythonpath(tmp_path)},
+    )
     tk = json.loads(r.stdout)
     assert tk["cutlass"] == {"include_dir": str(include), "version": "9.8.7", "from": "pip nvidia-cutlass"}
     assert tk["include_dirs"][-1] == str(include)
@@ -78,19 +86,31 @@ def test_info_shows_cccl_and_cutlass(run_kjit, tmp_path):
     include = _fake_cutlass_package(tmp_path, (4, 2, 0))
     env = {"PYTHONPATH": _pythonpath(tmp_path), "KJIT_INCLUDE_PATH": None}
     facts = json.loads(run_kjit("info", "--json", env=env).stdout)
-    assert facts["cutlass"] == {"found": True, "include_dir": str(include), "version": "4.2.0",
-                                "from": "pip nvidia-cutlass", "hint": None, "shadowed": []}
+    assert facts["cutlass"] == {
+        "found": True,
+        "include_dir": str(include),
+        "version": "4.2.0",
+        "from": "pip nvidia-cutlass",
+        "hint": None,
+        "shadowed": [],
+    }
     text = run_kjit("info", env=env).stdout
-    assert re.search(rf"^  CUTLASS: +{re.escape(str(include))}, version 4\.2\.0 \(from pip nvidia-cutlass\)$", text,
-                     re.M), text
+    assert re.search(
+        rf"^  CUTLASS: +{re.escape(str(include))}, version 4\.2\.0 \(from pip nvidia-cutlass\)$", text, re.M
+    ), text
     tk = kjit._core.toolkit()
     if tk["cccl"] is None:
         assert facts["cccl"]["found"] is False
         assert re.search(r"^  CCCL: +not found: .*nvidia-cuda-cccl", text, re.M), text
     else:
         c = tk["cccl"]
-        assert facts["cccl"] == {"found": True, "include_dir": c["include_dir"], "version": c["version"],
-                                 "from": c["from"], "hint": None}
+        assert facts["cccl"] == {
+            "found": True,
+            "include_dir": c["include_dir"],
+            "version": c["version"],
+            "from": c["from"],
+            "hint": None,
+        }
         line = f"{c['include_dir']}, version {c['version']} (from {c['from']})"
         assert re.search(rf"^  CCCL: +{re.escape(line)}$", text, re.M), text
 
@@ -100,11 +120,15 @@ def test_info_prefers_a_cutlass_on_kjit_include_path(run_kjit, tmp_path):
     mine = tmp_path / "mine" / "include"
     (mine / "cutlass").mkdir(parents=True)
     (mine / "cute").mkdir()
-    (mine / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 9\n#define CUTLASS_PATCH 2\n")
+    (mine / "cutlass" / "version.h").write_text(
+        "#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 9\n#define CUTLASS_PATCH 2\n"
+    )
     env = {"PYTHONPATH": _pythonpath(tmp_path / "site"), "KJIT_INCLUDE_PATH": str(mine)}
     facts = json.loads(run_kjit("info", "--json", env=env).stdout)["cutlass"]
     assert (facts["include_dir"], facts["version"], facts["from"]) == (str(mine), "3.9.2", "KJIT_INCLUDE_PATH")
-    assert facts["shadowed"] == [{"found": True, "include_dir": str(pip), "version": "4.2.0", "from": "pip nvidia-cutlass"}]
+    assert facts["shadowed"] == [
+        {"found": True, "include_dir": str(pip), "version": "4.2.0", "from": "pip nvidia-cutlass"}
+    ]
     text = run_kjit("info", env=env).stdout
     assert f"CUTLASS:       {mine}, version 3.9.2 (from KJIT_INCLUDE_PATH); also {pip}, version 4.2.0" in text, text
 
@@ -115,7 +139,7 @@ def test_info_without_cutlass_says_what_to_install(run_kjit, tmp_path):
     (tmp_path / "cutlass_library" / "__init__.py").write_text("")
     env = {"PYTHONPATH": _pythonpath(tmp_path), "KJIT_INCLUDE_PATH": None}
     facts = json.loads(run_kjit("info", "--json", env=env).stdout)["cutlass"]
-    assert facts["found"] is False and facts["hint"] == NOT_FOUND[len("not found: "):]
+    assert facts["found"] is False and facts["hint"] == NOT_FOUND[len("not found: ") :]
     assert re.search(rf"^  CUTLASS: +{re.escape(NOT_FOUND)}$", run_kjit("info", env=env).stdout, re.M)
 
 
@@ -128,8 +152,10 @@ def test_pip_cuda12_cccl_root_is_registered(run_py, tmp_path):
 
 def test_register_cutlass_dir_rejects_a_folder_without_cutlass(tmp_path):
     (tmp_path / "cutlass").mkdir()
-    with pytest.raises(kjit.ValueError, match=re.escape(f"{tmp_path} does not hold CUTLASS (expected "
-                                                        "cutlass/version.h and cute/ in it)")):
+    with pytest.raises(
+        kjit.ValueError,
+        match=re.escape(f"{tmp_path} does not hold CUTLASS (expected cutlass/version.h and cute/ in it)"),
+    ):
         kjit._core.register_cutlass_dir(str(tmp_path), "test")
 
 

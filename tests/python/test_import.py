@@ -9,17 +9,40 @@ import kjit
 
 
 def test_public_names():
-    for name in ["Template", "KernelFamily", "Kernel", "Error", "CompileError", "CacheMissError", "DriverError",
-                 "LaunchError", "ValueError", "TypeError", "KjitWarning", "stats", "reset_stats", "cache_info",
-                 "launcher", "arg", "cdiv", "ops"]:
+    for name in [
+        "Template",
+        "KernelFamily",
+        "Kernel",
+        "Error",
+        "CompileError",
+        "CacheMissError",
+        "DriverError",
+        "LaunchError",
+        "ValueError",
+        "TypeError",
+        "KjitWarning",
+        "stats",
+        "reset_stats",
+        "cache_info",
+        "launcher",
+        "arg",
+        "cdiv",
+        "ops",
+    ]:
         assert hasattr(kjit, name), name
     assert kjit.__version__ == "0.1.0"
     assert kjit.Template.__module__ == "kjit"
 
 
 def test_exception_hierarchy():
-    for cls in [kjit.CompileError, kjit.CacheMissError, kjit.DriverError, kjit.LaunchError, kjit.ValueError,
-                kjit.TypeError]:
+    for cls in [
+        kjit.CompileError,
+        kjit.CacheMissError,
+        kjit.DriverError,
+        kjit.LaunchError,
+        kjit.ValueError,
+        kjit.TypeError,
+    ]:
         assert issubclass(cls, kjit.Error)
     assert issubclass(kjit.Error, Exception)
     assert issubclass(kjit.ValueError, builtins.ValueError)
@@ -34,7 +57,8 @@ def test_exception_hierarchy():
 
 
 def test_import_loads_no_driver_and_is_fast(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import time, re
         import torch
         def mapped():  # libcuda / libnvrtc mapped into this process
@@ -47,20 +71,25 @@ def test_import_loads_no_driver_and_is_fast(run_py):
         added = [lib for lib in mapped() if lib not in before]
         print('loaded:' + ','.join(added) if added else 'no-libcuda')
         print(f'{dt:.3f}')
-    """, env={"KJIT_NVRTC_LIBRARY": "/nonexistent/libnvrtc.so"})
+    """,
+        env={"KJIT_NVRTC_LIBRARY": "/nonexistent/libnvrtc.so"},
+    )
     lines = r.stdout.split()
     assert lines[0] == "no-libcuda"
     assert float(lines[1]) < 2.0, r
 
 
 def test_bad_setting_is_reported_on_use_not_on_import(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import kjit
         try:
             kjit.cache_info()
         except kjit.ValueError as e:
             print('ValueError:', e)
-    """, env={"KJIT_CACHE_MODE": "sometimes"})
+    """,
+        env={"KJIT_CACHE_MODE": "sometimes"},
+    )
     assert "ValueError:" in r.stdout
     assert "KJIT_CACHE_MODE" in r.stdout and "sometimes" in r.stdout
 
@@ -79,8 +108,21 @@ def test_cache_info_and_stats():
     assert info["writable"] is True
     assert info["layers"] == []
     s = kjit.stats()
-    assert set(s) == {"memory_hits", "disk_hits", "remote_hits", "compiles", "compile_ms", "disk_load_ms", "phase_ms",
-                      "headers", "strict_misses", "specializations", "max_specializations", "op_calls", "kernels"}
+    assert set(s) == {
+        "memory_hits",
+        "disk_hits",
+        "remote_hits",
+        "compiles",
+        "compile_ms",
+        "disk_load_ms",
+        "phase_ms",
+        "headers",
+        "strict_misses",
+        "specializations",
+        "max_specializations",
+        "op_calls",
+        "kernels",
+    }
     assert set(s["headers"]) == {"read", "from_index"}
     kjit.reset_stats()
     assert kjit.stats()["compiles"] == 0
@@ -102,7 +144,7 @@ def test_a_relative_cache_dir_is_resolved_at_import(tmp_path):
     (tmp_path / "later").mkdir()
     code = f"""
 import os, kjit
-os.chdir({str(tmp_path / 'later')!r})
+os.chdir({str(tmp_path / "later")!r})
 print(kjit.cache_info()["dir"])
 """
     r = run_python(["-c", code], env={"KJIT_CACHE_DIR": "rel-cache"}, cwd=str(tmp_path / "start"))
@@ -140,16 +182,22 @@ def test_the_preload_loads_nvrtc_and_compiles_once_in_the_background(run_py):
     _, after, r = _preload(run_py)
     assert after == ["after", "True", "True", "True"], r
     # Then the first compile of the process finds NVRTC loaded (and works as any other).
-    r = run_py(_PRELOAD + "k = kjit.Template.builtin('add_constant').kernel('add_constant')"
-                          ".specialize(T=torch.float32, VEC=4, arch='sm_90')\nprint(k.origin)\n")
+    r = run_py(
+        _PRELOAD + "k = kjit.Template.builtin('add_constant').kernel('add_constant')"
+        ".specialize(T=torch.float32, VEC=4, arch='sm_90')\nprint(k.origin)\n"
+    )
     assert r.stdout.split("\n")[2] == "compiled", r
 
 
-@pytest.mark.parametrize("env,after", [
-    ({"KJIT_PRELOAD_COMPILER": "0"}, ["after", "False", "None", "False"]),  # turned off
-    ({"KJIT_CACHE_MODE": "strict"}, ["after", "True", "False", "True"]),   # never compiles: no NVRTC, the rest
-    ({"KJIT_PRELOAD_COMPILER": "maybe"}, ["after", "False", "None", "False"]),  # bad: the first use reports it
-], ids=["off", "strict", "bad-setting"])
+@pytest.mark.parametrize(
+    "env,after",
+    [
+        ({"KJIT_PRELOAD_COMPILER": "0"}, ["after", "False", "None", "False"]),  # turned off
+        ({"KJIT_CACHE_MODE": "strict"}, ["after", "True", "False", "True"]),  # never compiles: no NVRTC, the rest
+        ({"KJIT_PRELOAD_COMPILER": "maybe"}, ["after", "False", "None", "False"]),  # bad: the first use reports it
+    ],
+    ids=["off", "strict", "bad-setting"],
+)
 def test_the_preload_obeys_the_settings(run_py, env, after):
     _, got, r = _preload(run_py, env=env)
     assert got == after, r
@@ -157,13 +205,16 @@ def test_the_preload_obeys_the_settings(run_py, env, after):
 
 
 def test_a_bad_preload_setting_is_reported_on_use(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import kjit
         try:
             kjit.cache_info()
         except kjit.ValueError as e:
             print(e)
-    """, env={"KJIT_PRELOAD_COMPILER": "maybe"})
+    """,
+        env={"KJIT_PRELOAD_COMPILER": "maybe"},
+    )
     assert "KJIT_PRELOAD_COMPILER" in r.stdout and "'maybe'" in r.stdout and "1 | 0" in r.stdout, r
 
 
@@ -176,7 +227,8 @@ def test_no_preload_on_a_single_cpu(run_py):
 def test_a_fork_during_the_preload_leaves_a_child_that_can_compile(run_py):
     # os.fork() right after the start (a DataLoader starting its workers): the fork waits while the preload
     # works, so the child finds NVRTC and the loader in a clean state and compiles; the parent's preload goes on.
-    r = run_py("""
+    r = run_py(
+        """
         import os, torch, kjit
         from kjit import _core
         assert _core._preload_compiler(90)
@@ -191,7 +243,9 @@ def test_a_fork_during_the_preload_leaves_a_child_that_can_compile(run_py):
         print('child exit:', os.waitstatus_to_exitcode(status))
         _core._wait_for_compiler_preload()
         print('parent compiled:', _core._compiler_preload()['compiled'])
-    """, timeout=120)
+    """,
+        timeout=120,
+    )
     assert "child exit: 0" in r.stdout, r
     assert "parent compiled: True" in r.stdout, r
 
@@ -200,7 +254,8 @@ def test_children_forked_while_another_thread_compiles_can_compile(run_py):
     # Hostile review 3, item 3: os.fork() (a DataLoader, multiprocessing's fork start method) while another
     # thread was inside NVRTC gave a child whose first compile waited forever. Forks now wait for the compiles
     # in flight: each child compiles (a child that hangs is killed by its alarm, and says so in the list).
-    r = run_py("""
+    r = run_py(
+        """
         import os, signal, threading, kjit
         src = 'template <int K> __global__ void k(float* y) { y[threadIdx.x] = K; }'
         family = kjit.Template(src, name='busy.cu').kernel('k')
@@ -233,5 +288,8 @@ def test_children_forked_while_another_thread_compiles_can_compile(run_py):
         done.set()
         t.join()
         print('children:', ends)
-    """, env={"KJIT_CACHE_MODE": "off"}, timeout=300)
+    """,
+        env={"KJIT_CACHE_MODE": "off"},
+        timeout=300,
+    )
     assert "children: [0, 0, 0, 0, 0, 0, 0, 0]" in r.stdout, r

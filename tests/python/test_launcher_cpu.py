@@ -21,8 +21,9 @@ def test_cpu_tensors_are_refused(add):
     x = torch.zeros(8)
     with pytest.raises(kjit.ValueError) as e:
         run(x, torch.empty_like(x), 1.0, 8)
-    assert str(e.value) == ("add_constant: expected all tensors on one CUDA device, got cpu (x, y); move them "
-                            "with .to('cuda')")
+    assert str(e.value) == (
+        "add_constant: expected all tensors on one CUDA device, got cpu (x, y); move them with .to('cuda')"
+    )
     assert isinstance(e.value, ValueError)
 
 
@@ -52,8 +53,10 @@ def test_recipe_errors(add):
     assert str(e.value) == "kernel 'add_constant' has no template parameter 'X'; its parameters are T (type), VEC (int)"
     with pytest.raises(kjit.ValueError) as e:
         make(add, T=kjit.arg("z").dtype)
-    assert str(e.value) == "kjit.arg('z').dtype: kernel 'add_constant' has no parameter 'z'; its parameters are " \
-                           "(x, y, c, n)"
+    assert (
+        str(e.value) == "kjit.arg('z').dtype: kernel 'add_constant' has no parameter 'z'; its parameters are "
+        "(x, y, c, n)"
+    )
     with pytest.raises(kjit.ValueError) as e:
         make(add, T=kjit.arg(7).dtype)
     assert str(e.value) == "kjit.arg(7).dtype: kernel 'add_constant' has 4 parameters (x, y, c, n)"

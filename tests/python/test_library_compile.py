@@ -52,7 +52,7 @@ def _template_jobs(dtype):
         ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=1, **rows(1024, 1, 1, 0, 0))),
         ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=2, **rows(32, 8, 1, 1, 0))),
         ("reduce", "reduce_cols", dict(T=dtype, TO=dtype, OP=0, VEC=v)),
-        ("reduce", "reduce_cols", dict(T=dtype, TO=a, OP=1, VEC=v)),   # first pass of a split reduction
+        ("reduce", "reduce_cols", dict(T=dtype, TO=a, OP=1, VEC=v)),  # first pass of a split reduction
         ("reduce", "reduce_cols", dict(T=a, TO=dtype, OP=2, VEC=16 // itemsize(a))),  # its second pass
         # softmax: registers with D, streamed, registers generic.
         ("softmax", "softmax_forward", dict(T=dtype, **rows(256, 1, v, 1, 256 * v), LOG=False)),
@@ -65,14 +65,34 @@ def _template_jobs(dtype):
         ("norm", "norm_backward", dict(T=dtype, **rows(128, 2, v, 2, 2 * 128 * v), RMS=False, HAS_W=True, HAS_B=True)),
         ("norm", "norm_backward", dict(T=dtype, **rows(1024, 1, 1, 4, 0), RMS=True, HAS_W=True, HAS_B=False)),
         # add_rms_norm / add_layer_norm: the residual variants (RESIDUAL; the backward with and without dh).
-        ("norm", "norm_forward", dict(T=dtype, **rows(256, 1, v, 2, 2 * 256 * v), RMS=True, HAS_W=True, HAS_B=False,
-                                      RESIDUAL=True)),
-        ("norm", "norm_forward", dict(T=dtype, **rows(32, 8, 1, 1, 0), RMS=False, HAS_W=True, HAS_B=True,
-                                      RESIDUAL=True)),
-        ("norm", "norm_backward", dict(T=dtype, **rows(128, 2, v, 2, 2 * 128 * v), RMS=True, HAS_W=True, HAS_B=False,
-                                       RESIDUAL=True, ADD_DH=True)),
-        ("norm", "norm_backward", dict(T=dtype, **rows(64, 4, 1, 4, 0), RMS=False, HAS_W=False, HAS_B=False,
-                                       RESIDUAL=True, ADD_DH=False)),
+        (
+            "norm",
+            "norm_forward",
+            dict(T=dtype, **rows(256, 1, v, 2, 2 * 256 * v), RMS=True, HAS_W=True, HAS_B=False, RESIDUAL=True),
+        ),
+        (
+            "norm",
+            "norm_forward",
+            dict(T=dtype, **rows(32, 8, 1, 1, 0), RMS=False, HAS_W=True, HAS_B=True, RESIDUAL=True),
+        ),
+        (
+            "norm",
+            "norm_backward",
+            dict(
+                T=dtype,
+                **rows(128, 2, v, 2, 2 * 128 * v),
+                RMS=True,
+                HAS_W=True,
+                HAS_B=False,
+                RESIDUAL=True,
+                ADD_DH=True,
+            ),
+        ),
+        (
+            "norm",
+            "norm_backward",
+            dict(T=dtype, **rows(64, 4, 1, 4, 0), RMS=False, HAS_W=False, HAS_B=False, RESIDUAL=True, ADD_DH=False),
+        ),
         # pool: max and avg both ways.
         ("pool", "pool2d_forward", dict(T=dtype, **pool(3, 3, 2, 2, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
@@ -121,8 +141,10 @@ def _gemm_jobs(dtype):
         plan = [("medium", "bias_gelu", 0, 0), ("small_narrow", "swiglu_aux", 4096, 4096)]
     elif dtype not in (torch.float16, torch.bfloat16):
         return []
-    return [("gemm", "gemm_mma", dict(T=dtype, N=n, K=k, **GEMM_CONFIGS[cfg], **GEMM_EPILOGUES[epi]))
-            for cfg, epi, n, k in plan]
+    return [
+        ("gemm", "gemm_mma", dict(T=dtype, N=n, K=k, **GEMM_CONFIGS[cfg], **GEMM_EPILOGUES[epi]))
+        for cfg, epi, n, k in plan
+    ]
 
 
 # gemm_sm90.cuh (TMA + wgmma) is sm_90a only: the tile configurations of python/src/ops/gemm.cpp, each with
@@ -138,8 +160,11 @@ WGMMA_JOBS = [
 def test_sm90_gemm_kernels_compile_for_sm_90a():
     def job(j):
         dtype, tile, epi, n, k = j
-        return kjit.Template.builtin("gemm_sm90").kernel("gemm_wgmma", **kjit._core.library_compile_options()).specialize(
-            arch="sm_90a", T=dtype, N=n, K=k, **tile, **GEMM_EPILOGUES[epi])
+        return (
+            kjit.Template.builtin("gemm_sm90")
+            .kernel("gemm_wgmma", **kjit._core.library_compile_options())
+            .specialize(arch="sm_90a", T=dtype, N=n, K=k, **tile, **GEMM_EPILOGUES[epi])
+        )
 
     with ThreadPoolExecutor(_WORKERS) as pool:
         kernels = list(pool.map(job, WGMMA_JOBS))
@@ -173,8 +198,21 @@ def _elementwise_jobs(dtype):
 
 def test_every_activation_op_has_its_compile_job():
     unary = {n for n in ops.__all__ if not n.endswith("_backward") and f"{n}_backward" in ops.__all__}
-    activations = unary - {"softmax", "log_softmax", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-                           "max_pool2d", "avg_pool2d", "outer", "linear", "linear_swiglu", "matmul", "bmm"}
+    activations = unary - {
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "add_layer_norm",
+        "add_rms_norm",
+        "max_pool2d",
+        "avg_pool2d",
+        "outer",
+        "linear",
+        "linear_swiglu",
+        "matmul",
+        "bmm",
+    }
     assert activations | {"gelu_tanh"} == set(ACTIVATIONS)
 
 
@@ -184,8 +222,11 @@ def test_library_kernels_compile(arch, dtype):
     def template_job(job):
         tmpl, kernel, params = job
         # The options the ops compile with (NVRTC's lean front end).
-        return kjit.Template.builtin(tmpl).kernel(kernel, **kjit._core.library_compile_options()).specialize(
-            arch=arch, **params)
+        return (
+            kjit.Template.builtin(tmpl)
+            .kernel(kernel, **kjit._core.library_compile_options())
+            .specialize(arch=arch, **params)
+        )
 
     def elementwise_job(job):
         _, f, kwargs = job
@@ -215,8 +256,9 @@ def test_elementwise_every_strided_rank_and_index_type_compiles():
         k = f.compile(arch="sm_90", dtypes=(torch.float32, torch.float16), out_dtype=torch.float32, rank=rank)
         assert k.name_expression.startswith(f"kjit_elementwise_strided{rank}<float, float, int, 0ull, float, __half")
     k = f.compile(arch="sm_90", dtypes=(torch.bfloat16, torch.bfloat16), vec=8, tail=True, index=torch.int64)
-    assert k.name_expression == ("kjit_elementwise<__nv_bfloat16, float, 8, true, long long, 0ull, __nv_bfloat16, "
-                                 "__nv_bfloat16>")
+    assert k.name_expression == (
+        "kjit_elementwise<__nv_bfloat16, float, 8, true, long long, 0ull, __nv_bfloat16, __nv_bfloat16>"
+    )
     assert k.origin in ORIGINS
 
 
@@ -240,7 +282,7 @@ def test_elementwise_gets_kjits_headers_whatever_the_users_include_path_holds(tm
     user = tmp_path / "user-include"
     for name in ("elementwise.cuh", "math.cuh", "detail/numeric.cuh"):
         (user / name).parent.mkdir(parents=True, exist_ok=True)
-        (user / name).write_text('#error "the user\'s header, not kjit\'s"\n')
+        (user / name).write_text("#error \"the user's header, not kjit's\"\n")
     code = """
         import torch, kjit
         f = kjit.elementwise("x + 1", "x", name="shadowed")
@@ -274,15 +316,15 @@ def test_elementwise_specialized_scalar_values_compile(value):
         (("x + 1", "class"), {}, ValueError, r"input name 'class' is not usable"),
         (("x + 1", ["x", 3]), {}, ValueError, r"input name 3 is not usable"),
         (("x * s", "x", "2s"), {}, ValueError, r"scalar name '2s' is not usable"),
-        (("x * s", "x", "s", ), dict(specialize=["T_s"]), ValueError, r"specialized scalar name 'T_s' is not usable"),
-        (("x * s", "x", "s", ), dict(specialize="s, t"), ValueError, r"specialize=\['s', 't'\] names \['t'\]"),
+        (("x * s", "x", "s"), dict(specialize=["T_s"]), ValueError, r"specialized scalar name 'T_s' is not usable"),
+        (("x * s", "x", "s"), dict(specialize="s, t"), ValueError, r"specialize=\['s', 't'\] names \['t'\]"),
         (("x + x", "x, x"), {}, ValueError, r"names \['x'\] are given more than once"),
         (("x * y", "x, y", "y"), {}, ValueError, r"names \['y'\] are given more than once"),
         (("x + 1; y", "x"), {}, ValueError, r"must be one C\+\+ expression"),
         (("{x}", "x"), {}, ValueError, r"must be one C\+\+ expression"),
         (("#define A 1\nx", "x"), {}, ValueError, r"must be one C\+\+ expression"),
         # The digraph of '#' after a line break used to inject an #include whose file came back in the log.
-        (("x\n%:include \"/etc/hostname\"\n", "x"), {}, ValueError, r"on one line: no line breaks"),
+        (('x\n%:include "/etc/hostname"\n', "x"), {}, ValueError, r"on one line: no line breaks"),
         (("x %:%: y", "x, y"), {}, ValueError, r"must be one C\+\+ expression"),
         (("x ??= y", "x, y"), {}, ValueError, r"must be one C\+\+ expression"),
         (("x \\", "x"), {}, ValueError, r"backslashes"),
@@ -293,8 +335,12 @@ def test_elementwise_specialized_scalar_values_compile(value):
         ((3, "x"), {}, TypeError, r"the expression must be a non-empty string"),
         (("x", 42), {}, TypeError, r"input must be a name, a list of names or a string of names"),
         (("x", ""), {}, ValueError, r"at least one input tensor is needed"),
-        (("x * s", "x", "s"), dict(specialize=["t"]), ValueError,
-         r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]"),
+        (
+            ("x * s", "x", "s"),
+            dict(specialize=["t"]),
+            ValueError,
+            r"specialize=\['t'\] names \['t'\], which are not scalars; the scalars are \['s'\]",
+        ),
         (("x", "x"), dict(dtype=torch.complex32), TypeError, r"dtype=torch\.complex32 is not supported"),
     ],
 )
@@ -312,8 +358,12 @@ def fma():
 @pytest.mark.parametrize(
     "call, exc, message",
     [
-        (lambda f, x: f(x, x, x, s=1.0), TypeError, r"takes 2 tensor\(s\) \(x, y\) and scalars \['s'\] by keyword, "
-                                                    r"got 3 positional"),
+        (
+            lambda f, x: f(x, x, x, s=1.0),
+            TypeError,
+            r"takes 2 tensor\(s\) \(x, y\) and scalars \['s'\] by keyword, "
+            r"got 3 positional",
+        ),
         (lambda f, x: f(x, s=1.0), TypeError, r"is missing input 'y'"),
         (lambda f, x: f(x, x), TypeError, r"is missing scalar 's' \(pass s=<number>\)"),
         (lambda f, x: f(x, x, s="2"), TypeError, r"scalar 's' must be a Python int or float, got str '2'"),
@@ -321,11 +371,17 @@ def fma():
         (lambda f, x: f(x, x, s=torch.ones(2)), TypeError, r"scalar 's' must be a Python int or float"),
         (lambda f, x: f(x, x, s=1.0, z=2), TypeError, r"unexpected keyword arguments \['z'\]"),
         (lambda f, x: f(x, 2.0, s=1.0), TypeError, r"input 'y' must be a torch\.Tensor, got float 2\.0"),
-        (lambda f, x: f(x, x.to(torch.complex32), s=1.0), TypeError,
-         r"input 'y' has dtype torch\.complex32, which is not supported"),
+        (
+            lambda f, x: f(x, x.to(torch.complex32), s=1.0),
+            TypeError,
+            r"input 'y' has dtype torch\.complex32, which is not supported",
+        ),
         # Bound correctly, then rejected for the device.
-        (lambda f, x: f(x, x, s=1.0), ValueError,
-         r"expected all inputs on one CUDA device, got x on cpu, y on cpu; move them with \.to\('cuda'\)"),
+        (
+            lambda f, x: f(x, x, s=1.0),
+            ValueError,
+            r"expected all inputs on one CUDA device, got x on cpu, y on cpu; move them with \.to\('cuda'\)",
+        ),
         (lambda f, x: f(y=x, x=x, s=2), ValueError, r"expected all inputs on one CUDA device"),
         (lambda f, x: f(x, x, s=torch.tensor(2.0)), ValueError, r"expected all inputs on one CUDA device"),
         (lambda f, x: f(meta(3), meta(3), s=1.0), ValueError, r"got x on meta, y on meta"),
@@ -356,8 +412,9 @@ def test_elementwise_names_never_clash_with_generated_ones():
 
 
 def test_elementwise_source_holds_the_expression_and_the_scalars():
-    f = kjit.elementwise("x * sigmoid(x) * scale + bias", inputs="x", scalars="scale, bias", specialize=["bias"],
-                         name="silu_scaled")
+    f = kjit.elementwise(
+        "x * sigmoid(x) * scale + bias", inputs="x", scalars="scale, bias", specialize=["bias"], name="silu_scaled"
+    )
     assert f.inputs == ("x",) and f.scalars == ("scale", "bias") and f.runtime == ("scale",)
     assert f.specialized == ("bias",)
     assert repr(f) == "kjit.elementwise('silu_scaled': 'x * sigmoid(x) * scale + bias')"
@@ -384,8 +441,10 @@ def test_elementwise_names_as_strings_lists_and_default_scalars():
     assert g.inputs == ("a", "b") and g.scalars == ()
     assert kjit.elementwise("x", "x").name == "elementwise"
     src = f.source()
-    assert ("template <typename TO, typename C, int VEC, bool TAIL, typename I, unsigned long long kjit_cx, "
-            "typename T_a, typename T_b>") in src
+    assert (
+        "template <typename TO, typename C, int VEC, bool TAIL, typename I, unsigned long long kjit_cx, "
+        "typename T_a, typename T_b>"
+    ) in src
     # A default is still a runtime argument.
     assert ", double s)" in src
     with pytest.raises(ValueError, match="expected all inputs on one CUDA device"):
@@ -455,18 +514,57 @@ def test_cpu_tensors_are_a_value_error_saying_to_use_cuda(op, call):
 
 
 def test_cpu_tensor_that_requires_grad_gets_the_same_error():
-    for call in (lambda x: ops.silu(x), lambda x: ops.softmax(x), lambda x: ops.layer_norm(x),
-                 lambda x: ops.sum(x, 0), lambda x: ops.max_pool2d(x.view(1, 1, 4, 4), 2)):
+    for call in (
+        lambda x: ops.silu(x),
+        lambda x: ops.softmax(x),
+        lambda x: ops.layer_norm(x),
+        lambda x: ops.sum(x, 0),
+        lambda x: ops.max_pool2d(x.view(1, 1, 4, 4), 2),
+    ):
         with pytest.raises(kjit.ValueError, match="CUDA"):
             call(torch.randn(4, 4, requires_grad=True))
 
 
 def test_ops_are_the_registered_operators():
-    names = ["relu", "sigmoid", "tanh", "silu", "gelu", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-             "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d",
-             "add_constant", "rgb_to_gray", "outer", "outer_backward", "fused_update"]
-    backward = ["relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
-                "add_layer_norm", "add_rms_norm", "max_pool2d", "avg_pool2d"]
+    names = [
+        "relu",
+        "sigmoid",
+        "tanh",
+        "silu",
+        "gelu",
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "add_layer_norm",
+        "add_rms_norm",
+        "max_pool2d",
+        "avg_pool2d",
+        "add_constant",
+        "rgb_to_gray",
+        "outer",
+        "outer_backward",
+        "fused_update",
+    ]
+    backward = [
+        "relu",
+        "sigmoid",
+        "tanh",
+        "silu",
+        "gelu",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "add_layer_norm",
+        "add_rms_norm",
+        "max_pool2d",
+        "avg_pool2d",
+    ]
     for name in names + [f"{n}_backward" for n in backward]:
         assert getattr(ops, name) is getattr(kjit._C.ops, name), name  # the direct entry (a C function)
         assert ops.registered(name) is getattr(torch.ops.kjit, name).default, name
@@ -522,8 +620,11 @@ def test_meta_reductions_keep_the_dtype(dtype):
 
 def test_reduction_dim_out_of_range_is_a_value_error():
     for name in ("sum", "mean", "amax", "amin"):
-        with pytest.raises(ValueError, match=rf"kjit\.ops\.{name}: dim 2 is out of range for a tensor of 2 dims "
-                                             r"\(allowed: -2 to 1\)") as info:
+        with pytest.raises(
+            ValueError,
+            match=rf"kjit\.ops\.{name}: dim 2 is out of range for a tensor of 2 dims "
+            r"\(allowed: -2 to 1\)",
+        ) as info:
             getattr(ops, name)(meta(3, 4), 2)
         assert isinstance(info.value, kjit.Error)
         with pytest.raises(ValueError, match=r"dim -3 is out of range"):
@@ -545,8 +646,15 @@ def test_meta_softmax_and_norm_shapes(dtype):
 
     d = 768
     x, w, b = meta(2, 5, d, dtype=dtype), meta(d, dtype=dtype), meta(d, dtype=dtype)
-    for y in (ops.layer_norm(x, w, b), ops.layer_norm(x, w), ops.layer_norm(x), ops.layer_norm(x, None, b, 1e-3),
-              ops.rms_norm(x, w), ops.rms_norm(x), ops.rms_norm(x, w, 1e-5)):
+    for y in (
+        ops.layer_norm(x, w, b),
+        ops.layer_norm(x, w),
+        ops.layer_norm(x),
+        ops.layer_norm(x, None, b, 1e-3),
+        ops.rms_norm(x, w),
+        ops.rms_norm(x),
+        ops.rms_norm(x, w, 1e-5),
+    ):
         assert y.shape == x.shape and y.dtype == dtype
     dx, dw, db = ops.layer_norm_backward(x, x, w, True, 1e-5)
     assert (dx.shape, dw.shape, db.shape) == (x.shape, (d,), (d,))
@@ -564,8 +672,14 @@ def test_meta_residual_norm_shapes(dtype):
     for shape in [(2, 5, d), (7, d), (d,), (0, d), (4, 0)]:
         x, r = meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)
         wd = meta(shape[-1], dtype=dtype)
-        for y, h in (ops.add_layer_norm(x, r, wd, wd), ops.add_layer_norm(x, r), ops.add_layer_norm(x, r, None, wd, 1e-3),
-                     ops.add_rms_norm(x, r, wd), ops.add_rms_norm(x, r), ops.add_rms_norm(x, r, eps=1e-5)):
+        for y, h in (
+            ops.add_layer_norm(x, r, wd, wd),
+            ops.add_layer_norm(x, r),
+            ops.add_layer_norm(x, r, None, wd, 1e-3),
+            ops.add_rms_norm(x, r, wd),
+            ops.add_rms_norm(x, r),
+            ops.add_rms_norm(x, r, eps=1e-5),
+        ):
             assert y.shape == h.shape == shape and y.dtype == h.dtype == dtype
             assert y.is_contiguous() and h.is_contiguous()
     x = meta(2, 5, d, dtype=dtype)
@@ -584,32 +698,56 @@ def test_meta_residual_norm_shapes(dtype):
 
 def test_residual_norm_argument_errors():
     x, w = meta(4, 8), meta(8)
-    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have "
-                                              r"shape \[4, 8\]"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have "
+        r"shape \[4, 8\]",
+    ):
         ops.add_rms_norm(x, meta(4, 7), w)
-    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have "
-                                              r"shape \[4, 8\]"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^kjit\.ops\.add_layer_norm: residual has shape \[8\] but must have "
+        r"shape \[4, 8\]",
+    ):
         ops.add_layer_norm(x, meta(8))  # no broadcasting
-    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has "
-                                             r"dtype torch\.float32: the dtypes must match; convert with "
-                                             r"residual\.to\(x\.dtype\)"):
+    with pytest.raises(
+        kjit.TypeError,
+        match=r"^kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has "
+        r"dtype torch\.float32: the dtypes must match; convert with "
+        r"residual\.to\(x\.dtype\)",
+    ):
         ops.add_layer_norm(x, meta(4, 8, dtype=torch.float16), w, w)
-    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_rms_norm: residual has dtype torch\.int32, which is not "
-                                             r"supported"):
+    with pytest.raises(
+        kjit.TypeError,
+        match=r"^kjit\.ops\.add_rms_norm: residual has dtype torch\.int32, which is not "
+        r"supported",
+    ):
         ops.add_rms_norm(x, meta(4, 8, dtype=torch.int32))
-    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm: weight has shape \[7\] but must have shape "
-                                              r"\[8\]"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^kjit\.ops\.add_rms_norm: weight has shape \[7\] but must have shape "
+        r"\[8\]",
+    ):
         ops.add_rms_norm(x, x, meta(7))
     with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm: x must have at least one dim"):
         ops.add_layer_norm(meta(), meta())
-    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[4, 7\] but must "
-                                              r"have shape \[4, 8\]"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^kjit\.ops\.add_rms_norm_backward: grad_h has shape \[4, 7\] but must "
+        r"have shape \[4, 8\]",
+    ):
         ops.add_rms_norm_backward(x, meta(4, 7), x, w, False, 1e-6)
-    with pytest.raises(kjit.TypeError, match=r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h "
-                                             r"has dtype torch\.float32"):
+    with pytest.raises(
+        kjit.TypeError,
+        match=r"^kjit\.ops\.add_layer_norm_backward: grad has dtype torch\.float64 but h "
+        r"has dtype torch\.float32",
+    ):
         ops.add_layer_norm_backward(meta(4, 8, dtype=torch.float64), None, x, None, False, 1e-5)
-    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.add_layer_norm_backward: weight has shape \[4\] but must "
-                                              r"have shape \[8\]"):
+    with pytest.raises(
+        kjit.ValueError,
+        match=r"^kjit\.ops\.add_layer_norm_backward: weight has shape \[4\] but must "
+        r"have shape \[8\]",
+    ):
         ops.add_layer_norm_backward(x, x, x, meta(4), True, 1e-5)
 
 
@@ -619,14 +757,15 @@ POOL_CONFIGS = [
     (3, 2, 1),
     (3, 1, 1),
     ((2, 3), (1, 2), (1, 1)),
-    ((3, 3), (), 0),   # stride defaults to the kernel size
+    ((3, 3), (), 0),  # stride defaults to the kernel size
     (5, 3, 2),
     (1, 1, 0),
 ]
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 17, 23), (3, 17, 23), (1, 1, 5, 5), (0, 3, 8, 8)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(2, 3, 17, 23), (3, 17, 23), (1, 1, 5, 5), (0, 3, 8, 8)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("config", POOL_CONFIGS, ids=lambda c: str(c).replace(" ", ""))
 def test_meta_pool_output_shapes_follow_torch(shape, config):
     k, s, p = config
@@ -652,22 +791,41 @@ def test_meta_pool_defaults_and_dtypes():
 @pytest.mark.parametrize(
     "call, exc, message",
     [
-        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, 2, 2), ValueError,
-         r"padding \(2, 2\) must be at most half the kernel size \(2, 2\)"),
-        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), [3, 2], [1, 1], [1, 2]), ValueError,
-         r"padding \(1, 2\) must be at most half the kernel size \(3, 2\)"),
-        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), [2, 2, 2]), TypeError,
-         r"kernel_size must be an int or a pair of ints, got \[2, 2, 2\]"),
+        (
+            lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, 2, 2),
+            ValueError,
+            r"padding \(2, 2\) must be at most half the kernel size \(2, 2\)",
+        ),
+        (
+            lambda: ops.avg_pool2d(meta(1, 1, 8, 8), [3, 2], [1, 1], [1, 2]),
+            ValueError,
+            r"padding \(1, 2\) must be at most half the kernel size \(3, 2\)",
+        ),
+        (
+            lambda: ops.max_pool2d(meta(1, 1, 8, 8), [2, 2, 2]),
+            TypeError,
+            r"kernel_size must be an int or a pair of ints, got \[2, 2, 2\]",
+        ),
         (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, [1, 1, 1]), TypeError, r"stride must be an int or a pair of ints"),
         (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 0), ValueError, r"kernel_size and stride must be >= 1"),
         (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 0), ValueError, r"kernel_size and stride must be >= 1"),
         (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 2, -1), ValueError, r"padding >= 0"),
-        (lambda: ops.max_pool2d(meta(1, 1, 2, 2), 3), ValueError,
-         r"the input's spatial size \(2, 2\) is too small for kernel_size \(3, 3\)"),
-        (lambda: ops.max_pool2d(meta(8, 8), 2), ValueError, r"x must be NCHW or CHW \(4 or 3 dims\), got shape \[8, 8\]"),
+        (
+            lambda: ops.max_pool2d(meta(1, 1, 2, 2), 3),
+            ValueError,
+            r"the input's spatial size \(2, 2\) is too small for kernel_size \(3, 3\)",
+        ),
+        (
+            lambda: ops.max_pool2d(meta(8, 8), 2),
+            ValueError,
+            r"x must be NCHW or CHW \(4 or 3 dims\), got shape \[8, 8\]",
+        ),
         (lambda: ops.avg_pool2d(meta(1, 1, 1, 8, 8), 2), ValueError, r"x must be NCHW or CHW"),
-        (lambda: ops.max_pool2d(meta(1, 1, 8, 8, dtype=torch.int32), 2), TypeError,
-         r"x has dtype torch\.int32, which is not supported"),
+        (
+            lambda: ops.max_pool2d(meta(1, 1, 8, 8, dtype=torch.int32), 2),
+            TypeError,
+            r"x has dtype torch\.int32, which is not supported",
+        ),
     ],
 )
 def test_pool_parameter_errors(call, exc, message):
@@ -731,12 +889,28 @@ def test_backward_traces_to_the_library_backward_ops():
     def f(x, w, b):
         return torch.autograd.grad(_library_graph(x, w, b), (x, w, b))
 
-    inputs = (torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True),
-              torch.randn(8, requires_grad=True))
+    inputs = (
+        torch.randn(4, 8, requires_grad=True),
+        torch.randn(8, requires_grad=True),
+        torch.randn(8, requires_grad=True),
+    )
     code = make_fx(f, tracing_mode="symbolic")(*inputs).code
     found = set(re.findall(r"torch\.ops\.kjit\.(\w+)\.default", code))
-    for name in ("silu", "gelu", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "layer_norm", "rms_norm",
-                 "max_pool2d", "avg_pool2d", "amax", "mean"):
+    for name in (
+        "silu",
+        "gelu",
+        "sigmoid",
+        "tanh",
+        "relu",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "max_pool2d",
+        "avg_pool2d",
+        "amax",
+        "mean",
+    ):
         assert name in found, (name, sorted(found))
         if name not in ("amax", "mean"):  # their gradients are PyTorch ops
             assert f"{name}_backward" in found, (name, sorted(found))
@@ -771,8 +945,12 @@ def test_residual_norm_backward_traces_to_the_library_backward_ops():
     def f(x, r, w, b):
         return torch.autograd.grad(_residual_graph(x, r, w, b), (x, r, w, b))
 
-    inputs = (torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True),
-              torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True))
+    inputs = (
+        torch.randn(4, 8, requires_grad=True),
+        torch.randn(4, 8, requires_grad=True),
+        torch.randn(8, requires_grad=True),
+        torch.randn(8, requires_grad=True),
+    )
     code = make_fx(f, tracing_mode="symbolic")(*inputs).code
     found = set(re.findall(r"torch\.ops\.kjit\.(\w+)\.default", code))
     for name in ("add_rms_norm", "add_layer_norm", "add_rms_norm_backward", "add_layer_norm_backward"):

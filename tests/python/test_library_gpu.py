@@ -172,12 +172,12 @@ def test_elementwise_broadcasting():
 
 def test_elementwise_non_contiguous_inputs():
     f = kjit.elementwise("x * 2 + y", "x, y", name="test_strided")
-    x = randn(33, 65).t()          # (65, 33), strides (1, 65)
+    x = randn(33, 65).t()  # (65, 33), strides (1, 65)
     y = randn(65, 33)
     out = f(x, y)
     assert out.is_contiguous() and out.shape == (65, 33)
     torch.testing.assert_close(out, x * 2 + y, rtol=1e-6, atol=1e-6)
-    z = randn(10, 20, 30)[:, ::2, 1::3]   # sliced: three dims that do not merge
+    z = randn(10, 20, 30)[:, ::2, 1::3]  # sliced: three dims that do not merge
     w = randn(10, 10, 10).permute(2, 0, 1)
     torch.testing.assert_close(f(z, w), z * 2 + w, rtol=1e-6, atol=1e-6)
     # Same shape, one of them expanded (stride 0).
@@ -456,8 +456,11 @@ def check_reduction(name, x, dim, keepdim):
         close(out, ref, rtol=tol["rtol"], atol=tol["atol"] / max(n, 1))
 
 
-@pytest.mark.parametrize("dtype, d", [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
-                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v))
+@pytest.mark.parametrize(
+    "dtype, d",
+    [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
+    ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v),
+)
 def test_reduce_last_dim(dtype, d):
     rows = 37 if d <= 1000 else 5
     x = randn(rows, d, dtype=dtype)
@@ -471,10 +474,10 @@ def test_reduce_last_dim(dtype, d):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_reduce_last_dim_layouts(dtype):
-    x = randn(9, 1000, dtype=dtype, misaligned=True)   # rows not on a 16-byte boundary
-    y = randn(1000, 9, dtype=dtype).t()                 # transposed: made contiguous first
-    z = randn(4, 6, 768, dtype=dtype)                   # 3-D
-    v = randn(1000, dtype=dtype)                        # 1-D
+    x = randn(9, 1000, dtype=dtype, misaligned=True)  # rows not on a 16-byte boundary
+    y = randn(1000, 9, dtype=dtype).t()  # transposed: made contiguous first
+    z = randn(4, 6, 768, dtype=dtype)  # 3-D
+    v = randn(1000, dtype=dtype)  # 1-D
     for name in REDUCE_OPS:
         for t in (x, y, z, v):
             check_reduction(name, t, -1, False)
@@ -484,9 +487,11 @@ def test_reduce_last_dim_layouts(dtype):
 SHAPES_3D = [(5, 7, 33), (4, 1000, 12), (3, 768, 64), (6, 9, 1), (2, 8192, 48), (1, 3, 4097)]
 
 
-@pytest.mark.parametrize("dtype, shape", [(t, s) for t in DTYPES for s in SHAPES_3D]
-                         + [(torch.float64, (5, 7, 33)), (torch.float64, (2, 8192, 48))],
-                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else "x".join(map(str, v)))
+@pytest.mark.parametrize(
+    "dtype, shape",
+    [(t, s) for t in DTYPES for s in SHAPES_3D] + [(torch.float64, (5, 7, 33)), (torch.float64, (2, 8192, 48))],
+    ids=lambda v: dname(v) if isinstance(v, torch.dtype) else "x".join(map(str, v)),
+)
 def test_reduce_other_dims(dtype, shape):
     x = randn(*shape, dtype=dtype)
     for name in REDUCE_OPS:
@@ -509,14 +514,18 @@ def test_reduce_large():
     x = randn(65536, 4096)
     check_reduction("sum", x, -1, False)
     check_reduction("amax", x, -1, False)
-    check_reduction("mean", x, 0, False)   # columns, split over R = 65536
+    check_reduction("mean", x, 0, False)  # columns, split over R = 65536
     check_reduction("amin", x, 0, True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_amax_amin_propagate_nan(dtype):
-    for shape, dim, where in [((6, 1000), -1, [(1, 17), (4, 999)]), ((6, 1000), 0, [(1, 17), (4, 999)]),
-                              ((16384, 64), 0, [(5000, 3), (16383, 63)]), ((7, 50257), -1, [(2, 50000)])]:
+    for shape, dim, where in [
+        ((6, 1000), -1, [(1, 17), (4, 999)]),
+        ((6, 1000), 0, [(1, 17), (4, 999)]),
+        ((16384, 64), 0, [(5000, 3), (16383, 63)]),
+        ((7, 50257), -1, [(2, 50000)]),
+    ]:
         x = randn(*shape, dtype=dtype)
         for r, c in where:
             x[r, c] = float("nan")
@@ -537,8 +546,11 @@ def test_reduce_empty():
     assert torch.equal(ops.sum(torch.empty(0, 5, device=DEV), 0), torch.zeros(5, device=DEV))
     assert ops.mean(torch.empty(0, 5, device=DEV), 0).isnan().all()
     for name in ("amax", "amin"):
-        with pytest.raises(ValueError, match=rf"kjit\.ops\.{name}: dim 1 has size 0 and {name} of nothing is "
-                                             "undefined") as info:
+        with pytest.raises(
+            ValueError,
+            match=rf"kjit\.ops\.{name}: dim 1 has size 0 and {name} of nothing is "
+            "undefined",
+        ) as info:
             getattr(ops, name)(e)
         assert isinstance(info.value, kjit.Error)
     # An empty result is fine, whatever the reduced dim.
@@ -591,8 +603,11 @@ def softmax_op(log):
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-@pytest.mark.parametrize("dtype, d", [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
-                         ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v))
+@pytest.mark.parametrize(
+    "dtype, d",
+    [(t, d) for t in DTYPES for d in ROW_SIZES] + [(torch.float64, 7), (torch.float64, 50257)],
+    ids=lambda v: dname(v) if isinstance(v, torch.dtype) else str(v),
+)
 def test_softmax_forward(dtype, d, log):
     rows = 37 if d <= 1000 else 5
     x = randn(rows, d, dtype=dtype, scale=3.0)
@@ -608,11 +623,13 @@ def test_softmax_forward(dtype, d, log):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_softmax_layouts(dtype, log):
     op = softmax_op(log)
-    for x in (randn(9, 1000, dtype=dtype, misaligned=True, scale=3.0),      # misaligned rows
-              randn(2, 9, 1000, dtype=dtype, misaligned=True, scale=3.0).view(18, 1000),
-              randn(4, 6, 768, dtype=dtype, scale=3.0),                      # 3-D
-              randn(1000, 9, dtype=dtype, scale=3.0).t(),                    # transposed
-              randn(1000, dtype=dtype, scale=3.0)):                          # 1-D
+    for x in (
+        randn(9, 1000, dtype=dtype, misaligned=True, scale=3.0),  # misaligned rows
+        randn(2, 9, 1000, dtype=dtype, misaligned=True, scale=3.0).view(18, 1000),
+        randn(4, 6, 768, dtype=dtype, scale=3.0),  # 3-D
+        randn(1000, 9, dtype=dtype, scale=3.0).t(),  # transposed
+        randn(1000, dtype=dtype, scale=3.0),
+    ):  # 1-D
         close(op(x), softmax_ref(x, log), **softmax_tol(dtype, log))
         close(op(x, x.dim() - 1), softmax_ref(x, log), **softmax_tol(dtype, log))
     for shape in [(0, 5), (3, 0), (0,)]:
@@ -637,8 +654,11 @@ def test_softmax_masked_and_nan_rows(d):
 
 
 def test_softmax_only_the_last_dim():
-    with pytest.raises(ValueError, match=r"kjit\.ops\.softmax: only the last dim is supported, got dim=0 for a tensor "
-                                         r"of 2 dims; move it last with x\.movedim\(0, -1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"kjit\.ops\.softmax: only the last dim is supported, got dim=0 for a tensor "
+        r"of 2 dims; move it last with x\.movedim\(0, -1\)",
+    ):
         ops.softmax(randn(3, 4), 0)
     with pytest.raises(ValueError, match=r"only the last dim is supported"):
         ops.log_softmax(randn(2, 3, 4), -2)
@@ -671,8 +691,11 @@ def test_softmax_backward(dtype, d, log):
 def test_softmax_backward_misaligned_and_strided_grad(log):
     y = softmax_op(log)(randn(9, 1000, scale=3.0))
     bwd = ops.log_softmax_backward if log else ops.softmax_backward
-    for g, yy in [(randn(9, 1000, misaligned=True), y), (randn(9, 1000), misaligned_like(y)),
-                  (randn(1, 1000).expand(9, 1000), y)]:
+    for g, yy in [
+        (randn(9, 1000, misaligned=True), y),
+        (randn(9, 1000), misaligned_like(y)),
+        (randn(1, 1000).expand(9, 1000), y),
+    ]:
         close(bwd(g, yy), softmax_backward_ref(g, yy, log).float(), **row_tol(torch.float32))
 
 
@@ -708,8 +731,9 @@ def norm_inputs(rows, d, dtype, *, misaligned=False):
 
 def layer_norm_ref(x, w, b):
     d = x.shape[-1]
-    return F.layer_norm(x.double(), (d,), None if w is None else w.double(), None if b is None else b.double(),
-                        EPS_LN).to(x.dtype)
+    return F.layer_norm(
+        x.double(), (d,), None if w is None else w.double(), None if b is None else b.double(), EPS_LN
+    ).to(x.dtype)
 
 
 def rms_norm_ref(x, w):
@@ -720,7 +744,7 @@ NORM_SIZES = [7, 768, 1000, 4096, 8192, 50257]
 
 
 @pytest.mark.parametrize("d", NORM_SIZES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=dname)   # float64: test_norm_gradcheck
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)  # float64: test_norm_gradcheck
 def test_norm_forward(dtype, d):
     rows = 33 if d <= 1000 else 5
     x, w, b = norm_inputs(rows, d, dtype)
@@ -775,7 +799,11 @@ def test_norm_errors_on_cuda():
 
 
 NORM_CONFIGS = [  # (rms, has_w, has_b)
-    (False, True, True), (True, True, False), (False, True, False), (False, False, False), (True, False, False),
+    (False, True, True),
+    (True, True, False),
+    (False, True, False),
+    (False, False, False),
+    (True, False, False),
 ]
 
 
@@ -786,8 +814,11 @@ def norm_grads_ref(x, w, b, g, rms):
     d = x.shape[-1]
     y = F.rms_norm(x64, (d,), w64, EPS_RMS) if rms else F.layer_norm(x64, (d,), w64, b64, EPS_LN)
     y.backward(g.double())
-    return (x64.grad.to(x.dtype), None if w is None else w64.grad.to(x.dtype),
-            None if b is None else b64.grad.to(x.dtype))
+    return (
+        x64.grad.to(x.dtype),
+        None if w is None else w64.grad.to(x.dtype),
+        None if b is None else b64.grad.to(x.dtype),
+    )
 
 
 def _norm_backward_cases():
@@ -798,8 +829,11 @@ def _norm_backward_cases():
                 yield d, config
 
 
-@pytest.mark.parametrize("d, config", list(_norm_backward_cases()),
-                         ids=lambda v: str(v) if isinstance(v, int) else ("rms" if v[0] else "ln") + "_w" * v[1] + "_b" * v[2])
+@pytest.mark.parametrize(
+    "d, config",
+    list(_norm_backward_cases()),
+    ids=lambda v: str(v) if isinstance(v, int) else ("rms" if v[0] else "ln") + "_w" * v[1] + "_b" * v[2],
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_norm_backward(dtype, d, config):
     rms, has_w, has_b = config
@@ -905,7 +939,7 @@ def check_add_norm(rms, x, r, w, b, eps=None):
 
 @pytest.mark.parametrize("d", ADD_SIZES)
 @pytest.mark.parametrize("rows", ADD_SIZES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=dname)   # float64: test_add_norm_gradcheck
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)  # float64: test_add_norm_gradcheck
 @pytest.mark.parametrize("rms", [True, False], ids=["add_rms_norm", "add_layer_norm"])
 def test_add_norm_forward(rms, dtype, rows, d):
     x, r, w, b = add_norm_inputs(rows, d, dtype)
@@ -958,10 +992,15 @@ def test_add_norm_layouts_and_eps(dtype):
 
 def test_add_norm_errors_on_cuda():
     x = randn(4, 8)
-    with pytest.raises(ValueError, match=r"kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape "
-                                         r"\[4, 8\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"kjit\.ops\.add_rms_norm: residual has shape \[4, 7\] but must have shape "
+        r"\[4, 8\]",
+    ):
         ops.add_rms_norm(x, randn(4, 7))
-    with pytest.raises(TypeError, match=r"kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype"):
+    with pytest.raises(
+        TypeError, match=r"kjit\.ops\.add_layer_norm: residual has dtype torch\.float16 but x has dtype"
+    ):
         ops.add_layer_norm(x, randn(4, 8, dtype=torch.float16))
     with pytest.raises(ValueError, match=r"kjit\.ops\.add_rms_norm: expected all tensors on one CUDA device"):
         ops.add_rms_norm(x, torch.randn(4, 8))
@@ -984,13 +1023,18 @@ def add_norm_grads_ref(rms, x, r, w, b, dy, dh):
 
 
 ADD_NORM_CONFIGS = [  # (rms, has_w, has_b)
-    (True, True, False), (False, True, True), (True, False, False), (False, True, False), (False, False, False),
+    (True, True, False),
+    (False, True, True),
+    (True, False, False),
+    (False, True, False),
+    (False, False, False),
 ]
 
 
 @pytest.mark.parametrize("with_dh", [True, False], ids=["dh", "no_dh"])
-@pytest.mark.parametrize("config", ADD_NORM_CONFIGS,
-                         ids=lambda v: ("add_rms" if v[0] else "add_ln") + "_w" * v[1] + "_b" * v[2])
+@pytest.mark.parametrize(
+    "config", ADD_NORM_CONFIGS, ids=lambda v: ("add_rms" if v[0] else "add_ln") + "_w" * v[1] + "_b" * v[2]
+)
 @pytest.mark.parametrize("d", ADD_SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_add_norm_backward(dtype, d, config, with_dh):
@@ -1132,9 +1176,11 @@ def test_max_pool2d(dtype, config, shape):
 
 
 @pytest.mark.parametrize("shape", POOL_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config, count_include_pad", [(c, True) for c in POOL_CONFIGS]
-                         + [(c, False) for c in POOL_CONFIGS if c[2] != 0],   # no padding: the same divisor
-                         ids=lambda v: ("count_pad" if v else "no_count_pad") if isinstance(v, bool) else config_id(v))
+@pytest.mark.parametrize(
+    "config, count_include_pad",
+    [(c, True) for c in POOL_CONFIGS] + [(c, False) for c in POOL_CONFIGS if c[2] != 0],  # no padding: the same divisor
+    ids=lambda v: ("count_pad" if v else "no_count_pad") if isinstance(v, bool) else config_id(v),
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_avg_pool2d(dtype, config, count_include_pad, shape):
     k, s, p = config
@@ -1154,7 +1200,7 @@ def test_pool_defaults_layouts_and_empty():
     x = randn(2, 3, 16, 17)
     torch.testing.assert_close(ops.max_pool2d(x, 2), F.max_pool2d(x, 2), rtol=0, atol=0)
     torch.testing.assert_close(ops.avg_pool2d(x, [3, 3]), F.avg_pool2d(x, 3), rtol=1e-5, atol=1e-5)
-    xt = randn(2, 3, 17, 16).transpose(2, 3)   # non-contiguous: made contiguous first
+    xt = randn(2, 3, 17, 16).transpose(2, 3)  # non-contiguous: made contiguous first
     torch.testing.assert_close(ops.max_pool2d(xt, 3, 2, 1), F.max_pool2d(xt, 3, 2, 1), rtol=0, atol=0)
     xm = misaligned_like(x)
     torch.testing.assert_close(ops.avg_pool2d(xm, 3, 1, 1), F.avg_pool2d(xm, 3, 1, 1), rtol=1e-5, atol=1e-5)
@@ -1215,8 +1261,13 @@ def test_specialization_policy_saturates_to_the_generic_variant(run_py):
     assert out["max"] == 2
     by_kernel = {(e["kernel"], e["param"]): e for e in out["specializations"]}
     for kernel in ("softmax_forward", "norm_forward", "reduce_rows"):
-        assert by_kernel[(kernel, "D")] == {"kernel": kernel, "param": "D", "specialized_values": 2,
-                                            "generic_values": 1, "saturated": True}, out["specializations"]
+        assert by_kernel[(kernel, "D")] == {
+            "kernel": kernel,
+            "param": "D",
+            "specialized_values": 2,
+            "generic_values": 1,
+            "saturated": True,
+        }, out["specializations"]
         said = [w for w in out["warnings"] if f"kernel '{kernel}' has been specialized on 2 distinct values of D" in w]
         assert len(said) == 1, out["warnings"]
     policy = [w for w in out["warnings"] if "has been specialized on" in w]

@@ -60,8 +60,10 @@ def need_kernel(name):
         # "declaration is incompatible with template parameter _Tp" in cute/container/array.hpp (seen with
         # NVRTC 13.2 and pip's CCCL 13.2): a version pair that does not compile together, outside kjit.
         if _version(cutlass) <= (4, 2) and _version(cccl) >= (3, 1):
-            pytest.skip(f"CUTLASS {cutlass} does not compile with CCCL {cccl} (CuTe redeclares cuda::std's "
-                        "structured bindings): a newer CUTLASS, or the CCCL of CUDA 13.0")
+            pytest.skip(
+                f"CUTLASS {cutlass} does not compile with CCCL {cccl} (CuTe redeclares cuda::std's "
+                "structured bindings): a newer CUTLASS, or the CCCL of CUDA 13.0"
+            )
     return file, kernel, params, options, include
 
 
@@ -148,7 +150,8 @@ def test_an_include_a_macro_computes_that_is_nowhere_is_a_compile_error_naming_i
     assert "KJIT_INCLUDE_PATH" in str(e.value)  # where kjit looked, and what to do
     # The process stays usable.
     assert kjit.Template("template <int N> __global__ void k(int* o) { o[0] = N; }\n", name="ok.cu").kernel(
-        "k").specialize(arch="sm_90", N=2).origin in ("compiled", "disk")
+        "k"
+    ).specialize(arch="sm_90", N=2).origin in ("compiled", "disk")
 
 
 # ---- on the GPU: results against PyTorch ------------------------------------------------------------------

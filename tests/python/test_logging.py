@@ -77,7 +77,8 @@ def test_a_damaged_entry_is_a_warning_and_a_record(caplog):
 
 
 def test_strict_miss_is_a_warning_record(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import logging, torch, kjit
         records = []
         class Keep(logging.Handler):
@@ -91,7 +92,9 @@ def test_strict_miss_is_a_warning_record(run_py):
             pass
         (r,) = [r for r in records if r.event == "strict_miss"]
         print(r.levelname, r.kernel, r.target, len(r.key))
-    """, env={"KJIT_CACHE_MODE": "strict"})
+    """,
+        env={"KJIT_CACHE_MODE": "strict"},
+    )
     assert r.stdout.split() == ["WARNING", "k<float>", "sm_80", "64"]
 
 
@@ -113,7 +116,11 @@ def test_kjit_verbose_configures_the_logger(run_py):
 
     two = run_py(code, env={"KJIT_VERBOSE": "2"})
     assert two.stdout.split() == ["DEBUG"]
-    assert [l for l in two.stderr.splitlines() if l.startswith("kjit: loaded k(T=float32) from template v.cu for sm_80 from the disk cache in ")]
+    assert [
+        l
+        for l in two.stderr.splitlines()
+        if l.startswith("kjit: loaded k(T=float32) from template v.cu for sm_80 from the disk cache in ")
+    ]
 
     quiet = run_py(code, env={"KJIT_VERBOSE": None})
     assert quiet.stdout.split() == ["NOTSET"]
@@ -121,7 +128,8 @@ def test_kjit_verbose_configures_the_logger(run_py):
 
 
 def test_kjit_verbose_leaves_a_users_configuration_alone(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import logging, io
         mine = io.StringIO()
         log = logging.getLogger("kjit")
@@ -131,7 +139,9 @@ def test_kjit_verbose_leaves_a_users_configuration_alone(run_py):
         fam = kjit.Template(f"// {uuid.uuid4()}\\n__global__ void k(float* x) {{}}", name="u.cu").kernel("k")
         fam.specialize(arch="sm_80")
         print(logging.getLevelName(log.level), len(log.handlers), repr(mine.getvalue()))
-    """, env={"KJIT_VERBOSE": "2"})
+    """,
+        env={"KJIT_VERBOSE": "2"},
+    )
     assert r.stdout.split() == ["WARNING", "2", "''"]  # the user's handler, kjit's NullHandler; no record
     assert "kjit: compiled" not in r.stderr
 
@@ -140,7 +150,8 @@ def test_records_from_many_threads_without_deadlock(run_py):
     # Eight Python threads compile at once (the GIL released during each compile); the handler takes
     # the GIL, calls back into kjit and is slow; the main thread holds the GIL as much as it can,
     # asking kjit for its counters (an engine lock) in a loop. A deadlock would hang until the timeout.
-    r = run_py("""
+    r = run_py(
+        """
         import logging, threading, time, uuid, torch, kjit
         seen = []
         class Slow(logging.Handler):
@@ -167,17 +178,22 @@ def test_records_from_many_threads_without_deadlock(run_py):
         assert compiles == sorted(f"k{i}<{n}>" for i in range(8) for n in range(3)), compiles
         assert len({tid for _, _, tid in seen}) > 1
         print("ok", len(compiles))
-    """, timeout=240)
+    """,
+        timeout=240,
+    )
     assert r.stdout.split() == ["ok", "24"]
 
 
 def test_records_from_kjit_warm_threads(run_py, tmp_path):
     # `kjit warm -j 4` compiles on C++ worker threads that never held the GIL: their records arrive.
     manifest = tmp_path / "m.json"
-    run_py("""
+    run_py(
+        """
         import torch, kjit
         kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=2, arch="sm_80")
-    """, env={"KJIT_RECORD": manifest})
+    """,
+        env={"KJIT_RECORD": manifest},
+    )
     # Through a handler of the process's own: each record must reach Python's logging with its data (the
     # C++ stderr fallback, for where no interpreter can take a record, would print no "record" line).
     r = run_py(f"""
@@ -198,7 +214,8 @@ def test_records_from_kjit_warm_threads(run_py, tmp_path):
 def test_no_record_into_an_exiting_interpreter(run_py):
     # An atexit hook registered before kjit's runs after it (last in, first out): a compile there happens
     # while the interpreter exits. Its event is the KJIT_VERBOSE line on stderr, not a call into Python.
-    r = run_py("""
+    r = run_py(
+        """
         import atexit, logging, uuid
         def compile_at_exit():
             import torch, kjit
@@ -214,7 +231,9 @@ def test_no_record_into_an_exiting_interpreter(run_py):
         logging.getLogger("kjit").setLevel(logging.INFO)
         src = f"// {uuid.uuid4()}\\n__global__ void early(float* x) {{}}"
         kjit.Template(src, name="early.cu").kernel("early").specialize(arch="sm_80")
-    """, env={"KJIT_VERBOSE": "1"})
+    """,
+        env={"KJIT_VERBOSE": "1"},
+    )
     assert r.stdout.splitlines() == ["record early", "compiled at exit"], r
     assert "kjit: compiled late() from template late.cu for sm_80" in r.stderr, r
 

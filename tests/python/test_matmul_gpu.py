@@ -12,8 +12,13 @@ from kjit import ops
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16]
-ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-               "silu": F.silu}
+ACTIVATIONS = {
+    None: lambda z: z,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
 
 
 def tol(dtype):
@@ -23,7 +28,7 @@ def tol(dtype):
 def operands(m, n, k, dtype, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(m, k, device="cuda", dtype=torch.float32, generator=g).to(dtype)
-    w = (torch.randn(n, k, device="cuda", dtype=torch.float32, generator=g) / k ** 0.5).to(dtype)
+    w = (torch.randn(n, k, device="cuda", dtype=torch.float32, generator=g) / k**0.5).to(dtype)
     b = torch.randn(n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
     r = torch.randn(m, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
     return x, w, b, r
@@ -111,10 +116,17 @@ def test_linear_gradients(activation):
     dtype = torch.bfloat16
     x, w, b, r = operands(33, 72, 136, dtype, seed=3)
     torch.manual_seed(0)
-    out, grads = _grads(lambda x, w, b, r: ops.linear(x, w, b, activation=activation, scale=0.5, residual=r), x, w, b, r)
+    out, grads = _grads(
+        lambda x, w, b, r: ops.linear(x, w, b, activation=activation, scale=0.5, residual=r), x, w, b, r
+    )
     torch.manual_seed(0)
-    ref, ref_grads = _grads(lambda x, w, b, r: (ACTIVATIONS[activation](F.linear(x.float(), w.float(), b.float() * 2)
-                                                                       * 0.5) + r.float()), x, w, b, r)
+    ref, ref_grads = _grads(
+        lambda x, w, b, r: ACTIVATIONS[activation](F.linear(x.float(), w.float(), b.float() * 2) * 0.5) + r.float(),
+        x,
+        w,
+        b,
+        r,
+    )
     torch.testing.assert_close(out.float(), ref, **tol(dtype))
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got.float(), want.float(), atol=8e-2, rtol=5e-2)
@@ -212,18 +224,44 @@ def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
     script = tmp_path / "workload.py"
     script.write_text(TUNE_WORKLOAD)
     manifest, cache_a, cache_b = tmp_path / "m.json", tmp_path / "cache-a", tmp_path / "cache-b"
-    tuned = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_a, "KJIT_TUNE": "1", "KJIT_VERBOSE": "1",
-                                           "KJIT_RECORD": manifest, "KJIT_CACHE_MODE": None})
+    tuned = run_python(
+        [str(script)],
+        env={
+            "KJIT_CACHE_DIR": cache_a,
+            "KJIT_TUNE": "1",
+            "KJIT_VERBOSE": "1",
+            "KJIT_RECORD": manifest,
+            "KJIT_CACHE_MODE": None,
+        },
+    )
     assert "tuned gemm|" in tuned.stderr, tuned
     assert '"choice"' in manifest.read_text()
-    again = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_a, "KJIT_TUNE": "1", "KJIT_VERBOSE": "1",
-                                           "KJIT_RECORD": None, "KJIT_CACHE_MODE": None})
+    again = run_python(
+        [str(script)],
+        env={
+            "KJIT_CACHE_DIR": cache_a,
+            "KJIT_TUNE": "1",
+            "KJIT_VERBOSE": "1",
+            "KJIT_RECORD": None,
+            "KJIT_CACHE_MODE": None,
+        },
+    )
     assert "tuned gemm|" not in again.stderr, again  # found on disk: no timing
     assert again.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
-    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", f"sm_{major}{minor}"],
-                      env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None})
+    warm = run_python(
+        ["-m", "kjit", "warm", str(manifest), "--arch", f"sm_{major}{minor}"],
+        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None},
+    )
     assert "1 tuned choice installed" in warm.stdout and " 0 failed" in warm.stdout, warm
-    strict = run_python([str(script)], env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_TUNE": "1",
-                                            "KJIT_VERBOSE": "1", "KJIT_RECORD": None})
+    strict = run_python(
+        [str(script)],
+        env={
+            "KJIT_CACHE_DIR": cache_b,
+            "KJIT_CACHE_MODE": "strict",
+            "KJIT_TUNE": "1",
+            "KJIT_VERBOSE": "1",
+            "KJIT_RECORD": None,
+        },
+    )
     assert "compiles: 0" in strict.stdout and "tuned gemm|" not in strict.stderr, strict
     assert strict.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]

@@ -17,8 +17,9 @@ from conftest import WAIT_FOR_GO, start_together
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(torch.cuda.device_count() < 2,
-                       reason=f"needs two CUDA devices (found {torch.cuda.device_count()})"),
+    pytest.mark.skipif(
+        torch.cuda.device_count() < 2, reason=f"needs two CUDA devices (found {torch.cuda.device_count()})"
+    ),
 ]
 
 # The work each process does on its own GPU: several ops, dtypes and specialized shapes, checked
@@ -50,17 +51,22 @@ WORK = textwrap.dedent(
     """
 )
 
-TWO_PROCESSES = WORK + textwrap.dedent(
-    r"""
+TWO_PROCESSES = (
+    WORK
+    + textwrap.dedent(
+        r"""
     dev, go = sys.argv[1], sys.argv[2]
     name = dev
     torch.cuda.set_device(dev)
     """
-) + WAIT_FOR_GO + textwrap.dedent(
-    r"""
+    )
+    + WAIT_FOR_GO
+    + textwrap.dedent(
+        r"""
     work(torch.device(dev))
     print(json.dumps(kjit.stats()))
     """
+    )
 )
 
 ONE_PROCESS = WORK + textwrap.dedent(
@@ -90,8 +96,16 @@ def test_two_processes_on_two_gpus_share_one_cache(tmp_path, cache_dir):
     script.write_text(TWO_PROCESSES)
     go = tmp_path / "go"
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
-    procs = [subprocess.Popen([sys.executable, str(script), f"cuda:{i}", str(go)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), f"cuda:{i}", str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     start_together(procs, go, [f"cuda:{i}" for i in range(2)])
     stats = []
     for p in procs:

@@ -43,40 +43,75 @@ def samples(name, dtype):
     if name in ("relu_backward", "sigmoid_backward", "tanh_backward", "silu_backward"):
         return [((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {})]
     if name == "gelu_backward":
-        return [((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {"approximate": "tanh"}),
-                ((t(1000, dtype=dtype), t(1000, dtype=dtype)), {})]
+        return [
+            ((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {"approximate": "tanh"}),
+            ((t(1000, dtype=dtype), t(1000, dtype=dtype)), {}),
+        ]
     if name in ("sum", "mean", "amax", "amin"):
-        return [((t(7, 1000, dtype=dtype, grad=g),), {}), ((t(6, 33, 5, dtype=dtype, grad=g), 1, True), {}),
-                ((t(4097, dtype=dtype), 0), {})]
+        return [
+            ((t(7, 1000, dtype=dtype, grad=g),), {}),
+            ((t(6, 33, 5, dtype=dtype, grad=g), 1, True), {}),
+            ((t(4097, dtype=dtype), 0), {}),
+        ]
     if name in ("softmax", "log_softmax"):
         return [((t(7, 1000, dtype=dtype, grad=g),), {}), ((t(3, 5, 4097, dtype=dtype, grad=g), -1), {})]
     if name in ("softmax_backward", "log_softmax_backward"):
         return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype)), {})]
     if name == "layer_norm":
-        return [((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-                ((t(5, 33, dtype=dtype, grad=g),), {"eps": 1e-3})]
+        return [
+            ((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+            ((t(5, 33, dtype=dtype, grad=g),), {"eps": 1e-3}),
+        ]
     if name == "rms_norm":
-        return [((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-                ((t(5, 33, dtype=dtype, grad=g),), {})]
+        return [
+            ((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+            ((t(5, 33, dtype=dtype, grad=g),), {}),
+        ]
     if name in ("layer_norm_backward", "rms_norm_backward"):
         has_b = name == "layer_norm_backward"
-        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype), has_b, 1e-5), {}),
-                ((t(5, 33, dtype=dtype), t(5, 33, dtype=dtype), None, False, 1e-5), {})]
+        return [
+            ((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype), has_b, 1e-5), {}),
+            ((t(5, 33, dtype=dtype), t(5, 33, dtype=dtype), None, False, 1e-5), {}),
+        ]
     if name == "add_layer_norm":
-        return [((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g),
-                  t(1000, dtype=dtype, grad=g)), {}),
-                ((t(5, 33, dtype=dtype, grad=g), t(5, 33, dtype=dtype, offset=1)), {"eps": 1e-3})]
+        return [
+            (
+                (
+                    t(7, 1000, dtype=dtype, grad=g),
+                    t(7, 1000, dtype=dtype, grad=g),
+                    t(1000, dtype=dtype, grad=g),
+                    t(1000, dtype=dtype, grad=g),
+                ),
+                {},
+            ),
+            ((t(5, 33, dtype=dtype, grad=g), t(5, 33, dtype=dtype, offset=1)), {"eps": 1e-3}),
+        ]
     if name == "add_rms_norm":
-        return [((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-                ((t(4097, dtype=dtype, grad=g), t(4097, dtype=dtype)), {})]
+        return [
+            ((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
+            ((t(4097, dtype=dtype, grad=g), t(4097, dtype=dtype)), {}),
+        ]
     if name in ("add_layer_norm_backward", "add_rms_norm_backward"):
         has_b = name == "add_layer_norm_backward"
-        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype),
-                  has_b, 1e-5), {}),
-                ((t(5, 33, dtype=dtype), None, t(5, 33, dtype=dtype), None, False, 1e-5), {})]
+        return [
+            (
+                (
+                    t(7, 1000, dtype=dtype),
+                    t(7, 1000, dtype=dtype),
+                    t(7, 1000, dtype=dtype),
+                    t(1000, dtype=dtype),
+                    has_b,
+                    1e-5,
+                ),
+                {},
+            ),
+            ((t(5, 33, dtype=dtype), None, t(5, 33, dtype=dtype), None, False, 1e-5), {}),
+        ]
     if name == "max_pool2d":
-        return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1]), {}),
-                ((t(3, 8, 8, dtype=dtype, grad=g), [2, 2]), {})]
+        return [
+            ((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1]), {}),
+            ((t(3, 8, 8, dtype=dtype, grad=g), [2, 2]), {}),
+        ]
     if name == "avg_pool2d":
         return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1], False), {})]
     if name == "max_pool2d_backward":
@@ -86,8 +121,9 @@ def samples(name, dtype):
     if name == "add_constant":
         return [((t(1000, dtype=dtype, grad=g), 2.5), {})]
     if name == "fused_update":
-        return [((t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype), 0.5, 2.0,
-                  -1.0), {})]
+        return [
+            ((t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype), 0.5, 2.0, -1.0), {})
+        ]
     if name == "outer":
         return [((t(3, 7, dtype=dtype, grad=g), t(3, 33, dtype=dtype, grad=g)), {})]
     if name == "outer_backward":
@@ -95,21 +131,30 @@ def samples(name, dtype):
     # The matrix ops take bfloat16 / float16 only: float16 stands in for float32.
     md = torch.float16 if dtype == torch.float32 else dtype
     if name in ("linear", "linear_aux"):
-        return [((t(7, 72, dtype=md, grad=g), t(40, 72, dtype=md, grad=g), t(40, dtype=md, grad=g)),
-                 {"activation": "gelu", "scale": 0.5}),
-                ((t(3, 5, 20, dtype=md, grad=g), t(24, 20, dtype=md, grad=g)), {"residual": t(3, 5, 24, dtype=md)})]
+        return [
+            (
+                (t(7, 72, dtype=md, grad=g), t(40, 72, dtype=md, grad=g), t(40, dtype=md, grad=g)),
+                {"activation": "gelu", "scale": 0.5},
+            ),
+            ((t(3, 5, 20, dtype=md, grad=g), t(24, 20, dtype=md, grad=g)), {"residual": t(3, 5, 24, dtype=md)}),
+        ]
     if name == "linear_backward":
-        return [((t(7, 40, dtype=md), t(7, 72, dtype=md), t(40, 72, dtype=md), t(7, 40, dtype=md), "silu", 2.0,
-                  True), {}),
-                ((t(3, 24, dtype=md), t(3, 20, dtype=md), t(24, 20, dtype=md), None, None, 1.0, False), {})]
+        return [
+            ((t(7, 40, dtype=md), t(7, 72, dtype=md), t(40, 72, dtype=md), t(7, 40, dtype=md), "silu", 2.0, True), {}),
+            ((t(3, 24, dtype=md), t(3, 20, dtype=md), t(24, 20, dtype=md), None, None, 1.0, False), {}),
+        ]
     if name in ("linear_swiglu", "linear_swiglu_aux"):
-        return [((t(7, 72, dtype=md, grad=g), t(80, 72, dtype=md, grad=g)), {}),
-                ((t(2, 3, 24, dtype=md, grad=g), t(48, 24, dtype=md, grad=g)), {"residual": t(2, 3, 24, dtype=md)})]
+        return [
+            ((t(7, 72, dtype=md, grad=g), t(80, 72, dtype=md, grad=g)), {}),
+            ((t(2, 3, 24, dtype=md, grad=g), t(48, 24, dtype=md, grad=g)), {"residual": t(2, 3, 24, dtype=md)}),
+        ]
     if name == "linear_swiglu_backward":
         return [((t(7, 40, dtype=md), t(7, 72, dtype=md), t(80, 72, dtype=md), t(7, 80, dtype=md)), {})]
     if name == "matmul":
-        return [((t(7, 72, dtype=md, grad=g), t(72, 33, dtype=md, grad=g)), {}),
-                ((t(2, 5, 16, dtype=md, grad=g), t(16, 24, dtype=md, grad=g)), {})]
+        return [
+            ((t(7, 72, dtype=md, grad=g), t(72, 33, dtype=md, grad=g)), {}),
+            ((t(2, 5, 16, dtype=md, grad=g), t(16, 24, dtype=md, grad=g)), {}),
+        ]
     if name == "matmul_backward":
         return [((t(7, 33, dtype=md), t(7, 72, dtype=md), t(72, 33, dtype=md)), {})]
     if name == "bmm":
@@ -119,8 +164,10 @@ def samples(name, dtype):
     if name == "rgb_to_gray":
         return [((torch.randint(0, 255, (2, 5, 7, 3), device="cuda", dtype=torch.uint8),), {})]
     if name == "elementwise":
-        return [((_elementwise_spec(), [t(7, 33, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)], [0.5]), {}),
-                ((_elementwise_spec(), [t(5, 1, dtype=dtype, grad=g), t(4, dtype=dtype)], [-1.0]), {})]
+        return [
+            ((_elementwise_spec(), [t(7, 33, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)], [0.5]), {}),
+            ((_elementwise_spec(), [t(5, 1, dtype=dtype, grad=g), t(4, dtype=dtype)], [-1.0]), {}),
+        ]
     return []
 
 
@@ -251,8 +298,10 @@ def test_elementwise_derivative_rules_agree_with_torch_autograd_at_edge_values()
             for name, expected_all in zip("xy", want):
                 for (x, y, n), expected in zip(pts, expected_all):
                     if not agrees(got[name][n], expected):
-                        wrong.append(f"d(({exprs[i]}) * w)/d{name} at x={x}, y={y}, k={k}, w={w}: kjit "
-                                     f"{got[name][n]}, torch {expected}")
+                        wrong.append(
+                            f"d(({exprs[i]}) * w)/d{name} at x={x}, y={y}, k={k}, w={w}: kjit "
+                            f"{got[name][n]}, torch {expected}"
+                        )
     assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
 
 
@@ -273,6 +322,7 @@ def test_elementwise_backward_masks_an_inf_or_nan_incoming_gradient_as_torch_doe
             exprs.append(expr)
             refs.append(fn)
     from test_derivative import COMPOSITIONS
+
     exprs += [e for e, _ in COMPOSITIONS]  # the same chain as the test above
     chain = "".join(f"s == {i} ? ({e}) * w : " for i, e in enumerate(exprs)) + "static_cast<C>(0)"
     f = kjit.elementwise(chain, "x, y, k, w, s", name="derivative_rules_at_edges")
@@ -285,8 +335,10 @@ def test_elementwise_backward_masks_an_inf_or_nan_incoming_gradient_as_torch_doe
     for n, (i, x, y, k, g) in enumerate(points):
         for name, expected in zip("xy", torch_gradient_for(refs[i], x, y, k, g, device="cuda")):
             if not agrees(got[name][n], expected):
-                wrong.append(f"gradient of {name} in {exprs[i]} at x={x}, y={y}, k={k}, kjit_grad={g}: kjit "
-                             f"{got[name][n]}, torch {expected}")
+                wrong.append(
+                    f"gradient of {name} in {exprs[i]} at x={x}, y={y}, k={k}, kjit_grad={g}: kjit "
+                    f"{got[name][n]}, torch {expected}"
+                )
     assert not wrong, f"{len(wrong)} disagreements:\n" + "\n".join(wrong[:40])
 
 

@@ -91,8 +91,11 @@ def test_backward_traces_to_outer_backward():
         u = ops.fused_update(x, x, x, 1.0, 2.0, 3.0)
         return torch.autograd.grad(out.sum() + u.sum(), (a, b, x))
 
-    inputs = (torch.randn(2, 3, requires_grad=True), torch.randn(2, 4, requires_grad=True),
-              torch.randn(5, requires_grad=True))
+    inputs = (
+        torch.randn(2, 3, requires_grad=True),
+        torch.randn(2, 4, requires_grad=True),
+        torch.randn(5, requires_grad=True),
+    )
     code = make_fx(f, tracing_mode="symbolic")(*inputs).code
     assert "torch.ops.kjit.outer_backward.default" in code
     assert "torch.ops.kjit.fused_update.default" in code

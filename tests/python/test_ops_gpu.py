@@ -90,7 +90,7 @@ def test_rgb_to_gray(hw, misaligned):
     h, w = hw
     n = h * w * 3
     buf = torch.randint(0, 256, (n + int(misaligned),), dtype=torch.uint8, device=DEV)
-    img = buf[int(misaligned):].view(h, w, 3)
+    img = buf[int(misaligned) :].view(h, w, 3)
     out = ops.rgb_to_gray(img)
     assert out.shape == (h, w) and out.dtype == torch.uint8
     assert torch.equal(out, gray_ref(img))

@@ -34,4 +34,3 @@ def test_compile_and_load_are_ranges_in_a_torch_profiler_trace(tmp_path):
     prof.export_chrome_trace(str(trace))
     traced = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
     assert {"kjit compile prof_k<float>", "kjit load prof_k<float>"} <= traced
-

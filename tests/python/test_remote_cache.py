@@ -46,11 +46,13 @@ ENTRY_KEY = re.compile(rf"^kjit:v1:{TARGET}:[0-9a-f]{{64}}$")
 LEASE_PREFIX = "kjit:v1:lease:"
 KEYS = 20
 
-SRC = ("template <typename T, int N>\n"
-       "__global__ void rc_scale(T* x, int n) {\n"
-       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-       "  if (i < n) x[i] = x[i] * T(N) + T(N % 7);\n"
-       "}\n")
+SRC = (
+    "template <typename T, int N>\n"
+    "__global__ void rc_scale(T* x, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) x[i] = x[i] * T(N) + T(N % 7);\n"
+    "}\n"
+)
 TEMPLATE_NAME = "rc_scale.cu"
 
 HIDE_TORCH = "import sys; sys.modules['torch'] = None"
@@ -60,6 +62,7 @@ SUMMARY = re.compile(r"(\d+) jobs? \([^)]*\): (\d+) compiled, (\d+) already cach
 
 
 # --- processes ----------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=None)
 def torch_free() -> bool:
@@ -109,8 +112,10 @@ class Run:
 
     def __repr__(self):
         cmd = " ".join(a if len(a) < 80 else a[:77] + "..." for a in self.argv[1:])
-        return (f"<{self.label or 'process'}: exit {self.returncode} after {self.seconds:.2f} s: {cmd}>\n"
-                f"--- stdout\n{self.stdout}--- stderr\n{self.stderr}---")
+        return (
+            f"<{self.label or 'process'}: exit {self.returncode} after {self.seconds:.2f} s: {cmd}>\n"
+            f"--- stdout\n{self.stdout}--- stderr\n{self.stderr}---"
+        )
 
     @property
     def summary(self) -> dict:
@@ -142,8 +147,11 @@ class Run:
     def warnings(self, text: str) -> list[str]:
         """The warning lines of stderr ("kjit: warning: ..." of the CLI, "KjitWarning: ..." of Python) that
         contain `text` (any case); not warm's progress lines (e.g. "[3/20] fetched ... from the remote cache")."""
-        return [line for line in self.stderr.splitlines()
-                if "warning" in line.lower() and text.lower() in line.lower() and not line.startswith("[")]
+        return [
+            line
+            for line in self.stderr.splitlines()
+            if "warning" in line.lower() and text.lower() in line.lower() and not line.startswith("[")
+        ]
 
 
 def run(argv, env, timeout=120, label="", check=True) -> Run:
@@ -151,8 +159,9 @@ def run(argv, env, timeout=120, label="", check=True) -> Run:
     try:
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"{label or argv} did not finish within {timeout} s (hang):\n"
-                             f"--- stdout\n{e.stdout}\n--- stderr\n{e.stderr}") from None
+        raise AssertionError(
+            f"{label or argv} did not finish within {timeout} s (hang):\n--- stdout\n{e.stdout}\n--- stderr\n{e.stderr}"
+        ) from None
     r = Run(argv, p.returncode, p.stdout, p.stderr, time.monotonic() - t, label)
     if check:
         assert r.returncode == 0, f"expected exit 0:\n{r!r}"
@@ -169,8 +178,16 @@ def run_all(jobs, timeout=180, out_dir=None) -> list[Run]:
     for i, (argv, env, label) in enumerate(jobs):
         out = open(os.path.join(tmp, f"{i}.out"), "w+")
         err = open(os.path.join(tmp, f"{i}.err"), "w+")
-        procs.append((argv, label, out, err, time.monotonic(),
-                      subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)))
+        procs.append(
+            (
+                argv,
+                label,
+                out,
+                err,
+                time.monotonic(),
+                subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True),
+            )
+        )
     deadline = time.monotonic() + timeout
     ends = {}
     try:
@@ -190,13 +207,13 @@ def run_all(jobs, timeout=180, out_dir=None) -> list[Run]:
     for i, (argv, label, out, err, start, p) in enumerate(procs):
         out.seek(0)
         err.seek(0)
-        results.append(Run(argv, p.returncode, out.read(), err.read(), ends.get(i, time.monotonic()) - start,
-                           label))
+        results.append(Run(argv, p.returncode, out.read(), err.read(), ends.get(i, time.monotonic()) - start, label))
         out.close()
         err.close()
     hung = [r for i, r in enumerate(results) if i not in ends]
-    assert not hung, f"{len(hung)} process(es) still running after {timeout} s (killed):\n" + \
-        "\n".join(repr(r) for r in hung[:3])
+    assert not hung, f"{len(hung)} process(es) still running after {timeout} s (killed):\n" + "\n".join(
+        repr(r) for r in hung[:3]
+    )
     return results
 
 
@@ -205,6 +222,7 @@ def warm_argv(manifest, *extra, jobs=2):
 
 
 # --- Redis values -------------------------------------------------------------------------------------
+
 
 def seal(secret: str, redis_key: str, entry: bytes) -> bytes:
     tag = hmac.new(secret.encode(), redis_key.encode() + b"\0" + entry, hashlib.sha256).digest()
@@ -215,7 +233,7 @@ def unseal(secret: str, redis_key: str, value: bytes) -> bytes | None:
     """The entry bytes of a value sealed with `secret` for `redis_key`, None when it is not one."""
     if len(value) < len(MAGIC) + TAG_BYTES or not value.startswith(MAGIC):
         return None
-    entry = value[len(MAGIC) + TAG_BYTES:]
+    entry = value[len(MAGIC) + TAG_BYTES :]
     return entry if hmac.compare_digest(seal(secret, redis_key, entry), value) else None
 
 
@@ -231,7 +249,7 @@ def entry_problem(data: bytes, key: str | None = None) -> str | None:
     stored_key = data[24:88].decode("ascii", "replace")
     if key is not None and stored_key != key:
         return f"key {stored_key} != {key}"
-    meta, payload = data[152:152 + m], data[152 + m:]
+    meta, payload = data[152 : 152 + m], data[152 + m :]
     if hashlib.sha256(meta).digest() != data[88:120]:
         return "metadata checksum mismatch"
     if hashlib.sha256(payload).digest() != data[120:152]:
@@ -264,8 +282,10 @@ def check_redis_entries(client, count: int, secret: str = SECRET) -> dict:
         assert ENTRY_KEY.match(k), f"badly formed entry key {k!r}"
         value = client.get(k)
         entry = unseal(secret, k, value)
-        assert entry is not None, f"Redis value of {k} is not sealed as b'KJITRS1\\0' + HMAC-SHA256(secret, " \
-                                  f"key + b'\\0' + entry) + entry: first 48 bytes {value[:48]!r}"
+        assert entry is not None, (
+            f"Redis value of {k} is not sealed as b'KJITRS1\\0' + HMAC-SHA256(secret, "
+            f"key + b'\\0' + entry) + entry: first 48 bytes {value[:48]!r}"
+        )
         problem = entry_problem(entry, k.rsplit(":", 1)[1])
         assert problem is None, f"Redis value of {k} holds a bad entry: {problem}"
         entries[k] = entry
@@ -283,8 +303,11 @@ def write_commands(client) -> dict:
     writers = {c.decode() if isinstance(c, bytes) else c for c in client.acl_cat("write")}
     writers |= {"eval", "evalsha", "fcall", "function"}
     stats = client.info("commandstats")
-    return {name[len("cmdstat_"):]: v["calls"] for name, v in stats.items()
-            if name[len("cmdstat_"):].split("|")[0].lower() in writers}
+    return {
+        name[len("cmdstat_") :]: v["calls"]
+        for name, v in stats.items()
+        if name[len("cmdstat_") :].split("|")[0].lower() in writers
+    }
 
 
 def wait_for_command(client, command: str, proc=None, timeout: float = 60) -> None:
@@ -306,6 +329,7 @@ def changes(client) -> int:
 
 
 # --- fixtures -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def redis_available():
@@ -337,13 +361,17 @@ def manifest(redis_available, tmp_path_factory):
     """A manifest of 20 specializations rc_scale(T=float32, N=1..20), recorded with KJIT_RECORD."""
     d = tmp_path_factory.mktemp("manifest")
     path = d / "manifest.json"
-    r = run(snippet_argv(f"""
+    r = run(
+        snippet_argv(f"""
         import kjit
         k = kjit.Template({SRC!r}, name={TEMPLATE_NAME!r}).kernel("rc_scale")
         for n in range(1, {KEYS} + 1):
             k.specialize(T="float32", N=n, arch={TARGET!r})
         print("compiles", kjit.stats()["compiles"])
-    """), kjit_env(cache=d / "record-cache", KJIT_RECORD=path), label="record")
+    """),
+        kjit_env(cache=d / "record-cache", KJIT_RECORD=path),
+        label="record",
+    )
     assert "KJIT_RECORD" not in r.stderr, r
     assert len(records_of(path)) == KEYS, r
     return path
@@ -377,11 +405,18 @@ def sub_manifest(manifest, tmp_path):
 
 # --- 1. 32 machines, one Redis: each key compiled once in total ---------------------------------------
 
+
 def test_32_processes_compile_each_key_exactly_once(manifest, redis_server, redis_client, tmp_path):
     procs = 32
     caches = [tmp_path / f"machine-{i:02d}" for i in range(procs)]
-    results = run_all([(warm_argv(manifest, jobs=2), kjit_env(cache=c, redis=redis_server), f"machine {i}")
-                       for i, c in enumerate(caches)], timeout=240, out_dir=tmp_path)
+    results = run_all(
+        [
+            (warm_argv(manifest, jobs=2), kjit_env(cache=c, redis=redis_server), f"machine {i}")
+            for i, c in enumerate(caches)
+        ],
+        timeout=240,
+        out_dir=tmp_path,
+    )
     for r in results:
         assert r.returncode == 0, r
         s = r.summary
@@ -391,19 +426,22 @@ def test_32_processes_compile_each_key_exactly_once(manifest, redis_server, redi
     compiled = [r.summary["compiled"] for r in results]
     assert sum(compiled) == KEYS, (
         f"sum of 'compiled' over {procs} processes is {sum(compiled)}, expected {KEYS} (each key once): "
-        f"{compiled}\n" + "\n".join(repr(r) for r in results if r.summary["compiled"] > 0)[:6000])
+        f"{compiled}\n" + "\n".join(repr(r) for r in results if r.summary["compiled"] > 0)[:6000]
+    )
     assert sum(r.pushed for r in results) == KEYS, [r.remote_line for r in results]
 
     # Redis: 20 sealed entries, no lease; each machine's disk: the same 20 entries, byte for byte.
     remote = check_redis_entries(redis_client, KEYS)
-    verifies = run_all([(kjit_argv("verify"), kjit_env(cache=c), f"verify {c.name}") for c in caches],
-                       timeout=120, out_dir=tmp_path)
+    verifies = run_all(
+        [(kjit_argv("verify"), kjit_env(cache=c), f"verify {c.name}") for c in caches], timeout=120, out_dir=tmp_path
+    )
     for c, v in zip(caches, verifies):
         assert v.returncode == 0 and f"{KEYS} entries verified" in v.stdout and "all valid" in v.stdout, v
         assert local_entries(c) == remote, f"{c}: the local entries differ from Redis's"
 
 
 # --- 2. Redis stopped (or frozen) mid-run, then back ---------------------------------------------------
+
 
 @pytest.mark.parametrize("outage", ["stopped", "frozen"])
 def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
@@ -423,8 +461,9 @@ def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
     bound = 1.5 * base.seconds * max(1.0, procs / cpus) + 5 * timeout_s + lease_s + 2.0 + 5.0
 
     caches = [tmp_path / f"machine-{i}" for i in range(procs)]
-    env = dict(KJIT_REMOTE_CACHE_TIMEOUT=timeout_s, KJIT_REMOTE_CACHE_LEASE=lease_s,
-               KJIT_REMOTE_CACHE_BACKOFF=backoff_s)
+    env = dict(
+        KJIT_REMOTE_CACHE_TIMEOUT=timeout_s, KJIT_REMOTE_CACHE_LEASE=lease_s, KJIT_REMOTE_CACHE_BACKOFF=backoff_s
+    )
     client = redis_server.client(socket_timeout=2, socket_connect_timeout=2)
     state = {}
 
@@ -455,29 +494,41 @@ def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
     t0 = time.monotonic()
     thread = threading.Thread(target=outage_thread, daemon=True)
     thread.start()
-    results = run_all([(warm_argv(manifest, jobs=1), kjit_env(cache=c, redis=redis_server, **env), f"machine {i}")
-                       for i, c in enumerate(caches)], timeout=max(120, 3 * bound), out_dir=tmp_path)
+    results = run_all(
+        [
+            (warm_argv(manifest, jobs=1), kjit_env(cache=c, redis=redis_server, **env), f"machine {i}")
+            for i, c in enumerate(caches)
+        ],
+        timeout=max(120, 3 * bound),
+        out_dir=tmp_path,
+    )
     thread.join(timeout=90)
     assert "ended" in state, f"the outage thread did not finish: {state}"
     ends = [t0 + r.seconds for r in results]
-    print(f"{outage}: {state['began'] - t0:.2f} s after the start with {state['entries_at_outage']} entries, "
-          f"back at {state['ended'] - t0:.2f} s; processes took {[round(r.seconds, 2) for r in results]} s "
-          f"(bound {bound:.1f} s); {[r.summary['compiled'] for r in results]} compiled, "
-          f"{[r.fetched for r in results]} fetched, {[r.pushed for r in results]} pushed")
+    print(
+        f"{outage}: {state['began'] - t0:.2f} s after the start with {state['entries_at_outage']} entries, "
+        f"back at {state['ended'] - t0:.2f} s; processes took {[round(r.seconds, 2) for r in results]} s "
+        f"(bound {bound:.1f} s); {[r.summary['compiled'] for r in results]} compiled, "
+        f"{[r.fetched for r in results]} fetched, {[r.pushed for r in results]} pushed"
+    )
     assert state["entries_at_outage"] < KEYS and any(e > state["began"] for e in ends), (
         f"the outage did not happen mid-run (entries at its start {state['entries_at_outage']}, processes ended "
-        f"{[round(e - state['began'], 2) for e in ends]} s after it began)")
+        f"{[round(e - state['began'], 2) for e in ends]} s after it began)"
+    )
 
     for r in results:
         assert r.returncode == 0, r
         s = r.summary
         assert s["jobs"] == KEYS and s["failed"] == 0 and s["compiled"] + s["cached"] == KEYS, r
-        assert r.seconds < bound, f"took {r.seconds:.1f} s, over the bound of {bound:.1f} s (baseline " \
-                                  f"{base.seconds:.1f} s):\n{r!r}"
-    assert any(r.warnings("remote cache") for r in results), \
+        assert r.seconds < bound, (
+            f"took {r.seconds:.1f} s, over the bound of {bound:.1f} s (baseline {base.seconds:.1f} s):\n{r!r}"
+        )
+    assert any(r.warnings("remote cache") for r in results), (
         "no process warned about the remote cache during the outage:\n" + "\n".join(map(repr, results[:2]))
-    verifies = run_all([(kjit_argv("verify"), kjit_env(cache=c), f"verify {c.name}") for c in caches],
-                       timeout=120, out_dir=tmp_path)
+    )
+    verifies = run_all(
+        [(kjit_argv("verify"), kjit_env(cache=c), f"verify {c.name}") for c in caches], timeout=120, out_dir=tmp_path
+    )
     for v in verifies:
         assert v.returncode == 0 and f"{KEYS} entries verified" in v.stdout and "all valid" in v.stdout, v
 
@@ -504,8 +555,9 @@ def test_redis_outage_mid_run(outage, manifest, redis_server, tmp_path):
 
 # --- 3. tampered values: refused, recompiled, repaired --------------------------------------------------
 
+
 def _tamper(kind: str, key: str, value: bytes) -> bytes:
-    entry = value[len(MAGIC) + TAG_BYTES:]
+    entry = value[len(MAGIC) + TAG_BYTES :]
     if kind == "payload byte":
         v = bytearray(value)
         v[-1] ^= 0x01  # the last byte of the entry's payload: the tag no longer matches
@@ -519,7 +571,7 @@ def _tamper(kind: str, key: str, value: bytes) -> bytes:
     if kind == "no tag, magic kept":
         return MAGIC + entry
     if kind == "truncated":
-        return value[:len(value) - 100]
+        return value[: len(value) - 100]
     if kind == "other secret":
         return seal(OTHER_SECRET, key, entry)
     if kind == "another key's value":  # a valid seal, for another key: must not be taken for this one
@@ -527,10 +579,11 @@ def _tamper(kind: str, key: str, value: bytes) -> bytes:
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize("kind", ["payload byte", "tag byte", "no tag", "no tag, magic kept", "truncated",
-                                  "other secret", "another key's value"])
-def test_tampered_value_is_refused_recompiled_and_repaired(kind, sub_manifest, redis_server, redis_client,
-                                                           tmp_path):
+@pytest.mark.parametrize(
+    "kind",
+    ["payload byte", "tag byte", "no tag", "no tag, magic kept", "truncated", "other secret", "another key's value"],
+)
+def test_tampered_value_is_refused_recompiled_and_repaired(kind, sub_manifest, redis_server, redis_client, tmp_path):
     one = sub_manifest([3])
     seed = run(warm_argv(one), kjit_env(cache=tmp_path / "seed", redis=redis_server), label="seed")
     assert seed.summary["compiled"] == 1 and seed.pushed == 1, seed
@@ -555,8 +608,9 @@ def test_tampered_value_is_refused_recompiled_and_repaired(kind, sub_manifest, r
     check_redis_entries(redis_client, 1)
     assert redis_client.get(key) == good or unseal(SECRET, key, redis_client.get(key)) is not None
     victim = local_entries(tmp_path / "victim")
-    assert len(victim) == 1 and entry_problem(victim[key], key.rsplit(":", 1)[1]) is None, \
+    assert len(victim) == 1 and entry_problem(victim[key], key.rsplit(":", 1)[1]) is None, (
         "the local entry after the recompile is not valid"
+    )
 
     again = run(warm_argv(one), kjit_env(cache=tmp_path / "next", redis=redis_server), label="after repair")
     assert again.summary["compiled"] == 0 and again.fetched == 1, again
@@ -573,13 +627,14 @@ def test_redis_value_layout(sub_manifest, redis_server, redis_client, tmp_path):
 
 # --- leases: one left by a crashed compiler expires, or is deleted, and is taken over -------------------
 
+
 @pytest.mark.parametrize("how", ["expires", "deleted"])
 def test_stale_lease_is_taken_over(how, sub_manifest, redis_server, redis_client, tmp_path):
     one = sub_manifest([5])
     scratch = run(warm_argv(one), kjit_env(cache=tmp_path / "scratch"), label="local only")
     assert scratch.summary["compiled"] == 1, scratch
     (key,) = local_entries(tmp_path / "scratch")
-    lease = LEASE_PREFIX + key[len("kjit:v1:"):]  # kjit:v1:lease:<target>:<key>
+    lease = LEASE_PREFIX + key[len("kjit:v1:") :]  # kjit:v1:lease:<target>:<key>
     lease_s = 1.0 if how == "expires" else 60.0
     redis_client.set(lease, b"token-of-a-crashed-process", px=int(lease_s * 1000))
     env = kjit_env(cache=tmp_path / "waiter", redis=redis_server)
@@ -602,8 +657,9 @@ def test_stale_lease_is_taken_over(how, sub_manifest, redis_server, redis_client
         r = Run(proc.args, proc.returncode, out, err, time.monotonic() - t, "waiter")
         assert r.returncode == 0, r
     assert r.summary["compiled"] == 1 and r.summary["failed"] == 0 and r.pushed == 1, r
-    assert r.seconds >= 0.9 * waited, f"the waiter compiled while another process's lease was live " \
-                                      f"({r.seconds:.2f} s < {waited} s):\n{r!r}"
+    assert r.seconds >= 0.9 * waited, (
+        f"the waiter compiled while another process's lease was live ({r.seconds:.2f} s < {waited} s):\n{r!r}"
+    )
     # Taken over soon after: the waiter polls (allow 5 s for its polling interval and start-up).
     assert r.seconds < waited + scratch.seconds + 5, f"{r.seconds:.2f} s:\n{r!r}"
     check_redis_entries(redis_client, 1)
@@ -617,13 +673,19 @@ def test_a_local_waiter_allows_for_its_peers_remote_wait(sub_manifest, redis_ser
     one = sub_manifest([7])
     scratch = run(warm_argv(one), kjit_env(cache=tmp_path / "scratch"), label="local only")
     (key,) = local_entries(tmp_path / "scratch")
-    lease = LEASE_PREFIX + key[len("kjit:v1:"):]
+    lease = LEASE_PREFIX + key[len("kjit:v1:") :]
     redis_client.set(lease, b"planted", px=600_000)  # outlives both processes
-    env = kjit_env(cache=tmp_path / "machine", redis=redis_server, KJIT_LOCK_TIMEOUT=2, KJIT_COMPILE_TIMEOUT=2,
-                   KJIT_REMOTE_CACHE_LEASE=1)
+    env = kjit_env(
+        cache=tmp_path / "machine",
+        redis=redis_server,
+        KJIT_LOCK_TIMEOUT=2,
+        KJIT_COMPILE_TIMEOUT=2,
+        KJIT_REMOTE_CACHE_LEASE=1,
+    )
     redis_client.config_resetstat()
-    holder = subprocess.Popen(warm_argv(one, jobs=1), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        warm_argv(one, jobs=1), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     wait_for_command(redis_client, "set", holder)  # the holder has the local lock and waits for the planted lease
     peer = run(warm_argv(one, jobs=1), env, timeout=60, label="peer", check=False)
     out, err = holder.communicate(timeout=60)
@@ -636,6 +698,7 @@ def test_a_local_waiter_allows_for_its_peers_remote_wait(sub_manifest, redis_ser
 
 
 # --- 4. read mode writes nothing ------------------------------------------------------------------------
+
 
 def test_read_mode_fetches_but_never_writes(sub_manifest, redis_server, redis_client, tmp_path):
     run(warm_argv(sub_manifest([1, 2])), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
@@ -652,8 +715,9 @@ def test_read_mode_fetches_but_never_writes(sub_manifest, redis_server, redis_cl
     after = {k: redis_client.get(k) for k in all_keys(redis_client)}
     assert after == before, f"read mode changed Redis: keys before {sorted(before)}, after {sorted(after)}"
     assert changes(redis_client) == dirty, "read mode changed the data set (Redis's change counter moved)"
-    assert write_commands(redis_client) == {}, \
+    assert write_commands(redis_client) == {}, (
         f"read mode sent write commands (no entry, no lease may be written): {write_commands(redis_client)}"
+    )
 
     # Its own local cache holds what it fetched and compiled.
     v = run(kjit_argv("verify"), kjit_env(cache=tmp_path / "reader"), label="verify")
@@ -680,13 +744,17 @@ def test_readonly_cache_mode_writes_nothing_to_redis_either(sub_manifest, redis_
     assert len(before) == 2
     redis_client.config_resetstat()
     dirty = changes(redis_client)
-    r = run(snippet_argv(READONLY), kjit_env(cache=tmp_path / "ro", redis=redis_server, KJIT_CACHE_MODE="readonly"),
-            label="readonly")
+    r = run(
+        snippet_argv(READONLY),
+        kjit_env(cache=tmp_path / "ro", redis=redis_server, KJIT_CACHE_MODE="readonly"),
+        label="readonly",
+    )
     assert "STATS 2 2" in r.stdout, f"2 fetched and 2 compiled expected:\n{r!r}"
     after = {k: redis_client.get(k) for k in all_keys(redis_client)}
     assert after == before, f"readonly mode changed Redis: keys before {sorted(before)}, after {sorted(after)}"
-    assert changes(redis_client) == dirty and write_commands(redis_client) == {}, \
+    assert changes(redis_client) == dirty and write_commands(redis_client) == {}, (
         f"readonly mode wrote to Redis: {write_commands(redis_client)}"
+    )
 
 
 # --- 5. strict mode -------------------------------------------------------------------------------------
@@ -721,9 +789,14 @@ def test_strict_mode_fetches_from_redis_and_never_compiles(sub_manifest, redis_s
     src.write_text(SRC)
 
     def compile_n(n, cache):
-        return run(kjit_argv("compile", src, "--kernel", "rc_scale", "--param", "T=float32", "--param", f"N={n}",
-                             "--arch", TARGET), kjit_env(cache=tmp_path / cache, redis=redis_server, **strict),
-                   check=False, label=f"strict compile N={n}")
+        return run(
+            kjit_argv(
+                "compile", src, "--kernel", "rc_scale", "--param", "T=float32", "--param", f"N={n}", "--arch", TARGET
+            ),
+            kjit_env(cache=tmp_path / cache, redis=redis_server, **strict),
+            check=False,
+            label=f"strict compile N={n}",
+        )
 
     hit = compile_n(1, "empty-cli")
     assert hit.returncode == 0, hit
@@ -737,14 +810,18 @@ def test_strict_mode_fetches_from_redis_and_never_compiles(sub_manifest, redis_s
 def test_python_api_remote_hit_is_copied_to_disk(sub_manifest, redis_server, redis_client, tmp_path):
     run(warm_argv(sub_manifest([1])), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
     cache = tmp_path / "empty"
-    r = run(snippet_argv(f"""
+    r = run(
+        snippet_argv(f"""
         import kjit
         k = kjit.Template({SRC!r}, name={TEMPLATE_NAME!r}).kernel("rc_scale")
         print("ORIGINS", k.specialize(T="float32", N=1, arch={TARGET!r}).origin,
               k.specialize(T="float32", N=2, arch={TARGET!r}).origin)
         s = kjit.stats()
         print("STATS", s["compiles"], s["remote_hits"], s["disk_hits"])
-    """), kjit_env(cache=cache, redis=redis_server), label="python")
+    """),
+        kjit_env(cache=cache, redis=redis_server),
+        label="python",
+    )
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
     assert lines.get("ORIGINS") == "remote compiled" and lines.get("STATS") == "1 1 0", r
     remote = check_redis_entries(redis_client, 2)  # the compiled one was pushed
@@ -752,6 +829,7 @@ def test_python_api_remote_hit_is_copied_to_disk(sub_manifest, redis_server, red
 
 
 # --- 6. bad configuration -------------------------------------------------------------------------------
+
 
 def _info(env, label) -> Run:
     return run(kjit_argv("info"), env, check=False, timeout=60, label=label)
@@ -764,8 +842,10 @@ def test_secret_missing_short_or_from_a_file(sub_manifest, redis_server, tmp_pat
     r = _info(kjit_env(cache=tmp_path / "c", redis=url, secret="only-15-bytes!!"), "short secret")
     assert len("only-15-bytes!!") == 15
     assert r.returncode != 0 and "KJIT_REMOTE_CACHE_SECRET" in r.stdout + r.stderr, r
-    r = _info(kjit_env(cache=tmp_path / "c", redis=url, secret=None,
-                       KJIT_REMOTE_CACHE_SECRET_FILE=tmp_path / "missing"), "missing secret file")
+    r = _info(
+        kjit_env(cache=tmp_path / "c", redis=url, secret=None, KJIT_REMOTE_CACHE_SECRET_FILE=tmp_path / "missing"),
+        "missing secret file",
+    )
     assert r.returncode != 0 and "KJIT_REMOTE_CACHE_SECRET" in r.stdout + r.stderr, r
     both = dict(KJIT_REMOTE_CACHE_SECRET_FILE=tmp_path / "secret")
     r = _info(kjit_env(cache=tmp_path / "c", redis=url, **both), "secret and secret file")
@@ -783,18 +863,25 @@ def test_secret_missing_short_or_from_a_file(sub_manifest, redis_server, tmp_pat
     check_redis_entries(redis_server.client(), 1, secret=SECRET)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis://127.0.0.1:70000",
-                                 "redis://", "127.0.0.1:6379"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:6379", "redis://127.0.0.1:notaport", "redis://127.0.0.1:70000", "redis://", "127.0.0.1:6379"],
+)
 def test_bad_url_is_an_error(url, redis_available, tmp_path):
     r = _info(kjit_env(cache=tmp_path / "c", redis=url), f"url {url}")
     assert r.returncode != 0 and "KJIT_REMOTE_CACHE" in r.stdout + r.stderr, r
 
 
-@pytest.mark.parametrize("setting, value", [("KJIT_REMOTE_CACHE_MODE", "write"),
-                                            ("KJIT_REMOTE_CACHE_TIMEOUT", "soon"),
-                                            ("KJIT_REMOTE_CACHE_LEASE", "-1"),
-                                            ("KJIT_REMOTE_CACHE_BACKOFF", "0"),
-                                            ("KJIT_REMOTE_CACHE_BACKOFF", "1s")])
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("KJIT_REMOTE_CACHE_MODE", "write"),
+        ("KJIT_REMOTE_CACHE_TIMEOUT", "soon"),
+        ("KJIT_REMOTE_CACHE_LEASE", "-1"),
+        ("KJIT_REMOTE_CACHE_BACKOFF", "0"),
+        ("KJIT_REMOTE_CACHE_BACKOFF", "1s"),
+    ],
+)
 def test_bad_remote_setting_is_an_error(setting, value, redis_server, tmp_path):
     r = _info(kjit_env(cache=tmp_path / "c", redis=redis_server, **{setting: value}), f"{setting}={value}")
     assert r.returncode != 0 and setting in r.stdout + r.stderr, r
@@ -811,12 +898,16 @@ def test_nothing_listening_compiles_locally_with_one_warning(sub_manifest, redis
     assert len(warnings) == 1, f"expected one warning about the remote cache, got {len(warnings)}:\n{r!r}"
     assert r.seconds < base.seconds + 3, f"{r.seconds:.1f} s against {base.seconds:.1f} s without remote:\n{r!r}"
     # The same from Python: compiles, one KjitWarning, no error.
-    p = run(snippet_argv(f"""
+    p = run(
+        snippet_argv(f"""
         import kjit
         k = kjit.Template({SRC!r}, name={TEMPLATE_NAME!r}).kernel("rc_scale")
         print("ORIGINS", *[k.specialize(T="float32", N=n, arch={TARGET!r}).origin for n in (1, 2, 3)])
         print("STATS", kjit.stats()["compiles"], kjit.stats()["remote_hits"])
-    """), kjit_env(cache=tmp_path / "py", redis=f"redis://127.0.0.1:{port}/0"), label="python, refused")
+    """),
+        kjit_env(cache=tmp_path / "py", redis=f"redis://127.0.0.1:{port}/0"),
+        label="python, refused",
+    )
     assert "ORIGINS compiled compiled compiled" in p.stdout and "STATS 3 0" in p.stdout, p
     assert len(p.warnings("remote cache")) == 1, p
 
@@ -830,23 +921,31 @@ def test_server_that_never_answers_times_out(sub_manifest, redis_available, tmp_
         sink.listen(64)
         port = sink.getsockname()[1]
         timeout_s = 0.5
-        r = run(warm_argv(m), kjit_env(cache=tmp_path / "c", redis=f"redis://127.0.0.1:{port}/0",
-                                       KJIT_REMOTE_CACHE_TIMEOUT=timeout_s), timeout=60, label="silent server")
+        r = run(
+            warm_argv(m),
+            kjit_env(cache=tmp_path / "c", redis=f"redis://127.0.0.1:{port}/0", KJIT_REMOTE_CACHE_TIMEOUT=timeout_s),
+            timeout=60,
+            label="silent server",
+        )
     s = r.summary
     assert (s["compiled"], s["failed"]) == (3, 0), r
     assert r.warnings("remote cache"), r
     # One operation times out, then the back-off: a few timeouts at most, not one per key and operation.
-    assert r.seconds < base.seconds + 4 * timeout_s + 2, \
+    assert r.seconds < base.seconds + 4 * timeout_s + 2, (
         f"{r.seconds:.1f} s against {base.seconds:.1f} s without remote (timeout {timeout_s} s):\n{r!r}"
+    )
 
 
 # --- 7. info and prefetch -------------------------------------------------------------------------------
 
+
 def test_info_shows_the_remote_tier(redis_available, tmp_path):
     password = "pw-Secret-4711"
     with RedisServer(tmp_path / "redis-auth", password=password) as server:
-        for url in (f"redis://:{password}@127.0.0.1:{server.port}/0",
-                    f"redis://default:{password}@127.0.0.1:{server.port}/1"):
+        for url in (
+            f"redis://:{password}@127.0.0.1:{server.port}/0",
+            f"redis://default:{password}@127.0.0.1:{server.port}/1",
+        ):
             r = _info(kjit_env(cache=tmp_path / "c", redis=url), "info")
             assert r.returncode == 0, r
             line = next((ln for ln in r.stdout.splitlines() if ln.strip().startswith("remote cache")), None)
@@ -855,12 +954,19 @@ def test_info_shows_the_remote_tier(redis_available, tmp_path):
             assert "answers" in line and "does not answer" not in line, f"{url}: {line}"
             assert password not in r.stdout + r.stderr, f"the password is shown:\n{r!r}"
             assert SECRET not in r.stdout + r.stderr, f"the secret is shown:\n{r!r}"
-        r = _info(kjit_env(cache=tmp_path / "c", redis=f"redis://:wrong-password@127.0.0.1:{server.port}/0",
-                           KJIT_REMOTE_CACHE_MODE="read"), "wrong password")
+        r = _info(
+            kjit_env(
+                cache=tmp_path / "c",
+                redis=f"redis://:wrong-password@127.0.0.1:{server.port}/0",
+                KJIT_REMOTE_CACHE_MODE="read",
+            ),
+            "wrong password",
+        )
         assert r.returncode == 0, r
         line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("remote cache"))
-        assert "does not answer" in line or re.search(r"auth|password|denied", line, re.I), \
+        assert "does not answer" in line or re.search(r"auth|password|denied", line, re.I), (
             f"a wrong password must not show as a server that answers:\n{r!r}"
+        )
         assert "wrong-password" not in r.stdout + r.stderr, r
         assert re.search(r"\bread\b", line) and "readwrite" not in line, line
         port = server.port
@@ -883,8 +989,9 @@ def test_prefetch_then_warm_compiles_nothing(manifest, redis_server, redis_clien
     assert local_entries(cache) == entries
     assert write_commands(redis_client) == {}, f"prefetch wrote to Redis: {write_commands(redis_client)}"
     w = run(warm_argv(manifest), env, label="warm after prefetch")
-    assert f"{KEYS} jobs ({KEYS} specializations x 1 target): 0 compiled, {KEYS} already cached, 0 failed" \
-        in w.stdout, w
+    assert (
+        f"{KEYS} jobs ({KEYS} specializations x 1 target): 0 compiled, {KEYS} already cached, 0 failed" in w.stdout
+    ), w
     assert w.fetched == 0 and w.pushed == 0, w
 
     # Again: nothing left to fetch.
@@ -908,6 +1015,7 @@ def test_prefetch_then_warm_compiles_nothing(manifest, redis_server, redis_clien
 
 
 # --- 8. warm --remote -------------------------------------------------------------------------------------
+
 
 def test_warm_remote_pushes_entries_already_on_disk(manifest, redis_server, redis_client, tmp_path):
     cache = tmp_path / "c"
@@ -940,7 +1048,10 @@ def test_warm_remote_pushes_entries_already_on_disk(manifest, redis_server, redi
 def test_prefetch_into_a_disk_that_cannot_keep_it_is_an_error(sub_manifest, redis_server, tmp_path):
     m = sub_manifest([1, 2])
     run(warm_argv(m), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
-    r = run(kjit_argv("prefetch", m, "--arch", TARGET),
-            kjit_env(cache=tmp_path / "strict", redis=redis_server, KJIT_CACHE_MODE="strict"), check=False,
-            label="prefetch, strict")
+    r = run(
+        kjit_argv("prefetch", m, "--arch", TARGET),
+        kjit_env(cache=tmp_path / "strict", redis=redis_server, KJIT_CACHE_MODE="strict"),
+        check=False,
+        label="prefetch, strict",
+    )
     assert r.returncode != 0 and "not writable" in r.stderr, r

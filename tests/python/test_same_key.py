@@ -64,23 +64,42 @@ def test_skipped_defaults_are_rendered_from_their_text():
 
 def test_a_bare_define_is_one_in_every_spelling():
     t = kjit.Template(SOURCE, name="scale.cu")
-    keys = {t.kernel("scale", defines=d).specialize(arch="sm_90", T=torch.float32, N=2).key
-            for d in (["FLAG"], ["FLAG=1"], {"FLAG": 1}, {"FLAG": True}, {"FLAG": None}, {"FLAG": "1"})}
+    keys = {
+        t.kernel("scale", defines=d).specialize(arch="sm_90", T=torch.float32, N=2).key
+        for d in (["FLAG"], ["FLAG=1"], {"FLAG": 1}, {"FLAG": True}, {"FLAG": None}, {"FLAG": "1"})
+    }
     assert len(keys) == 1
 
 
 def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit):
     # What kjit.ops compile (minimal=True, NVRTC's --minimal) can be warmed from the command line and Python alike.
     def cli_key(*extra):
-        r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-                     "--arch", "sm_90", "--json", *extra)
+        r = run_kjit(
+            "compile",
+            "add_constant",
+            "--kernel",
+            "add_constant",
+            "--param",
+            "T=float32",
+            "--param",
+            "VEC=4",
+            "--arch",
+            "sm_90",
+            "--json",
+            *extra,
+        )
         return json.loads(r.stdout)["results"][0]["key"]
 
     fam = kjit.Template.builtin("add_constant").kernel("add_constant", minimal=True)
     assert fam.options["minimal"] is True
     assert kjit.Template.builtin("add_constant").kernel("add_constant").options["minimal"] is False
     lean = fam.specialize(T=torch.float32, VEC=4, arch="sm_90").key
-    full = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90").key
+    full = (
+        kjit.Template.builtin("add_constant")
+        .kernel("add_constant")
+        .specialize(T=torch.float32, VEC=4, arch="sm_90")
+        .key
+    )
     assert lean != full
     assert cli_key("--minimal") == lean
     assert cli_key() == full
@@ -88,8 +107,20 @@ def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit)
 
 def test_the_fast_compile_level_gives_the_same_key_from_the_cli_and_python(run_kjit):
     def cli_key(*extra):
-        r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-                     "--arch", "sm_90", "--json", *extra)
+        r = run_kjit(
+            "compile",
+            "add_constant",
+            "--kernel",
+            "add_constant",
+            "--param",
+            "T=float32",
+            "--param",
+            "VEC=4",
+            "--arch",
+            "sm_90",
+            "--json",
+            *extra,
+        )
         return json.loads(r.stdout)["results"][0]["key"]
 
     def py_key(**options):
@@ -133,12 +164,26 @@ def test_every_option_python_takes_kjit_compile_takes_with_the_same_key(run_kjit
     # `kjit compile` has every option Template.kernel() has (both come from the field table), and gives it the
     # same meaning: a value other than the default makes the same key from either.
     value, cli_args = non_default(field)
-    r = run_kjit("compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-                 "--arch", "sm_90", "--json", *cli_args)
+    r = run_kjit(
+        "compile",
+        "add_constant",
+        "--kernel",
+        "add_constant",
+        "--param",
+        "T=float32",
+        "--param",
+        "VEC=4",
+        "--arch",
+        "sm_90",
+        "--json",
+        *cli_args,
+    )
     cli = json.loads(r.stdout)
     fam = kjit.Template.builtin("add_constant").kernel("add_constant", **{field["name"]: value})
     assert fam.options[field["name"]] == value
     k = fam.specialize(T=torch.float32, VEC=4, arch="sm_90")
     assert k.key == cli["results"][0]["key"]
-    default = kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90")
+    default = (
+        kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90")
+    )
     assert k.key != default.key

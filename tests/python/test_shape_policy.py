@@ -33,15 +33,21 @@ def test_admits_up_to_the_limit_then_generic_with_one_warning():
     assert str(w.message) == (
         f"kernel '{kernel}' has been specialized on {n} distinct values of D "
         f"(KJIT_MAX_SPECIALIZATIONS={n}); further values run its generic variant (D as a runtime "
-        "argument). Raise KJIT_MAX_SPECIALIZATIONS to specialize more.")
+        "argument). Raise KJIT_MAX_SPECIALIZATIONS to specialize more."
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second warning would raise
         assert kjit._core.admit_shape(kernel, "D", 9) == 0
         assert kjit._core.admit_shape(kernel, "D", 7) == 0
         assert kjit._core.admit_shape(kernel, "D", 32) == 32  # admitted before: still specialized
         assert kjit._core.admit_shape(kernel, "D", 0) == 0  # generic asked for: counts nothing
-    assert entry_of(kernel, "D") == {"kernel": kernel, "param": "D", "specialized_values": n,
-                                     "generic_values": 2, "saturated": True}
+    assert entry_of(kernel, "D") == {
+        "kernel": kernel,
+        "param": "D",
+        "specialized_values": n,
+        "generic_values": 2,
+        "saturated": True,
+    }
 
 
 def test_stats_lists_each_kernel_and_parameter():
@@ -80,7 +86,8 @@ def test_bad_arguments_are_type_errors():
 
 
 def test_limit_comes_from_the_environment(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import warnings, kjit
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always')
@@ -90,23 +97,31 @@ def test_limit_comes_from_the_environment(run_py):
         s = kjit.stats()
         print('max', s['max_specializations'])
         print('entries', s['specializations'])
-    """, env={"KJIT_MAX_SPECIALIZATIONS": "2"})
+    """,
+        env={"KJIT_MAX_SPECIALIZATIONS": "2"},
+    )
     out = r.stdout
     assert "admit [256, 512, 0, 256, 0, 512]" in out, r
     assert "warnings 1 KjitWarning" in out, r
-    assert ("message kernel 'softmax' has been specialized on 2 distinct values of D "
-            "(KJIT_MAX_SPECIALIZATIONS=2); further values run its generic variant") in out, r
+    assert (
+        "message kernel 'softmax' has been specialized on 2 distinct values of D "
+        "(KJIT_MAX_SPECIALIZATIONS=2); further values run its generic variant"
+    ) in out, r
     assert "max 2" in out, r
-    assert ("entries [{'kernel': 'softmax', 'param': 'D', 'specialized_values': 2, 'generic_values': 2, "
-            "'saturated': True}]") in out, r
+    assert (
+        "entries [{'kernel': 'softmax', 'param': 'D', 'specialized_values': 2, 'generic_values': 2, 'saturated': True}]"
+    ) in out, r
 
 
 def test_bad_limit_names_the_variable(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import kjit
         try:
             kjit._core.admit_shape('k', 'N', 4)
         except kjit.ValueError as e:
             print('ValueError:', e)
-    """, env={"KJIT_MAX_SPECIALIZATIONS": "0"})
+    """,
+        env={"KJIT_MAX_SPECIALIZATIONS": "0"},
+    )
     assert "ValueError: KJIT_MAX_SPECIALIZATIONS='0' is not valid: allowed an integer >= 1." in r.stdout, r

@@ -93,8 +93,15 @@ def test_import_with_a_torch_for_another_cuda_major_is_a_clear_import_error(tmp_
 def test_another_patch_release_or_local_label_of_the_same_minor_is_compatible():
     from kjit import _build_info, _compat
 
-    assert _compat.mismatch(_build_info.TORCH_VERSION, _build_info.TORCH_CUDA,
-                            _minor(_build_info.TORCH_VERSION) + ".99+local", _build_info.TORCH_CUDA) is None
+    assert (
+        _compat.mismatch(
+            _build_info.TORCH_VERSION,
+            _build_info.TORCH_CUDA,
+            _minor(_build_info.TORCH_VERSION) + ".99+local",
+            _build_info.TORCH_CUDA,
+        )
+        is None
+    )
     assert _compat.mismatch("2.15.0+cu132", "13.2", "2.15.1", "13.0") is None
     assert _compat.mismatch("2.15.0+cu132", "13.2", "2.11.0", "13.0") is not None
     assert "has torch 2.15.0+cpu (no CUDA)" in _compat.mismatch("2.15.0", "13.2", "2.15.0+cpu", None)

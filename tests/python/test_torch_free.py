@@ -29,7 +29,9 @@ def _without_torch(tmp_path, code, args=None):
 
 def test_import_and_compile_only_without_torch(tmp_path):
     pytest.importorskip("numpy")
-    r = _without_torch(tmp_path, """
+    r = _without_torch(
+        tmp_path,
+        """
         import sys
         import kjit
         import numpy as np
@@ -47,13 +49,16 @@ def test_import_and_compile_only_without_torch(tmp_path):
         info = kjit.cache_info()
         assert info["writable"] and info["dir"], info
         print("OK", k.key)
-    """)
+    """,
+    )
     assert r.returncode == 0, r
     assert "OK" in r.stdout, r
 
 
 def test_torch_parts_say_torch_is_needed(tmp_path):
-    r = _without_torch(tmp_path, """
+    r = _without_torch(
+        tmp_path,
+        """
         import kjit
         for name in ("kjit.ops", "kjit.elementwise", "kjit.Elementwise"):
             try:
@@ -68,7 +73,8 @@ def test_torch_parts_say_torch_is_needed(tmp_path):
             print("import kjit.ops |", e)
         exec("from kjit import *")  # __all__ names only what there is
         assert "Template" in dir() and "launcher" in dir() and "elementwise" not in dir()
-    """)
+    """,
+    )
     assert r.returncode == 0, r
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 4, r

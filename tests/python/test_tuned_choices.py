@@ -74,8 +74,9 @@ def test_a_bad_choice_line_is_a_clear_error(tmp_path, run_kjit, cache_dir):
     manifest.write_text('{"kjit_manifest":2}\n' + choice_line("gemm\tsm_90", "cublas"))
     r = run_kjit("warm", str(manifest), "--arch", "sm_90", check=False)
     assert r.returncode == 1, r
-    assert (f"manifest {manifest} is not valid: line 2.choice.key: character 4 is 0x09, not printable ASCII "
-            "(0x20-0x7e)") in r.stderr, r
+    assert (
+        f"manifest {manifest} is not valid: line 2.choice.key: character 4 is 0x09, not printable ASCII (0x20-0x7e)"
+    ) in r.stderr, r
     assert not (cache_dir / "v1" / "choices").exists()
 
 

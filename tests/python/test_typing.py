@@ -30,11 +30,12 @@ def test_committed_stubs_match_the_installed_module():
     r = run_python([str(GEN_STUBS), "--check"], check=False, cwd=REPO)
     assert r.returncode == 0, (
         "python/kjit/**/*.pyi are not what python/tools/gen_stubs.py makes from the installed kjit: run it "
-        f"and commit the stubs (or install the fresh build first).\n{r!r}")
+        f"and commit the stubs (or install the fresh build first).\n{r!r}"
+    )
 
 
 # A user program over the public API; every line must type-check.
-GOOD = '''
+GOOD = """
 import torch
 
 import kjit
@@ -74,16 +75,16 @@ except kjit.CacheMissError as e:
     missed: str = e.key
 except kjit.Error:
     pass
-'''
+"""
 
 # Each line a deliberate error and the mypy error code it must get.
 BAD = [
-    ('kjit.Template(42)', "arg-type"),                               # source: a str
+    ("kjit.Template(42)", "arg-type"),  # source: a str
     ('kjit.Template.builtin("add_constant").kernel(name=3)', "arg-type"),
-    ('fam.specialize(arch=90)', "arg-type"),                         # arch: a str
-    ('k.launch(1, 1, stram=None)', "call-arg"),                      # a misspelt keyword of launch()
-    ('kjit.ops.softmax(torch.ones(1), dim="last")', "arg-type"),     # dim: an int (the op's schema)
-    ('n: int = kjit.stats()', "assignment"),                         # stats() is a dict
+    ("fam.specialize(arch=90)", "arg-type"),  # arch: a str
+    ("k.launch(1, 1, stram=None)", "call-arg"),  # a misspelt keyword of launch()
+    ('kjit.ops.softmax(torch.ones(1), dim="last")', "arg-type"),  # dim: an int (the op's schema)
+    ("n: int = kjit.stats()", "assignment"),  # stats() is a dict
     ('kjit.elementwise("x", inputs=3)', "arg-type"),
 ]
 BAD_PRELUDE = "import torch\nimport kjit\nimport kjit.ops\n\n\ndef f(k: kjit.Kernel, fam: kjit.KernelFamily) -> None:\n"
@@ -100,9 +101,24 @@ def mypy_result(tmp_path_factory):
     path = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     # The stubs are named too: mypy reports errors in them (not in the rest of an installed package).
     stubs = sorted(str(f) for f in (PACKAGE_ROOT / "kjit").rglob("*.pyi"))
-    r = run_python(["-m", "mypy", "--cache-dir", str(d / "cache"), "--hide-error-context", "--no-pretty",
-                    "--show-column-numbers", "good.py", "bad.py", *stubs],
-                   env={"PYTHONPATH": path, "MYPYPATH": None}, check=False, cwd=d, timeout=600)
+    r = run_python(
+        [
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(d / "cache"),
+            "--hide-error-context",
+            "--no-pretty",
+            "--show-column-numbers",
+            "good.py",
+            "bad.py",
+            *stubs,
+        ],
+        env={"PYTHONPATH": path, "MYPYPATH": None},
+        check=False,
+        cwd=d,
+        timeout=600,
+    )
     errors = re.findall(r"^(good|bad)\.py:(\d+):\d+: error: (.*)\[([a-z-]+)\]$", r.stdout, flags=re.M)
     return r, errors, stubs
 
@@ -125,6 +141,9 @@ def test_type_errors_are_reported(mypy_result):
     r, errors, _ = mypy_result
     found = {(int(line), code) for name, line, _, code in errors if name == "bad"}
     first = BAD_PRELUDE.count("\n") + 1
-    missing = [f"bad.py:{first + i}: {line}  (expected [{code}])" for i, (line, code) in enumerate(BAD)
-               if (first + i, code) not in found]
+    missing = [
+        f"bad.py:{first + i}: {line}  (expected [{code}])"
+        for i, (line, code) in enumerate(BAD)
+        if (first + i, code) not in found
+    ]
     assert not missing, "mypy does not report:\n" + "\n".join(missing) + f"\n{r.stdout}"

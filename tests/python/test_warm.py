@@ -49,8 +49,12 @@ def record_workload(tmp_path, manifest, procs=1):
     script = tmp_path / "workload.py"
     script.write_text(textwrap.dedent(RECORD_WORKLOAD.format(scale=SCALE)))
     env = dict(os.environ, KJIT_RECORD=str(manifest), KJIT_CACHE_DIR=str(tmp_path / "record-cache"))
-    running = [subprocess.Popen([sys.executable, str(script), str(p)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for p in range(procs)]
+    running = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(p)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for p in range(procs)
+    ]
     for p in running:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -88,7 +92,7 @@ def test_warm_bad_manifest_is_a_clear_error(tmp_path, run_kjit):
     bad.write_text('{"kjit_manifest": 1, "records": [{"template": {}}]}')
     r = run_kjit("warm", str(bad), "--arch", "sm_90", check=False)
     assert r.returncode == 1, r
-    assert f"manifest {bad} is not valid: records[0].template: missing field \"name\"" in r.stderr, r
+    assert f'manifest {bad} is not valid: records[0].template: missing field "name"' in r.stderr, r
 
 
 def test_export_verify_and_a_tampered_export(tmp_path, run_kjit):
@@ -112,7 +116,8 @@ def test_export_verify_and_a_tampered_export(tmp_path, run_kjit):
 
 
 def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_command(run_py):
-    r = run_py("""
+    r = run_py(
+        """
         import kjit, torch
         fam = kjit.Template.builtin("add_constant").kernel("add_constant")
         try:
@@ -122,7 +127,9 @@ def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_comma
             print("SPEC", e.specialization)
             print("MSG", str(e))
             print("STATS", kjit.stats()["compiles"], kjit.stats()["strict_misses"])
-    """, env={"KJIT_CACHE_MODE": "strict"})
+    """,
+        env={"KJIT_CACHE_MODE": "strict"},
+    )
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
     assert len(lines["KEY"]) == 64
     assert lines["SPEC"] == "add_constant(T=float16, VEC=2) from template add_constant"
@@ -138,7 +145,8 @@ def test_strict_mode_finds_an_exported_layer_on_disk(tmp_path, run_kjit, run_py)
     record_workload(tmp_path, manifest)
     out = tmp_path / "export"
     run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90")
-    r = run_py(f"""
+    r = run_py(
+        f"""
         import kjit, torch
         scale = kjit.Template({SCALE!r}, name="scale.cu").kernel("scale")
         add = kjit.Template.builtin("add_constant").kernel("add_constant")
@@ -149,8 +157,9 @@ def test_strict_mode_finds_an_exported_layer_on_disk(tmp_path, run_kjit, run_py)
         except kjit.CacheMissError:
             print("miss")
         print(kjit.stats()["compiles"])
-    """, env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out,
-              "KJIT_CACHE_DIR": tmp_path / "empty-writable"})
+    """,
+        env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out, "KJIT_CACHE_DIR": tmp_path / "empty-writable"},
+    )
     assert r.stdout.split() == ["disk", "disk", "miss", "0"], r
 
 
@@ -160,8 +169,9 @@ def gemm_sm90_manifest(path):
     import kjit
 
     options = kjit._core.library_compile_options()
-    record_options = {k: options[k] for k in ("std", "fast_math", "line_info", "device_debug", "max_registers",
-                                               "defines")}
+    record_options = {
+        k: options[k] for k in ("std", "fast_math", "line_info", "device_debug", "max_registers", "defines")
+    }
     # Fields added after manifests existed are written only when set (record ids stay what they were).
     if options["minimal"]:
         record_options["minimal"] = True
@@ -169,9 +179,19 @@ def gemm_sm90_manifest(path):
         record_options["default_device"] = True
     if options["fast_compile"] != "off":
         record_options["fast_compile"] = options["fast_compile"]
-    args = [("T", "type", "bfloat16"), ("N", "integer", 256), ("K", "integer", 256), ("BM", "integer", 128),
-            ("BN", "integer", 128), ("STAGES", "integer", 4), ("ACT", "integer", 0), ("HAS_BIAS", "bool", False),
-            ("HAS_RESIDUAL", "bool", False), ("AUX", "bool", False), ("SWIGLU", "bool", False)]
+    args = [
+        ("T", "type", "bfloat16"),
+        ("N", "integer", 256),
+        ("K", "integer", 256),
+        ("BM", "integer", 128),
+        ("BN", "integer", 128),
+        ("STAGES", "integer", 4),
+        ("ACT", "integer", 0),
+        ("HAS_BIAS", "bool", False),
+        ("HAS_RESIDUAL", "bool", False),
+        ("AUX", "bool", False),
+        ("SWIGLU", "bool", False),
+    ]
     record = {
         "template": {"name": "gemm_sm90", "builtin": True, "digest": kjit.Template.builtin("gemm_sm90").digest},
         "kernel": "gemm_wgmma",

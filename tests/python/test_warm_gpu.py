@@ -23,19 +23,25 @@ def test_record_warm_strict_loop(tmp_path):
     manifest = tmp_path / "manifest.json"
     cache_a, cache_b = tmp_path / "cache-a", tmp_path / "cache-b"
 
-    first = run_python([str(script), str(tmp_path / "first.pt")],
-                       env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": cache_a, "KJIT_CACHE_MODE": None})
+    first = run_python(
+        [str(script), str(tmp_path / "first.pt")],
+        env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": cache_a, "KJIT_CACHE_MODE": None},
+    )
     assert int(first.stdout.split()[-1]) >= 4, first
     records = [line for line in manifest.read_text().splitlines() if line.startswith('{"record"')]  # JSON lines
     assert len(records) >= 4
     assert not cache_b.exists()
 
-    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", arch, "-j", "2"],
-                      env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None})
+    warm = run_python(
+        ["-m", "kjit", "warm", str(manifest), "--arch", arch, "-j", "2"],
+        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None},
+    )
     assert f"{len(records)} compiled, 0 already cached, 0 failed" in warm.stdout, warm
 
-    second = run_python([str(script), str(tmp_path / "second.pt")],
-                        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_RECORD": None})
+    second = run_python(
+        [str(script), str(tmp_path / "second.pt")],
+        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_RECORD": None},
+    )
     assert second.stdout.split()[-1] == "0", second
 
     a = torch.load(tmp_path / "first.pt")

@@ -28,8 +28,8 @@ class TypeError : public Error {
 // NVRTC rejected a specialization. Carries everything needed to see why.
 class CompileError : public Error {
  public:
-  CompileError(std::string message, std::string log, std::string name_expression,
-               std::vector<std::string> options, std::string source_excerpt)
+  CompileError(std::string message, std::string log, std::string name_expression, std::vector<std::string> options,
+               std::string source_excerpt)
       : Error(std::move(message)),
         log_(std::move(log)),
         name_expression_(std::move(name_expression)),

@@ -49,7 +49,7 @@ class BackgroundJobs {
   unsigned running_ = 0;  // threads alive
   std::size_t busy_ = 0;  // jobs being run
   bool stopped_ = false;
-  pid_t pid_;             // the process whose threads running_ counts
+  pid_t pid_;  // the process whose threads running_ counts
 };
 
 }  // namespace kjit

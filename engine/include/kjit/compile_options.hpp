@@ -20,10 +20,10 @@ namespace kjit {
 using OptionValue = std::variant<bool, std::optional<int>, std::string, std::map<std::string, std::string>>;
 
 struct CompileOptions {
-  std::string std = "c++20";   // c++17 or c++20 (C++20 allows floating template arguments)
-  bool fast_math = false;       // --use_fast_math
-  bool line_info = false;       // --generate-line-info
-  bool device_debug = false;    // --device-debug (-G)
+  std::string std = "c++20";  // c++17 or c++20 (C++20 allows floating template arguments)
+  bool fast_math = false;     // --use_fast_math
+  bool line_info = false;     // --generate-line-info
+  bool device_debug = false;  // --device-debug (-G)
   // --minimal: NVRTC's lean front end. It leaves out texture and surface functions and types, the
   // device-side CUDA runtime (cudaMalloc, ... from device code), launches from device code and the
   // runtime API's types and macros (cudaError_t, ...), and saves 3-14 ms of a compile (its share of
@@ -36,9 +36,10 @@ struct CompileOptions {
   bool default_device = false;
   // --Ofast-compile=LEVEL (NVRTC 12.8+, left out before): "off" (NVVM and ptxas optimize fully), "min",
   // "mid" or "max": less optimization for a faster compile, and a slower binary (on an H200, mid compiled
-  // kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x)). kjit's own kernels: KJIT_LIBRARY_FAST_COMPILE.
+  // kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x)). kjit's own kernels:
+  // KJIT_LIBRARY_FAST_COMPILE.
   std::string fast_compile = "off";
-  std::optional<int> max_registers;          // --maxrregcount=N
+  std::optional<int> max_registers;            // --maxrregcount=N
   std::map<std::string, std::string> defines;  // -DNAME=VALUE (sorted by name)
   // Values of fields added to the table at run time (add_compile_option_field: a field with no member
   // here), by field name; a field at its default has no entry. Read and write them through the table.

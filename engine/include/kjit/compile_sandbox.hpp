@@ -28,19 +28,18 @@
 namespace kjit {
 
 struct CompileBounds {
-  double timeout_s = 300;                    // KJIT_COMPILE_TIMEOUT
-  std::uint64_t memory_bytes = 8ull << 30;   // KJIT_COMPILE_MEMORY
-  bool untrusted = false;                    // from a manifest: never compiled without the file filter
+  double timeout_s = 300;                   // KJIT_COMPILE_TIMEOUT
+  std::uint64_t memory_bytes = 8ull << 30;  // KJIT_COMPILE_MEMORY
+  bool untrusted = false;                   // from a manifest: never compiled without the file filter
 };
 
 // Runs `job` in a child process under `bounds`. Throws CompileError naming the limit (and the setting
 // that raises it) when the child exceeds one, Error when no child can be made or it dies otherwise.
-// The child always installs the file filter; with bounds.untrusted and no way to install it here (no seccomp, another CPU), the compile
-// is refused (Error): a template from a manifest is never compiled with file access.
-// `lineage` names whose code the job is (the template's digest and its compile options, macro text
-// included): a kept child (CompileChildren) compiles only jobs of one lineage, so that a job that
-// subverted its compiler reaches no other code's binaries, only those of the same source and options
-// with other typed template arguments.
+// The child always installs the file filter; with bounds.untrusted and no way to install it here (no seccomp, another
+// CPU), the compile is refused (Error): a template from a manifest is never compiled with file access. `lineage` names
+// whose code the job is (the template's digest and its compile options, macro text included): a kept child
+// (CompileChildren) compiles only jobs of one lineage, so that a job that subverted its compiler reaches no other
+// code's binaries, only those of the same source and options with other typed template arguments.
 NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds, const std::string& what,
                                 const std::string& lineage);
 
@@ -48,9 +47,10 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
 // sends it the thread's next job of the same lineage and memory limit (a child serves one lineage for
 // life; a job of another ends it and forks a fresh one). A child that failed a job (time or memory limit,
 // a crash) is never reused; a job that ran out of memory in a kept child (whose address space still
-// holds what earlier compiles left) is tried once more in a fresh one. The destructor ends the kept child. Used by `kjit warm`/`export` with -j > 1:
-// every worker thread holds one, so each of the N children pays NVRTC's first-compile cost once, not once
-// per kernel. Nests: the innermost on a thread is used. Neither copyable nor movable (it is registered).
+// holds what earlier compiles left) is tried once more in a fresh one. The destructor ends the kept child. Used by
+// `kjit warm`/`export` with -j > 1: every worker thread holds one, so each of the N children pays NVRTC's first-compile
+// cost once, not once per kernel. Nests: the innermost on a thread is used. Neither copyable nor movable (it is
+// registered).
 class CompileChildren {
  public:
   CompileChildren();
@@ -63,8 +63,7 @@ class CompileChildren {
   struct Kept;  // the idle child (compile_sandbox.cpp)
 
  private:
-  friend NvrtcOutcome run_nvrtc_in_child(const NvrtcJob&, const CompileBounds&, const std::string&,
-                                         const std::string&);
+  friend NvrtcOutcome run_nvrtc_in_child(const NvrtcJob&, const CompileBounds&, const std::string&, const std::string&);
   std::unique_ptr<Kept> kept_;
   CompileChildren* outer_;
   std::size_t started_ = 0;

@@ -16,15 +16,15 @@ namespace kjit {
 // What a compilation for a requested target produces.
 struct CompilePlan {
   Target requested;
-  Target actual;              // == requested, or compute_XY for the PTX fallback
+  Target actual;  // == requested, or compute_XY for the PTX fallback
   cache::OutputKind output = cache::OutputKind::Cubin;
-  std::string note;           // why PTX, when it is PTX
+  std::string note;  // why PTX, when it is PTX
 };
 
 struct CompiledBinary {
-  std::string payload;        // cubin or PTX bytes
-  std::string lowered_name;   // mangled name of the kernel in the payload
-  std::string log;            // NVRTC log (warnings)
+  std::string payload;       // cubin or PTX bytes
+  std::string lowered_name;  // mangled name of the kernel in the payload
+  std::string log;           // NVRTC log (warnings)
   double compile_ms = 0;
   CompilePlan plan;
   std::vector<std::string> flags;  // every flag given to NVRTC
@@ -41,10 +41,10 @@ class Compiler {
   static CompilePlan plan(const Target& requested);
   // Compiles (loads NVRTC), with the specialization's current template (Template::current()). A pass
   // that NVRTC fails only on headers it could not open and kjit can resolve (a macro-computed include)
-  // is run again with them: compiled_template says which template was compiled. Throws CompileError with the log, the name expression, the options and the
-  // source lines around each error (or the limit a bounded compile exceeded). A template rebuilt from a
-  // manifest, or any template under KJIT_COMPILE_ISOLATION=always, compiles in a bounded child process
-  // (compile_sandbox.hpp) with the limits of `settings`. ValueError when the name expression uses
+  // is run again with them: compiled_template says which template was compiled. Throws CompileError with the log, the
+  // name expression, the options and the source lines around each error (or the limit a bounded compile exceeded). A
+  // template rebuilt from a manifest, or any template under KJIT_COMPILE_ISOLATION=always, compiles in a bounded child
+  // process (compile_sandbox.hpp) with the limits of `settings`. ValueError when the name expression uses
   // __half / __nv_bfloat16 and the template does not include the CUDA header that declares it.
   static CompiledBinary compile(const Specialization& spec, const CompilePlan& plan,
                                 const Settings& settings = kjit::settings());

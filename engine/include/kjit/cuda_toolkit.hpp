@@ -38,14 +38,14 @@ struct LibraryFolder {
 struct CudaToolkit {
   // cuda_fp16.h's folder first, then CCCL's folder when it is another one, then registered CUTLASS folders.
   std::vector<std::filesystem::path> include_dirs;
-  std::string headers_from;                          // which root gave the headers
-  std::filesystem::path nvrtc_library;               // the libnvrtc file that will be loaded
-  std::string nvrtc_from;                            // which root / variable gave it
-  std::string nvrtc_version;                         // "13.0" (from the file names)
-  std::string nvrtc_build_id;                        // GNU build ID of the library file
-  std::vector<std::string> searched;                 // every place looked at, for error messages
-  HeaderLibrary cccl;                                // CUB / thrust / libcu++
-  HeaderLibrary cutlass;                             // CUTLASS and CuTe (the first registered folder)
+  std::string headers_from;             // which root gave the headers
+  std::filesystem::path nvrtc_library;  // the libnvrtc file that will be loaded
+  std::string nvrtc_from;               // which root / variable gave it
+  std::string nvrtc_version;            // "13.0" (from the file names)
+  std::string nvrtc_build_id;           // GNU build ID of the library file
+  std::vector<std::string> searched;    // every place looked at, for error messages
+  HeaderLibrary cccl;                   // CUB / thrust / libcu++
+  HeaderLibrary cutlass;                // CUTLASS and CuTe (the first registered folder)
 
   bool has_headers() const { return !include_dirs.empty(); }
   bool has_nvrtc() const { return !nvrtc_library.empty(); }

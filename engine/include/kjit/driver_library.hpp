@@ -42,7 +42,7 @@ class DriverLibrary {
   KJIT_CU_FN(cuLibraryGetKernel, 12000);
   KJIT_CU_FN(cuKernelGetParamInfo, 12040);  // may stay null on drivers older than 12.4
   KJIT_CU_FN(cuKernelGetAttribute, 12000);
-  KJIT_CU_FN(cuKernelSetAttribute, 12000);  // dynamic shared memory over 48 KB
+  KJIT_CU_FN(cuKernelSetAttribute, 12000);    // dynamic shared memory over 48 KB
   KJIT_CU_FN(cuTensorMapEncodeTiled, 12000);  // TMA descriptors (the sm_90 GEMM)
   KJIT_CU_FN(cuLaunchKernel, 4000);
   KJIT_CU_FN(cuLaunchKernelEx, 11060);

@@ -9,16 +9,25 @@
 namespace kjit {
 
 enum class DType : unsigned char {
-  Float32, Float64, Float16, BFloat16,
-  Int8, Int16, Int32, Int64,
-  UInt8, UInt16, UInt32, UInt64,
+  Float32,
+  Float64,
+  Float16,
+  BFloat16,
+  Int8,
+  Int16,
+  Int32,
+  Int64,
+  UInt8,
+  UInt16,
+  UInt32,
+  UInt64,
   Bool,
 };
 
 inline constexpr int kNumDTypes = 13;
 
-const char* dtype_name(DType t) noexcept;   // "float32", "bfloat16", ...
-const char* dtype_cpp(DType t) noexcept;    // "float", "__nv_bfloat16", "signed char", ...
+const char* dtype_name(DType t) noexcept;  // "float32", "bfloat16", ...
+const char* dtype_cpp(DType t) noexcept;   // "float", "__nv_bfloat16", "signed char", ...
 std::size_t dtype_size(DType t) noexcept;
 bool dtype_is_floating(DType t) noexcept;
 bool dtype_is_signed(DType t) noexcept;

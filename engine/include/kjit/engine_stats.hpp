@@ -23,12 +23,12 @@ struct EngineStats {
   std::uint64_t memory_hits = 0;
   std::uint64_t disk_hits = 0;
   std::uint64_t compiles = 0;
-  double compile_ms = 0;     // total NVRTC time of this process
-  double disk_load_ms = 0;   // total time of disk hits (read + validate + module load)
+  double compile_ms = 0;    // total NVRTC time of this process
+  double disk_load_ms = 0;  // total time of disk hits (read + validate + module load)
   std::uint64_t strict_misses = 0;
-  std::uint64_t remote_hits = 0;  // entries taken from the remote tier (not counted in disk_hits)
+  std::uint64_t remote_hits = 0;               // entries taken from the remote tier (not counted in disk_hits)
   std::array<double, kPhaseCount> phase_ms{};  // by Phase (phase_time.hpp): where cold starts went
-  HeaderLoadCounts headers;  // header files of template loads: read, or known from the header index
+  HeaderLoadCounts headers;                    // header files of template loads: read, or known from the header index
 };
 
 // Compiles and disk loads of one kernel (by name expression) in this process.
@@ -36,7 +36,7 @@ struct KernelStats {
   std::uint64_t compiles = 0;
   double compile_ms = 0;  // NVRTC time
   std::uint64_t disk_loads = 0;
-  double load_ms = 0;     // disk hits: read + validate (+ module load for get())
+  double load_ms = 0;  // disk hits: read + validate (+ module load for get())
 };
 
 class StatsBook {
@@ -52,8 +52,8 @@ class StatsBook {
   // A compile of `spec` (and its log event, after it happened).
   void compiled(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta, double ms);
   // A load of origin Disk or Remote (others are not counted) from the store `from` describes.
-  void loaded(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
-              Origin origin, double ms, const std::string& from);
+  void loaded(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta, Origin origin,
+              double ms, const std::string& from);
 
   EngineStats totals() const;
   std::unordered_map<std::string, KernelStats> kernels() const;

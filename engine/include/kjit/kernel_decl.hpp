@@ -14,7 +14,7 @@ struct TemplateParam {
   enum class Kind { Type, Integral, Floating, Bool, Unsupported };
   std::string name;
   Kind kind = Kind::Type;
-  std::string cpp_type;                 // declared type for non-type parameters ("int", "unsigned")
+  std::string cpp_type;                      // declared type for non-type parameters ("int", "unsigned")
   std::optional<std::string> default_value;  // the default's source text
 };
 

@@ -30,11 +30,11 @@ class KernelFamily {
   // `args[i]` binds the i-th template parameter of the kernel (a prefix of them when the rest have
   // defaults). `compile_forbidden_reason` as in Engine::get. `origin` (optional) tells how it was found.
   std::shared_ptr<const SpecializedKernel> get(const TemplateArg* args, std::size_t n, int device,
-                                          Origin* origin = nullptr,
-                                          const char* compile_forbidden_reason = nullptr) const;
+                                               Origin* origin = nullptr,
+                                               const char* compile_forbidden_reason = nullptr) const;
   std::shared_ptr<const SpecializedKernel> get(const std::vector<TemplateArg>& args, int device,
-                                          Origin* origin = nullptr,
-                                          const char* compile_forbidden_reason = nullptr) const {
+                                               Origin* origin = nullptr,
+                                               const char* compile_forbidden_reason = nullptr) const {
     return get(args.data(), args.size(), device, origin, compile_forbidden_reason);
   }
   // The memory-table lookup alone (counted as a memory hit when found); null on a miss. Never blocks on

@@ -22,13 +22,13 @@ struct NvrtcJob {
 };
 
 struct NvrtcOutcome {
-  int status = 0;                // nvrtcResult of the compile (0: success)
-  std::string failed_call;       // the NVRTC call that failed, when not the compile itself
-  std::string status_text;       // nvrtcGetErrorString(status)
+  int status = 0;           // nvrtcResult of the compile (0: success)
+  std::string failed_call;  // the NVRTC call that failed, when not the compile itself
+  std::string status_text;  // nvrtcGetErrorString(status)
   std::string log;
   std::string lowered_name;
-  std::string payload;           // cubin or PTX
-  std::string sandbox_note;      // set by a child that was asked to forbid file access and could not
+  std::string payload;       // cubin or PTX
+  std::string sandbox_note;  // set by a child that was asked to forbid file access and could not
   bool ok() const noexcept { return status == 0; }
 };
 

@@ -23,13 +23,13 @@ namespace kjit {
 struct LaunchParam {
   enum class Kind : unsigned char { Pointer, Scalar, Unsupported };
 
-  std::string name;       // as declared; "#3" (1-based) when the declaration names none
-  std::string declared;   // type as written: "const T* __restrict__"
-  std::string type;       // type with the template arguments substituted: "const float* __restrict__"
+  std::string name;      // as declared; "#3" (1-based) when the declaration names none
+  std::string declared;  // type as written: "const T* __restrict__"
+  std::string type;      // type with the template arguments substituted: "const float* __restrict__"
   Kind kind = Kind::Unsupported;
-  DType scalar = DType::Float32;   // Kind::Scalar: the type passed
-  std::optional<DType> pointee;    // Kind::Pointer: the element type, when it is one of the DTypes
-  std::size_t size = 0;            // bytes passed: 8 for pointers, the scalar's size, 0 when unsupported
+  DType scalar = DType::Float32;  // Kind::Scalar: the type passed
+  std::optional<DType> pointee;   // Kind::Pointer: the element type, when it is one of the DTypes
+  std::size_t size = 0;           // bytes passed: 8 for pointers, the scalar's size, 0 when unsupported
 
   // "a pointer (const float* __restrict__)", "a float32 scalar (float)", "of type 'Params'".
   std::string describe() const;

@@ -38,26 +38,26 @@ struct SettingInfo {
 const std::vector<SettingInfo>& setting_registry();
 
 struct Settings {
-  std::filesystem::path cache_dir;                    // KJIT_CACHE_DIR / XDG_CACHE_HOME / HOME
-  std::string cache_dir_source;                       // which variable chose cache_dir
-  CacheMode cache_mode = CacheMode::ReadWrite;        // KJIT_CACHE_MODE
-  std::vector<std::filesystem::path> cache_layers;    // KJIT_CACHE_PATH (read-only, colon-separated)
-  std::optional<std::uint64_t> cache_max_bytes;       // KJIT_CACHE_MAX_BYTES
-  std::optional<std::filesystem::path> record_path;   // KJIT_RECORD
-  std::vector<std::filesystem::path> include_dirs;    // KJIT_INCLUDE_PATH (colon-separated)
-  std::optional<std::filesystem::path> cuda_home;     // KJIT_CUDA_HOME, else CUDA_HOME, else CUDA_PATH
-  std::optional<std::filesystem::path> nvrtc_library; // KJIT_NVRTC_LIBRARY (explicit libnvrtc path)
-  std::optional<std::filesystem::path> templates_dir; // KJIT_TEMPLATES_DIR (built-in templates override)
-  double lock_timeout_s = 300.0;                      // KJIT_LOCK_TIMEOUT (seconds)
-  int verbose = 0;                                    // KJIT_VERBOSE (0, 1, 2)
-  int max_specializations = 16;                       // KJIT_MAX_SPECIALIZATIONS
-  bool tune = false;                                  // KJIT_TUNE (Choices::tuning_allowed)
+  std::filesystem::path cache_dir;                                   // KJIT_CACHE_DIR / XDG_CACHE_HOME / HOME
+  std::string cache_dir_source;                                      // which variable chose cache_dir
+  CacheMode cache_mode = CacheMode::ReadWrite;                       // KJIT_CACHE_MODE
+  std::vector<std::filesystem::path> cache_layers;                   // KJIT_CACHE_PATH (read-only, colon-separated)
+  std::optional<std::uint64_t> cache_max_bytes;                      // KJIT_CACHE_MAX_BYTES
+  std::optional<std::filesystem::path> record_path;                  // KJIT_RECORD
+  std::vector<std::filesystem::path> include_dirs;                   // KJIT_INCLUDE_PATH (colon-separated)
+  std::optional<std::filesystem::path> cuda_home;                    // KJIT_CUDA_HOME, else CUDA_HOME, else CUDA_PATH
+  std::optional<std::filesystem::path> nvrtc_library;                // KJIT_NVRTC_LIBRARY (explicit libnvrtc path)
+  std::optional<std::filesystem::path> templates_dir;                // KJIT_TEMPLATES_DIR (built-in templates override)
+  double lock_timeout_s = 300.0;                                     // KJIT_LOCK_TIMEOUT (seconds)
+  int verbose = 0;                                                   // KJIT_VERBOSE (0, 1, 2)
+  int max_specializations = 16;                                      // KJIT_MAX_SPECIALIZATIONS
+  bool tune = false;                                                 // KJIT_TUNE (Choices::tuning_allowed)
   CompileIsolation compile_isolation = CompileIsolation::Untrusted;  // KJIT_COMPILE_ISOLATION
   PchMode pch = PchMode::Auto;                                       // KJIT_PCH
-  double compile_timeout_s = 300.0;                   // KJIT_COMPILE_TIMEOUT (seconds)
-  std::uint64_t compile_memory_bytes = 8ull << 30;    // KJIT_COMPILE_MEMORY
-  bool preload_compiler = true;                       // KJIT_PRELOAD_COMPILER (compiler_preload.hpp)
-  std::string library_fast_compile = "off";           // KJIT_LIBRARY_FAST_COMPILE (CompileOptions::library())
+  double compile_timeout_s = 300.0;                                  // KJIT_COMPILE_TIMEOUT (seconds)
+  std::uint64_t compile_memory_bytes = 8ull << 30;                   // KJIT_COMPILE_MEMORY
+  bool preload_compiler = true;                                      // KJIT_PRELOAD_COMPILER (compiler_preload.hpp)
+  std::string library_fast_compile = "off";  // KJIT_LIBRARY_FAST_COMPILE (CompileOptions::library())
   // The remote tier: KJIT_REMOTE_CACHE (its URL), KJIT_REMOTE_CACHE_SECRET or _SECRET_FILE (required with
   // it), KJIT_REMOTE_CACHE_MODE, KJIT_REMOTE_CACHE_TIMEOUT, KJIT_REMOTE_CACHE_LEASE,
   // KJIT_REMOTE_CACHE_BACKOFF; nullopt: none.

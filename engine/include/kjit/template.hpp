@@ -23,12 +23,12 @@
 namespace kjit {
 
 struct Header {
-  std::string include_name;     // as spelled in #include ("vec.cuh", "cuda_fp16.h")
-  std::filesystem::path path;   // where it was found (never hashed)
-  std::string bytes;            // empty until loaded when !loaded (see Template::with_bytes)
-  bool from_cuda = false;       // found in the CUDA include dirs (kjit's templates are not)
-  std::string sha256;           // hex SHA-256 of the bytes (what the digest covers)
-  bool loaded = true;           // whether `bytes` holds the header's bytes
+  std::string include_name;    // as spelled in #include ("vec.cuh", "cuda_fp16.h")
+  std::filesystem::path path;  // where it was found (never hashed)
+  std::string bytes;           // empty until loaded when !loaded (see Template::with_bytes)
+  bool from_cuda = false;      // found in the CUDA include dirs (kjit's templates are not)
+  std::string sha256;          // hex SHA-256 of the bytes (what the digest covers)
+  bool loaded = true;          // whether `bytes` holds the header's bytes
 };
 
 // Header files of this process's template loads: read (and hashed), or known from the header index.

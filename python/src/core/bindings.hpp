@@ -38,7 +38,7 @@ KJIT_PY_EXPORT void set_python_error(std::exception_ptr e) noexcept;
 KJIT_PY_EXPORT bool set_known_error(std::exception_ptr e);
 
 // A METH_FASTCALL | METH_KEYWORDS method: no argument tuple or kwargs dict is built per call.
-using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+using FastMethod = PyObject* (*)(PyObject * self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
 template <FastMethod F>
 PyObject* guarded(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept {

@@ -38,8 +38,8 @@ class DeviceContext {
 
  private:
   void enter(int device);
-  int prev_device_ = -1;            // torch: the device to restore
-  CUcontext prev_ctx_ = nullptr;    // driver: the context to restore
+  int prev_device_ = -1;          // torch: the device to restore
+  CUcontext prev_ctx_ = nullptr;  // driver: the context to restore
   bool restore_ctx_ = false;
 };
 

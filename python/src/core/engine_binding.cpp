@@ -62,8 +62,10 @@ void bind_engine(py::module_& m) {
         d["max_specializations"] = policy.max_values();
         return d;
       },
-      "Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, strict_misses; "
-      "phase_ms: {template, key, store, compile, module_load}: milliseconds spent reading and hashing templates, computing cache keys, looking entries up in the stores, in NVRTC and loading modules (where cold starts go); "
+      "Counters of this process: memory_hits, disk_hits, remote_hits, compiles, compile_ms, disk_load_ms, "
+      "strict_misses; "
+      "phase_ms: {template, key, store, compile, module_load}: milliseconds spent reading and hashing templates, "
+      "computing cache keys, looking entries up in the stores, in NVRTC and loading modules (where cold starts go); "
       "headers: {read, from_index}: header files that template loads read and hashed, and those the header index "
       "(in the cache root) vouched for without reading them; "
       "kernels: per name expression {compiles, compile_ms, disk_loads, load_ms} (at most 1024 entries, the last "
@@ -72,11 +74,13 @@ void bind_engine(py::module_& m) {
       "those that went through the dispatcher (autograd, fake tensors, subclasses, modes); "
       "specializations: per (kernel, shape parameter) {kernel, param, specialized_values, generic_values, "
       "saturated}; max_specializations (KJIT_MAX_SPECIALIZATIONS).");
-  m.def("reset_stats", [] {
+  m.def(
+      "reset_stats",
+      [] {
         Engine::global().reset_stats();
         if (const TorchHooks* h = torch_hooks()) h->reset_stats();
       },
-        "Sets every counter of stats() to zero (the specialization policy is state and is kept).");
+      "Sets every counter of stats() to zero (the specialization policy is state and is kept).");
   m.def(
       "admit_shape",
       [](std::string_view kernel, std::string_view param, std::int64_t value) {
@@ -94,14 +98,17 @@ void bind_engine(py::module_& m) {
       py::arg("kernel"), py::arg("param"), py::arg("value"), py::arg("pinned") = true,
       "Routes `value` of shape parameter `param` of `kernel` to its generic variant (pinned=False lifts "
       "it): for benchmarks and tests of the generic variant.");
-  m.def("reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
-        "Forgets every value admit_shape() has seen (for tests).");
+  m.def(
+      "reset_shape_policy", [] { Engine::global().shape_policy().reset(); },
+      "Forgets every value admit_shape() has seen (for tests).");
   m.def(
       "_drain_background_jobs",
       [](bool drop_queued) {
         Engine* e = Engine::global_if_made();  // a process that never used kjit has nothing to wait for
-        if (e && drop_queued) e->stop_background_jobs();
-        else if (e) e->drain_background_jobs();
+        if (e && drop_queued)
+          e->stop_background_jobs();
+        else if (e)
+          e->drain_background_jobs();
       },
       py::arg("drop_queued") = false, py::call_guard<py::gil_scoped_release>(),
       "Waits for the kernels being compiled ahead on background threads (an op's backward, compiled at its "

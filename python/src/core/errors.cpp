@@ -168,16 +168,15 @@ void bind_errors(py::module_& m) {
   const py::str empty("");
   g.error = new_class("kjit.Error", PyExc_Exception, "Base class of every kjit error.");
   py::tuple base = py::make_tuple(py::handle(g.error));
-  g.compile_error = new_class(
-      "kjit.CompileError", base.ptr(),
-      "NVRTC rejected a specialization. Attributes: log (the NVRTC log), name_expression, options "
-      "(the NVRTC options) and source_excerpt (the specialized source lines around each error).",
-      {{"log", empty}, {"name_expression", empty}, {"options", py::list()}, {"source_excerpt", empty}});
-  g.cache_miss_error = new_class(
-      "kjit.CacheMissError", base.ptr(),
-      "Strict cache mode (KJIT_CACHE_MODE=strict) met a specialization that is not cached. "
-      "Attributes: key (hex) and specialization (its description).",
-      {{"key", empty}, {"specialization", empty}});
+  g.compile_error =
+      new_class("kjit.CompileError", base.ptr(),
+                "NVRTC rejected a specialization. Attributes: log (the NVRTC log), name_expression, options "
+                "(the NVRTC options) and source_excerpt (the specialized source lines around each error).",
+                {{"log", empty}, {"name_expression", empty}, {"options", py::list()}, {"source_excerpt", empty}});
+  g.cache_miss_error = new_class("kjit.CacheMissError", base.ptr(),
+                                 "Strict cache mode (KJIT_CACHE_MODE=strict) met a specialization that is not cached. "
+                                 "Attributes: key (hex) and specialization (its description).",
+                                 {{"key", empty}, {"specialization", empty}});
   g.driver_error = new_class("kjit.DriverError", base.ptr(),
                              "A CUDA Driver API call failed. Attributes: code (the CUresult) and code_name.",
                              {{"code", py::int_(0)}, {"code_name", empty}});

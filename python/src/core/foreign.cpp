@@ -54,18 +54,24 @@ std::string dl_device_name(int type, int id) {
 std::optional<DType> dl_dtype(DLDataType t) {
   if (t.lanes != 1) return std::nullopt;
   switch (t.code) {
-    case kDLFloat: return t.bits == 16 ? std::optional(DType::Float16)
-                          : t.bits == 32 ? std::optional(DType::Float32)
-                          : t.bits == 64 ? std::optional(DType::Float64) : std::nullopt;
+    case kDLFloat:
+      return t.bits == 16   ? std::optional(DType::Float16)
+             : t.bits == 32 ? std::optional(DType::Float32)
+             : t.bits == 64 ? std::optional(DType::Float64)
+                            : std::nullopt;
     case kDLBfloat: return t.bits == 16 ? std::optional(DType::BFloat16) : std::nullopt;
-    case kDLInt: return t.bits == 8 ? std::optional(DType::Int8)
-                        : t.bits == 16 ? std::optional(DType::Int16)
-                        : t.bits == 32 ? std::optional(DType::Int32)
-                        : t.bits == 64 ? std::optional(DType::Int64) : std::nullopt;
-    case kDLUInt: return t.bits == 8 ? std::optional(DType::UInt8)
-                         : t.bits == 16 ? std::optional(DType::UInt16)
-                         : t.bits == 32 ? std::optional(DType::UInt32)
-                         : t.bits == 64 ? std::optional(DType::UInt64) : std::nullopt;
+    case kDLInt:
+      return t.bits == 8    ? std::optional(DType::Int8)
+             : t.bits == 16 ? std::optional(DType::Int16)
+             : t.bits == 32 ? std::optional(DType::Int32)
+             : t.bits == 64 ? std::optional(DType::Int64)
+                            : std::nullopt;
+    case kDLUInt:
+      return t.bits == 8    ? std::optional(DType::UInt8)
+             : t.bits == 16 ? std::optional(DType::UInt16)
+             : t.bits == 32 ? std::optional(DType::UInt32)
+             : t.bits == 64 ? std::optional(DType::UInt64)
+                            : std::nullopt;
     case kDLBool: return t.bits == 8 ? std::optional(DType::Bool) : std::nullopt;
   }
   return std::nullopt;
@@ -134,8 +140,7 @@ int pointer_device(PyObject* o, void* data, const std::string& what) {
   const DriverLibrary& d = DriverLibrary::get();
   int ordinal = -1;
   auto query = [&] {
-    return d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   reinterpret_cast<CUdeviceptr>(data));
+    return d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(data));
   };
   CUresult r = query();
   if (r == CUDA_ERROR_INVALID_CONTEXT) {  // no context on this thread yet: any one answers (UVA)
@@ -165,8 +170,10 @@ ArrayInfo read_cai(PyObject* o, PyObject* cai, const std::string& what) {
   PyObject* version = field("version", false);
   const long long ver = version ? as_index(o, version, what, "version") : 0;
   if (ver > 3)
-    malformed(o, what, "'version' is " + std::to_string(ver) + "; kjit reads versions 0 to 3 (newer: ask for "
-                       "DLPack with __dlpack__)");
+    malformed(o, what,
+              "'version' is " + std::to_string(ver) +
+                  "; kjit reads versions 0 to 3 (newer: ask for "
+                  "DLPack with __dlpack__)");
   a.shape = int_tuple(o, field("shape", true), what, "shape");
   long long numel = 1;
   for (long long s : a.shape) {
@@ -188,11 +195,13 @@ ArrayInfo read_cai(PyObject* o, PyObject* cai, const std::string& what) {
   if (PyObject* strides = field("strides", false); strides && strides != Py_None) {
     a.strides = int_tuple(o, strides, what, "strides");
     if (a.strides.size() != a.shape.size())
-      malformed(o, what, "'strides' has " + std::to_string(a.strides.size()) + " entries for " +
-                             std::to_string(a.shape.size()) + " dimensions");
+      malformed(o, what,
+                "'strides' has " + std::to_string(a.strides.size()) + " entries for " + std::to_string(a.shape.size()) +
+                    " dimensions");
   }
   if (PyObject* mask = field("mask", false); mask && mask != Py_None)
-    throw ValueError(what + " is a masked " + type_name(o) + " (its __cuda_array_interface__ has a 'mask'); kernels "
+    throw ValueError(what + " is a masked " + type_name(o) +
+                     " (its __cuda_array_interface__ has a 'mask'); kernels "
                      "take plain arrays: pass the data without the mask");
   if (PyObject* stream = field("stream", false); stream && stream != Py_None && ver >= 3) {
     const long long s = as_index(o, stream, what, "stream");
@@ -206,7 +215,8 @@ ArrayInfo read_cai(PyObject* o, PyObject* cai, const std::string& what) {
 
 // ---- DLPack device ---------------------------------------------------------------------------------
 [[noreturn]] void not_cuda(PyObject* o, const std::string& what, const std::string& where) {
-  throw ValueError(what + " is a " + type_name(o) + " in " + where + "; kernels read CUDA device memory: copy it to "
+  throw ValueError(what + " is a " + type_name(o) + " in " + where +
+                   "; kernels read CUDA device memory: copy it to "
                    "the GPU first (e.g. cupy.asarray(x), jax.device_put(x, jax.devices('gpu')[0]), "
                    "torch.as_tensor(x, device='cuda'))");
 }
@@ -214,8 +224,8 @@ ArrayInfo read_cai(PyObject* o, PyObject* cai, const std::string& what) {
 int dlpack_device(PyObject* o, const std::string& what) {
   py::object dev = py::reinterpret_borrow<py::object>(o).attr("__dlpack_device__")();
   if (!PyTuple_Check(dev.ptr()) || PyTuple_GET_SIZE(dev.ptr()) != 2)
-    throw TypeError(what + " is a " + type_name(o) + " whose __dlpack_device__() returned " + describe_value(dev.ptr()) +
-                    ", not a tuple (device_type, device_id)");
+    throw TypeError(what + " is a " + type_name(o) + " whose __dlpack_device__() returned " +
+                    describe_value(dev.ptr()) + ", not a tuple (device_type, device_id)");
   const int type = py::int_(py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(dev.ptr(), 0)));
   const int id = py::int_(py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(dev.ptr(), 1)));
   // Managed memory is device memory too; pinned host memory is refused like any host memory.
@@ -229,9 +239,9 @@ bool has_attr(PyObject* o, const char* name) {
 }
 
 [[noreturn]] void wrong_device(PyObject* o, const std::string& what, const std::string& param, int got, int device) {
-  throw ValueError(what + " is a " + type_name(o) + " on cuda:" + std::to_string(got) + ", but the kernel runs on cuda:" +
-                   std::to_string(device) + "; copy " + param + " to cuda:" + std::to_string(device) +
-                   " or specialize for its device");
+  throw ValueError(what + " is a " + type_name(o) + " on cuda:" + std::to_string(got) +
+                   ", but the kernel runs on cuda:" + std::to_string(device) + "; copy " + param +
+                   " to cuda:" + std::to_string(device) + " or specialize for its device");
 }
 
 [[noreturn]] void wrong_dtype(const ParamLayout& L, std::size_t i, PyObject* o, const std::string& got) {
@@ -257,9 +267,7 @@ void order_after(CUstream producer, CUstream stream) {
 
 }  // namespace
 
-bool is_foreign_array(PyObject* o) {
-  return has_attr(o, "__cuda_array_interface__") || has_attr(o, "__dlpack__");
-}
+bool is_foreign_array(PyObject* o) { return has_attr(o, "__cuda_array_interface__") || has_attr(o, "__dlpack__"); }
 
 std::optional<ArrayInfo> try_read_array(PyObject* o, const std::string& what) {
   // One lookup: a producer may compute the interface on each access (CuPy's holds its current stream).
@@ -272,7 +280,8 @@ std::optional<ArrayInfo> try_read_array(PyObject* o, const std::string& what) {
   PyErr_Clear();
   if (!has_attr(o, "__dlpack__")) return std::nullopt;
   if (!has_attr(o, "__dlpack_device__"))
-    throw TypeError(what + " is a " + type_name(o) + " with __dlpack__ but no __dlpack_device__; kjit needs both "
+    throw TypeError(what + " is a " + type_name(o) +
+                    " with __dlpack__ but no __dlpack_device__; kjit needs both "
                     "(the DLPack protocol) to know where its memory is");
   ArrayInfo a;
   a.protocol = ArrayInfo::Protocol::DLPack;
@@ -282,7 +291,8 @@ std::optional<ArrayInfo> try_read_array(PyObject* o, const std::string& what) {
 
 ArrayInfo read_array(PyObject* o, const std::string& what) {
   if (auto a = try_read_array(o, what)) return std::move(*a);
-  throw TypeError(what + " is " + describe_value(o) + ", which is no array: pass a CUDA tensor or an array with "
+  throw TypeError(what + " is " + describe_value(o) +
+                  ", which is no array: pass a CUDA tensor or an array with "
                   "__cuda_array_interface__ or __dlpack__ (CuPy, JAX, Numba, TensorFlow)");
 }
 
@@ -354,8 +364,10 @@ void ForeignArgs::add(const ParamLayout& L, std::size_t i, PyObject* v, int devi
   const std::string what = arg_what(L, i);
   std::optional<ArrayInfo> read = try_read_array(v, what);
   if (!read)  // ParamLayout::reject's wording, with what the Python front end takes besides tensors
-    throw TypeError(what + " is " + L[i].describe() + ": pass a CUDA tensor, a CUDA array (__cuda_array_interface__ "
-                    "or __dlpack__: CuPy, JAX, Numba...) or None, got " + describe_value(v));
+    throw TypeError(what + " is " + L[i].describe() +
+                    ": pass a CUDA tensor, a CUDA array (__cuda_array_interface__ "
+                    "or __dlpack__: CuPy, JAX, Numba...) or None, got " +
+                    describe_value(v));
   ArrayInfo a = std::move(*read);
   if (a.device >= 0 && a.device != device) wrong_device(v, what, L[i].name, a.device, device);
   const LaunchParam& p = L[i];
@@ -390,8 +402,8 @@ void ForeignArgs::pack(const ParamLayout& L, CUstream stream, ArgBuffer& buf) {
     }
     const std::string what = arg_what(L, it.index);
     if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
-      throw TypeError(what + " is a " + type_name(it.obj) + " whose __dlpack__() returned " + describe_value(cap.ptr()) +
-                      ", not an unused DLPack capsule ('dltensor')");
+      throw TypeError(what + " is a " + type_name(it.obj) + " whose __dlpack__() returned " +
+                      describe_value(cap.ptr()) + ", not an unused DLPack capsule ('dltensor')");
     auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
     // Consumed, per the protocol: renamed, so that the capsule's destructor leaves the tensor to us.
     if (PyCapsule_SetName(cap.ptr(), "used_dltensor") < 0) throw py::error_already_set();

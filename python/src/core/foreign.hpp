@@ -25,8 +25,8 @@ struct ArrayInfo {
   int device = -1;  // CUDA ordinal; -1 for an empty CAI array with a null pointer (nothing to read)
   // CAI only (DLPack tells these when the array is exported, on the launch stream):
   void* data = nullptr;
-  std::optional<DType> dtype;            // nullopt: no kjit element type (complex, big-endian...)
-  std::string typestr;                   // as given ("<f4")
+  std::optional<DType> dtype;  // nullopt: no kjit element type (complex, big-endian...)
+  std::string typestr;         // as given ("<f4")
   std::vector<long long> shape;
   std::vector<long long> strides;        // in bytes; empty when the array is C-contiguous
   std::optional<std::uintptr_t> stream;  // v3 `stream`: the producer's stream (1 legacy, 2 per-thread)

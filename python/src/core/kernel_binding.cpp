@@ -49,9 +49,10 @@ CUstream parse_stream(PyObject* v, int device) {
   if (const TorchHooks* h = torch_hooks(); h && h->stream(v, device, &torch_stream)) return torch_stream;
   // Int handles and other frameworks' streams (their device is the caller's business, as for an int).
   if (auto s = stream_from_protocol(v)) return *s;
-  throw TypeError("stream must be None (the current stream), a torch.cuda.Stream or an int handle, or another "
-                  "framework's stream (with __cuda_stream__, .cuda_stream, .ptr or .handle), got " +
-                  describe_value(v));
+  throw TypeError(
+      "stream must be None (the current stream), a torch.cuda.Stream or an int handle, or another "
+      "framework's stream (with __cuda_stream__, .cuda_stream, .ptr or .handle), got " +
+      describe_value(v));
 }
 
 void pack_number(const ParamLayout& L, std::size_t i, PyObject* v, ArgSlot& slot) {
@@ -158,9 +159,12 @@ PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObje
   // (the legacy default stream without torch); else the arrays' producer stream (CAI v3), else the
   // legacy default stream.
   std::optional<DeviceContext> ctx;
-  if (stream != nullptr && stream != Py_None) ctx.emplace(k.device, parse_stream(stream, k.device));
-  else if (tensors || foreign.empty()) ctx.emplace(k.device);
-  else ctx.emplace(k.device, foreign.producer_stream().value_or(CU_STREAM_LEGACY));
+  if (stream != nullptr && stream != Py_None)
+    ctx.emplace(k.device, parse_stream(stream, k.device));
+  else if (tensors || foreign.empty())
+    ctx.emplace(k.device);
+  else
+    ctx.emplace(k.device, foreign.producer_stream().value_or(CU_STREAM_LEGACY));
   if (!foreign.empty()) foreign.pack(L, ctx->stream, buf);
   cfg.stream = ctx->stream;
   info.specialized->kernel->launch(cfg, buf.pointers());
@@ -220,53 +224,64 @@ void bind_kernel(py::module_& m) {
   py::class_<PyKernel> kernel(m, "Kernel",
                               "A specialized kernel (from KernelFamily.specialize): launch() it; key, origin and "
                               "meta tell where it came from.");
-  kernel.def_property_readonly("key", [](const PyKernel& k) { return k.info->specialized->key.hex(); },
-                               "The cache key (hex SHA-256).")
-      .def_property_readonly("origin", [](const PyKernel& k) { return to_string(k.origin); },
-                             "'memory', 'disk', 'remote' or 'compiled': where this specialize() call found it.")
+  kernel
+      .def_property_readonly(
+          "key", [](const PyKernel& k) { return k.info->specialized->key.hex(); }, "The cache key (hex SHA-256).")
+      .def_property_readonly(
+          "origin", [](const PyKernel& k) { return to_string(k.origin); },
+          "'memory', 'disk', 'remote' or 'compiled': where this specialize() call found it.")
       .def_property_readonly("name_expression", [](const PyKernel& k) { return k.info->name_expression; })
-      .def_property_readonly("target", [](const PyKernel& k) { return k.info->specialized->meta.target; },
-                             "What the binary is for: 'sm_90', 'sm_90a' or 'compute_90' (PTX).")
-      .def_property_readonly("device",
-                             [](const PyKernel& k) { return k.device < 0 ? py::object(py::none()) : py::object(py::int_(k.device)); },
-                             "The CUDA device it launches on; None when compiled for an architecture only.")
-      .def_property_readonly("meta", [](const PyKernel& k) { return meta_dict(k.info->specialized->meta); },
-                             "The cache entry's metadata.")
-      .def_property_readonly("args",
-                             [](const PyKernel& k) {
-                               py::dict d;
-                               for (const auto& [name, value] : k.info->args) d[py::str(name)] = arg_value(value);
-                               return d;
-                             },
-                             "The template arguments: {name: dtype name, int, float or bool}.")
-      .def_property_readonly("params",
-                             [](const PyKernel& k) {
-                               py::list out;
-                               for (const auto& p : k.info->layout.params()) {
-                                 std::optional<DType> dt;
-                                 if (p.kind == LaunchParam::Kind::Scalar) dt = p.scalar;
-                                 else if (p.kind == LaunchParam::Kind::Pointer) dt = p.pointee;
-                                 out.append(py::make_tuple(p.name, to_string(p.kind), p.type,
-                                                           dt ? py::object(py::str(dtype_name(*dt))) : py::object(py::none())));
-                               }
-                               return out;
-                             },
-                             "Launch parameters: (name, kind, cpp_type, dtype) with kind 'pointer', 'scalar' or "
-                             "'unsupported', the type with template arguments substituted, and the dtype name of "
-                             "a scalar or of a pointer's elements (None when unknown).")
-      .def_property_readonly("param_sizes",
-                             [](const PyKernel& k) -> py::object {
-                               const auto& kernel = k.info->specialized->kernel;
-                               if (!kernel || !kernel->param_sizes_known()) return py::none();
-                               return py::cast(kernel->param_sizes());
-                             },
-                             "Byte size of each parameter as the driver reports it (None when unknown).")
-      .def_property_readonly("log", [](const PyKernel& k) { return k.info->specialized->log; },
-                             "NVRTC warnings when it was compiled by specialize(arch=...) in this process.")
+      .def_property_readonly(
+          "target", [](const PyKernel& k) { return k.info->specialized->meta.target; },
+          "What the binary is for: 'sm_90', 'sm_90a' or 'compute_90' (PTX).")
+      .def_property_readonly(
+          "device",
+          [](const PyKernel& k) { return k.device < 0 ? py::object(py::none()) : py::object(py::int_(k.device)); },
+          "The CUDA device it launches on; None when compiled for an architecture only.")
+      .def_property_readonly(
+          "meta", [](const PyKernel& k) { return meta_dict(k.info->specialized->meta); }, "The cache entry's metadata.")
+      .def_property_readonly(
+          "args",
+          [](const PyKernel& k) {
+            py::dict d;
+            for (const auto& [name, value] : k.info->args) d[py::str(name)] = arg_value(value);
+            return d;
+          },
+          "The template arguments: {name: dtype name, int, float or bool}.")
+      .def_property_readonly(
+          "params",
+          [](const PyKernel& k) {
+            py::list out;
+            for (const auto& p : k.info->layout.params()) {
+              std::optional<DType> dt;
+              if (p.kind == LaunchParam::Kind::Scalar)
+                dt = p.scalar;
+              else if (p.kind == LaunchParam::Kind::Pointer)
+                dt = p.pointee;
+              out.append(py::make_tuple(p.name, to_string(p.kind), p.type,
+                                        dt ? py::object(py::str(dtype_name(*dt))) : py::object(py::none())));
+            }
+            return out;
+          },
+          "Launch parameters: (name, kind, cpp_type, dtype) with kind 'pointer', 'scalar' or "
+          "'unsupported', the type with template arguments substituted, and the dtype name of "
+          "a scalar or of a pointer's elements (None when unknown).")
+      .def_property_readonly(
+          "param_sizes",
+          [](const PyKernel& k) -> py::object {
+            const auto& kernel = k.info->specialized->kernel;
+            if (!kernel || !kernel->param_sizes_known()) return py::none();
+            return py::cast(kernel->param_sizes());
+          },
+          "Byte size of each parameter as the driver reports it (None when unknown).")
+      .def_property_readonly(
+          "log", [](const PyKernel& k) { return k.info->specialized->log; },
+          "NVRTC warnings when it was compiled by specialize(arch=...) in this process.")
       .def("__repr__", [](const PyKernel& k) {
         std::string where = k.device >= 0 ? "cuda:" + std::to_string(k.device) : "arch " + k.info->arch;
-        return "<kjit.Kernel " + k.info->name_expression + " on " + where + " target=" + k.info->specialized->meta.target +
-               " origin=" + to_string(k.origin) + " key=" + k.info->specialized->key.hex().substr(0, 12) + ">";
+        return "<kjit.Kernel " + k.info->name_expression + " on " + where +
+               " target=" + k.info->specialized->meta.target + " origin=" + to_string(k.origin) +
+               " key=" + k.info->specialized->key.hex().substr(0, 12) + ">";
       });
   add_fast_method(kernel, &launch_def);
 }

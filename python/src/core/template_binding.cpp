@@ -46,8 +46,10 @@ std::string wants(const TemplateParam& p) {
 
 [[noreturn]] void wrong_kind(const TemplateParam& p, const KernelDecl& k, PyObject* v) {
   std::string hint;
-  if (p.kind == TemplateParam::Kind::Type && type_name(v) == "torch.Tensor") hint = " (pass the tensor's .dtype)";
-  else if (p.kind == TemplateParam::Kind::Type && is_foreign_array(v)) hint = " (pass the array's .dtype)";
+  if (p.kind == TemplateParam::Kind::Type && type_name(v) == "torch.Tensor")
+    hint = " (pass the tensor's .dtype)";
+  else if (p.kind == TemplateParam::Kind::Type && is_foreign_array(v))
+    hint = " (pass the array's .dtype)";
   throw TypeError(prefix(p, k) + " " + wants(p) + ", got " + describe_value(v) + hint);
 }
 
@@ -140,8 +142,10 @@ class ArgList {
   bool given(std::size_t i) const { return i < kInline ? given_[i] : heap_given_.count(i) > 0; }
   void set(std::size_t i, const TemplateArg& a) {
     data()[i] = a;
-    if (i < kInline) given_[i] = true;
-    else heap_given_[i] = true;
+    if (i < kInline)
+      given_[i] = true;
+    else
+      heap_given_[i] = true;
   }
 
  private:
@@ -202,7 +206,8 @@ int parse_device(PyObject* v) {
     if (type.empty()) {  // a str, without torch
       const std::string s = py::str(py::handle(v));
       if (!parse_device_name(s, &type, &index))
-        throw ValueError("device '" + s + "' is not a device name: pass an int, a torch.device or a str such as "
+        throw ValueError("device '" + s +
+                         "' is not a device name: pass an int, a torch.device or a str such as "
                          "'cuda:0'");
     }
     if (type != "cuda")
@@ -211,15 +216,17 @@ int parse_device(PyObject* v) {
     if (count == 0) no_device();
     d = index >= 0 ? index : cuda_current_device();
   } else {
-    throw TypeError("device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', "
-                    "got " + describe_value(v));
+    throw TypeError(
+        "device must be None (the current device), an int, a torch.device or a str such as 'cuda:0', "
+        "got " +
+        describe_value(v));
   }
   if (count == 0) no_device();
   if (d < 0 || d >= count)
     throw ValueError("device " + std::to_string(d) + " is not available: there " +
-                     (count == 1 ? std::string("is 1 CUDA device (0)")
-                                 : "are " + std::to_string(count) + " CUDA devices (0 to " +
-                                       std::to_string(count - 1) + ")"));
+                     (count == 1
+                          ? std::string("is 1 CUDA device (0)")
+                          : "are " + std::to_string(count) + " CUDA devices (0 to " + std::to_string(count - 1) + ")"));
   return d;
 }
 
@@ -314,9 +321,10 @@ PyObject* specialize(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   const KernelFamily& fam = *pf.family;
   const KernelDecl& decl = fam.decl();
   if (nargs != 0)
-    throw TypeError("specialize() takes keyword arguments only (the template parameters by name, and device= or "
-                    "arch=), got " + std::to_string(nargs) + " positional; the parameters of '" + decl.name +
-                    "' are " + decl.describe_params());
+    throw TypeError(
+        "specialize() takes keyword arguments only (the template parameters by name, and device= or "
+        "arch=), got " +
+        std::to_string(nargs) + " positional; the parameters of '" + decl.name + "' are " + decl.describe_params());
   const std::size_t np = decl.template_params.size();
   ArgList list(np);
   std::size_t n = 0;
@@ -450,7 +458,9 @@ namespace {
 py::object to_python(const OptionValue& v) {
   struct Py {
     py::object operator()(bool b) const { return py::bool_(b); }
-    py::object operator()(const std::optional<int>& i) const { return i ? py::object(py::int_(*i)) : py::object(py::none()); }
+    py::object operator()(const std::optional<int>& i) const {
+      return i ? py::object(py::int_(*i)) : py::object(py::none());
+    }
     py::object operator()(const std::string& s) const { return py::str(s); }
     py::object operator()(const std::map<std::string, std::string>& m) const { return py::cast(m); }
   };
@@ -487,9 +497,10 @@ void bind_template(py::module_& m) {
   m.def("compile_option_fields", &option_fields,
         "The compile options, one dict each (name: the keyword of Template.kernel(); kind: bool, int, enum, string "
         "or defines; default; choices; min, max; flag: NVRTC's; cli: the `kjit compile` flag; help).");
-  m.def("library_compile_options", [] { return options_dict(CompileOptions::library()); },
-        "The compile options kjit's own kernels use (kjit.ops, kjit.elementwise), as Template.kernel() takes them: "
-        "compile a built-in kernel with kernel(name, **library_compile_options()) to get the key an op gets.");
+  m.def(
+      "library_compile_options", [] { return options_dict(CompileOptions::library()); },
+      "The compile options kjit's own kernels use (kjit.ops, kjit.elementwise), as Template.kernel() takes them: "
+      "compile a built-in kernel with kernel(name, **library_compile_options()) to get the key an op gets.");
   // Declared before Template, so that Template.kernel()'s signature names kjit.KernelFamily (stubs, help()).
   py::class_<PyFamily> family(m, "KernelFamily",
                               "One kernel of a template with fixed compile options; specialize() it to get a "
@@ -520,28 +531,30 @@ void bind_template(py::module_& m) {
             py::gil_scoped_release nogil;
             return PyTemplate{Template::builtin(name)};
           },
-          py::arg("name"),
-          "A built-in template of kjit's kernel_templates/ by name ('add_constant').")
+          py::arg("name"), "A built-in template of kjit's kernel_templates/ by name ('add_constant').")
       .def_static("builtin_names", &Template::builtin_names, "Names of the built-in templates.")
       .def_property_readonly("name", [](const PyTemplate& t) { return t.tmpl->name(); })
-      .def_property_readonly("digest", [](const PyTemplate& t) { return t.tmpl->digest(); },
-                             "Hex SHA-256 of the source and every included header.")
+      .def_property_readonly(
+          "digest", [](const PyTemplate& t) { return t.tmpl->digest(); },
+          "Hex SHA-256 of the source and every included header.")
       .def_property_readonly("source", [](const PyTemplate& t) { return t.tmpl->source(); })
       .def_property_readonly("is_builtin", [](const PyTemplate& t) { return t.tmpl->is_builtin(); })
-      .def_property_readonly("kernels",
-                             [](const PyTemplate& t) {
-                               std::vector<std::string> out;
-                               for (const auto& k : t.tmpl->kernels()) out.push_back(k.name);
-                               return out;
-                             },
-                             "Names of the __global__ functions, in source order.")
-      .def_property_readonly("headers",
-                             [](const PyTemplate& t) {
-                               std::vector<std::string> out;
-                               for (const auto& h : t.tmpl->headers()) out.push_back(h.include_name);
-                               return out;
-                             },
-                             "Include names of the resolved headers.")
+      .def_property_readonly(
+          "kernels",
+          [](const PyTemplate& t) {
+            std::vector<std::string> out;
+            for (const auto& k : t.tmpl->kernels()) out.push_back(k.name);
+            return out;
+          },
+          "Names of the __global__ functions, in source order.")
+      .def_property_readonly(
+          "headers",
+          [](const PyTemplate& t) {
+            std::vector<std::string> out;
+            for (const auto& h : t.tmpl->headers()) out.push_back(h.include_name);
+            return out;
+          },
+          "Include names of the resolved headers.")
       .def_property_readonly("unresolved_includes", [](const PyTemplate& t) { return t.tmpl->unresolved_includes(); })
       .def("kernel", &make_family, py::arg("name"), py::kw_only(), py::arg("std") = py::none(),
            py::arg("fast_math") = false, py::arg("defines") = py::none(), py::arg("max_registers") = py::none(),
@@ -552,7 +565,8 @@ void bind_template(py::module_& m) {
            "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less "
            "per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's "
            "--Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: "
-           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200); "
+           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) "
+           "on an H200); "
            "default_device: NVRTC's -default-device (a function with no __host__/__device__ is a __device__ one: "
            "CuTe and CUTLASS headers need it).")
       .def("__repr__", [](const PyTemplate& t) {
@@ -564,19 +578,22 @@ void bind_template(py::module_& m) {
 
   family.def_property_readonly("name", [](const PyFamily& f) { return f.family->decl().name; })
       .def_property_readonly("template", [](const PyFamily& f) { return PyTemplate{f.family->template_ptr()}; })
-      .def_property_readonly("params", [](const PyFamily& f) { return template_params(f.family->decl()); },
-                             "Template parameters: (name, kind, cpp_type, default) with kind 'type', 'integer', "
-                             "'floating', 'bool' or 'unsupported' and default None or its source text.")
+      .def_property_readonly(
+          "params", [](const PyFamily& f) { return template_params(f.family->decl()); },
+          "Template parameters: (name, kind, cpp_type, default) with kind 'type', 'integer', "
+          "'floating', 'bool' or 'unsupported' and default None or its source text.")
       .def_property_readonly("param_summary", [](const PyFamily& f) { return f.family->decl().describe_params(); })
-      .def_property_readonly("args",
-                             [](const PyFamily& f) {
-                               py::list out;
-                               for (const auto& p : f.family->decl().params) out.append(py::make_tuple(p.name, p.type));
-                               return out;
-                             },
-                             "Function parameters as declared: (name, type).")
-      .def_property_readonly("options", [](const PyFamily& f) { return options_dict(f.family->options()); },
-                             "The compile options, as the keyword arguments of Template.kernel() take them.")
+      .def_property_readonly(
+          "args",
+          [](const PyFamily& f) {
+            py::list out;
+            for (const auto& p : f.family->decl().params) out.append(py::make_tuple(p.name, p.type));
+            return out;
+          },
+          "Function parameters as declared: (name, type).")
+      .def_property_readonly(
+          "options", [](const PyFamily& f) { return options_dict(f.family->options()); },
+          "The compile options, as the keyword arguments of Template.kernel() take them.")
       .def("__repr__", [](const PyFamily& f) {
         std::string ps;
         for (const auto& p : f.family->decl().template_params) ps += (ps.empty() ? "" : ", ") + p.name;

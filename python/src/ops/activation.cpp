@@ -27,20 +27,15 @@ struct ActInfo {
 
 constexpr ActInfo info(Act a) {
   switch (a) {
-    case Act::Relu:
-      return {"relu", "kjit.ops.relu", "kjit.ops.relu_backward", "relu(x)", "relu_backward(g, y)", true};
+    case Act::Relu: return {"relu", "kjit.ops.relu", "kjit.ops.relu_backward", "relu(x)", "relu_backward(g, y)", true};
     case Act::Sigmoid:
-      return {"sigmoid", "kjit.ops.sigmoid", "kjit.ops.sigmoid_backward", "sigmoid(x)", "sigmoid_backward(g, y)",
-              true};
-    case Act::Tanh:
-      return {"tanh", "kjit.ops.tanh", "kjit.ops.tanh_backward", "tanh_(x)", "tanh_backward(g, y)", true};
-    case Act::Silu:
-      return {"silu", "kjit.ops.silu", "kjit.ops.silu_backward", "silu(x)", "silu_backward(g, x)", false};
-    case Act::Gelu:
-      return {"gelu", "kjit.ops.gelu", "kjit.ops.gelu_backward", "gelu(x)", "gelu_backward(g, x)", false};
+      return {"sigmoid", "kjit.ops.sigmoid", "kjit.ops.sigmoid_backward", "sigmoid(x)", "sigmoid_backward(g, y)", true};
+    case Act::Tanh: return {"tanh", "kjit.ops.tanh", "kjit.ops.tanh_backward", "tanh_(x)", "tanh_backward(g, y)", true};
+    case Act::Silu: return {"silu", "kjit.ops.silu", "kjit.ops.silu_backward", "silu(x)", "silu_backward(g, x)", false};
+    case Act::Gelu: return {"gelu", "kjit.ops.gelu", "kjit.ops.gelu_backward", "gelu(x)", "gelu_backward(g, x)", false};
     default:
-      return {"gelu_tanh", "kjit.ops.gelu_tanh", "kjit.ops.gelu_tanh_backward", "gelu_tanh(x)",
-              "gelu_tanh_backward(g, x)", false};
+      return {"gelu_tanh",    "kjit.ops.gelu_tanh",       "kjit.ops.gelu_tanh_backward",
+              "gelu_tanh(x)", "gelu_tanh_backward(g, x)", false};
   }
 }
 
@@ -139,8 +134,7 @@ at::Tensor gelu_cuda(const at::Tensor& x, c10::string_view approximate) {
   const int device = device_for(op, {{"x", x}});
   (void)device;
   check_dtype(op, "x", x, kFloatingTypes);
-  return tanh_approximation(op, approximate) ? forward<Act::GeluTanh>(op, x)
-                                                     : forward<Act::Gelu>(op, x);
+  return tanh_approximation(op, approximate) ? forward<Act::GeluTanh>(op, x) : forward<Act::Gelu>(op, x);
 }
 at::Tensor gelu_meta(const at::Tensor& x, c10::string_view approximate) {
   at::Tensor y = like_meta("kjit.ops.gelu", x);
@@ -150,7 +144,7 @@ at::Tensor gelu_meta(const at::Tensor& x, c10::string_view approximate) {
 at::Tensor gelu_backward_cuda(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
   constexpr const char* op = info(Act::Gelu).backward_op;
   return tanh_approximation(op, approximate) ? backward<Act::GeluTanh>(op, grad, x, "x")
-                                                     : backward<Act::Gelu>(op, grad, x, "x");
+                                             : backward<Act::Gelu>(op, grad, x, "x");
 }
 at::Tensor gelu_backward_meta(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
   tanh_approximation("kjit.ops.gelu_backward", approximate);
@@ -166,18 +160,18 @@ struct GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string approximate = ctx->saved_data["approximate"].toStringRef();
-    return {OpHandle<&gelu_backward_cuda>::get("gelu_backward")
-                .call(grads[0], ctx->get_saved_variables()[0], approximate),
-            at::Tensor()};
+    return {
+        OpHandle<&gelu_backward_cuda>::get("gelu_backward").call(grads[0], ctx->get_saved_variables()[0], approximate),
+        at::Tensor()};
   }
 };
 
 }  // namespace
 
-#define KJIT_UNARY_ACTIVATION(name, act)                                                                       \
-  KJIT_OP(name, #name "(Tensor x) -> Tensor", unary_cuda<act>, unary_meta<act>);                              \
-  KJIT_OP(name##_backward, #name "_backward(Tensor grad, Tensor saved) -> Tensor", unary_backward_cuda<act>,   \
-          unary_backward_meta<act>);                                                                           \
+#define KJIT_UNARY_ACTIVATION(name, act)                                                                     \
+  KJIT_OP(name, #name "(Tensor x) -> Tensor", unary_cuda<act>, unary_meta<act>);                             \
+  KJIT_OP(name##_backward, #name "_backward(Tensor grad, Tensor saved) -> Tensor", unary_backward_cuda<act>, \
+          unary_backward_meta<act>);                                                                         \
   KJIT_OP_AUTOGRAD(name, (autograd_kernel<UnaryFunction<act>, &unary_cuda<act>>))
 
 KJIT_UNARY_ACTIVATION(relu, Act::Relu)

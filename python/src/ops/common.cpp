@@ -162,7 +162,7 @@ void CompileAheadOnMiss::run_pending() noexcept {
 }
 
 std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
-                                               int device, const char* compile_forbidden) {
+                                                    int device, const char* compile_forbidden) {
   if (auto hit = family.find(args, n, device)) return hit;
   CompileAheadOnMiss::run_pending();
   UnlessNoGil nogil;
@@ -170,7 +170,7 @@ std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, 
 }
 
 std::shared_ptr<const SpecializedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
-                                                 int device, const char* compile_forbidden) {
+                                                      int device, const char* compile_forbidden) {
   const TemplateArg args[2] = {TemplateArg::type(to_dtype(dtype)), TemplateArg::integer(vec)};
   return kernel_for(family, args, device, compile_forbidden);
 }

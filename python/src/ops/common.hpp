@@ -158,16 +158,16 @@ class CompileAheadOnMiss {
 // a memory hit on the hot path; on a miss (a disk load or a compile) the GIL is released while it waits,
 // when this thread holds it. `compile_forbidden` as in KernelFamily::get (non-null during CUDA graph capture).
 std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg* args, std::size_t n,
-                                               int device, const char* compile_forbidden);
+                                                    int device, const char* compile_forbidden);
 template <std::size_t N>
-std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg (&args)[N], int device,
-                                               const char* compile_forbidden) {
+std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, const TemplateArg (&args)[N],
+                                                    int device, const char* compile_forbidden) {
   return kernel_for(family, args, N, device, compile_forbidden);
 }
 
 // The kernel of `family` specialized on (T = dtype, VEC = vec) for `device`.
 std::shared_ptr<const SpecializedKernel> typed_kernel(const KernelFamily& family, at::ScalarType dtype, int vec,
-                                                 int device, const char* compile_forbidden);
+                                                      int device, const char* compile_forbidden);
 
 // A family of a built-in template (kernel_templates/<tmpl>.cuh), made once per process by the caller's
 // function-local static.
@@ -192,8 +192,8 @@ void check_like(const char* op, const char* arg, const at::Tensor& t, const char
   check_dtype(op, arg, t, kFloatingTypes);
   check_same_dtype(op, arg, t, ref_arg, ref);
   if (t.sym_sizes() != c10::SymIntArrayRef(shape))
-    fail_value(op, std::string(arg) + " has shape " + shape_str(t.sym_sizes()) + " but must have shape " +
-                       shape_str(shape));
+    fail_value(
+        op, std::string(arg) + " has shape " + shape_str(t.sym_sizes()) + " but must have shape " + shape_str(shape));
 }
 
 // Whether an autograd kernel must record a graph node (otherwise it calls the op below autograd).
@@ -221,7 +221,9 @@ class AccScalar {
  public:
   AccScalar(double value, at::ScalarType dtype)
       : d_(value), f_(static_cast<float>(value)), double_(dtype == at::ScalarType::Double) {}
-  const void* arg_data() const noexcept { return double_ ? static_cast<const void*>(&d_) : static_cast<const void*>(&f_); }
+  const void* arg_data() const noexcept {
+    return double_ ? static_cast<const void*>(&d_) : static_cast<const void*>(&f_);
+  }
   std::size_t arg_size() const noexcept { return double_ ? sizeof(d_) : sizeof(f_); }
 
  private:

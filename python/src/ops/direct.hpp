@@ -160,8 +160,7 @@ struct Direct<F> {
   // Binds positional arguments, then keywords, then defaults; false when an argument is missing,
   // unknown, given twice or not convertible (the registered op then says what is wrong).
   template <std::size_t... I>
-  static bool bind(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Stores& st,
-                   std::index_sequence<I...>) {
+  static bool bind(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, Stores& st, std::index_sequence<I...>) {
     if (nargs > static_cast<Py_ssize_t>(kArgs)) return false;
     const DirectSchema& s = schema();
     std::array<PyObject*, kArgs> given{};
@@ -227,12 +226,13 @@ PyObject* to_python(std::tuple<T...>&& t) {
   std::size_t i = 0;
   std::apply(
       [&](auto&... e) {
-        ((ok = ok && [&] {
-           PyObject* o = to_python(std::move(e));
-           if (!o) return false;
-           PyTuple_SET_ITEM(out, i++, o);
-           return true;
-         }()),
+        ((ok = ok &&
+               [&] {
+                 PyObject* o = to_python(std::move(e));
+                 if (!o) return false;
+                 PyTuple_SET_ITEM(out, i++, o);
+                 return true;
+               }()),
          ...);
       },
       t);

@@ -58,9 +58,11 @@ void check_differentiable(const ElementwiseFn& fn, at::TensorList inputs) {
       for (std::size_t j = 0; j < inputs.size(); ++j)
         dtypes += (j ? ", " : "") + fn.spec().inputs[j] + " " + torch_dtype_name(inputs[j].scalar_type());
       throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but this call is complex (inputs " + dtypes +
-                       ", result " + torch_dtype_name(result) + "), and kjit.elementwise has gradients of real "
+                       ", result " + torch_dtype_name(result) +
+                       "), and kjit.elementwise has gradients of real "
                        "functions only: it does not build the conjugate Wirtinger gradients PyTorch gives complex "
-                       "functions. Allowed: requires_grad with real floating inputs and a real result. Pass " + in +
+                       "functions. Allowed: requires_grad with real floating inputs and a real result. Pass " +
+                       in +
                        ".detach() (or call it under torch.no_grad()) where no gradient is needed, or compute the "
                        "function with torch operations where the complex gradient is needed");
     }
@@ -68,13 +70,16 @@ void check_differentiable(const ElementwiseFn& fn, at::TensorList inputs) {
     if (!inputs[i].requires_grad() || fn.derivative(i)) continue;
     const std::string& in = fn.spec().inputs[i];
     if (inputs.size() >= static_cast<std::size_t>(ElementwiseFn::kMaxInputs))
-      throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but a function of " +
-                       std::to_string(inputs.size()) + " inputs has no derivative kernel (it would take the gradient "
-                       "and every input: at most " + std::to_string(ElementwiseFn::kMaxInputs) +
-                       " tensors); split the function, or pass " + in + ".detach()");
+      throw ValueError(
+          fn.repr() + ": input '" + in + "' requires grad, but a function of " + std::to_string(inputs.size()) +
+          " inputs has no derivative kernel (it would take the gradient "
+          "and every input: at most " +
+          std::to_string(ElementwiseFn::kMaxInputs) + " tensors); split the function, or pass " + in + ".detach()");
     const std::string& why = fn.spec().no_grad_reasons[i];
-    throw ValueError(fn.repr() + ": input '" + in + "' requires grad, but kjit has no derivative of the expression "
-                     "with respect to it" + (why.empty() ? std::string() : " (" + why + ")") +
+    throw ValueError(fn.repr() + ": input '" + in +
+                     "' requires grad, but kjit has no derivative of the expression "
+                     "with respect to it" +
+                     (why.empty() ? std::string() : " (" + why + ")") +
                      "; give one with kjit.elementwise(..., grads={'" + in + "': '<C++ expression of d/d" + in +
                      ">'}), or pass " + in + ".detach() (or call it under torch.no_grad()) if no gradient is needed");
   }

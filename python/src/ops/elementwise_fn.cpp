@@ -21,12 +21,18 @@ namespace {
 
 constexpr unsigned kBlock = 256;  // kjit_ew::kBlock (kUnroll is 1)
 
-const std::pair<const char*, at::ScalarType> kDtypes[] = {
-    {"float32", at::ScalarType::Float}, {"float16", at::ScalarType::Half},  {"bfloat16", at::ScalarType::BFloat16},
-    {"float64", at::ScalarType::Double}, {"int8", at::ScalarType::Char},   {"int16", at::ScalarType::Short},
-    {"int32", at::ScalarType::Int},      {"int64", at::ScalarType::Long},  {"uint8", at::ScalarType::Byte},
-    {"bool", at::ScalarType::Bool},      {"complex64", at::ScalarType::ComplexFloat},
-    {"complex128", at::ScalarType::ComplexDouble}};
+const std::pair<const char*, at::ScalarType> kDtypes[] = {{"float32", at::ScalarType::Float},
+                                                          {"float16", at::ScalarType::Half},
+                                                          {"bfloat16", at::ScalarType::BFloat16},
+                                                          {"float64", at::ScalarType::Double},
+                                                          {"int8", at::ScalarType::Char},
+                                                          {"int16", at::ScalarType::Short},
+                                                          {"int32", at::ScalarType::Int},
+                                                          {"int64", at::ScalarType::Long},
+                                                          {"uint8", at::ScalarType::Byte},
+                                                          {"bool", at::ScalarType::Bool},
+                                                          {"complex64", at::ScalarType::ComplexFloat},
+                                                          {"complex128", at::ScalarType::ComplexDouble}};
 
 // "torch.float32, torch.float16, ...": the dtypes a function takes, for messages.
 std::string allowed_dtypes() {
@@ -38,8 +44,8 @@ std::string allowed_dtypes() {
 at::ScalarType dtype_named(const std::string& name) {
   for (const auto& [n, t] : kDtypes)
     if (name == n) return t;
-  throw TypeError("kjit.elementwise: dtype '" + name + "' of the function spec is not supported; allowed: " +
-                  allowed_dtypes());
+  throw TypeError("kjit.elementwise: dtype '" + name +
+                  "' of the function spec is not supported; allowed: " + allowed_dtypes());
 }
 const char* dtype_name(at::ScalarType t) {
   for (const auto& [n, d] : kDtypes)
@@ -52,9 +58,7 @@ bool supported(at::ScalarType t) {
   return false;
 }
 bool is_half(at::ScalarType t) { return t == at::ScalarType::Half || t == at::ScalarType::BFloat16; }
-bool is_complex(at::ScalarType t) {
-  return t == at::ScalarType::ComplexFloat || t == at::ScalarType::ComplexDouble;
-}
+bool is_complex(at::ScalarType t) { return t == at::ScalarType::ComplexFloat || t == at::ScalarType::ComplexDouble; }
 // The type the expression computes in: the result's (float for 16-bit results) or, with a complex input
 // and a real result, complex128 where the result or an input is 64-bit, else complex64.
 at::ScalarType compute_dtype(at::ScalarType out, const at::ScalarType* in, std::size_t n_in) {
@@ -99,7 +103,8 @@ std::string describe(const at::Tensor& t) {
 // A kernel argument in an 8-byte slot: 32- or 64-bit integer (the index type I), pointer or double.
 // launch() hands them to launch_kernel_array (their byte sizes are kept and checked in debug builds).
 struct ArgPack {
-  static constexpr int kMax = 2 + ElementwiseFn::kMaxRank + ElementwiseFn::kMaxInputs * (1 + ElementwiseFn::kMaxRank) + 32;
+  static constexpr int kMax =
+      2 + ElementwiseFn::kMaxRank + ElementwiseFn::kMaxInputs * (1 + ElementwiseFn::kMaxRank) + 32;
   alignas(8) std::uint64_t slots[kMax];
   void* ptrs[kMax];
 #ifndef NDEBUG
@@ -141,8 +146,9 @@ void check_expression(const std::string& expr, const std::string& what) {
                        "' must be one C++ expression (no ';', braces, comments or preprocessor lines) on one line");
 }
 void check_name(const std::string& n) {
-  const bool ok = !n.empty() && (std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_') &&
-                  std::all_of(n.begin(), n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  const bool ok =
+      !n.empty() && (std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_') &&
+      std::all_of(n.begin(), n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
   if (!ok) throw ValueError("kjit.elementwise: name '" + n + "' of the function spec is not a C++ identifier");
 }
 
@@ -245,7 +251,8 @@ std::string ElementwiseSpec::to_json() const {
     if (!no_grad_reasons[i].empty()) why[inputs[i]] = no_grad_reasons[i];
   j["no_grad"] = why;
   nlohmann::json defs = nlohmann::json::object();
-  for (const auto& [k, v] : defaults) defs[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(std::to_string(v));
+  for (const auto& [k, v] : defaults)
+    defs[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(std::to_string(v));
   j["defaults"] = defs;
   return j.dump();
 }
@@ -270,7 +277,8 @@ std::string ElementwiseFn::source(const std::vector<double>& values) const {
   std::string comment = "// kjit.elementwise " + spec_.name + ": " + spec_.expr;
   std::replace(comment.begin(), comment.end(), '\n', ' ');
   std::replace(comment.begin(), comment.end(), '\r', ' ');
-  std::vector<std::string> lines = {comment, "#include \"elementwise.cuh\"", "template <typename C>", "struct kjit_expr {"};
+  std::vector<std::string> lines = {comment, "#include \"elementwise.cuh\"", "template <typename C>",
+                                    "struct kjit_expr {"};
   // Scalars have the compute type's real type (C itself unless C is complex: a complex constant is C(re, im)).
   for (const std::string& s : runtime) lines.push_back("  kjit_ew::scalar_t<C> " + s + ";");
   std::vector<std::string> params, types, init, ptrs, args;
@@ -299,8 +307,9 @@ std::string ElementwiseFn::source(const std::vector<double>& values) const {
   const std::string compute = "  using kjit_c = kjit_ew::elem_t<C, kjit_cx, 1>;";
   lines.push_back("template <typename TO, typename C, int VEC, bool TAIL, typename I, unsigned long long kjit_cx, " +
                   tparams + ">");
-  lines.push_back("__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n" +
-                  join(ptrs, "") + scalar_params + ") {");
+  lines.push_back(
+      "__global__ void __launch_bounds__(kjit_ew::kBlock) kjit_elementwise(TO* __restrict__ kjit_out, I kjit_n" +
+      join(ptrs, "") + scalar_params + ") {");
   lines.push_back(compute);
   lines.push_back("  kjit_ew::flat<kjit_c, VEC, TAIL>(kjit_expr<kjit_c>{" + join(init, ", ") +
                   "}, kjit_ew::as<kjit_cx, 0>(kjit_out), kjit_n, " + join(args, ", ") + ");");
@@ -507,7 +516,8 @@ void ElementwiseFn::prepare_ahead(at::ScalarType grad_dtype, c10::ArrayRef<at::T
     for (std::size_t i = 0; i < inputs.size(); ++i)
       accesses[i + 2] = {inputs[i].const_data_ptr(), static_cast<std::size_t>(inputs[i].element_size())};
     const FlatPlan p = flat_plan(dtype, n, accesses, dtypes, inputs.size() + 1);
-    family(compiled(spec_values), 0, is_half(dtype)).prepare_ahead(p.args.data(), p.args.size(), inputs[0].device().index());
+    family(compiled(spec_values), 0, is_half(dtype))
+        .prepare_ahead(p.args.data(), p.args.size(), inputs[0].device().index());
   } catch (const std::exception&) {
     // The call that wants it meets whatever this was and reports it.
   }
@@ -528,7 +538,8 @@ void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor&
   const bool wide = p.wide;
   const int device = out.device().index();
   LaunchContext ctx(device);
-  const auto k = kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.args.size(), device, ctx.compile_forbidden);
+  const auto k =
+      kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.args.size(), device, ctx.compile_forbidden);
   ArgPack a;
   a.add<void*>(out.data_ptr());
   a.index(n, wide);
@@ -599,8 +610,8 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
   targs.push(TemplateArg::type(wide ? DType::Int64 : DType::Int32));
   targs.push(complex_mask(out.scalar_type(), compute, dtypes, ins.size()));
   for (std::size_t i = 0; i < ins.size(); ++i) targs.push(real_type_arg(dtypes[i]));
-  const auto k =
-      kernel_for(family(c, rank, is_half(out.scalar_type())), targs.data(), targs.size(), device, ctx.compile_forbidden);
+  const auto k = kernel_for(family(c, rank, is_half(out.scalar_type())), targs.data(), targs.size(), device,
+                            ctx.compile_forbidden);
   ArgPack a;
   a.add<void*>(out.data_ptr());
   a.index(n, wide);
@@ -632,8 +643,9 @@ const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
     d.specialized = spec_.specialized;
     d.grads.assign(d.inputs.size(), std::nullopt);
     d.backward.assign(d.inputs.size(), std::nullopt);
-    d.no_grad_reasons.assign(d.inputs.size(), "kjit differentiates an elementwise function once (its derivative "
-                                              "has no derivative of its own)");
+    d.no_grad_reasons.assign(d.inputs.size(),
+                             "kjit differentiates an elementwise function once (its derivative "
+                             "has no derivative of its own)");
     derivatives_[i] = &elementwise_fn(d.to_json());  // the one the registered op finds by this spec
   }
   return derivatives_[i];
@@ -641,7 +653,7 @@ const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {
 
 const ElementwiseFn& elementwise_fn(const std::string& spec_json) {
   static std::mutex mu;
-  static std::unordered_map<std::string, const ElementwiseFn*> by_text;                 // as given
+  static std::unordered_map<std::string, const ElementwiseFn*> by_text;                  // as given
   static std::unordered_map<std::string, std::unique_ptr<const ElementwiseFn>> by_spec;  // canonical
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -56,14 +56,14 @@ struct ElementwiseSpec {
   std::string name = "elementwise";
   std::string expr;
   std::vector<std::string> inputs;
-  std::vector<std::string> scalars;                // in declaration order
-  std::vector<bool> specialized;                   // per scalar
-  std::optional<at::ScalarType> dtype;             // the result dtype (else the promotion of the inputs')
-  std::vector<std::optional<std::string>> grads;   // per input: d expr / d input, where known
+  std::vector<std::string> scalars;               // in declaration order
+  std::vector<bool> specialized;                  // per scalar
+  std::optional<at::ScalarType> dtype;            // the result dtype (else the promotion of the inputs')
+  std::vector<std::optional<std::string>> grads;  // per input: d expr / d input, where known
   // per input: its gradient in terms of kjit_grad, the incoming gradient (where kjit derived it: PyTorch's
   // masks hold for an inf or NaN kjit_grad too); else the backward computes kjit_grad * (grads[i])
   std::vector<std::optional<std::string>> backward;
-  std::vector<std::string> no_grad_reasons;        // per input: why there is no derivative ("" where there is)
+  std::vector<std::string> no_grad_reasons;              // per input: why there is no derivative ("" where there is)
   std::vector<std::pair<std::string, double>> defaults;  // default values of scalars (runtime or specialized)
 
   static ElementwiseSpec from_json(std::string_view json);
@@ -72,7 +72,7 @@ struct ElementwiseSpec {
 
 class ElementwiseFn {
  public:
-  static constexpr int kMaxRank = 6;   // strided kernels exist for 1..6 coalesced dims
+  static constexpr int kMaxRank = 6;  // strided kernels exist for 1..6 coalesced dims
   // A flat kernel takes 6 + inputs template arguments (TO, C, VEC, TAIL, I, kjit_cx, one type per input):
   // 38 at most, within the Engine's table key (SpecKey::kMaxArgs). A derivative takes the incoming gradient
   // and every input, so a function of up to 31 inputs has derivative kernels.
@@ -130,7 +130,8 @@ class ElementwiseFn {
   static FlatPlan flat_plan(at::ScalarType out_dtype, std::int64_t n, const Access* accesses,
                             const at::ScalarType* in_dtypes, std::size_t n_in);
   const KernelFamily& family(const Compiled& c, int rank, bool fast_exp) const;
-  void check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype, c10::ArrayRef<at::Tensor> ins) const;
+  void check_out(const at::Tensor& out, c10::IntArrayRef shape, at::ScalarType dtype,
+                 c10::ArrayRef<at::Tensor> ins) const;
   void launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
                    c10::ArrayRef<double> runtime) const;
   void launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,

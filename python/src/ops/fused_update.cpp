@@ -51,8 +51,8 @@ at::Tensor fused_update_cuda(const at::Tensor& x, const at::Tensor& model_out, c
   return out;
 }
 
-at::Tensor fused_update_meta(const at::Tensor& x, const at::Tensor& model_out, const at::Tensor& noise, double,
-                             double, double) {
+at::Tensor fused_update_meta(const at::Tensor& x, const at::Tensor& model_out, const at::Tensor& noise, double, double,
+                             double) {
   check_dtype(kOp, "x", x, kFloatingTypes);
   check_same_dtype(kOp, "model_out", model_out, "x", x);
   check_same_dtype(kOp, "noise", noise, "x", x);

@@ -55,8 +55,8 @@ struct Config {
   int bm, bn, bk, wm, wn, wk, stages;
   std::string name() const {
     std::string s = std::string(wgmma ? "wgmma:" : "mma:") + std::to_string(bm) + "x" + std::to_string(bn);
-    if (!wgmma) s += "x" + std::to_string(bk) + ":w" + std::to_string(wm) + "x" + std::to_string(wn) + "x" +
-                     std::to_string(wk);
+    if (!wgmma)
+      s += "x" + std::to_string(bk) + ":w" + std::to_string(wm) + "x" + std::to_string(wn) + "x" + std::to_string(wk);
     return s + ":s" + std::to_string(stages);
   }
 };
@@ -68,15 +68,13 @@ const std::vector<Config>& wgmma_configs(bool swiglu) {
                                             {true, 128, 128, 64, 0, 0, 0, 6},
                                             {true, 64, 128, 64, 0, 0, 0, 8},
                                             {true, 64, 64, 64, 0, 0, 0, 8}};
-  static const std::vector<Config> gated = {{true, 128, 128, 64, 0, 0, 0, 4},
-                                            {true, 128, 64, 64, 0, 0, 0, 6},
-                                            {true, 64, 128, 64, 0, 0, 0, 5}};
+  static const std::vector<Config> gated = {
+      {true, 128, 128, 64, 0, 0, 0, 4}, {true, 128, 64, 64, 0, 0, 0, 6}, {true, 64, 128, 64, 0, 0, 0, 5}};
   return swiglu ? gated : plain;
 }
 const std::vector<Config>& mma_configs() {
-  static const std::vector<Config> all = {{false, 128, 128, 32, 2, 2, 1, 4},
-                                          {false, 64, 128, 32, 2, 2, 1, 4},
-                                          {false, 64, 64, 32, 2, 2, 1, 4}};
+  static const std::vector<Config> all = {
+      {false, 128, 128, 32, 2, 2, 1, 4}, {false, 64, 128, 32, 2, 2, 1, 4}, {false, 64, 64, 32, 2, 2, 1, 4}};
   return all;
 }
 // Small M (decode): 16 rows, the weight streamed through 6 stages by WK warp groups splitting K; narrower
@@ -197,9 +195,17 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
   using Memo = std::tuple<int, int, std::int64_t, std::int64_t, bool, int, bool, bool, bool, bool, std::int64_t>;
   static std::mutex mu;
   static std::map<Memo, Config> memo;
-  const Memo m{device,           static_cast<int>(g.dtype), g.n,          g.k,    g.batch > 1,
-               static_cast<int>(g.act), g.bias != nullptr, g.residual.ptr != nullptr, g.aux.ptr != nullptr,
-               g.swiglu,         m_bucket(g.m)};
+  const Memo m{device,
+               static_cast<int>(g.dtype),
+               g.n,
+               g.k,
+               g.batch > 1,
+               static_cast<int>(g.act),
+               g.bias != nullptr,
+               g.residual.ptr != nullptr,
+               g.aux.ptr != nullptr,
+               g.swiglu,
+               m_bucket(g.m)};
   {
     const std::lock_guard<std::mutex> lock(mu);
     const auto it = memo.find(m);
@@ -214,8 +220,8 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
       if (candidate.name() == *stored) c = candidate, known = true;
     if (!known)
       log::warn_once("gemm-choice:" + key, std::string(op) + ": the tuned choice '" + *stored + "' for " + key +
-                                               " names no configuration of this kjit; using the default (" +
-                                               c.name() + ")");
+                                               " names no configuration of this kjit; using the default (" + c.name() +
+                                               ")");
   }
   if (!known && choices.tuning_allowed() && !ctx.compile_forbidden) {
     c = time_candidates(op, g, device, ctx, c);
@@ -293,8 +299,8 @@ std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
 
 void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx) {
   const std::vector<TemplateArg> targs = template_args(c, g);
-  const auto k = kernel_for(c.wgmma ? wgmma_family() : mma_family(), targs.data(), targs.size(), device,
-                            ctx.compile_forbidden);
+  const auto k =
+      kernel_for(c.wgmma ? wgmma_family() : mma_family(), targs.data(), targs.size(), device, ctx.compile_forbidden);
   LaunchConfig cfg;
   const std::int64_t tiles = cdiv(g.n, c.bn) * cdiv(g.m, c.bm) * g.batch;
   if (c.wgmma) {  // persistent: a block per multiprocessor, each looping over tiles
@@ -335,8 +341,8 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
 
 void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
   if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half && g.dtype != at::ScalarType::Float)
-    fail_value(op, std::string("the GEMM kernels take bfloat16, float16 or float32 (TF32), got ") +
-                       c10::toString(g.dtype));
+    fail_value(op,
+               std::string("the GEMM kernels take bfloat16, float16 or float32 (TF32), got ") + c10::toString(g.dtype));
   constexpr std::int64_t kInt = std::numeric_limits<int>::max();
   if (g.m > kInt || g.n > kInt || g.k > kInt)
     fail_value(op, "M, N and K must each be below 2^31, got M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) +

@@ -4,11 +4,11 @@
 //
 // The kernel: on an sm_90 device, kernel_templates/gemm_sm90.cuh (TMA + wgmma, compiled for sm_90a) for
 // 16-bit types and M > 16, and kernel_templates/gemm.cuh (mma.sync) for M <= 16 (its in-block split-K form),
-// for float32 (TF32: the caller checks that the user allows it) and on every other architecture. N and K are template arguments (through the shape policy: past KJIT_MAX_SPECIALIZATIONS
-// distinct values, the generic variant), M a runtime one: one kernel serves every batch size of an M bucket.
-// The tile configuration comes from a heuristic per (arch, M bucket, N, K, dtype, epilogue); with KJIT_TUNE=1
-// kjit times the candidates once and keeps the fastest on disk (kjit::Choices), where KJIT_RECORD records it,
-// `kjit warm` installs it and strict mode replays it.
+// for float32 (TF32: the caller checks that the user allows it) and on every other architecture. N and K are template
+// arguments (through the shape policy: past KJIT_MAX_SPECIALIZATIONS distinct values, the generic variant), M a runtime
+// one: one kernel serves every batch size of an M bucket. The tile configuration comes from a heuristic per (arch, M
+// bucket, N, K, dtype, epilogue); with KJIT_TUNE=1 kjit times the candidates once and keeps the fastest on disk
+// (kjit::Choices), where KJIT_RECORD records it, `kjit warm` installs it and strict mode replays it.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +35,11 @@ struct GemmMatrix {
 struct Gemm {
   at::ScalarType dtype = at::ScalarType::BFloat16;  // of A, B, C and the epilogue's tensors (Float: TF32)
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
-  GemmMatrix a;         // [M, K]
-  GemmMatrix b;         // [N, K] ([2N, K] for SwiGLU: gate rows, then up rows)
-  GemmMatrix c;         // [M, N], written
-  GemmMatrix residual;  // [M, N] or null
-  GemmMatrix aux;       // [M, N] ([M, 2N] for SwiGLU) or null: the pre-activation, written
+  GemmMatrix a;                // [M, K]
+  GemmMatrix b;                // [N, K] ([2N, K] for SwiGLU: gate rows, then up rows)
+  GemmMatrix c;                // [M, N], written
+  GemmMatrix residual;         // [M, N] or null
+  GemmMatrix aux;              // [M, N] ([M, 2N] for SwiGLU) or null: the pre-activation, written
   const void* bias = nullptr;  // [N] or null
   Activation act = Activation::None;
   bool swiglu = false;

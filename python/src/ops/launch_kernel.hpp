@@ -26,8 +26,9 @@ namespace kjit::ops {
 template <class T, class = void>
 struct HasArgBytes : std::false_type {};
 template <class T>
-struct HasArgBytes<T, std::void_t<decltype(std::declval<const T&>().arg_data()),
-                                  decltype(std::declval<const T&>().arg_size())>> : std::true_type {};
+struct HasArgBytes<
+    T, std::void_t<decltype(std::declval<const T&>().arg_data()), decltype(std::declval<const T&>().arg_size())>>
+    : std::true_type {};
 
 // The address of one kernel argument's bytes and their count.
 template <class T>

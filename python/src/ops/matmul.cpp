@@ -37,7 +37,7 @@ namespace kjit::ops {
 namespace {
 
 constexpr std::initializer_list<at::ScalarType> kMatrixTypes = {at::ScalarType::BFloat16, at::ScalarType::Half,
-                                                                  at::ScalarType::Float};
+                                                                at::ScalarType::Float};
 
 // float32 runs on the tensor cores as TF32 (10-bit mantissa products, float32 accumulation) only where the
 // user allows it for matmuls, as cuBLAS does: torch.backends.cuda.matmul.allow_tf32.
@@ -46,8 +46,8 @@ void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t) {
     throw TypeError(std::string(op) + ": " + arg +
                     " is float32, which kjit's matrix kernels compute as TF32 (float32 accumulation, inputs rounded "
                     "to 10 mantissa bits), and TF32 is off (torch.backends.cuda.matmul.allow_tf32 is False); "
-                    "allow it with torch.backends.cuda.matmul.allow_tf32 = True, or convert with " + arg +
-                    ".to(torch.bfloat16)");
+                    "allow it with torch.backends.cuda.matmul.allow_tf32 = True, or convert with " +
+                    arg + ".to(torch.bfloat16)");
   check_dtype(op, arg, t, kMatrixTypes);
 }
 
@@ -118,8 +118,10 @@ std::vector<typename Sizes::value_type> linear_shape(const char* op, const at::T
   if (bias) {
     check_same_dtype(op, "bias", *bias, "x", x);
     const auto bs = [&] {
-      if constexpr (std::is_same_v<Sizes, c10::SymIntArrayRef>) return bias->sym_sizes();
-      else return bias->sizes();
+      if constexpr (std::is_same_v<Sizes, c10::SymIntArrayRef>)
+        return bias->sym_sizes();
+      else
+        return bias->sizes();
     }();
     if (bs.size() != 1 || bs[0] != n)
       fail_value(op, "bias has shape " + shape_str(bs) + " but must have shape [" + c10::str(n) + "] (N)");
@@ -127,8 +129,10 @@ std::vector<typename Sizes::value_type> linear_shape(const char* op, const at::T
   if (residual) {
     check_same_dtype(op, "residual", *residual, "x", x);
     const auto rs = [&] {
-      if constexpr (std::is_same_v<Sizes, c10::SymIntArrayRef>) return residual->sym_sizes();
-      else return residual->sizes();
+      if constexpr (std::is_same_v<Sizes, c10::SymIntArrayRef>)
+        return residual->sym_sizes();
+      else
+        return residual->sizes();
     }();
     if (std::vector<typename Sizes::value_type>(rs.begin(), rs.end()) != out)
       fail_value(op, "residual has shape " + shape_str(rs) + " but must have the output's shape " + shape_str(out));
@@ -156,8 +160,7 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   const at::Tensor x2 = readable(x.reshape({m, kdim}), k);
   const at::Tensor w2 = readable(weight, k);
   const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
-  const std::optional<at::Tensor> r =
-      residual ? std::optional<at::Tensor>(residual->contiguous()) : std::nullopt;
+  const std::optional<at::Tensor> r = residual ? std::optional<at::Tensor>(residual->contiguous()) : std::nullopt;
   Gemm g;
   g.dtype = x.scalar_type();
   g.m = m;
@@ -184,8 +187,7 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight, const std:
   return std::get<0>(linear_impl(op, x, weight, bias, parse_activation(op, activation), scale, residual, false, false));
 }
 at::Tensor linear_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       std::optional<c10::string_view> activation, double,
-                       const std::optional<at::Tensor>& residual) {
+                       std::optional<c10::string_view> activation, double, const std::optional<at::Tensor>& residual) {
   constexpr const char* op = "kjit.ops.linear";
   parse_activation(op, activation);
   return at::empty_symint(linear_shape(op, x, weight, bias, residual, false, x.sym_sizes(), weight.sym_sizes()),
@@ -222,8 +224,8 @@ at::Tensor linear_swiglu_meta(const at::Tensor& x, const at::Tensor& w_gate_up,
 }
 std::tuple<at::Tensor, at::Tensor> linear_swiglu_aux_cuda(const at::Tensor& x, const at::Tensor& w_gate_up,
                                                           const std::optional<at::Tensor>& residual) {
-  return linear_impl("kjit.ops.linear_swiglu_aux", x, w_gate_up, std::nullopt, Activation::None, 1.0, residual,
-                     true, true);
+  return linear_impl("kjit.ops.linear_swiglu_aux", x, w_gate_up, std::nullopt, Activation::None, 1.0, residual, true,
+                     true);
 }
 std::tuple<at::Tensor, at::Tensor> linear_swiglu_aux_meta(const at::Tensor& x, const at::Tensor& w_gate_up,
                                                           const std::optional<at::Tensor>& residual) {
@@ -252,10 +254,9 @@ Grads3 linear_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const a
                             double scale, bool has_bias) {
   constexpr const char* op = "kjit.ops.linear_backward";
   const Activation act = parse_activation(op, activation);
-  const int device = device_for(op, {{"grad", grad},
-                                     {"x", x},
-                                     {"weight", weight},
-                                     {"preactivation", preactivation ? *preactivation : at::Tensor()}});
+  const int device = device_for(
+      op,
+      {{"grad", grad}, {"x", x}, {"weight", weight}, {"preactivation", preactivation ? *preactivation : at::Tensor()}});
   check_matrix_dtype(op, "x", x);
   check_same_dtype(op, "grad", grad, "x", x);
   check_same_dtype(op, "weight", weight, "x", x);
@@ -299,7 +300,8 @@ std::tuple<at::Tensor, at::Tensor> linear_swiglu_backward_cuda(const at::Tensor&
                                                                const at::Tensor& w_gate_up,
                                                                const at::Tensor& preactivation) {
   constexpr const char* op = "kjit.ops.linear_swiglu_backward";
-  const int device = device_for(op, {{"grad", grad}, {"x", x}, {"w_gate_up", w_gate_up}, {"preactivation", preactivation}});
+  const int device =
+      device_for(op, {{"grad", grad}, {"x", x}, {"w_gate_up", w_gate_up}, {"preactivation", preactivation}});
   check_matrix_dtype(op, "x", x);
   check_same_dtype(op, "grad", grad, "x", x);
   check_same_dtype(op, "w_gate_up", w_gate_up, "x", x);
@@ -333,7 +335,9 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     Activation act = Activation::None;
     try {
       act = parse_activation(op, activation);
-      device_for(op, {{"x", x}, {"weight", weight}, {"bias", bias ? *bias : at::Tensor()},
+      device_for(op, {{"x", x},
+                      {"weight", weight},
+                      {"bias", bias ? *bias : at::Tensor()},
                       {"residual", residual ? *residual : at::Tensor()}});
       linear_shape(op, x, weight, bias, residual, false, x.sym_sizes(), weight.sym_sizes());
     } catch (const Error&) {
@@ -343,7 +347,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     if (act == Activation::None) {
       y = call_below_autograd<&linear_cuda>(kName, x, weight, bias, activation, scale, residual);
     } else {
-      std::tie(y, z) = call_below_autograd<&linear_aux_cuda>("linear_aux", x, weight, bias, activation, scale, residual);
+      std::tie(y, z) =
+          call_below_autograd<&linear_aux_cuda>("linear_aux", x, weight, bias, activation, scale, residual);
     }
     ctx->saved_data["act"] = std::string(activation_name(act));
     ctx->saved_data["scale"] = scale;
@@ -361,8 +366,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     auto [dx, dw, db] = OpHandle<&linear_backward_cuda>::get("linear_backward")
                             .call(grads[0], saved[0], saved[1], z, c10::string_view(act),
                                   ctx->saved_data["scale"].toDouble(), has_bias);
-    return {dx, dw, has_bias ? db : at::Tensor(), at::Tensor(), at::Tensor(),
-            ctx->saved_data["has_residual"].toBool() ? grads[0] : at::Tensor()};
+    return {dx,           dw,           has_bias ? db : at::Tensor(),
+            at::Tensor(), at::Tensor(), ctx->saved_data["has_residual"].toBool() ? grads[0] : at::Tensor()};
   }
 };
 
@@ -468,8 +473,10 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction<Batched>
   static constexpr const char* kName = Batched ? "bmm" : "matmul";
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-    if constexpr (Batched) return call_below_autograd<&bmm_cuda>(kName, a, b);
-    else return call_below_autograd<&matmul_cuda>(kName, a, b);
+    if constexpr (Batched)
+      return call_below_autograd<&bmm_cuda>(kName, a, b);
+    else
+      return call_below_autograd<&matmul_cuda>(kName, a, b);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {

@@ -39,11 +39,11 @@ const KernelFamily& family(bool backward) {
 // The name of an op of this file in messages ("kjit.ops.add_rms_norm_backward"): a literal, no allocation
 // per call.
 constexpr const char* op_name(bool rms, bool residual, bool backward) {
-  constexpr const char* kNames[2][2][2] = {  // [rms][residual][backward]
-      {{"kjit.ops.layer_norm", "kjit.ops.layer_norm_backward"},
-       {"kjit.ops.add_layer_norm", "kjit.ops.add_layer_norm_backward"}},
-      {{"kjit.ops.rms_norm", "kjit.ops.rms_norm_backward"},
-       {"kjit.ops.add_rms_norm", "kjit.ops.add_rms_norm_backward"}}};
+  constexpr const char* kNames[2][2][2] = {// [rms][residual][backward]
+                                           {{"kjit.ops.layer_norm", "kjit.ops.layer_norm_backward"},
+                                            {"kjit.ops.add_layer_norm", "kjit.ops.add_layer_norm_backward"}},
+                                           {{"kjit.ops.rms_norm", "kjit.ops.rms_norm_backward"},
+                                            {"kjit.ops.add_rms_norm", "kjit.ops.add_rms_norm_backward"}}};
   return kNames[rms][residual][backward];
 }
 
@@ -85,20 +85,24 @@ const void* data_or_null(const std::optional<at::Tensor>& t) { return t ? t->con
 // plain norm's (its nine template arguments: RESIDUAL left to its default).
 template <bool Rms, bool Residual>
 void launch_forward(const char* op, int device, const Rows& r, const at::Tensor& res, const at::Tensor& y,
-                    const at::Tensor& h, const std::optional<at::Tensor>& weight,
-                    const std::optional<at::Tensor>& bias, double eps) {
+                    const at::Tensor& h, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                    double eps) {
   const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
   const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
   // A tensor that is absent stands in as x (the vector width depends on the alignment of each one).
-  const RowGeometry g = geometry(op, r.d,
-                                 {&r.x, &y, w ? &*w : &r.x, b ? &*b : &r.x, Residual ? &res : &r.x,
-                                  Residual ? &h : &r.x},
-                                 Rms);
+  const RowGeometry g =
+      geometry(op, r.d, {&r.x, &y, w ? &*w : &r.x, b ? &*b : &r.x, Residual ? &res : &r.x, Residual ? &h : &r.x}, Rms);
   const std::int64_t D = specialized_d("norm_forward", r.d);
   LaunchContext ctx(device);
-  const TemplateArg targs[] = {type_arg(y.scalar_type()), int_arg(g.tpr),    int_arg(g.rows_per_block),
-                               int_arg(g.vec),            int_arg(g.items),  int_arg(D),
-                               bool_arg(Rms),             bool_arg(bool(w)), bool_arg(bool(b)),
+  const TemplateArg targs[] = {type_arg(y.scalar_type()),
+                               int_arg(g.tpr),
+                               int_arg(g.rows_per_block),
+                               int_arg(g.vec),
+                               int_arg(g.items),
+                               int_arg(D),
+                               bool_arg(Rms),
+                               bool_arg(bool(w)),
+                               bool_arg(bool(b)),
                                bool_arg(true)};
   const auto k = kernel_for(family(false), targs, Residual ? 10 : 9, device, ctx.compile_forbidden);
   const void* xp = r.x.const_data_ptr();
@@ -117,12 +121,11 @@ void launch_forward(const char* op, int device, const Rows& r, const at::Tensor&
 }
 
 template <bool Rms>
-at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                   const std::optional<at::Tensor>& bias, double eps) {
+at::Tensor forward(const at::Tensor& x, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                   double eps) {
   constexpr const char* op = op_name(Rms, false, false);
-  const int device = device_for(op, {{"x", x},
-                                             {"weight", weight ? *weight : at::Tensor()},
-                                             {"bias", bias ? *bias : at::Tensor()}});
+  const int device =
+      device_for(op, {{"x", x}, {"weight", weight ? *weight : at::Tensor()}, {"bias", bias ? *bias : at::Tensor()}});
   check(op, x, weight, bias);
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
@@ -139,9 +142,9 @@ Pair add_forward(const at::Tensor& x, const at::Tensor& residual, const std::opt
                  const std::optional<at::Tensor>& bias, double eps) {
   constexpr const char* op = op_name(Rms, true, false);
   const int device = device_for(op, {{"x", x},
-                                             {"residual", residual},
-                                             {"weight", weight ? *weight : at::Tensor()},
-                                             {"bias", bias ? *bias : at::Tensor()}});
+                                     {"residual", residual},
+                                     {"weight", weight ? *weight : at::Tensor()},
+                                     {"bias", bias ? *bias : at::Tensor()}});
   check_residual(op, x, residual, weight, bias);
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
@@ -177,8 +180,8 @@ Pair add_rms_norm_cuda(const at::Tensor& x, const at::Tensor& residual, const st
                        double eps) {
   return add_forward<true>(x, residual, weight, std::nullopt, eps);
 }
-Pair add_meta(const char* op, const at::Tensor& x, const at::Tensor& residual,
-              const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+Pair add_meta(const char* op, const at::Tensor& x, const at::Tensor& residual, const std::optional<at::Tensor>& weight,
+              const std::optional<at::Tensor>& bias) {
   check_residual(op, x, residual, weight, bias);
   const auto options = x.options().memory_format(c10::MemoryFormat::Contiguous);
   return {at::empty_symint(x.sym_sizes(), options), at::empty_symint(x.sym_sizes(), options)};
@@ -218,9 +221,8 @@ template <bool Rms, bool Residual>
 BackwardArgs backward_args(at::ScalarType dtype, const RowGeometry& g, std::int64_t d, bool has_w, bool has_bias,
                            bool add_dh) {
   const std::int64_t D = specialized_d("norm_backward", d);
-  return {{type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
-           int_arg(D), bool_arg(Rms), bool_arg(has_w), bool_arg(has_bias), bool_arg(Residual),
-           bool_arg(Residual && add_dh)},
+  return {{type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items), int_arg(D),
+           bool_arg(Rms), bool_arg(has_w), bool_arg(has_bias), bool_arg(Residual), bool_arg(Residual && add_dh)},
           Residual ? 11u : 9u};
 }
 
@@ -243,10 +245,8 @@ Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const s
   at::Tensor dx = new_empty(x.sizes(), x);
   at::Tensor dres = Residual ? new_empty(x.sizes(), x) : at::Tensor();
   // A tensor that is absent stands in as the gradient (the vector width depends on each one's alignment).
-  const RowGeometry g = geometry(op, gr.d,
-                                 {&gr.x, &xc, &dx, w ? &*w : &gr.x, ghc.defined() ? &ghc : &gr.x,
-                                  Residual ? &dres : &gr.x},
-                                 Rms);
+  const RowGeometry g = geometry(
+      op, gr.d, {&gr.x, &xc, &dx, w ? &*w : &gr.x, ghc.defined() ? &ghc : &gr.x, Residual ? &dres : &gr.x}, Rms);
   const std::int64_t blocks = backward_blocks(g, gr.rows, device);
   const std::int64_t slots = blocks * g.rows_per_block;
   const bool work = gr.rows && gr.d;
@@ -287,8 +287,7 @@ template <bool Rms>
 Grads backward(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
                double eps) {
   constexpr const char* op = op_name(Rms, false, true);
-  const int device =
-      device_for(op, {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
+  const int device = device_for(op, {{"grad", grad}, {"x", x}, {"weight", weight ? *weight : at::Tensor()}});
   check_backward(op, grad, x, weight);
   auto [dx, dres, dw, db] = backward_impl<Rms, false>(op, device, grad, std::nullopt, x, weight, has_bias, eps);
   return {std::move(dx), std::move(dw), std::move(db)};
@@ -300,9 +299,9 @@ Grads4 add_backward(const at::Tensor& grad, const std::optional<at::Tensor>& gra
                     const std::optional<at::Tensor>& weight, bool has_bias, double eps) {
   constexpr const char* op = op_name(Rms, true, true);
   const int device = device_for(op, {{"grad", grad},
-                                             {"grad_h", grad_h ? *grad_h : at::Tensor()},
-                                             {"h", h},
-                                             {"weight", weight ? *weight : at::Tensor()}});
+                                     {"grad_h", grad_h ? *grad_h : at::Tensor()},
+                                     {"h", h},
+                                     {"weight", weight ? *weight : at::Tensor()}});
   check_residual_backward(op, grad, grad_h, h, weight);
   return backward_impl<Rms, true>(op, device, grad, grad_h, h, weight, has_bias, eps);
 }
@@ -312,9 +311,8 @@ Grads4 add_layer_norm_backward_cuda(const at::Tensor& grad, const std::optional<
                                     double eps) {
   return add_backward<false>(grad, grad_h, h, weight, has_bias, eps);
 }
-Grads4 add_rms_norm_backward_cuda(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
-                                  const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
-                                  double eps) {
+Grads4 add_rms_norm_backward_cuda(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h, const at::Tensor& h,
+                                  const std::optional<at::Tensor>& weight, bool has_bias, double eps) {
   return add_backward<true>(grad, grad_h, h, weight, has_bias, eps);
 }
 
@@ -328,8 +326,8 @@ Grads rms_norm_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const 
 }
 
 template <bool Rms>
-Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                    bool has_bias, double) {
+Grads backward_meta(const at::Tensor& grad, const at::Tensor& x, const std::optional<at::Tensor>& weight, bool has_bias,
+                    double) {
   check_backward(op_name(Rms, false, true), grad, x, weight);
   const c10::SymInt d = x.sym_size(-1);
   const c10::SymInt zero(0);
@@ -351,9 +349,8 @@ Grads4 add_layer_norm_backward_meta(const at::Tensor& grad, const std::optional<
                                     double) {
   return add_backward_meta("kjit.ops.add_layer_norm_backward", grad, grad_h, h, weight, has_bias);
 }
-Grads4 add_rms_norm_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h,
-                                  const at::Tensor& h, const std::optional<at::Tensor>& weight, bool has_bias,
-                                  double) {
+Grads4 add_rms_norm_backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& grad_h, const at::Tensor& h,
+                                  const std::optional<at::Tensor>& weight, bool has_bias, double) {
   return add_backward_meta("kjit.ops.add_rms_norm_backward", grad, grad_h, h, weight, has_bias);
 }
 
@@ -368,8 +365,7 @@ void prepare_backward_ahead(const at::Tensor& x, const std::optional<at::Tensor>
   const std::int64_t d = x.size(-1), rows = d ? x.numel() / d : 0;
   if (!rows || !d) return;
   // Only the weight's alignment matters here (the backward reads weight.contiguous()).
-  const RowGeometry g = weight ? geometry(op, d, {&x, &x, &x, &*weight}, Rms)
-                               : geometry(op, d, {&x, &x, &x}, Rms);
+  const RowGeometry g = weight ? geometry(op, d, {&x, &x, &x, &*weight}, Rms) : geometry(op, d, {&x, &x, &x}, Rms);
   const int device = x.get_device();
   const auto args = backward_args<Rms, Residual>(x.scalar_type(), g, d, bool(weight), has_bias, true);
   family(true).prepare_ahead(args.args.data(), args.n, device);
@@ -500,8 +496,7 @@ struct AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction>
 
 KJIT_OP(layer_norm, "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
         layer_norm_cuda, layer_norm_meta);
-KJIT_OP(rms_norm, "rms_norm(Tensor x, Tensor? weight=None, float eps=1e-06) -> Tensor", rms_norm_cuda,
-        rms_norm_meta);
+KJIT_OP(rms_norm, "rms_norm(Tensor x, Tensor? weight=None, float eps=1e-06) -> Tensor", rms_norm_cuda, rms_norm_meta);
 KJIT_OP(layer_norm_backward,
         "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, bool has_bias, float eps) -> (Tensor, Tensor, "
         "Tensor)",

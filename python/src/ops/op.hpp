@@ -35,7 +35,8 @@ struct OpHandle;
 template <class R, class... A, R (*F)(A...)>
 struct OpHandle<F> {
   static const c10::TypedOperatorHandle<R(A...)>& get(const char* name) {
-    static const auto h = c10::Dispatcher::singleton().findSchemaOrThrow((std::string("kjit::") + name).c_str(), "")
+    static const auto h = c10::Dispatcher::singleton()
+                              .findSchemaOrThrow((std::string("kjit::") + name).c_str(), "")
                               .template typed<R(A...)>();
     return h;
   }
@@ -118,7 +119,8 @@ struct AutogradKernel;
 template <class Function, class R, class... A, R (*F)(A...)>
 struct AutogradKernel<Function, F> {
   static R call(A... a) {
-    if (!(c10::GradMode::is_enabled() && (... || requires_grad(a)))) return call_below_autograd<F>(Function::kName, a...);
+    if (!(c10::GradMode::is_enabled() && (... || requires_grad(a))))
+      return call_below_autograd<F>(Function::kName, a...);
     return FunctionResult<R>::from(Function::apply(a...));
   }
 };
@@ -134,20 +136,18 @@ inline constexpr auto autograd_kernel = &AutogradKernel<Function, F>::call;
 // functions are called directly as objects).
 // CompositeExplicitAutograd takes calls without any tensor (None for every Tensor argument) and tensors
 // of other backends: the CUDA function's checks name what is wrong.
-#define KJIT_OP_KERNELS(name, schema, cuda_fn, meta_fn)                                                     \
-  TORCH_LIBRARY_FRAGMENT(kjit, m) { m.def(schema); }                                                        \
-  TORCH_LIBRARY_IMPL(kjit, CUDA, m) { m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel); }           \
-  TORCH_LIBRARY_IMPL(kjit, CPU, m) { m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel); }            \
-  TORCH_LIBRARY_IMPL(kjit, CompositeExplicitAutograd, m) {                                                  \
-    m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel);                                               \
-  }                                                                                                         \
-  TORCH_LIBRARY_IMPL(kjit, Meta, m) { m.impl(#name, ::kjit::ops::Registered<&meta_fn>::kernel); }           \
-  static const bool KJIT_OP_CONCAT(kjit_op_info_, name) =                                                   \
+#define KJIT_OP_KERNELS(name, schema, cuda_fn, meta_fn)                                                                \
+  TORCH_LIBRARY_FRAGMENT(kjit, m) { m.def(schema); }                                                                   \
+  TORCH_LIBRARY_IMPL(kjit, CUDA, m) { m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel); }                      \
+  TORCH_LIBRARY_IMPL(kjit, CPU, m) { m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel); }                       \
+  TORCH_LIBRARY_IMPL(kjit, CompositeExplicitAutograd, m) { m.impl(#name, ::kjit::ops::Registered<&cuda_fn>::kernel); } \
+  TORCH_LIBRARY_IMPL(kjit, Meta, m) { m.impl(#name, ::kjit::ops::Registered<&meta_fn>::kernel); }                      \
+  static const bool KJIT_OP_CONCAT(kjit_op_info_, name) =                                                              \
       ::kjit::ops::OpInfo<&cuda_fn>::set(#name, schema) && ::kjit::ops::OpInfo<&meta_fn>::set(#name, schema)
 
-#define KJIT_OP(name, schema, cuda_fn, meta_fn)                                                             \
-  KJIT_OP_KERNELS(name, schema, cuda_fn, meta_fn);                                                          \
-  static const bool KJIT_OP_CONCAT(kjit_direct_registered_, name) =                                         \
+#define KJIT_OP(name, schema, cuda_fn, meta_fn)                     \
+  KJIT_OP_KERNELS(name, schema, cuda_fn, meta_fn);                  \
+  static const bool KJIT_OP_CONCAT(kjit_direct_registered_, name) = \
       ::kjit::ops::register_direct<&cuda_fn>(#name, schema)
 
 #define KJIT_OP_AUTOGRAD(name, kernel) \

@@ -67,8 +67,8 @@ auto outer_backward_dims(const Sizes& a, const Sizes& b, const Sizes& grad) {
   bool same = grad.size() == expected.size();
   for (std::size_t i = 0; same && i < expected.size(); ++i) same = grad[i] == expected[i];
   if (!same)
-    fail_value(kBackwardOp, "grad has shape " + shape_str(grad) + " but outer(a, b) has shape " +
-                                shape_str(expected) + ": pass the gradient of outer's output");
+    fail_value(kBackwardOp, "grad has shape " + shape_str(grad) + " but outer(a, b) has shape " + shape_str(expected) +
+                                ": pass the gradient of outer's output");
   return dims;
 }
 

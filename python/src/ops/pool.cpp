@@ -56,15 +56,16 @@ Pool<Int> pool_params(const char* op, const at::Tensor& x, c10::ArrayRef<Int> si
     fail_value(op, "kernel_size and stride must be >= 1 and padding >= 0, got kernel_size=" + pair_str(p.kh, p.kw) +
                        ", stride=" + pair_str(p.sh, p.sw) + ", padding=" + pair_str(p.ph, p.pw));
   if (p.ph > p.kh / 2 || p.pw > p.kw / 2)
-    fail_value(op, "padding " + pair_str(p.ph, p.pw) + " must be at most half the kernel size " +
-                       pair_str(p.kh, p.kw));
+    fail_value(op, "padding " + pair_str(p.ph, p.pw) + " must be at most half the kernel size " + pair_str(p.kh, p.kw));
   p.H = sizes[sizes.size() - 2];
   p.W = sizes[sizes.size() - 1];
   if (p.H * p.W > INT_MAX)
     fail_value(op, "planes of " + c10::str(p.H) + " x " + c10::str(p.W) +
                        " elements are too large (at most 2^31 - 1 per plane)");
   // Python's floor division, as PyTorch computes the output size (negative for inputs smaller than the window).
-  const auto floordiv = [](const Int& n, std::int64_t d) { return n < 0 ? Int(0) - (Int(0) - n + (d - 1)) / d : n / d; };
+  const auto floordiv = [](const Int& n, std::int64_t d) {
+    return n < 0 ? Int(0) - (Int(0) - n + (d - 1)) / d : n / d;
+  };
   p.oh = floordiv(p.H + 2 * p.ph - p.kh, p.sh) + 1;
   p.ow = floordiv(p.W + 2 * p.pw - p.kw, p.sw) + 1;
   if (p.oh < 1 || p.ow < 1)
@@ -90,11 +91,17 @@ Dim3 grid(std::int64_t positions, std::int64_t planes) {
   return g;
 }
 
-const std::shared_ptr<const SpecializedKernel> pool_kernel(bool backward, const at::Tensor& x, const Pool<std::int64_t>& p,
-                                                      bool is_max, bool count_pad, int device,
-                                                      const LaunchContext& ctx) {
-  const TemplateArg targs[] = {type_arg(x.scalar_type()), int_arg(p.kh), int_arg(p.kw), int_arg(p.sh),
-                               int_arg(p.sw),             int_arg(p.ph), int_arg(p.pw), bool_arg(is_max),
+const std::shared_ptr<const SpecializedKernel> pool_kernel(bool backward, const at::Tensor& x,
+                                                           const Pool<std::int64_t>& p, bool is_max, bool count_pad,
+                                                           int device, const LaunchContext& ctx) {
+  const TemplateArg targs[] = {type_arg(x.scalar_type()),
+                               int_arg(p.kh),
+                               int_arg(p.kw),
+                               int_arg(p.sh),
+                               int_arg(p.sw),
+                               int_arg(p.ph),
+                               int_arg(p.pw),
+                               bool_arg(is_max),
                                bool_arg(count_pad)};
   return kernel_for(family(backward), targs, device, ctx.compile_forbidden);
 }
@@ -227,9 +234,9 @@ struct AvgPoolFunction : public torch::autograd::Function<AvgPoolFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto k = ctx->saved_data["kernel_size"].toIntVector(), s = ctx->saved_data["stride"].toIntVector(),
                p = ctx->saved_data["padding"].toIntVector();
-    at::Tensor dx = OpHandle<&avg_pool2d_backward_cuda>::get("avg_pool2d_backward")
-                        .call(grads[0], ctx->get_saved_variables()[0], k, s, p,
-                              ctx->saved_data["count_include_pad"].toBool());
+    at::Tensor dx =
+        OpHandle<&avg_pool2d_backward_cuda>::get("avg_pool2d_backward")
+            .call(grads[0], ctx->get_saved_variables()[0], k, s, p, ctx->saved_data["count_include_pad"].toBool());
     return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -43,8 +43,7 @@ const KernelFamily& rows_family() {
   return f;
 }
 const KernelFamily& cols_family() {
-  static const KernelFamily f(Engine::global(), builtin_template("reduce"), "reduce_cols",
-                              CompileOptions::library());
+  static const KernelFamily f(Engine::global(), builtin_template("reduce"), "reduce_cols", CompileOptions::library());
   return f;
 }
 
@@ -87,12 +86,18 @@ constexpr const char* op_name(Reduction r) {
   }
 }
 
-void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,
-                 double scale, int device, const LaunchContext& ctx) {
+void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R, double scale,
+                 int device, const LaunchContext& ctx) {
   const RowGeometry g = row_geometry(R, {&x}, 32);
   const std::int64_t D = g.items ? specialized_d("reduce_rows", R) : 0;
-  const TemplateArg targs[] = {type_arg(x.scalar_type()), type_arg(out.scalar_type()), int_arg(op), int_arg(g.tpr),
-                               int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items), int_arg(D)};
+  const TemplateArg targs[] = {type_arg(x.scalar_type()),
+                               type_arg(out.scalar_type()),
+                               int_arg(op),
+                               int_arg(g.tpr),
+                               int_arg(g.rows_per_block),
+                               int_arg(g.vec),
+                               int_arg(g.items),
+                               int_arg(D)};
   const auto k = kernel_for(rows_family(), targs, device, ctx.compile_forbidden);
   const void* xp = x.const_data_ptr();
   void* yp = out.data_ptr();

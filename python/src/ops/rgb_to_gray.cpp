@@ -23,8 +23,8 @@ const KernelFamily& family() {
 template <class Sizes>
 void check_shape(const Sizes& sizes, std::int64_t dim) {
   if ((dim == 3 || dim == 4) && sizes[dim - 1] == 3) return;
-  fail_value(kOp, "img has shape " + shape_str(sizes) +
-                      ": expected interleaved RGB of shape [H, W, 3] or [B, H, W, 3]");
+  fail_value(kOp,
+             "img has shape " + shape_str(sizes) + ": expected interleaved RGB of shape [H, W, 3] or [B, H, W, 3]");
 }
 
 at::Tensor rgb_to_gray_cuda(const at::Tensor& img) {

@@ -60,12 +60,16 @@ at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
   const Rows r = as_rows(x);
   at::Tensor y = new_empty(x.sizes(), x);
   if (y.numel() == 0) return y;
-  const RowGeometry g =
-      row_geometry(r.d, {&r.x, &y}, kMaxPerThread, r.x.element_size() >= 4 ? 2 : 4);
+  const RowGeometry g = row_geometry(r.d, {&r.x, &y}, kMaxPerThread, r.x.element_size() >= 4 ? 2 : 4);
   const std::int64_t D = g.items ? specialized_d("softmax_forward", r.d) : 0;
   LaunchContext ctx(device);
-  const TemplateArg targs[] = {type_arg(x.scalar_type()), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec),
-                               int_arg(g.items), int_arg(D), bool_arg(Log)};
+  const TemplateArg targs[] = {type_arg(x.scalar_type()),
+                               int_arg(g.tpr),
+                               int_arg(g.rows_per_block),
+                               int_arg(g.vec),
+                               int_arg(g.items),
+                               int_arg(D),
+                               bool_arg(Log)};
   const auto k = kernel_for(family(false), targs, device, ctx.compile_forbidden);
   const void* xp = r.x.const_data_ptr();
   void* yp = y.data_ptr();
@@ -104,8 +108,9 @@ template <bool Log>
 BackwardPlan backward_plan(at::ScalarType dtype, std::int64_t d, std::initializer_list<const at::Tensor*> tensors) {
   const RowGeometry g = row_geometry(d, tensors, kMaxPerThread / 2);
   const std::int64_t D = g.items ? specialized_d("softmax_backward", d) : 0;
-  return {g, {type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items),
-              int_arg(D), bool_arg(Log)}};
+  return {g,
+          {type_arg(dtype), int_arg(g.tpr), int_arg(g.rows_per_block), int_arg(g.vec), int_arg(g.items), int_arg(D),
+           bool_arg(Log)}};
 }
 
 template <bool Log>

@@ -41,9 +41,8 @@ inline std::string torch_dtype_names() {
   std::string out;
   for (c10::ScalarType t : {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half,
                             c10::ScalarType::BFloat16, c10::ScalarType::Char, c10::ScalarType::Short,
-                            c10::ScalarType::Int, c10::ScalarType::Long, c10::ScalarType::Byte,
-                            c10::ScalarType::UInt16, c10::ScalarType::UInt32, c10::ScalarType::UInt64,
-                            c10::ScalarType::Bool})
+                            c10::ScalarType::Int, c10::ScalarType::Long, c10::ScalarType::Byte, c10::ScalarType::UInt16,
+                            c10::ScalarType::UInt32, c10::ScalarType::UInt64, c10::ScalarType::Bool})
     out += (out.empty() ? "" : ", ") + torch_dtype_name(t);
   return out;
 }

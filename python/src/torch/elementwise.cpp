@@ -121,15 +121,14 @@ PyObject* call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject
   }
   const at::Tensor* out_tensor = nullptr;
   if (out && out != Py_None && !plain_tensor(out, out_tensor)) Py_RETURN_NONE;
-  at::Tensor result = fn.call(c10::ArrayRef<at::Tensor>(tensors.data(), n_in),
-                              c10::ArrayRef<double>(scalars.data(), n_sc), out_tensor);
+  at::Tensor result =
+      fn.call(c10::ArrayRef<at::Tensor>(tensors.data(), n_in), c10::ArrayRef<double>(scalars.data(), n_sc), out_tensor);
   ops::count_direct_call();
   return THPVariable_Wrap(std::move(result));
 }
 
 PyMethodDef call_def = {
-    "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&guarded<&call>)),
-    METH_FASTCALL | METH_KEYWORDS,
+    "call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&guarded<&call>)), METH_FASTCALL | METH_KEYWORDS,
     "call($self, /, *inputs, **kwargs)\n--\n\n"
     "Runs the function directly when nothing needs the dispatcher; None otherwise (see kjit.elementwise)."};
 
@@ -138,8 +137,7 @@ PyMethodDef call_def = {
 void bind_elementwise(py::module_& m) {
   py::class_<PyElementwise> cls(m, "ElementwiseFunction",
                                 "The compiled side of a kjit.elementwise function (one per spec, kept).");
-  cls.def(py::init([](const std::string& spec) { return PyElementwise{&ops::elementwise_fn(spec)}; }),
-          py::arg("spec"))
+  cls.def(py::init([](const std::string& spec) { return PyElementwise{&ops::elementwise_fn(spec)}; }), py::arg("spec"))
       .def_property_readonly("spec", [](const PyElementwise& f) { return f.fn->spec_json(); })
       .def(
           "source", [](const PyElementwise& f, const std::vector<double>& values) { return f.fn->source(values); },
@@ -151,9 +149,7 @@ void bind_elementwise(py::module_& m) {
       .def(
           "compute",
           [](const PyElementwise& f, const std::vector<at::Tensor>& inputs, const std::vector<double>& scalars,
-             const std::optional<at::Tensor>& out) {
-            return f.fn->call(inputs, scalars, out ? &*out : nullptr);
-          },
+             const std::optional<at::Tensor>& out) { return f.fn->call(inputs, scalars, out ? &*out : nullptr); },
           py::arg("inputs"), py::arg("scalars"), py::arg("out") = py::none());
   add_fast_method(cls, &call_def);
 }

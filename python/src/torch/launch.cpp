@@ -34,8 +34,7 @@ template <class Each>
     got += groups[i].first + " (" + groups[i].second + ")";
   }
   const std::string target = first_cuda.empty() ? std::string("cuda") : first_cuda;
-  throw ValueError("expected all tensors on one CUDA device, got " + got + "; move them with .to('" + target +
-                   "')");
+  throw ValueError("expected all tensors on one CUDA device, got " + got + "; move them with .to('" + target + "')");
 }
 
 template <class Each>
@@ -66,7 +65,7 @@ int device_of(std::initializer_list<NamedTensor> tensors) {
 }
 
 int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<const char*> names) {
-  static const char* const kNumbers[] = {"#1", "#2", "#3", "#4", "#5", "#6", "#7", "#8",
+  static const char* const kNumbers[] = {"#1", "#2",  "#3",  "#4",  "#5",  "#6",  "#7",  "#8",
                                          "#9", "#10", "#11", "#12", "#13", "#14", "#15", "#16"};
   return common_device([&](auto&& f) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {

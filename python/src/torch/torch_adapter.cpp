@@ -58,9 +58,9 @@ bool stream(PyObject* v, int device, CUstream* out) {
   if (st.device_type() != c10::DeviceType::CUDA)
     throw ValueError("stream must be a CUDA stream, got a stream of " + st.device().str());
   if (st.device_index() != device)
-    throw ValueError("the stream is on " + st.device().str() + " but the kernel runs on cuda:" +
-                     std::to_string(device) + "; use a stream of that device (torch.cuda.Stream(device=" +
-                     std::to_string(device) + "))");
+    throw ValueError("the stream is on " + st.device().str() +
+                     " but the kernel runs on cuda:" + std::to_string(device) +
+                     "; use a stream of that device (torch.cuda.Stream(device=" + std::to_string(device) + "))");
   *out = c10::cuda::CUDAStream(st).stream();
   return true;
 }
@@ -74,7 +74,8 @@ bool device(PyObject* v, std::string* type, int* index) {
     try {
       dev = c10::Device(s);
     } catch (const c10::Error&) {
-      throw ValueError("device '" + s + "' is not a device name: pass an int, a torch.device or a str such as "
+      throw ValueError("device '" + s +
+                       "' is not a device name: pass an int, a torch.device or a str such as "
                        "'cuda:0'");
     }
   } else {
@@ -115,9 +116,8 @@ void extend_stats(PyObject* dict) {
 
 void reset_stats() { ops::reset_op_calls(); }
 
-const TorchHooks kHooks = {&tensor_pointer, &is_tensor,      &dtype,           &stream,
-                           &device,         &device_count,   &current_device,  &exchange_device,
-                           &current_stream, &set_error,      &extend_stats,    &reset_stats};
+const TorchHooks kHooks = {&tensor_pointer, &is_tensor,       &dtype,          &stream,    &device,       &device_count,
+                           &current_device, &exchange_device, &current_stream, &set_error, &extend_stats, &reset_stats};
 
 }  // namespace
 

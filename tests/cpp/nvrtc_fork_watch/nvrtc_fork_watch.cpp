@@ -64,11 +64,11 @@ struct Inside {
 }  // namespace
 
 // Each forwarder: count the thread in, call the real entry point, count it out.
-#define KJIT_FORWARD(ret, name, params, args)                     \
-  extern "C" ret name params {                                    \
-    static const auto fn = lookup<decltype(&::name)>(#name);      \
-    Inside in(#name);                                             \
-    return fn args;                                               \
+#define KJIT_FORWARD(ret, name, params, args)                \
+  extern "C" ret name params {                               \
+    static const auto fn = lookup<decltype(&::name)>(#name); \
+    Inside in(#name);                                        \
+    return fn args;                                          \
   }
 
 KJIT_FORWARD(nvrtcResult, nvrtcVersion, (int* major, int* minor), (major, minor))

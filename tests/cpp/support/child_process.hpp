@@ -153,25 +153,27 @@ struct ChildRun {
       std::size_t end = all.find('\0', start);
       if (end == std::string::npos) end = all.size();
       const std::string record = all.substr(start, end - start);
-      if (!record.empty() && record[0] == 'S') result.skip_reason = record.substr(1);
-      else if (!record.empty() && record[0] == 'F') result.failures.push_back(record.substr(1));
+      if (!record.empty() && record[0] == 'S')
+        result.skip_reason = record.substr(1);
+      else if (!record.empty() && record[0] == 'F')
+        result.failures.push_back(record.substr(1));
       start = end + 1;
     }
     if (result.exit_code != 0 && result.failures.empty())
-      result.failures.push_back("the child ended with " + std::string(result.exit_code == -2
-                                                                         ? "a signal"
-                                                                         : "exit code " + std::to_string(result.exit_code)));
+      result.failures.push_back(
+          "the child ended with " +
+          std::string(result.exit_code == -2 ? "a signal" : "exit code " + std::to_string(result.exit_code)));
     return result;
   }
 };
 
 // Runs `body` in a forked child; its failed checks become failures of the calling test.
 // Use as: KJIT_RUN_IN_CHILD([&](ChildChecks& c) { ... });  (a macro so that a skip skips the caller).
-#define KJIT_RUN_IN_CHILD(...)                                                                        \
-  do {                                                                                                \
-    const ::kjit::testing::ChildResult kjit_child_result_ = ::kjit::testing::ChildRun::run(__VA_ARGS__); \
+#define KJIT_RUN_IN_CHILD(...)                                                                            \
+  do {                                                                                                    \
+    const ::kjit::testing::ChildResult kjit_child_result_ = ::kjit::testing::ChildRun::run(__VA_ARGS__);  \
     for (const auto& kjit_f_ : kjit_child_result_.failures) ADD_FAILURE() << "in the child: " << kjit_f_; \
-    if (!kjit_child_result_.skip_reason.empty()) GTEST_SKIP() << kjit_child_result_.skip_reason; \
+    if (!kjit_child_result_.skip_reason.empty()) GTEST_SKIP() << kjit_child_result_.skip_reason;          \
   } while (0)
 
 }  // namespace kjit::testing

@@ -83,9 +83,10 @@ void RedisServer::start() {
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     ::setpgid(0, 0);
-    std::vector<const char*> argv = {exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "no", "--dir", dir.c_str(), "--loglevel", "warning",
-                                     "--logfile", "", "--daemonize", "no"};
+    std::vector<const char*> argv = {exe.c_str(),   "--port",     port.c_str(),   "--bind",    "127.0.0.1",
+                                     "--save",      "",           "--appendonly", "no",        "--dir",
+                                     dir.c_str(),   "--loglevel", "warning",      "--logfile", "",
+                                     "--daemonize", "no"};
     for (const auto& o : options_) argv.push_back(o.c_str());
     argv.push_back(nullptr);
     // Its log goes nowhere visible: the test reports what matters.

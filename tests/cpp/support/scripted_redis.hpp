@@ -25,7 +25,7 @@ class ScriptedRedis {
     std::string now;      // sent at once
     std::string trickle;  // then one byte per `every`
     std::chrono::milliseconds every{50};
-    bool hold = false;    // then nothing more on this connection: it stays open, unread
+    bool hold = false;  // then nothing more on this connection: it stays open, unread
   };
   // Called on the server's connection thread with each command's arguments (args[0] is its name).
   using Script = std::function<Answer(const std::vector<std::string>& args)>;

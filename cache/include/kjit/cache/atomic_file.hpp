@@ -9,9 +9,9 @@
 namespace kjit::cache {
 
 struct PublishFailure {
-  std::string step;  // "create", "write", "fsync", "close", "rename"
-  int err = 0;       // errno
-  std::filesystem::path path;  // the file the step was applied to
+  std::string step;             // "create", "write", "fsync", "close", "rename"
+  int err = 0;                  // errno
+  std::filesystem::path path;   // the file the step was applied to
   std::string message() const;  // e.g. "write /c/v1/sm_90/ab/<key>.kjit.tmp.12.3f..: File too large"
 };
 
@@ -26,8 +26,7 @@ struct PublishFailure {
 // (they remove a temp file only when they can take its lock themselves).
 // A temp file removed anyway (by an older kjit, or `rm`) makes the rename fail with ENOENT: the
 // caller may simply publish again.
-std::optional<PublishFailure> publish_atomically(const std::filesystem::path& final_path,
-                                                 std::string_view bytes);
+std::optional<PublishFailure> publish_atomically(const std::filesystem::path& final_path, std::string_view bytes);
 
 // Test seam: when set, publish_atomically calls `hook` with the temp file's path after writing and
 // fsyncing it, just before the rename (tests pause a writer there, or take its temp file away).

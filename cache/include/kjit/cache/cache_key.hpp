@@ -23,18 +23,18 @@ const char* to_string(OutputKind kind) noexcept;
 // Everything that determines the compiled bytes.
 struct KeyInputs {
   std::string kjit_version;
-  std::string source;                                      // template source bytes
+  std::string source;  // template source bytes
   // When set (hex SHA-256 of the source and every header, as Template::digest() computes it), hashed
   // in place of `source` and `headers`: the same sensitivity to every byte, without rehashing
   // megabytes of CUDA headers for each key of a template.
   std::string content_digest;
   std::vector<std::pair<std::string, std::string>> headers;  // (include name, bytes), any order
   std::string name_expression;
-  std::vector<std::string> options;                        // canonical option list, in order
-  std::string target;                                      // "sm_90", "sm_90a", "compute_90"
-  std::string nvrtc_version;                               // "13.0" and build, e.g. "13.0 build 13.0.88"
+  std::vector<std::string> options;  // canonical option list, in order
+  std::string target;                // "sm_90", "sm_90a", "compute_90"
+  std::string nvrtc_version;         // "13.0" and build, e.g. "13.0 build 13.0.88"
   OutputKind output = OutputKind::Cubin;
-  std::string driver_version;                              // hashed only for PTX entries
+  std::string driver_version;  // hashed only for PTX entries
 };
 
 class CacheKey {

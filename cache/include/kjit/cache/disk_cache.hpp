@@ -45,10 +45,10 @@ namespace kjit::cache {
 
 // Plain configuration: the engine fills it from its settings (kjit/cache_config.hpp).
 struct DiskCacheConfig {
-  std::filesystem::path root;                    // writable layer root
-  std::vector<std::filesystem::path> layers;     // read-only layer roots
+  std::filesystem::path root;                 // writable layer root
+  std::vector<std::filesystem::path> layers;  // read-only layer roots
   CacheMode mode = CacheMode::ReadWrite;
-  std::optional<std::uint64_t> max_bytes;        // cap of the writable layer
+  std::optional<std::uint64_t> max_bytes;  // cap of the writable layer
   double lock_timeout_s = 300.0;
   // The longest the holder of a key's lock may wait for another machine's compile of that key (the
   // remote tier's lease, cluster_flight.hpp) before it compiles: the lock's waiters allow for it on top
@@ -59,9 +59,9 @@ struct DiskCacheConfig {
 // Where a listed entry lives and what it holds.
 struct EntryInfo {
   std::filesystem::path path;
-  std::string layer;   // "writable" or the read-only layer root
+  std::string layer;  // "writable" or the read-only layer root
   bool valid = false;
-  std::string error;   // why it is invalid
+  std::string error;  // why it is invalid
   std::uint64_t size = 0;
   std::optional<EntryMetadata> meta;
   std::string key;
@@ -120,8 +120,8 @@ class DiskCache final : public Store, public KeyLocks {
   // Exceptions from `produce` propagate (the lock is released). `produce` must return an entry with
   // `key` and filed_target(meta) == target (else kjit::Error). Waiting longer than
   // config().lock_timeout_s + holder_remote_wait_s for another process's compile throws kjit::Error.
-  Entry load_or_produce(const CacheKey& key, const std::string& target,
-                        const std::function<Entry()>& produce, bool* produced);
+  Entry load_or_produce(const CacheKey& key, const std::string& target, const std::function<Entry()>& produce,
+                        bool* produced);
 
   // Every entry in every layer, validated.
   std::vector<EntryInfo> list() const;
@@ -146,15 +146,15 @@ class DiskCache final : public Store, public KeyLocks {
   std::vector<Layer> read_layers() const;
 
   DiskCacheConfig config_;
-  uid_t uid_;                   // the effective user: the owner entries must have to be trusted
-  EntryReader root_reader_;     // reads config_.root
+  uid_t uid_;                // the effective user: the owner entries must have to be trusted
+  EntryReader root_reader_;  // reads config_.root
   std::vector<std::shared_ptr<ReadOnlyLayer>> layers_;
   mutable std::mutex mu_;
-  bool usable_ = false;         // writable root exists and is usable
-  bool degraded_ = false;       // degrade() has warned; stores are skipped from now on
-  bool root_untrusted_ = false; // others could have written the root: it is not even read
-  bool root_unusable_ = false;  // the constructor found the root unusable (and warned once)
-  std::string state_;           // human-readable state
+  bool usable_ = false;          // writable root exists and is usable
+  bool degraded_ = false;        // degrade() has warned; stores are skipped from now on
+  bool root_untrusted_ = false;  // others could have written the root: it is not even read
+  bool root_unusable_ = false;   // the constructor found the root unusable (and warned once)
+  std::string state_;            // human-readable state
 };
 
 }  // namespace kjit::cache

@@ -24,19 +24,19 @@
 namespace kjit::cache {
 
 struct EntryMetadata {
-  std::string template_name;   // template identity (built-in name or file name, never an absolute path)
-  std::string template_digest; // hex SHA-256 of the template source and its headers
-  std::string kernel;          // kernel name
-  std::string name_expression; // e.g. "add_constant<float, 4>"
-  std::string lowered_name;    // mangled name in the payload
+  std::string template_name;    // template identity (built-in name or file name, never an absolute path)
+  std::string template_digest;  // hex SHA-256 of the template source and its headers
+  std::string kernel;           // kernel name
+  std::string name_expression;  // e.g. "add_constant<float, 4>"
+  std::string lowered_name;     // mangled name in the payload
   std::vector<std::string> options;
-  std::string target;          // sm_90 / sm_90a / compute_90
+  std::string target;            // sm_90 / sm_90a / compute_90
   std::string requested_target;  // what was asked for (differs when PTX fallback happened)
   std::string nvrtc_version;
   OutputKind output = OutputKind::Cubin;
-  std::string note;            // e.g. why PTX instead of a cubin
+  std::string note;  // e.g. why PTX instead of a cubin
   double compile_ms = 0;
-  std::string created;         // ISO 8601 UTC
+  std::string created;  // ISO 8601 UTC
   std::string kjit_version;
 };
 

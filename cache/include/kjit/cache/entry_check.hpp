@@ -15,7 +15,6 @@ inline constexpr std::uint64_t kMaxEntryFileBytes = 1ull << 30;
 
 // Decodes `bytes` expecting `key`, and checks that the entry is filed under `target_dir`
 // (filed_target(meta) == target_dir).
-DecodeResult check_entry_bytes(std::string_view bytes, const CacheKey& key,
-                               const std::string& target_dir);
+DecodeResult check_entry_bytes(std::string_view bytes, const CacheKey& key, const std::string& target_dir);
 
 }  // namespace kjit::cache

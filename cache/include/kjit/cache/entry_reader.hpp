@@ -30,9 +30,9 @@ class EntryReader {
   // How the root is read, which the reader's owner knows.
   struct Policy {
     CacheMode mode = CacheMode::ReadWrite;  // the warnings say what a miss means (strict: no recompile)
-    bool writable_layer = false;    // the root is KJIT_CACHE_DIR (whether or not the mode lets it be written)
-    bool may_modify = false;        // this process writes the root: remove damaged entries, touch hits (LRU);
-                                    // otherwise the root is read like a read-only layer (its kjit.lock vouches)
+    bool writable_layer = false;            // the root is KJIT_CACHE_DIR (whether or not the mode lets it be written)
+    bool may_modify = false;                // this process writes the root: remove damaged entries, touch hits (LRU);
+                                            // otherwise the root is read like a read-only layer (its kjit.lock vouches)
     bool quiet_unreadable = false;  // the root was reported unusable already: an entry it cannot open adds nothing
   };
 

@@ -11,8 +11,8 @@
 namespace kjit::cache {
 
 // Creates `dir` (missing parents too, as `mkdir -p` does under the umask), or accepts it when it is an
-// existing empty directory; either way `dir` gets mode 0755 (the cache refuses a root others may write). Throws kjit::ValueError when it is not a directory or holds anything,
-// naming what it holds and what to do.
+// existing empty directory; either way `dir` gets mode 0755 (the cache refuses a root others may write). Throws
+// kjit::ValueError when it is not a directory or holds anything, naming what it holds and what to do.
 void prepare_export_dir(const std::filesystem::path& dir);
 
 // Mode 0755 on `dir` and every directory under it, 0644 on every regular file under it; symbolic

@@ -24,7 +24,8 @@ struct LockedFile {
 std::vector<LockedFile> lock_entries(const std::filesystem::path& root);
 // Just these entry (or tuned choice) files under `root` (what an export wrote), sorted by path, with their
 // hashes. Each must read and decode as a valid entry (or choice) filed where it lies: else kjit::Error naming it.
-std::vector<LockedFile> lock_entries(const std::filesystem::path& root, const std::vector<std::filesystem::path>& files);
+std::vector<LockedFile> lock_entries(const std::filesystem::path& root,
+                                     const std::vector<std::filesystem::path>& files);
 // Writes a lock listing `locked` to `lock_file` atomically. Throws kjit::Error when it cannot.
 void write_lock(const std::filesystem::path& lock_file, const std::vector<LockedFile>& locked);
 // Writes the lock of every entry under `root` (lock_entries(root)) to `lock_file`.

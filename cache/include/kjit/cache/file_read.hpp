@@ -18,12 +18,12 @@
 namespace kjit::cache {
 
 struct FileRead {
-  UniqueFd fd;           // open (read-only) when the file could be opened
-  struct stat st {};     // fstat of fd
+  UniqueFd fd;       // open (read-only) when the file could be opened
+  struct stat st{};  // fstat of fd
   std::string bytes;
-  bool absent = false;   // ENOENT / ENOTDIR: simply not there
-  bool denied = false;   // EACCES / EPERM: there (or maybe there), but not readable by this user
-  std::string error;     // non-empty when it could not be read (absent or not)
+  bool absent = false;  // ENOENT / ENOTDIR: simply not there
+  bool denied = false;  // EACCES / EPERM: there (or maybe there), but not readable by this user
+  std::string error;    // non-empty when it could not be read (absent or not)
   bool ok() const noexcept { return error.empty(); }
 };
 
@@ -33,7 +33,6 @@ struct FileRead {
 enum class Links { Follow, Refuse };
 
 // Files larger than `max_size` are not read (error says so): no entry is that big.
-FileRead read_regular_file(const std::filesystem::path& path, std::uint64_t max_size,
-                           Links links = Links::Follow);
+FileRead read_regular_file(const std::filesystem::path& path, std::uint64_t max_size, Links links = Links::Follow);
 
 }  // namespace kjit::cache

@@ -114,7 +114,7 @@ class HeaderIndex {
   bool dirty_ = false;
   std::map<std::string, Record> records_;
   std::map<std::string, Learned> learned_;  // SHA-256 of a file's bytes -> directives learned
-  std::set<std::string> forgotten_;  // dropped by forget(): not taken back from the file at save()
+  std::set<std::string> forgotten_;         // dropped by forget(): not taken back from the file at save()
 };
 
 }  // namespace kjit::cache

@@ -18,7 +18,7 @@ struct ScannedFile {
   std::string target;     // the <target> directory it is in
   std::string shard;      // the <key[0:2]> directory it is in
   std::uint64_t size = 0;
-  struct timespec mtime {};
+  struct timespec mtime{};
 };
 
 // Every regular file (symbolic links are not followed) at depth <root>/v1/<target>/<shard>/<file>.

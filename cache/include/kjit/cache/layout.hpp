@@ -21,12 +21,9 @@ inline constexpr const char* kLockSuffix = ".lock";
 // '-', '.', at most 64 characters, not "." or ".."), e.g. "sm_90a" or "compute_90".
 void check_target(const std::string& target);
 
-std::filesystem::path entry_dir(const std::filesystem::path& root, const CacheKey& key,
-                                const std::string& target);
-std::filesystem::path entry_path(const std::filesystem::path& root, const CacheKey& key,
-                                 const std::string& target);
-std::filesystem::path lock_path(const std::filesystem::path& root, const CacheKey& key,
-                                const std::string& target);
+std::filesystem::path entry_dir(const std::filesystem::path& root, const CacheKey& key, const std::string& target);
+std::filesystem::path entry_path(const std::filesystem::path& root, const CacheKey& key, const std::string& target);
+std::filesystem::path lock_path(const std::filesystem::path& root, const CacheKey& key, const std::string& target);
 
 std::filesystem::path header_index_path(const std::filesystem::path& root);
 

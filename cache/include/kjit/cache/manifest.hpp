@@ -50,11 +50,11 @@ struct ManifestArg {
   enum class Kind { Type, Integer, Float, Bool };
   std::string name;
   Kind kind = Kind::Integer;
-  std::string dtype;          // Type: a dtype name ("float32")
-  std::int64_t integer = 0;   // Integer (the bits of a value from 2^63 up when above_int64)
-  bool above_int64 = false;   // Integer: a value of [2^63, 2^64), written as such in JSON
-  double floating = 0;        // Float: written as an exact hex float ("0x1.8p+0")
-  bool boolean = false;       // Bool
+  std::string dtype;         // Type: a dtype name ("float32")
+  std::int64_t integer = 0;  // Integer (the bits of a value from 2^63 up when above_int64)
+  bool above_int64 = false;  // Integer: a value of [2^63, 2^64), written as such in JSON
+  double floating = 0;       // Float: written as an exact hex float ("0x1.8p+0")
+  bool boolean = false;      // Bool
 };
 
 // The compile options of a record (kjit::CompileOptions) as a JSON object, which the cache layer keeps and
@@ -87,12 +87,12 @@ class ManifestSources {
 };
 
 struct ManifestRecord {
-  std::string template_name;    // built-in name or file name
+  std::string template_name;  // built-in name or file name
   bool builtin = false;
-  std::string template_digest;  // Template::digest() when recorded
+  std::string template_digest;                     // Template::digest() when recorded
   std::shared_ptr<const ManifestSources> sources;  // non-built-in templates only (null for a built-in)
   std::string kernel;
-  std::vector<ManifestArg> args;  // in parameter order
+  std::vector<ManifestArg> args;                  // in parameter order
   std::string options = kDefaultManifestOptions;  // a JSON object (see kDefaultManifestOptions)
   // Compiled for the arch-specific form of a target (sm_90a, not sm_90): the record of a kernel that uses
   // features only sm_XYa has (wgmma). Written as "arch_specific": true only when true, so the record of
@@ -166,7 +166,8 @@ class ManifestWriter {
   double lock_timeout_s_;
   std::uint64_t bytes_written_ = 0;
   std::unique_ptr<State> state_;  // what this writer has read of the file
-  std::size_t append_lines(const std::vector<ManifestRecord>& records, const std::map<std::string, std::string>& choices);
+  std::size_t append_lines(const std::vector<ManifestRecord>& records,
+                           const std::map<std::string, std::string>& choices);
 };
 
 // One-shot ManifestWriter(file, lock_timeout_s).append(records).

@@ -101,7 +101,7 @@ class RedisStore final : public Store, public CompileLeases {
   std::atomic<std::uint64_t> stored_{0};
   std::mutex state_mu_;
   bool down_ = false;
-  std::uint64_t outages_ = 0;  // failures that started or extended an outage
+  std::uint64_t outages_ = 0;                                          // failures that started or extended an outage
   std::vector<std::pair<std::string, std::string>> pending_releases_;  // (lease name, token)
   double backoff_s_ = 0;
   std::chrono::steady_clock::time_point retry_at_{};

@@ -33,7 +33,7 @@ inline constexpr std::size_t kMinRemoteSecretBytes = 16;
 std::string display_url(const std::string& url);
 
 struct RemoteConfig {
-  std::string url;         // scheme://...: which store (store_registry.hpp) and where
+  std::string url;  // scheme://...: which store (store_registry.hpp) and where
   RemoteMode mode = RemoteMode::ReadWrite;
   std::string secret;      // HMAC-SHA256 key of every entry (entry_seal.hpp); never printed
   double timeout_s = 1.0;  // each whole request: connecting (with AUTH / SELECT), or a command and its whole

@@ -23,9 +23,9 @@ inline constexpr int kMaxRespDepth = 7;
 inline constexpr std::size_t kMaxRespHeaderLine = 24;
 
 struct RespLimits {
-  std::uint64_t max_bulk_bytes = 0;   // the longest bulk string ($<length>) accepted
-  std::uint64_t max_elements = 0;     // array elements announced in all, over every reply scanned
-  std::size_t max_line_bytes = 0;     // the longest status (+), error (-) or integer (:) line
+  std::uint64_t max_bulk_bytes = 0;  // the longest bulk string ($<length>) accepted
+  std::uint64_t max_elements = 0;    // array elements announced in all, over every reply scanned
+  std::size_t max_line_bytes = 0;    // the longest status (+), error (-) or integer (:) line
 };
 
 class RespScanner {
@@ -58,12 +58,12 @@ class RespScanner {
   State state_ = State::Type;
   LineKind kind_ = LineKind::Simple;
   char type_ = 0;
-  bool cr_ = false;              // the last byte of the line so far was '\r'
-  std::size_t line_bytes_ = 0;   // bytes of the current line so far (a trailing '\r' included)
+  bool cr_ = false;                           // the last byte of the line so far was '\r'
+  std::size_t line_bytes_ = 0;                // bytes of the current line so far (a trailing '\r' included)
   char header_[kMaxRespHeaderLine + 2] = {};  // the line, and a '\r' that may end it
-  std::uint64_t body_left_ = 0;  // bulk bytes still to skip
-  int body_end_ = 0;             // bytes of the "\r\n" after a bulk body seen
-  long long open_[kMaxRespDepth] = {};  // elements still to come, per open array
+  std::uint64_t body_left_ = 0;               // bulk bytes still to skip
+  int body_end_ = 0;                          // bytes of the "\r\n" after a bulk body seen
+  long long open_[kMaxRespDepth] = {};        // elements still to come, per open array
   int depth_ = 0;
   std::uint64_t elements_ = 0;
   std::size_t replies_ = 0;

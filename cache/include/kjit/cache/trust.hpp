@@ -53,7 +53,7 @@ class LayerLock {
   dev_t dev_ = 0;
   ino_t ino_ = 0;
   off_t size_ = 0;
-  struct timespec mtime_ {};
+  struct timespec mtime_{};
 };
 
 }  // namespace kjit::cache
