@@ -7,14 +7,20 @@ now does one before its clock starts.
     python bench/first_backward.py softmax,rms_norm > out.json 2> stacks.txt   (needs a GPU)
 """
 
-import collections, faulthandler, json, os, sys, threading, time
-import torch, kjit
+import collections
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+import torch
+import kjit
 from kjit import ops
 
 
 def main() -> None:
     order = sys.argv[1].split(",")
-    x = torch.ones(1024, device="cuda")
     w0 = torch.ones(2, device="cuda", requires_grad=True)
     (w0 * 2).sum().backward()
     torch.cuda.synchronize()

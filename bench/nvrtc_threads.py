@@ -14,7 +14,6 @@ import datetime
 import json
 import multiprocessing
 import os
-import sys
 import threading
 import time
 

@@ -532,7 +532,7 @@ def run_timing(
                 continue
             if "compile" in name:
                 log(f"  compiled {name} for {key} tokens in {time.perf_counter() - t:.1f} s")
-            fns[name] = lambda m=m: m(input_ids=ids)
+            fns[name] = lambda m=m, ids=ids: m(input_ids=ids)
         res = time_forwards(fns, device, iters, warmup)
         row = {"ms": res, "errors": errors, "speedup": {}, "kernels": {}}
         for name, fn in fns.items() if kernels else ():

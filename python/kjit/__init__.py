@@ -153,7 +153,7 @@ if _torch is not None:
 # kjit.ValueError / kjit.TypeError are subclasses of kjit.Error and of the builtins of the same name.
 # Set last, so that nothing above sees them in place of the builtins.
 if _typing.TYPE_CHECKING:  # what the two assignments below make them, for type checkers
-    from ._core import TypeError, ValueError  # noqa: A004
+    from ._core import TypeError, ValueError  # noqa: A004, F401
 globals()["ValueError"] = _core.ValueError
 globals()["TypeError"] = _core.TypeError
 

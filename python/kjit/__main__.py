@@ -2,7 +2,7 @@
 prune, clear), the same as the C++ `kjit` binary, plus `demo`."""
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,7 +55,7 @@ parsed, differentiated and rendered (a 10 000-term sum, 20 000 nested parenthese
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 
 class NotDifferentiable(ValueError):
@@ -296,7 +296,7 @@ class _Parser:
         self.i += 1
         return tok
 
-    def error(self, what: str, tok: Optional[tuple] = None) -> ValueError:
+    def error(self, what: str, tok: tuple | None = None) -> ValueError:
         tok = tok or self.peek()
         got = "the end of the expression" if tok[0] == "end" else repr(tok[1])
         return _syntax_error(self.src, tok[2], f"{what}, got {got}")
@@ -611,7 +611,7 @@ _UNARY_RULES = {  # base -> the gradient of u from (differentiator, the call, u,
 }
 
 
-def _is_literal(node: Node, value: Optional[float] = None) -> bool:
+def _is_literal(node: Node, value: float | None = None) -> bool:
     """True for a numeric literal (of that value); a literal is never NaN."""
     return isinstance(node, Num) and (value is None or node.value == value)
 
@@ -621,7 +621,7 @@ def _pow_rule(D, c: Call, a: Node, b: Node, g: Node, F) -> tuple:
     of a constant exponent: 0 for b == 0, else the product); pow_backward_exponent: g * where(a == 0 && b >= 0,
     0, pow(a, b) * log(a)), a mask multiplied by the gradient. b * pow(a, b - 1) and pow(a, b) * log(a) are
     NaN where those masks are 0. A literal other than 0 needs no mask."""
-    g_a: Optional[Node] = None
+    g_a: Node | None = None
     if not _is_literal(b, 0):
         g_a = _mul(g, Binary("*", b, Call(F("pow"), (a, Binary("-", b, ONE)))))
         if not _is_literal(b):
@@ -691,7 +691,7 @@ _FUNCTIONS = {  # every function name kjit differentiates -> (its rule, its fami
 }
 
 
-def _function(name: str) -> Optional[tuple]:
+def _function(name: str) -> tuple | None:
     """(base, family) of a known differentiable function name, family in 'std', 'float', 'kjit'."""
     return _FUNCTIONS.get(name)
 
@@ -783,7 +783,7 @@ class _Differentiator:
         """d(node)/d(var) times `seed` (the gradient flowing in at the top), None for an exact 0."""
         return _run(self.derive(node, seed))
 
-    def derive(self, node: Node, g: Optional[Node]):
+    def derive(self, node: Node, g: Node | None):
         """The part of d(expression)/d(var) that goes through `node`, when d(expression)/d(node) is g (the
         gradient flowing into node, as in PyTorch's backward; None: exactly 0)."""
         if g is None or not self.depends(node):
@@ -848,7 +848,7 @@ class _Differentiator:
 
 
 def derivatives(
-    expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: Optional[str] = None, ties: str = "first"
+    expr: str, inputs: Sequence[str], scalars: Sequence[str] = (), grad: str | None = None, ties: str = "first"
 ) -> dict:
     """For every name in `inputs`, a C++ expression of d(expr)/d(name), valid in the functor's scope
     (the inputs, the scalars and C are in scope). Scalars are constants. Raises NotDifferentiable when

@@ -196,7 +196,7 @@ def scenario_fused_update(dev) -> Result:
         step()
     torch.cuda.synchronize()
     x.copy_(x_ref)
-    for i in range(10):
+    for _ in range(10):
         noise.normal_()  # new noise every step, outside the graph, into the captured buffer
         graph.replay()
         x_ref = ca * x_ref + cb * model_out + cc * noise

@@ -53,7 +53,7 @@ import functools
 import json
 import keyword
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ._requires_torch import require
 
@@ -198,7 +198,7 @@ def _names(value, what: str) -> tuple[str, ...]:
     return names
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch_ties() -> str:
     """How the installed torch's autograd splits a tie of fmax (and fmin): "split" (half to each argument, torch
     2.15) or "first" (all to the first, torch 2.11). kjit's derivatives of fmax/fmin/max/min follow it, so that

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"gen_stubs: {len(new)} stub files up to date")
             return 0
-        for rel, path in old.items():
+        for path in old.values():
             path.unlink()
         for rel, path in new.items():
             target = args.root / rel

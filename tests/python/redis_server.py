@@ -156,7 +156,7 @@ class RedisServer:
             cmd += ["--requirepass", self.password]
         return cmd + list(self.extra_args)
 
-    def start(self, timeout: float = 15.0) -> "RedisServer":
+    def start(self, timeout: float = 15.0) -> RedisServer:
         """Starts the server (on self.port when set, e.g. again after stop()) and waits until it answers."""
         if self.running:
             return self
@@ -237,7 +237,7 @@ class RedisServer:
         while self.port is not None and _answers(self.port, 0.2) and time.monotonic() < deadline:
             time.sleep(0.02)
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -646,7 +646,7 @@ def _argument_rows():
     """Argument counts and types. The schema is checked by the PyTorch dispatcher before kjit sees the
     call: its RuntimeError names the operator, the argument and the type it found (see kjit.ops)."""
     rows = []
-    for name, spec in OPS.items():
+    for name in OPS:
         schema = ops.registered(name)._schema
         n_args = len(schema.arguments)
         first = schema.arguments[0].name

@@ -981,8 +981,8 @@ def test_max_and_min_are_fmax_and_fmin_not_torch_maximum_and_minimum():
         grads = D.derivatives(f"{name}(x, y)", ["x", "y"], ties=TIES)
         for x, y, k in _grid():
             got = tuple(kernel_gradient(grads[n], x, y, k) for n in "xy")
-            assert got == torch_gradient(lambda a, b, k: fmax_like(a, b), x, y, k), (name, x, y)
-            theirs = torch_gradient(lambda a, b, k: maximum_like(a, b), x, y, k)
+            assert got == torch_gradient(lambda a, b, k, f=fmax_like: f(a, b), x, y, k), (name, x, y)
+            theirs = torch_gradient(lambda a, b, k, f=maximum_like: f(a, b), x, y, k)
             if x == y:  # a tie (also 0 and -0)
                 assert (got, theirs) == ({"first": (1.0, 0.0), "split": (0.5, 0.5)}[TIES], (0.5, 0.5)), (name, x, y)
             elif math.isnan(x) or math.isnan(y):  # torch.maximum returns NaN and sends the gradient to both

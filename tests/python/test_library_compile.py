@@ -668,7 +668,7 @@ def test_meta_softmax_and_norm_shapes(dtype):
 @pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
 def test_meta_residual_norm_shapes(dtype):
     d = 768
-    w, b = meta(d, dtype=dtype), meta(d, dtype=dtype)
+    w = meta(d, dtype=dtype)
     for shape in [(2, 5, d), (7, d), (d,), (0, d), (4, 0)]:
         x, r = meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)
         wd = meta(shape[-1], dtype=dtype)

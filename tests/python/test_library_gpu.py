@@ -569,7 +569,7 @@ def test_reduce_gradcheck(name):
     x = torch.randn(3, 5, 4, dtype=torch.float64, device=DEV, requires_grad=True)
     op = getattr(ops, name)
     for dim, keepdim in [(-1, False), (0, True), (1, False)]:
-        assert torch.autograd.gradcheck(lambda t: op(t, dim, keepdim), (x,))
+        assert torch.autograd.gradcheck(lambda t, dim=dim, keepdim=keepdim: op(t, dim, keepdim), (x,))
 
 
 def test_reduce_autograd_matches_torch():
@@ -1124,7 +1124,7 @@ def test_add_norm_gradcheck():
         assert torch.autograd.gradcheck(lambda x, r: ops.add_rms_norm(x, r), (x, r))
         # Only x requires grad (residual a constant).
         rc = r.detach()
-        assert torch.autograd.gradcheck(lambda x, w: ops.add_rms_norm(x, rc, w), (x, w))
+        assert torch.autograd.gradcheck(lambda x, w, rc=rc: ops.add_rms_norm(x, rc, w), (x, w))
         # Second-order is not supported (the backward op has no autograd), as for the other norms.
 
 
@@ -1216,9 +1216,9 @@ def test_pool_defaults_layouts_and_empty():
 def test_pool_gradcheck():
     x = distinct((2, 2, 7, 9), torch.float64).requires_grad_()
     for k, s, p in POOL_CONFIGS:
-        assert torch.autograd.gradcheck(lambda t: ops.max_pool2d(t, k, s, p), (x,))
+        assert torch.autograd.gradcheck(lambda t, k=k, s=s, p=p: ops.max_pool2d(t, k, s, p), (x,))
         for cip in (True, False):
-            assert torch.autograd.gradcheck(lambda t: ops.avg_pool2d(t, k, s, p, cip), (x,))
+            assert torch.autograd.gradcheck(lambda t, k=k, s=s, p=p, cip=cip: ops.avg_pool2d(t, k, s, p, cip), (x,))
 
 
 # ============================================ specialization policy ===============================================

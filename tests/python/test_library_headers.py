@@ -12,7 +12,6 @@ The kernels are bench/library_kernels/*.cu (the bench times their compiles).
 """
 
 import json
-import os
 import pathlib
 
 import pytest

@@ -111,15 +111,17 @@ def test_kjit_verbose_configures_the_logger(run_py):
     one = run_py(code, env={"KJIT_VERBOSE": "1"})
     assert one.stdout.split() == ["INFO"]
     lines = one.stderr.splitlines()
-    assert [l for l in lines if l.startswith("kjit: compiled k(T=float32) from template v.cu for sm_80 in ")], one
-    assert not [l for l in lines if l.startswith("kjit: loaded ")], one  # DEBUG: KJIT_VERBOSE=2
+    assert [
+        line for line in lines if line.startswith("kjit: compiled k(T=float32) from template v.cu for sm_80 in ")
+    ], one
+    assert not [line for line in lines if line.startswith("kjit: loaded ")], one  # DEBUG: KJIT_VERBOSE=2
 
     two = run_py(code, env={"KJIT_VERBOSE": "2"})
     assert two.stdout.split() == ["DEBUG"]
     assert [
-        l
-        for l in two.stderr.splitlines()
-        if l.startswith("kjit: loaded k(T=float32) from template v.cu for sm_80 from the disk cache in ")
+        line
+        for line in two.stderr.splitlines()
+        if line.startswith("kjit: loaded k(T=float32) from template v.cu for sm_80 from the disk cache in ")
     ]
 
     quiet = run_py(code, env={"KJIT_VERBOSE": None})
@@ -207,7 +209,7 @@ def test_records_from_kjit_warm_threads(run_py, tmp_path):
         logging.getLogger("kjit").setLevel(logging.INFO)
         sys.exit(kjit.__main__.main(["warm", {str(manifest)!r}, "--arch", "sm_90,sm_100,sm_86", "-j", "4"]))
     """)
-    records = sorted(l for l in r.stdout.splitlines() if l.startswith("record"))
+    records = sorted(line for line in r.stdout.splitlines() if line.startswith("record"))
     assert records == [f"record add_constant<float, 2> sm_{a}" for a in (100, 86, 90)], r
 
 

@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kjit
 from kjit import ops
 
 pytestmark = pytest.mark.gpu

@@ -64,7 +64,7 @@ SUMMARY = re.compile(r"(\d+) jobs? \([^)]*\): (\d+) compiled, (\d+) already cach
 # --- processes ----------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_free() -> bool:
     """Whether the installed kjit imports with torch hidden (kjit._core without kjit._C)."""
     r = subprocess.run([sys.executable, "-c", HIDE_TORCH + "; import kjit"], capture_output=True, timeout=120)
@@ -199,7 +199,7 @@ def run_all(jobs, timeout=180, out_dir=None) -> list[Run]:
                 break
             time.sleep(0.01)
     finally:
-        for i, (_, _, _, _, _, p) in enumerate(procs):
+        for *_, p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()

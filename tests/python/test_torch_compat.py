@@ -15,7 +15,6 @@ import importlib.util
 import os
 import pathlib
 import re
-import sys
 
 import pytest
 import torch

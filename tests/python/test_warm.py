@@ -7,9 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from conftest import run_python
 
 # A template of our own (from a string): warm must rebuild it from the manifest alone.
 SCALE = """
