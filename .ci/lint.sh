@@ -38,11 +38,11 @@ ruff=$venv/bin/ruff
 
 cxx_globs=('*.cpp' '*.hpp' '*.h' '*.cc' '*.cu' '*.cuh')
 py_globs=('*.py')
+if [ "$changed" = 1 ] && [ -z "$base" ]; then
+  base=$(git rev-parse --abbrev-ref --symbolic-full-name '@{upstream}' 2>/dev/null || echo HEAD)
+fi
 files_of() {  # the tracked (or, with --changed, changed) files matching the globs given
   if [ "$changed" = 1 ]; then
-    if [ -z "$base" ]; then
-      base=$(git rev-parse --abbrev-ref --symbolic-full-name '@{upstream}' 2>/dev/null || echo HEAD)
-    fi
     { git diff --name-only --diff-filter=d "$base" -- "$@"; git ls-files --others --exclude-standard -- "$@"; } | sort -u
   else
     git ls-files -- "$@"
