@@ -36,9 +36,8 @@ if has build; then
     echo "== $(date -u) build on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
     gt=""
     [ -d .devdeps/root/usr/src/googletest ] && gt="-DKJIT_GTEST_SOURCE_DIR=$PWD/.devdeps/root/usr/src/googletest"
-    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKJIT_BUILD_PYTHON=OFF $gt &&
-      cmake --build build &&
-      $PY -m pip install -q --no-build-isolation --no-deps . 
+    # The set-up's one build (core, module, CLI, tests, benchmarks in build/), for this machine's python3.
+    KJIT_PY=$PY KJIT_CMAKE_ARGS="$gt" bash .ci/build.sh test
   } > "$OUT/build.log" 2>&1 || rc=1
   tail -n 30 "$OUT/build.log"
 fi

@@ -5,7 +5,8 @@
 #   - else .venv in the repository, made (by setup.sh) from $PYTHON (default: python3 on PATH).
 # Sets KJIT_VENV (the environment's directory), KJIT_BASE_PYTHON (what .venv is made from), PY (the
 # environment's interpreter, what builds and tests use), and what setup.sh installs there when missing:
-# KJIT_TORCH_SPEC (KJIT_TORCH, default the torch CI and the GPU machine test) and KJIT_TOOLS.
+# KJIT_TORCH_SPEC (KJIT_TORCH, default the torch CI and the GPU machine test), KJIT_BUILD_TOOLS (what
+# building kjit and running the demo need) and KJIT_TEST_TOOLS (what the tests add).
 KJIT_BASE_PYTHON=${PYTHON:-python3}
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   KJIT_VENV=$VIRTUAL_ENV
@@ -14,5 +15,8 @@ else
 fi
 PY=$KJIT_VENV/bin/python
 KJIT_TORCH_SPEC=${KJIT_TORCH:-torch==2.11.*}
+# tqdm: kjit's one runtime dependency besides torch (the set-up installs kjit with --no-deps); numpy: torch
+# warns without it.
+KJIT_BUILD_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" ninja tqdm numpy)
 # nvidia-cutlass: CUTLASS / CuTe headers (cutlass_library/source/include) for the kernels and tests that use them.
-KJIT_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" pytest tqdm numpy ninja matplotlib redis nvidia-cutlass)
+KJIT_TEST_TOOLS=(pytest matplotlib redis nvidia-cutlass)

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # Set-up of a Debian/Ubuntu machine for kjit, as root or not: the system packages that are missing
 # (apt, through sudo when not root), a Python virtual environment (.venv here, or the active one; see
-# .ci/python_env.sh) with torch and the build tools, the C++ build (core, CLI, tests, benchmarks) in
-# build/, and the Python package installed into that environment. Nothing is written into the system
-# Python, so a PEP 668 ("externally managed") python3 works. Idempotent: what is there is skipped.
-# Needs the CUDA toolkit (NVRTC + headers) installed.
-#   bash .ci/setup.sh                               (python3 on PATH makes .venv)
+# .ci/python_env.sh) with torch and the build tools, and one build of kjit in build/ installed into that
+# environment (.ci/build.sh). Nothing is written into the system Python, so a PEP 668 ("externally
+# managed") python3 works. Idempotent: what is there is skipped. Needs the CUDA toolkit (NVRTC + headers).
+#   bash .ci/setup.sh [demo|test]                   (default test; demo: what the demo needs, no test tools)
 #   PYTHON=/usr/bin/python3.12 bash .ci/setup.sh    (another interpreter makes .venv)
 #   KJIT_TORCH="torch==2.15.*" bash .ci/setup.sh    (the torch installed when the environment has none)
+# Every phase that can take long says so and prints a line at least every 20 s (.ci/phase.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/python_env.sh
+profile=${1:-test}
+case "$profile" in
+  demo|test) ;;
+  *) echo "setup.sh: unknown set-up '$profile' (allowed: demo, test)" >&2; exit 2 ;;
+esac
+phase() { "$KJIT_BASE_PYTHON" .ci/phase.py "$@"; }
+command -v "$KJIT_BASE_PYTHON" >/dev/null || {
+  echo "PYTHON=$KJIT_BASE_PYTHON is not a Python interpreter (not found, or not executable): set PYTHON to the python3 that .venv is to be made from" >&2
+  exit 1
+}
 
-bash .ci/system_packages.sh
+bash .ci/system_packages.sh "$profile"
 
 if [ -z "${CUDA_HOME:-}" ] && [ ! -d /usr/local/cuda ] && ! command -v nvcc >/dev/null; then
   echo "kjit needs the CUDA toolkit (NVRTC and headers): install it or set CUDA_HOME" >&2
@@ -26,10 +36,6 @@ if [ ! -x "$PY" ]; then
     echo "VIRTUAL_ENV is $VIRTUAL_ENV but $PY does not exist: activate a working environment or deactivate" >&2
     exit 1
   fi
-  command -v "$KJIT_BASE_PYTHON" >/dev/null || {
-    echo "PYTHON=$KJIT_BASE_PYTHON is not a Python interpreter (not found, or not executable): set PYTHON to the python3 that .venv is to be made from" >&2
-    exit 1
-  }
   echo "== venv: $KJIT_VENV (from $("$KJIT_BASE_PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
   "$KJIT_BASE_PYTHON" -m venv "$KJIT_VENV"
 elif [ -n "${PYTHON:-}" ] && [ -z "${VIRTUAL_ENV:-}" ]; then
@@ -44,18 +50,26 @@ fi
 echo "== Python: $PY"
 # torch only when the environment has none: an active environment's torch is what kjit is built for.
 pkgs=()
-"$PY" -c "import torch" >/dev/null 2>&1 || pkgs+=("$KJIT_TORCH_SPEC")
-"$PY" -c "import pybind11, scikit_build_core, pytest, tqdm, numpy, matplotlib, ninja" >/dev/null 2>&1 ||
-  pkgs+=("${KJIT_TOOLS[@]}")
+first=""
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  pkgs+=("$KJIT_TORCH_SPEC")
+  first="torch and its CUDA libraries: about 3 GB to download, 5 GB in $KJIT_VENV; 5-15 min"
+fi
+"$PY" -c "import pybind11, scikit_build_core, ninja, tqdm, numpy" >/dev/null 2>&1 || pkgs+=("${KJIT_BUILD_TOOLS[@]}")
+[ "$profile" = demo ] || "$PY" -c "import pytest, matplotlib, redis, cutlass_library" >/dev/null 2>&1 ||
+  pkgs+=("${KJIT_TEST_TOOLS[@]}")
 if [ ${#pkgs[@]} -gt 0 ]; then
-  echo "== pip: installing ${pkgs[*]} into $KJIT_VENV"
-  "$PY" -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+  # Not -q: pip names each package as it downloads and installs it.
+  phase "pip: installing ${pkgs[*]} into $KJIT_VENV" ${first:+--first-time "$first"} -- \
+    "$PY" -m pip install --disable-pip-version-check "${pkgs[@]}"
 fi
 "$PY" -c 'import torch; print("== torch", torch.__version__, "(CUDA", torch.version.cuda, end=")\n")'
 
-echo "== C++ build (build/)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKJIT_BUILD_PYTHON=OFF >/dev/null
-cmake --build build -j"$(nproc)"
-
-echo "== Python package (pip install . into $KJIT_VENV)"
-"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+first=""
+if [ ! -f build/CMakeCache.txt ] || ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' build/CMakeCache.txt; then
+  first="about $([ "$profile" = demo ] && echo 10 || echo 20) min on 2 CPUs; later runs compile only what changed"
+elif [ "$profile" = test ] && ! grep -q '^KJIT_BUILD_TESTS:BOOL=ON$' build/CMakeCache.txt; then
+  first="the C++ tests, CLI and benchmarks on top of the demo's build: about 10 min on 2 CPUs"
+fi
+phase "build: kjit ($([ "$profile" = demo ] && echo "core, Python module" || echo "core, Python module, CLI, C++ tests, benchmarks")) in build/, installed into $KJIT_VENV" \
+  ${first:+--first-time "$first"} -- bash .ci/build.sh "$profile"

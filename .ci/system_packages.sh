@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
 # The Debian packages kjit's set-up needs, installed only when missing: as root directly, else through
 # sudo; with neither, a message that names the packages and the command an administrator runs.
+#   bash .ci/system_packages.sh [demo|test]   (default test)
+#   bash .ci/system_packages.sh --list demo|test   (print the packages of that set-up, one per line)
+# demo: what building kjit and running the demo need; test: that and GoogleTest (the C++ suites) and
+# redis-server (the remote tier's tests start their own server on 127.0.0.1).
 # Called by .ci/setup.sh, and by .ci/nonroot.sh as root before it hands the set-up to a user without
 # sudo. PYTHON: the interpreter .venv is made from (its python3.X-venv is needed when .venv is not there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/python_env.sh
 
+list=0
+[ "${1:-}" != --list ] || { list=1; shift; }
+profile=${1:-test}
+case "$profile" in
+  demo) packages=(cmake g++ make nlohmann-json3-dev libssl-dev libcli11-dev libhiredis-dev) ;;
+  test) packages=(cmake g++ make nlohmann-json3-dev libssl-dev libcli11-dev libhiredis-dev libgtest-dev redis-server) ;;
+  *) echo "system_packages.sh: unknown set-up '$profile' (allowed: demo, test)" >&2; exit 2 ;;
+esac
+if [ "$list" = 1 ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
+
 if ! command -v dpkg >/dev/null; then
   echo "== no dpkg: not a Debian system; system packages not checked (CMake and venv say what is missing)"
   exit 0
 fi
 need_apt=()
-for p in cmake g++ make nlohmann-json3-dev libssl-dev libgtest-dev libcli11-dev libhiredis-dev redis-server; do
+for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 # Debian's Python has venv's ensurepip in a package of its own, python3.X-venv.
@@ -28,7 +45,7 @@ if [ "$(id -u)" = 0 ]; then
 elif command -v sudo >/dev/null; then
   SUDO=(sudo)
 else
-  echo "kjit's set-up needs these Debian packages, which are not installed: ${need_apt[*]}" >&2
+  echo "kjit's $profile set-up needs these Debian packages, which are not installed: ${need_apt[*]}" >&2
   echo "This user ($(id -un)) is not root and there is no sudo. Ask an administrator to run, as root:" >&2
   echo "$how" >&2
   echo "then run this again." >&2

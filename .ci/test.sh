@@ -4,7 +4,7 @@
 # with a reason otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash .ci/setup.sh
+bash .ci/setup.sh test
 source .ci/python_env.sh
 # The set-up installed redis-server: the remote tier's tests (a real server on 127.0.0.1) must run.
 export KJIT_REQUIRE_REDIS=1
