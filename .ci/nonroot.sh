@@ -30,8 +30,9 @@ echo "== $base is externally managed ($marker)"
 
 # The demo's set-up needs neither redis-server nor GoogleTest (nor any other test-only package).
 test_only=()
+demo_packages=$(bash .ci/system_packages.sh --list demo)
 for p in $(bash .ci/system_packages.sh --list test); do
-  if ! bash .ci/system_packages.sh --list demo | grep -qx "$p"; then test_only+=("$p"); fi
+  grep -qx "$p" <<<"$demo_packages" || test_only+=("$p")
 done
 for p in redis-server libgtest-dev; do
   grep -qx "$p" <<<"$(printf '%s\n' "${test_only[@]}")" || { echo "the demo's set-up installs $p: it must not" >&2; exit 1; }
