@@ -5,7 +5,7 @@
 # the test set-up after the demo's compiles only the tests).
 #   bash .ci/build.sh [demo|test]     (default test; .ci/setup.sh calls it after making the environment)
 # demo: the core and the Python module (what `python -m kjit demo` and every Python use need);
-# test: that and the kjit CLI binary (build/engine/cli/kjit), the GoogleTest suites (ctest --test-dir
+# test: that and the kjit CLI binary (build/kjit), the GoogleTest suites (ctest --test-dir
 # build) and the C++ benchmarks. Extra CMake arguments: KJIT_CMAKE_ARGS="-DNAME=VALUE ..." (space-separated).
 # Builds for the set-up's environment (python_env.sh), or for the interpreter KJIT_PY names (the GPU
 # machine's python3, .ci/gpu.sh); the CUDA toolkit on PATH.

@@ -148,3 +148,42 @@ def test_settings_table_defaults_match_what_kjit_reports(info):
     assert rows["KJIT_CACHE_PATH"][1].startswith("unset") and info["cache"]["layers"] == []
     assert rows["KJIT_CACHE_MAX_BYTES"][1].startswith("unset") and info["cache"]["max_bytes"] is None
     assert rows["KJIT_REMOTE_CACHE"][1].startswith("unset") and info["remote_cache"]["configured"] is False
+
+
+def _setup_table_row(label: str) -> tuple[set[str], set[str]]:
+    """The demo and test cells of a row of docs/install.md's table of what each set-up installs."""
+    text = (REPO / "docs" / "install.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| {label}"))
+    demo, test = (cell.strip() for cell in row.strip("|").split("|")[1:3])
+    demo_set = {w.strip() for w in demo.split(",")}
+    extra = test.removeprefix("the demo's, and ")
+    assert extra != test, f"the test cell of '{label}' should start with \"the demo's, and \": {test!r}"
+    return demo_set, demo_set | {w.strip() for w in re.split(r",| and ", extra) if w.strip()}
+
+
+@pytest.mark.parametrize("profile", ["demo", "test"])
+def test_install_page_lists_the_debian_packages_each_set_up_installs(profile):
+    import subprocess
+
+    listed = subprocess.run(
+        ["bash", str(REPO / ".ci" / "system_packages.sh"), "--list", profile],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    demo, test = _setup_table_row("Debian packages")
+    assert {"demo": demo, "test": test}[profile] == set(listed)
+    assert "redis-server" not in demo and "libgtest-dev" not in demo
+
+
+@pytest.mark.parametrize("profile", ["demo", "test"])
+def test_install_page_lists_the_pip_tools_each_set_up_installs(profile):
+    import subprocess
+
+    script = 'source .ci/python_env.sh; printf "%s\\n" "torch" "${KJIT_BUILD_TOOLS[@]}"'
+    if profile == "test":
+        script += '; printf "%s\\n" "${KJIT_TEST_TOOLS[@]}"'
+    out = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    names = {re.split(r"[<>=]", spec)[0] for spec in out.split()}
+    demo, test = _setup_table_row("pip, into the environment")
+    assert {"demo": demo, "test": test}[profile] == names
