@@ -1,8 +1,9 @@
 """One phase of kjit's set-up, run so that a person watching knows what is happening and for how long.
 
-    python3 .ci/phase.py NAME [--first-time TEXT] [--quiet-lines] -- COMMAND [ARG...]
+    python3 .ci/phase.py NAME [--what TEXT] [--first-time TEXT] -- COMMAND [ARG...]
 
-Prints "== NAME" (with TEXT, what the phase costs the first time, e.g. "about 10 min on 2 CPUs"), runs
+Prints "== NAME: TEXT" (and, given --first-time, what the phase costs the first time, e.g. "about 10 min
+on 2 CPUs"), runs
 COMMAND with its output passed through line by line, and then "== NAME: done in 2m05s" (or, when the
 command fails, "== NAME failed after 2m05s (exit 1)" and the exit status). When the command prints nothing
 for HEARTBEAT seconds (default 20), a line says the phase is still running and for how long, so that no
@@ -112,6 +113,7 @@ def main(argv: list[str]) -> int:
     cmd = argv[split + 1 :]
     parser = argparse.ArgumentParser(prog="phase.py")
     parser.add_argument("name", nargs="?")
+    parser.add_argument("--what", default="")
     parser.add_argument("--first-time", default="")
     parser.add_argument("--watch", type=float)
     args = parser.parse_args(argv[:split])
@@ -130,7 +132,8 @@ def main(argv: list[str]) -> int:
         print("phase.py: a phase needs a NAME", file=sys.stderr)
         return 2
     heartbeat = float(os.environ.get("KJIT_SETUP_HEARTBEAT", "20"))
-    print(f"== {args.name}" + (f" (first time: {args.first_time})" if args.first_time else ""), flush=True)
+    head = f"== {args.name}" + (f": {args.what}" if args.what else "")
+    print(head + (f" (first time: {args.first_time})" if args.first_time else ""), flush=True)
     if sys.stdout.isatty():
         rc = subprocess.call(cmd)
     else:

@@ -60,7 +60,7 @@ fi
   pkgs+=("${KJIT_TEST_TOOLS[@]}")
 if [ ${#pkgs[@]} -gt 0 ]; then
   # Not -q: pip names each package as it downloads and installs it.
-  phase "pip: installing ${pkgs[*]} into $KJIT_VENV" ${first:+--first-time "$first"} -- \
+  phase pip --what "installing ${pkgs[*]} into $KJIT_VENV" ${first:+--first-time "$first"} -- \
     "$PY" -m pip install --disable-pip-version-check "${pkgs[@]}"
 fi
 "$PY" -c 'import torch; print("== torch", torch.__version__, "(CUDA", torch.version.cuda, end=")\n")'
@@ -71,5 +71,5 @@ if [ ! -f build/CMakeCache.txt ] || ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$'
 elif [ "$profile" = test ] && ! grep -q '^KJIT_BUILD_TESTS:BOOL=ON$' build/CMakeCache.txt; then
   first="the C++ tests, CLI and benchmarks on top of the demo's build: about 10 min on 2 CPUs"
 fi
-phase "build: kjit ($([ "$profile" = demo ] && echo "core, Python module" || echo "core, Python module, CLI, C++ tests, benchmarks")) in build/, installed into $KJIT_VENV" \
+phase build --what "kjit ($([ "$profile" = demo ] && echo "core, Python module" || echo "core, Python module, CLI, C++ tests, benchmarks")) in build/, installed into $KJIT_VENV" \
   ${first:+--first-time "$first"} -- bash .ci/build.sh "$profile"
