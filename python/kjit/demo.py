@@ -8,8 +8,10 @@
 Each scenario prints where its kernels came from (compiled / disk / memory), the first call in ms and
 the cached call in us. Then the demo runs itself again in a second process on the same cache: there
 every kernel is a disk hit (``--once`` skips that). Without a CUDA device it compiles every
-specialization the scenarios use for ``--arch`` through the compile-only path and says what it could
-not run.
+specialization the scenarios use for ``--arch`` through the compile-only path and says so in one line
+(GPUs that torch cannot use are an error, reported in full). It ends with what to do next: the command
+that activates its environment (and the same without activating), the cache directory, and three things
+to try (``next_steps()``; README.md shows these last lines).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -283,14 +287,51 @@ def compile_only(arch: str) -> list[Result]:
     return results
 
 
-def _no_device_reason() -> str | None:
+def _visible_gpus() -> list[str]:
+    """The NVIDIA GPUs this machine's kernel driver shows (Linux: /proc/driver/nvidia/gpus, else the
+    /dev/nvidiaN device files); empty on a machine without a GPU or driver."""
+    proc = pathlib.Path("/proc/driver/nvidia/gpus")
+    try:
+        found = sorted(e.name for e in proc.iterdir())
+    except OSError:
+        found = []
+    if not found:
+        found = sorted(str(d) for d in pathlib.Path("/dev").glob("nvidia[0-9]*"))
+    return found
+
+
+@dataclass
+class DeviceState:
+    """Why this process cannot launch. `kind`: None (a CUDA device is usable), "none" (this machine shows
+    no GPU to this process, the expected case on a build machine: said in one calm line), or "error" (the
+    machine has GPUs that torch cannot use: a real failure, reported in full)."""
+
+    kind: str | None = None
+    detail: str = ""
+
+
+def _device_state() -> DeviceState:
     if torch.cuda.is_available():
-        return None
+        return DeviceState()
+    gpus = _visible_gpus()
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not gpus:
+        # No GPU at all: torch's own message ("Found no NVIDIA driver on your system. Please check that
+        # you have an NVIDIA GPU and installed a driver from ...") would read like a failure; it is not.
+        return DeviceState("none", "")
+    if hidden is not None and torch.cuda.device_count() == 0:
+        return DeviceState("none", f"{len(gpus)} GPU(s) here, hidden by CUDA_VISIBLE_DEVICES={hidden!r}")
+    # GPUs are present but torch cannot use them (a driver too old for this torch, a CPU-only torch
+    # build, a broken installation): the real error, in full.
+    if not torch.backends.cuda.is_built():
+        return DeviceState("error", f"torch {torch.__version__} was built without CUDA")
     try:
         torch.cuda.init()
-    except Exception as e:  # noqa: BLE001
-        return str(e).strip().splitlines()[0]
-    return "torch.cuda.is_available() is False"
+    except Exception as e:  # noqa: BLE001 (its text is the report)
+        return DeviceState("error", f"{type(e).__name__}: {e}".strip())
+    return DeviceState(
+        "error", f"torch.cuda.is_available() is False (torch.cuda.device_count() = {torch.cuda.device_count()})"
+    )
 
 
 def _fmt(v, unit, digits=1):
@@ -325,6 +366,48 @@ def _second_process(arch: str) -> dict | None:
         return None
 
 
+def _environment() -> tuple[str | None, str]:
+    """(the command that activates the virtual environment this demo runs in, None when it runs in none;
+    that environment's Python by absolute path): what a new shell needs to find this kjit."""
+    prefix = pathlib.Path(sys.prefix).absolute()
+    activate, python = prefix / "bin" / "activate", prefix / "bin" / "python"
+    if sys.prefix != sys.base_prefix and activate.is_file() and python.is_file():
+        return f"source {shlex.quote(str(activate))}", shlex.quote(str(python))
+    # Not a virtual environment (a system or conda Python): this interpreter, as it was started.
+    return None, shlex.quote(os.path.abspath(sys.executable))
+
+
+# The sections next_steps() points at (tests/python/test_demo_ending.py checks that they exist).
+FIVE_MINUTES = "#python-in-five-minutes"
+WARM_DEPLOYMENT = "#warm-deployment"
+
+
+def next_steps() -> list[str]:
+    """The demo's last lines: how to use this kjit from a new shell, where its cache is, what to try."""
+    import kjit
+
+    activate, python = _environment()
+    cache = kjit._core.cache_info()
+    lines = ["", "next:"]
+    if activate is not None:
+        lines.append(f"  environment:  {activate}")
+        lines.append(f"                (or without activating: {python} -m kjit info)")
+        info = "kjit info"
+    else:
+        lines.append(f"  python:       {python} (kjit is installed for this Python)")
+        info = f"{python} -m kjit info"
+    lines.append(f"  cache:        {cache['dir']} (from {cache['dir_source']})")
+    tries = [
+        (info, "what kjit finds: NVRTC, GPUs, cache, settings"),
+        (f"README.md{FIVE_MINUTES}", "a first kernel: specialize, launch (on a GPU)"),
+        (f"docs/deployment.md{WARM_DEPLOYMENT}", "record, warm (no GPU needed), ship, run strict"),
+    ]
+    width = max(len(cmd) for cmd, _ in tries)
+    for i, (cmd, what) in enumerate(tries):
+        lines.append(f"  {'try:' if i == 0 else '':<12}  {cmd:<{width}}   {what}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kjit demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="sm_90", help="target to compile for when there is no CUDA device (default sm_90)")
@@ -334,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import kjit
 
-    reason = _no_device_reason()
+    state = _device_state()
     t0 = time.perf_counter()
-    if reason is None:
+    if state.kind is None:
         dev = torch.device("cuda", torch.cuda.current_device())
         device = torch.cuda.get_device_name(dev)
         results = [_guarded(name, run, dev) for name, run in RUNNERS.items()]
@@ -345,12 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         results = compile_only(args.arch)
     doc = {
         "device": device,
-        "no_device_reason": reason,
-        "arch": None if reason is None else args.arch,
+        "no_device": None if state.kind is None else {"kind": state.kind, "detail": state.detail},
+        "arch": None if state.kind is None else args.arch,
         "scenarios": [r.__dict__ for r in results],
         "stats": _stats(),
         "total_s": time.perf_counter() - t0,
-        "ok": all(r.ok for r in results),
+        # GPUs that torch cannot use are a failure even when every compile worked.
+        "ok": all(r.ok for r in results) and state.kind != "error",
     }
     second = None if args.once else _second_process(args.arch)
     if second is not None:
@@ -361,11 +445,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=2, default=str))
         return 0 if doc["ok"] else 1
 
-    if reason is None:
+    if state.kind is None:
         _print_results(results, f"kjit {kjit.__version__} demo on {device}", ran=True)
     else:
         _print_results(results, f"kjit {kjit.__version__} demo: compile-only for {args.arch}", ran=False)
-        print(f"\nno CUDA device: {reason}; compiled for {args.arch} only, did not run: {', '.join(RUNNERS)}")
     s = doc["stats"]
     print(
         f"\nsummary: {sum(r.ok for r in results)}/{len(results)} scenarios ok; "
@@ -378,6 +461,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["origins"].items() if v) for r in second["scenarios"]
         )
         print(f"second process, same cache: {s2['compiles']} compiles, {s2['disk_hits']} disk hits ({per})")
+    if state.kind == "none":
+        print(f"no GPU here: compiled for {args.arch} only (choose with --arch); run on a GPU machine to launch")
+        if state.detail:
+            print(f"  ({state.detail})")
+    elif state.kind == "error":
+        sys.stdout.flush()
+        print(
+            f"error: this machine has NVIDIA GPUs ({', '.join(_visible_gpus())}) but torch cannot use them, so "
+            f"the demo only compiled for {args.arch}: {state.detail}\n"
+            f"  `python -m kjit info` shows the driver and GPUs kjit finds.",
+            file=sys.stderr,
+            flush=True,
+        )
+    print("\n".join(next_steps()))
     return 0 if doc["ok"] else 1
 
 

@@ -159,7 +159,7 @@ def test_demo_without_a_device_compiles_and_says_what_it_did_not_run(capsys):
         pytest.skip("a CUDA device is present: the demo runs the scenarios (see test_ops_gpu.py)")
     from kjit import demo
 
-    assert demo.main(["--arch", "sm_90", "--once"]) == 0
+    assert demo.main(["--arch", "sm_80", "--once"]) == 0
     out = capsys.readouterr().out
-    assert "no CUDA device: " in out
-    assert "compiled for sm_90 only, did not run: add_constant, rgb_to_gray, outer, fused_update" in out
+    assert "no GPU here: compiled for sm_80 only (choose with --arch); run on a GPU machine to launch" in out
+    assert "NVIDIA driver" not in out  # torch's driver error is not the demo's message (test_demo_ending.py)
