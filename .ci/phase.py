@@ -107,7 +107,10 @@ def run_piped(cmd: list[str], heartbeat: float | None, name: str, start: float) 
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("phase.py: usage: phase.py NAME [--first-time TEXT] -- COMMAND... | phase.py --watch S -- COMMAND...", file=sys.stderr)
+        print(
+            "phase.py: usage: phase.py NAME [--first-time TEXT] -- COMMAND... | phase.py --watch S -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     split = argv.index("--")
     cmd = argv[split + 1 :]
