@@ -3,7 +3,7 @@
 # with .devdeps/ carried (nlohmann_json, CLI11, GoogleTest sources, hiredis: ../shared/device/prepare-deps.sh
 # plus `apt-get download libgtest-dev googletest libhiredis-dev libhiredis0.14`). Builds everything, runs every test (GPU ones included) and
 # the benchmarks; logs go to $OUT (or ./gpu-out).
-#   bash .ci/gpu.sh [build|test|ctest|pytest|pytest1|pytest2|bench|bandwidth|libtest|memcheck|racecheck|tsan|multigpu|all]...
+#   bash .ci/gpu.sh [build|test|ctest|pytest|pytest1|pytest2|pytest2a|pytest2b|bench|bandwidth|libtest|memcheck|racecheck|tsan|multigpu|all]...
 #   (default: all = build test bench bandwidth; test = ctest + pytest)
 # libtest: only the kernel library's tests (tests/python/test_library_*.py); memcheck: the library's GPU tests
 # (not the gigabyte-sized ones) under compute-sanitizer memcheck; racecheck: the library's kernels that share
@@ -27,7 +27,7 @@ PY=${PYTHON:-python3}
 if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(all)
-has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ] && [ "$1" != memcheck ] && [ "$1" != racecheck ] && [ "$1" != multigpu ] && [ "$1" != tsan ] && [ "$1" != pytest1 ] && [ "$1" != pytest2 ]; } ||
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || { [ "$s" = all ] && [ "$1" != libtest ] && [ "$1" != memcheck ] && [ "$1" != racecheck ] && [ "$1" != multigpu ] && [ "$1" != tsan ] && [ "$1" != pytest1 ] && [ "$1" != pytest2 ] && [ "$1" != pytest2a ] && [ "$1" != pytest2b ]; } ||
   { [ "$s" = test ] && { [ "$1" = ctest ] || [ "$1" = pytest ]; }; } && return 0; done; return 1; }
 rc=0
 
@@ -45,8 +45,9 @@ if has ctest; then
   ctest --test-dir build --output-on-failure -j8 > "$OUT/ctest.log" 2>&1 || rc=1
   tail -n 25 "$OUT/ctest.log"
 fi
-# pytest: the whole suite (about 10 minutes on an H100, near one device call's limit); pytest1 + pytest2
-# are the same suite in two halves for two calls: the kernel library's files, then all the others.
+# pytest: the whole suite (over 10 minutes on an H100, more than one device call's limit); pytest1 + pytest2
+# are the same suite in two halves for two calls: the kernel library's files, then all the others; and
+# pytest2 in two for two calls again: pytest2a, the other *_gpu files and the Llama example, pytest2b, the rest.
 run_pytest() {  # LOG ARGS...
   local log=$1
   shift
@@ -58,6 +59,13 @@ library_tests=(test_library_compile.py test_library_gpu.py test_ops_gpu.py test_
 if has pytest; then run_pytest pytest.log .; fi
 if has pytest1; then run_pytest pytest1.log "${library_tests[@]}"; fi
 if has pytest2; then run_pytest pytest2.log . "${library_tests[@]/#/--ignore=}"; fi
+other_gpu_tests=()
+for f in tests/python/test_*gpu*.py tests/python/test_examples_llama.py; do
+  f=${f#tests/python/}
+  [[ " ${library_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
+done
+if has pytest2a; then run_pytest pytest2a.log "${other_gpu_tests[@]}"; fi
+if has pytest2b; then run_pytest pytest2b.log . "${library_tests[@]/#/--ignore=}" "${other_gpu_tests[@]/#/--ignore=}"; fi
 if has bench; then
   ./build/bench/launch_overhead 20000 2>&1 | tee "$OUT/bench_launch_overhead.json"
   $PY -m kjit.bench ${BENCH_ARGS:-} --out "$OUT/bench" > "$OUT/bench.log" 2>&1 || rc=1
