@@ -34,9 +34,10 @@ PROGRESS_EVERY_S = 15.0  # ctest: a progress line at least this often (--every)
 PYTEST_QUIET_S = 25.0  # pytest: a "still running" line after this long without output (--every)
 
 # "  7/485 Test  #7: Suite.Name ..........   Passed    0.01 sec" (or ***Failed, ***Skipped, ***Timeout,
-# ***Exception: ..., ***Not Run ...)
-CTEST_RESULT = re.compile(r"^\s*(\d+)/(\d+) Test\s+#\d+: (\S+) \.*\s*\**(.*?)\s+[\d.]+ sec\s*$")
-CTEST_START = re.compile(r"^\s*Start\s+\d+: (\S+)\s*$")
+# ***Exception: ..., ***Not Run ...). A name may hold spaces: a value-parameterized GoogleTest's is
+# 'Modes/Suite.Name/off  # GetParam() = "off"'; the dots that pad it follow its last " ".
+CTEST_RESULT = re.compile(r"^\s*(\d+)/(\d+) Test\s+#\d+: (.*) \.+\s*\**(\w.*?)\s+[\d.]+ sec\s*$")
+CTEST_START = re.compile(r"^\s*Start\s+\d+: (.*?)\s*$")
 CTEST_SUMMARY = re.compile(r"^\d+% tests passed, \d+ tests? failed out of \d+\s*$")
 # GoogleTest's skip: "file:line: Skipped", then the message (any lines), then "[  SKIPPED ] Suite.Name".
 GTEST_SKIP_LINE = re.compile(r"^.*: Skipped\s*$")
@@ -59,10 +60,10 @@ def clock(seconds):
     return f"{m}m{s:02d}s"
 
 
-def run_streaming(cmd, log_path, on_chunk, on_quiet, quiet_s, cwd=None):
+def run_streaming(cmd, log_path, on_chunk, on_tick, cwd=None):
     """Runs cmd (stderr into stdout), writes its output to log_path as it comes, hands each chunk
-    (decoded text) to on_chunk, and calls on_quiet(elapsed) whenever quiet_s pass without output.
-    Returns the command's exit status."""
+    (decoded text) to on_chunk, and calls on_tick(now) at least once a second. Returns the command's
+    exit status."""
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
@@ -72,10 +73,8 @@ def run_streaming(cmd, log_path, on_chunk, on_quiet, quiet_s, cwd=None):
             out(message)
             return 127
         fd = proc.stdout.fileno()
-        start = last = time.monotonic()
         while True:
             ready, _, _ = select.select([fd], [], [], 1.0)
-            now = time.monotonic()
             if ready:
                 data = os.read(fd, 65536)
                 if not data:
@@ -83,10 +82,7 @@ def run_streaming(cmd, log_path, on_chunk, on_quiet, quiet_s, cwd=None):
                 log.write(data)
                 log.flush()
                 on_chunk(data.decode("utf-8", errors="replace"))
-                last = now
-            if now - last >= quiet_s:
-                on_quiet(now - start)
-                last = now
+            on_tick(time.monotonic())
         return proc.wait()
 
 
@@ -204,18 +200,12 @@ def run_ctest(args):
     lines = Lines(on_line)
     last_progress = [start]
 
-    def on_chunk(chunk):
-        lines.feed(chunk)
-        now = time.monotonic()
+    def on_tick(now):
         if now - last_progress[0] >= args.every:
             progress()
             last_progress[0] = now
 
-    def on_quiet(_elapsed):
-        progress()
-        last_progress[0] = time.monotonic()
-
-    status = run_streaming(args.command, args.log, on_chunk, on_quiet, args.every)
+    status = run_streaming(args.command, args.log, lines.feed, on_tick)
     lines.close()
     state["running"].clear()
     progress()
@@ -288,7 +278,11 @@ def run_pytest(args):
 
     lines = Lines(on_line)
 
+    start = time.monotonic()
+    last_output = [start]
+
     def on_chunk(chunk):
+        last_output[0] = time.monotonic()
         lines.feed(chunk)
         # Progress dots as they come, not a line (about 70 tests) later.
         partial = lines.partial
@@ -298,14 +292,17 @@ def run_pytest(args):
             sys.stdout.flush()
             state["echoed"] = len(partial)
 
-    def on_quiet(elapsed):
+    def on_tick(now):
+        if now - last_output[0] < args.every:
+            return
+        last_output[0] = now
         if state["echoed"]:
             sys.stdout.write("\n")
             lines.partial = lines.partial[state["echoed"] :]
             state["echoed"] = 0
-        out(f"pytest: still running, no output for {args.every:g}s ({clock(elapsed)} so far)")
+        out(f"pytest: still running, no output for {args.every:g}s ({clock(now - start)} so far)")
 
-    status = run_streaming(args.command, args.log, on_chunk, on_quiet, args.every, cwd=args.cwd)
+    status = run_streaming(args.command, args.log, on_chunk, on_tick, cwd=args.cwd)
     lines.close()
     print_skips()
     if state["summary"] is None:

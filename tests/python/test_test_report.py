@@ -16,11 +16,17 @@ REPORT = pathlib.Path(__file__).resolve().parents[2] / ".ci" / "test_report.py"
 GTEST_CPP = r"""
 #include <gtest/gtest.h>
 #include <cstdio>
+#include <string>
 TEST(Report, Passes) { std::printf("a passing test's output\n"); }
 TEST(Report, SkipA) { GTEST_SKIP() << "no CUDA device: none in this test"; }
 TEST(Report, SkipB) { GTEST_SKIP() << "no CUDA device: none in this test"; }
 TEST(Report, SkipOther) { GTEST_SKIP() << "needs two CPUs"; }
 TEST(Report, Fails) { EXPECT_EQ(1, 2) << "boom from Report.Fails"; }
+// A value-parameterized test's ctest name holds spaces: 'Modes/Param.Skips/on  # GetParam() = "on"'.
+class Param : public testing::TestWithParam<std::string> {};
+TEST_P(Param, Skips) { GTEST_SKIP() << "needs two CPUs"; }
+INSTANTIATE_TEST_SUITE_P(Modes, Param, testing::Values("on"),
+                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 """
 
 CMAKE_LISTS = """
@@ -123,9 +129,9 @@ def pytest_run(tmp_path_factory):
 def test_ctest_skip_reasons_are_grouped_with_counts(ctest_run):
     res, _ = ctest_run
     out = res.stdout
-    assert "ctest skipped 4 tests, by reason:" in out, out
+    assert "ctest skipped 5 tests, by reason:" in out, out
     assert "  2 x no CUDA device: none in this test  [2 tests, e.g. Report.SkipA]" in out, out
-    assert "  1 x needs two CPUs  [Report.SkipOther]" in out, out
+    assert '  2 x needs two CPUs  [2 tests, e.g. Modes/Param.Skips/on  # GetParam() = "on"]' in out, out
     # A test that is not GoogleTest: its last line, and how ctest saw the skip.
     assert "  1 x redis-server not found (SKIP_RETURN_CODE=4)  [exit_code_skip]" in out, out
 
@@ -141,14 +147,14 @@ def test_ctest_failures_in_full_and_the_rest_in_the_log(ctest_run):
     assert "a passing test's output" not in out, out
     text = log.read_text()
     assert "Report.Passes ...." in text and "***Skipped" in text
-    assert "tests failed out of 7" in text
+    assert "tests failed out of 8" in text
 
 
 def test_ctest_progress_while_a_test_runs(ctest_run):
     res, _ = ctest_run
     lines = [line for line in res.stdout.splitlines() if line.startswith("ctest: ") and " done, " in line]
     assert any("running slow for " in line for line in lines), res.stdout
-    assert lines[-1].startswith("ctest: 7/7 done, 1 failed, 4 skipped ("), res.stdout
+    assert lines[-1].startswith("ctest: 8/8 done, 1 failed, 5 skipped ("), res.stdout
 
 
 def test_pytest_skip_reasons_collapsed_across_files_and_lines(pytest_run):
@@ -179,7 +185,7 @@ def test_summary_prints_ctest_then_pytest_last_and_fails_when_either_failed(ctes
     )
     assert res.returncode == 1, res.stdout
     ctest_line, pytest_line = res.stdout.splitlines()[-2:]
-    assert ctest_line == "86% tests passed, 1 tests failed out of 7", res.stdout
+    assert ctest_line == "88% tests passed, 1 tests failed out of 8", res.stdout
     assert pytest_line.startswith("1 failed, 1 passed, 5 skipped, 1 xfailed in "), res.stdout
 
 
@@ -191,7 +197,7 @@ def test_summary_passes_only_when_both_passed(ctest_build, tmp_path):
     args = ["--ctest-log", ctest_log, "--pytest-log", pytest_log]
     res = report("summary", *args, "--ctest-status", 0, "--pytest-status", 0)
     assert res.returncode == 0, res.stdout
-    assert res.stdout.splitlines()[-2:][0] == "100% tests passed, 0 tests failed out of 4", res.stdout
+    assert res.stdout.splitlines()[-2:][0] == "100% tests passed, 0 tests failed out of 5", res.stdout
     assert res.stdout.splitlines()[-1].startswith("1 passed, 5 skipped, 1 deselected, 1 xfailed in "), res.stdout
     # A failure the summary lines do not show (a status without a line, or no log) still fails.
     res = report("summary", *args, "--ctest-status", 0, "--pytest-status", 3)
@@ -199,3 +205,12 @@ def test_summary_passes_only_when_both_passed(ctest_build, tmp_path):
     res = report("summary", "--ctest-log", tmp_path / "none.log", "--ctest-status", 0, *args[2:], "--pytest-status", 0)
     assert res.returncode == 1, res.stdout
     assert res.stdout.splitlines()[-2].startswith("ctest: no summary line (exit status 0; see "), res.stdout
+
+
+def test_pytest_says_it_is_still_running_when_a_test_is_quiet(tmp_path):
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(2.5)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."]
+    res = report("pytest", "--log", tmp_path / "pytest.log", "--cwd", tmp_path, "--every", 1, "--", *cmd)
+    assert res.returncode == 0, res.stdout
+    assert "pytest: still running, no output for 1s (" in res.stdout, res.stdout
