@@ -170,8 +170,18 @@ std::shared_ptr<const SpecializedKernel> Engine::prepare(const Specialization& s
 std::shared_ptr<const SpecializedKernel> Engine::compile_only(const Specialization& spec, const Target& target,
                                                               Origin* origin) {
   const std::vector<cache::CacheKey> keys = keys_of(key_candidates(spec, target));
-  std::shared_ptr<const SpecializedKernel> known = look_up(loaded_, keys);
-  if (known || (known = look_up(prepared_, keys))) {
+  std::shared_ptr<const SpecializedKernel> known = look_up(prepared_, keys);
+  if (!known) {
+    // A kernel get() loaded has the entry: its compile-only view (never the loaded kernel itself, so
+    // what a compile-only request returns does not depend on what this process launched before).
+    if (std::shared_ptr<const SpecializedKernel> l = look_up(loaded_, keys)) {
+      auto view = std::make_shared<SpecializedKernel>(*l);
+      view->kernel = nullptr;
+      std::unique_lock<std::shared_mutex> lock(table_mu_);
+      known = prepared_.emplace(view->key, std::move(view)).first->second;
+    }
+  }
+  if (known) {
     stats_.memory_hit();
     if (origin) *origin = Origin::Memory;
     return known;

@@ -175,3 +175,28 @@ TEST_F(Gpu, LaunchOnANonDefaultStreamIsOrderedOnThatStream) {
   for (long long i = 0; i < n; ++i) ASSERT_EQ(y[i], 3.0f) << i;
   d.cuStreamDestroy(stream);
 }
+
+// A compile-only request (Python's specialize(arch=...)) for the architecture of a kernel this engine has
+// already loaded for a device: the entry is reused (no compile) but what comes back is compile-only. A kernel
+// asked for as compile-only never launches, whatever this process loaded before (a memory hit used to hand
+// back the loaded kernel, so `arch=` kernels launched or not depending on earlier calls).
+TEST_F(Gpu, ACompileOnlyRequestAfterALoadIsStillCompileOnly) {
+  KernelFamily family(*engine_, Template::builtin("add_constant"), "add_constant");
+  const std::vector<TemplateArg> args = {TemplateArg::type(DType::Float32), TemplateArg::integer(4)};
+  auto loaded = family.get(args, 0);
+  ASSERT_TRUE(loaded->kernel);
+  const Specialization spec = family.specialization(args.data(), args.size());
+  Origin origin;
+  auto compiled = engine_->compile_only(spec, device_target(0), &origin);
+  EXPECT_EQ(origin, Origin::Memory);
+  EXPECT_FALSE(compiled->kernel) << "a compile-only request returned a loaded kernel";
+  EXPECT_EQ(compiled->key, loaded->key);
+  EXPECT_EQ(engine_->stats().compiles, 1u);
+  // And the other order: compile-only first, then a load, then compile-only again.
+  const std::vector<TemplateArg> args2 = {TemplateArg::type(DType::Float64), TemplateArg::integer(2)};
+  const Specialization spec2 = family.specialization(args2.data(), args2.size());
+  EXPECT_FALSE(engine_->compile_only(spec2, device_target(0))->kernel);
+  EXPECT_TRUE(family.get(args2, 0)->kernel);
+  EXPECT_FALSE(engine_->compile_only(spec2, device_target(0))->kernel);
+  EXPECT_EQ(engine_->stats().compiles, 2u);
+}

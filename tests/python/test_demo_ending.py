@@ -55,13 +55,13 @@ def _field(out: str, label: str) -> str:
 
 
 def _fresh_shell(command: str) -> subprocess.CompletedProcess:
-    """`command` in a login-free bash with nothing of this process's environment but HOME."""
-    return subprocess.run(
-        ["env", "-i", f"HOME={os.environ.get('HOME', '/root')}", "PATH=/usr/bin:/bin", "bash", "-c", command],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """`command` in a login-free bash with nothing of this process's environment but HOME, and the loader path
+    where the machine needs one for kjit's system libraries (a GPU machine whose hiredis is not installed
+    system-wide: set for every shell there, not by the set-up)."""
+    keep = [f"HOME={os.environ.get('HOME', '/root')}", "PATH=/usr/bin:/bin"]
+    if os.environ.get("LD_LIBRARY_PATH"):
+        keep.append(f"LD_LIBRARY_PATH={os.environ['LD_LIBRARY_PATH']}")
+    return subprocess.run(["env", "-i", *keep, "bash", "-c", command], capture_output=True, text=True, timeout=300)
 
 
 def _this_kjit() -> str:

@@ -294,3 +294,22 @@ def test_no_compiler_preload_when_turned_off_and_no_nvrtc_in_strict_mode(run_py,
         env=env,
     )
     assert r.stdout.strip() == report, r
+
+
+def test_a_kernel_specialized_for_an_arch_never_launches_even_after_the_same_kernel_was_launched(add):
+    """specialize(arch=...) is compile-only whatever this process launched before: for the device's own arch,
+    after the same specialization was loaded and launched, it still refuses to launch (it used to be handed the
+    loaded kernel, so whether it launched depended on earlier calls)."""
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    x = torch.ones(1024, device="cuda")
+    y = torch.empty_like(x)
+    launch_add(add.specialize(T=torch.float32, VEC=4), x, y, 1.0, 4)
+    torch.testing.assert_close(y, x + 1)
+    compiled = add.specialize(T=torch.float32, VEC=4, arch=arch)
+    assert compiled.device is None, compiled
+    with pytest.raises(kjit.LaunchError, match=f"is compiled for {arch} only"):
+        compiled.launch(1, 256, x, y, 1.0, 1024)
+    # The launchable kernel is unchanged by the compile-only request.
+    launch_add(add.specialize(T=torch.float32, VEC=4), x, y, 2.0, 4)
+    torch.testing.assert_close(y, x + 2)

@@ -72,7 +72,8 @@ class Engine {
   // (`kjit warm` and `kjit compile` rely on the entry being there when it returns).
   std::shared_ptr<const SpecializedKernel> prepare(const Specialization& spec, const Target& target,
                                                    Origin* origin = nullptr);
-  // prepare() once per key in this process: later calls (and a kernel get() loaded) are memory hits.
+  // prepare() once per key in this process: later calls (and a kernel get() loaded) are memory hits. What it
+  // returns is compile-only (no loaded kernel), whatever get() loaded before.
   std::shared_ptr<const SpecializedKernel> compile_only(const Specialization& spec, const Target& target,
                                                         Origin* origin = nullptr);
   // Start-up: fetches from the remote tier, in one round trip, the entries of `jobs` that no disk level
