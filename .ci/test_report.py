@@ -38,7 +38,8 @@ PYTEST_QUIET_S = 25.0  # pytest: a "still running" line after this long without 
 # 'Modes/Suite.Name/off  # GetParam() = "off"'; the dots that pad it follow its last " ".
 CTEST_RESULT = re.compile(r"^\s*(\d+)/(\d+) Test\s+#\d+: (.*) \.+\s*\**(\w.*?)\s+[\d.]+ sec\s*$")
 CTEST_START = re.compile(r"^\s*Start\s+\d+: (.*?)\s*$")
-CTEST_SUMMARY = re.compile(r"^\d+% tests passed, \d+ tests? failed out of \d+\s*$")
+# CMake 4 leaves out ", 0 tests failed" when none failed: "100% tests passed out of 5".
+CTEST_SUMMARY = re.compile(r"^\d+% tests passed(?:, \d+ tests? failed)? out of \d+\s*$")
 # GoogleTest's skip: "file:line: Skipped", then the message (any lines), then "[  SKIPPED ] Suite.Name".
 GTEST_SKIP_LINE = re.compile(r"^.*: Skipped\s*$")
 GTEST_SKIPPED_END = re.compile(r"^\[  SKIPPED \] ")
