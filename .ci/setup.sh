@@ -53,7 +53,7 @@ pkgs=()
 first=""
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   pkgs+=("$KJIT_TORCH_SPEC")
-  first="torch and its CUDA libraries: about 3 GB to download, 5 GB in $KJIT_VENV; 5-15 min"
+  first="torch and its CUDA libraries: about 2.5 GB to download, 5 GB in $KJIT_VENV; the download takes what your link takes, the install about a minute"
 fi
 "$PY" -c "import pybind11, scikit_build_core, ninja, tqdm, numpy" >/dev/null 2>&1 || pkgs+=("${KJIT_BUILD_TOOLS[@]}")
 [ "$profile" = demo ] || "$PY" -c "import pytest, matplotlib, redis, cutlass_library" >/dev/null 2>&1 ||
@@ -67,9 +67,9 @@ fi
 
 first=""
 if [ ! -f build/CMakeCache.txt ] || ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' build/CMakeCache.txt; then
-  first="about $([ "$profile" = demo ] && echo 10 || echo 20) min on 2 CPUs; later runs compile only what changed"
+  first="about $([ "$profile" = demo ] && echo 6 || echo 9) min on 2 CPUs; later runs compile only what changed"
 elif [ "$profile" = test ] && ! grep -q '^KJIT_BUILD_TESTS:BOOL=ON$' build/CMakeCache.txt; then
-  first="the C++ tests, CLI and benchmarks on top of the demo's build: about 10 min on 2 CPUs"
+  first="the C++ tests, CLI and benchmarks on top of the demo's build: about 3 min on 2 CPUs"
 fi
 phase build --what "kjit ($([ "$profile" = demo ] && echo "core, Python module" || echo "core, Python module, CLI, C++ tests, benchmarks")) in build/, installed into $KJIT_VENV" \
   ${first:+--first-time "$first"} -- bash .ci/build.sh "$profile"
