@@ -53,6 +53,24 @@ made contiguous where a row kernel needs it):
 ``max_pool2d(x, kernel_size, stride=kernel_size, padding=0)``, ``avg_pool2d(..., count_include_pad=True)``
     NCHW, window specialized, with backward.
 
+The sequence ops (over the last dim, time; batch, channels and length are never specialized):
+
+``causal_conv1d(x, weight, bias=None, initial_state=None, activation=None) -> (y, final_state)``
+    Mamba's short causal depthwise convolution: ``y = activation(F.conv1d(x, weight.unsqueeze(1), bias,
+    padding=W-1, groups=D)[..., :L])`` for ``x`` ``[B, D, L]`` (or ``[D, L]``; any batch / channel strides
+    with a unit stride along ``L``, so a projection's output viewed as ``[B, D, L]`` needs no copy),
+    ``weight`` ``[D, W]`` (or ``nn.Conv1d``'s ``[D, 1, W]``) with ``W`` 2, 3 or 4, ``activation`` ``None``
+    or ``'silu'``. ``initial_state`` ``[B, D, W-1]`` replaces the zero padding (decoding in chunks);
+    ``final_state`` is the last ``W-1`` inputs to continue from. With backward for every tensor input
+    (``causal_conv1d_backward``).
+``linear_scan(a, b, h0=None) -> (h, h_last)``
+    The linear recurrence ``h[t] = a[t] * h[t-1] + b[t]`` over the last dim (``h[-1] = h0`` or 0), run in
+    parallel over time: one read of ``a`` and ``b``, one write of ``h``. ``h`` has the inputs' dtype;
+    the state is carried in float32 (float64 for float64 inputs) and each ``h`` is rounded once, so 16-bit
+    results are closer to the exact recurrence than a 16-bit Python loop; ``h_last`` (``a.shape[:-1]``) is
+    returned in that state dtype. With backward for ``a``, ``b`` and ``h0`` (``linear_scan_backward``,
+    which saves ``h``; for 16-bit inputs the gradient of ``a`` uses the rounded ``h``).
+
 The matrix ops (bfloat16 / float16 on tensor cores, float32 accumulation; float32 as TF32 where
 ``torch.backends.cuda.matmul.allow_tf32`` allows it, refused otherwise, saying so). Their GEMM kernels (kernel_templates/gemm_sm90.cuh: TMA + wgmma on sm_90; gemm.cuh: mma.sync elsewhere
 and for M <= 16) are specialized on N, K, dtype, tile and epilogue; M is a runtime argument:
@@ -124,6 +142,10 @@ __all__ = [
     "max_pool2d_backward",
     "avg_pool2d",
     "avg_pool2d_backward",
+    "causal_conv1d",
+    "causal_conv1d_backward",
+    "linear_scan",
+    "linear_scan_backward",
     "linear",
     "linear_aux",
     "linear_backward",

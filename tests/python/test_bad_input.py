@@ -265,6 +265,57 @@ def _pool_backward_ref(fn):
     return ref
 
 
+def _causal_conv1d_ref(x, w, b, s, act):
+    W = w.shape[-1]
+    xp = torch.cat([s if s is not None else x.new_zeros((*x.shape[:-1], W - 1)), x], -1)
+    y = F.conv1d(xp, w.reshape(w.shape[0], 1, W), b, groups=x.shape[-2])
+    return F.silu(y) if act == "silu" else y, xp[..., xp.shape[-1] - (W - 1) :].clone()
+
+
+def _causal_conv1d_backward_ref(grad, grad_final, x, w, b, s, act):
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(True) for t in (x, w) + tuple(t for t in (b, s) if t is not None)]
+        it = iter(leaves[2:])
+        y, final = _causal_conv1d_ref(
+            leaves[0], leaves[1], next(it) if b is not None else None, next(it) if s is not None else None, act
+        )
+        outs, grads = [y], [grad]
+        if grad_final is not None:
+            outs, grads = [y, final], [grad, grad_final]
+        got = list(torch.autograd.grad(outs, leaves, grads, allow_unused=True))
+    got = [g if g is not None else torch.zeros_like(t) for g, t in zip(got, leaves)]
+    db = got[2] if b is not None else x.new_empty((0,))
+    ds = got[-1] if s is not None else x.new_empty((0,))
+    return got[0], got[1], db, ds
+
+
+def _linear_scan_ref(a, b, h0=None):
+    h = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
+    out = []
+    for t in range(a.shape[-1]):
+        h = a[..., t] * h + b[..., t]
+        out.append(h)
+    return (torch.stack(out, -1) if out else torch.empty_like(a)), h.to(
+        torch.float64 if a.dtype == torch.float64 else torch.float32
+    )
+
+
+def _linear_scan_backward_ref(a, h, grad_h, grad_last, h0):
+    """The formula: g[t] = dh[t] + a[t+1] g[t+1] from the end (g[L-1] = dh[L-1] + dlast), db = g,
+    da[t] = g[t] h[t-1], dh0 = a[0] g[0]."""
+    g = grad_last.to(a.dtype) if grad_last is not None else a.new_zeros(a.shape[:-1])
+    after = torch.ones_like(g)
+    db = torch.empty_like(a)
+    for t in reversed(range(a.shape[-1])):
+        g = (grad_h[..., t] if grad_h is not None else 0) + after * g
+        db[..., t] = g
+        after = a[..., t]
+    start = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
+    da = db * torch.cat([start.unsqueeze(-1), h[..., :-1]], -1)
+    dh0 = (after * g).to(h0.dtype) if h0 is not None else a.new_empty((0,))
+    return da, db, dh0
+
+
 def _gray_ref(img):
     i = img.to(torch.int32)
     return ((77 * i[..., 0] + 150 * i[..., 1] + 29 * i[..., 2] + 128) >> 8).to(torch.uint8)
@@ -497,6 +548,30 @@ OPS: dict[str, OpSpec] = {
         lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
         _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
         "grad, x",
+    ),
+    # The sequence ops.
+    "causal_conv1d": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), None),
+        _causal_conv1d_ref,
+        "x, weight, bias, initial_state",
+    ),
+    "causal_conv1d_backward": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.x(2, 3, 3), m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), "silu"),
+        _causal_conv1d_backward_ref,
+        "grad, grad_final_state, x, weight, bias, initial_state",
+        special="nan",
+        tol=1e-4,
+    ),
+    "linear_scan": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4)), _linear_scan_ref, "a, b, h0", first="a", special="nan"
+    ),
+    "linear_scan_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.x(4), m.x(4)),
+        _linear_scan_backward_ref,
+        "a, h, grad_h, grad_last, h0",
+        first="a",
+        special="nan",
+        tol=1e-4,
     ),
     "add_constant": OpSpec(lambda m: (m.x(*X2), 2.5), torch.add, "x", seed=True),
     "rgb_to_gray": OpSpec(

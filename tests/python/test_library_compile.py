@@ -98,6 +98,12 @@ def _template_jobs(dtype):
         ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
+        # the sequence ops: vectorized (ITEMS 8 / VEC elements per lane) and scalar (odd lengths).
+        ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=4, VEC=v, ITEMS=max(1, 8 // v), SILU=True)),
+        ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=2, VEC=1, ITEMS=4, SILU=False)),
+        ("conv1d", "causal_conv1d_backward", dict(T=dtype, W=3, VEC=v, ITEMS=max(1, 8 // v), SILU=True)),
+        ("scan", "linear_scan_forward", dict(T=dtype, VEC=v, ITEMS=max(1, 8 // v))),
+        ("scan", "linear_scan_backward", dict(T=dtype, VEC=1, ITEMS=4)),
     ] + _gemm_jobs(dtype)
 
 
@@ -207,6 +213,8 @@ def test_every_activation_op_has_its_compile_job():
         "add_rms_norm",
         "max_pool2d",
         "avg_pool2d",
+        "causal_conv1d",
+        "linear_scan",
         "outer",
         "linear",
         "linear_swiglu",
@@ -501,6 +509,13 @@ CPU_CALLS = [
     ("avg_pool2d", lambda: ops.avg_pool2d(_x(2, 8, 8), [3, 3], [2, 2], [1, 1], False)),
     ("max_pool2d_backward", lambda: ops.max_pool2d_backward(_x(1, 2, 4, 4), _x(1, 2, 8, 8), [2, 2])),
     ("avg_pool2d_backward", lambda: ops.avg_pool2d_backward(_x(1, 2, 4, 4), _x(1, 2, 8, 8), [2, 2])),
+    ("causal_conv1d", lambda: ops.causal_conv1d(_x(2, 3, 8), _x(3, 4), _x(3), _x(2, 3, 3), "silu")),
+    (
+        "causal_conv1d_backward",
+        lambda: ops.causal_conv1d_backward(_x(2, 3, 8), None, _x(2, 3, 8), _x(3, 4), None, None, None),
+    ),
+    ("linear_scan", lambda: ops.linear_scan(_x(2, 8), _x(2, 8), _x(2))),
+    ("linear_scan_backward", lambda: ops.linear_scan_backward(_x(2, 8), _x(2, 8), _x(2, 8), None, None)),
 ]
 
 
@@ -544,6 +559,8 @@ def test_ops_are_the_registered_operators():
         "add_rms_norm",
         "max_pool2d",
         "avg_pool2d",
+        "causal_conv1d",
+        "linear_scan",
         "add_constant",
         "rgb_to_gray",
         "outer",
@@ -564,6 +581,8 @@ def test_ops_are_the_registered_operators():
         "add_rms_norm",
         "max_pool2d",
         "avg_pool2d",
+        "causal_conv1d",
+        "linear_scan",
     ]
     for name in names + [f"{n}_backward" for n in backward]:
         assert getattr(ops, name) is getattr(kjit._C.ops, name), name  # the direct entry (a C function)
@@ -955,3 +974,87 @@ def test_residual_norm_backward_traces_to_the_library_backward_ops():
     found = set(re.findall(r"torch\.ops\.kjit\.(\w+)\.default", code))
     for name in ("add_rms_norm", "add_layer_norm", "add_rms_norm_backward", "add_layer_norm_backward"):
         assert name in found, (name, sorted(found))
+
+
+# ---- The sequence ops (causal_conv1d, linear_scan): Meta shapes, dtypes and argument errors -----------------
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_causal_conv1d_shapes(dtype):
+    for shape in [(2, 5, 17), (5, 17), (3, 4, 1), (0, 4, 9), (2, 4, 0)]:
+        x = meta(*shape, dtype=dtype)
+        d = shape[-2]
+        state = (*shape[:-1], 3)
+        for w in (meta(d, 4, dtype=dtype), meta(d, 1, 4, dtype=dtype)):
+            y, final = ops.causal_conv1d(x, w, meta(d, dtype=dtype), meta(*state, dtype=dtype), "silu")
+            assert (y.shape, final.shape) == (shape, state) and y.dtype == final.dtype == dtype
+            assert y.is_contiguous() and final.is_contiguous()
+            dx, dw, db, dinit = ops.causal_conv1d_backward(x, None, x, w, None, meta(*state, dtype=dtype), "silu")
+            assert (dx.shape, dw.shape, db.shape, dinit.shape) == (shape, w.shape, (0,), state)
+            assert dx.dtype == dw.dtype == dinit.dtype == dtype
+    # Width 2: a state of one step; the Mamba view [B, D, L] of a [L, B, D]-ordered buffer is accepted as it is.
+    y, final = ops.causal_conv1d(meta(8, 2, 6, dtype=dtype).permute(1, 2, 0), meta(6, 2, dtype=dtype))
+    assert (y.shape, final.shape) == ((2, 6, 8), (2, 6, 1)) and y.is_contiguous()
+
+
+def test_causal_conv1d_argument_errors():
+    x = meta(2, 4, 9)
+    with pytest.raises(
+        kjit.ValueError, match=r"^kjit\.ops\.causal_conv1d: the filter width must be 2, 3 or 4.*got 5.*conv1d"
+    ):
+        ops.causal_conv1d(x, meta(4, 5))
+    with pytest.raises(kjit.ValueError, match=r"weight must be \[channels, width\].*channels = 4.*got shape \[3, 4\]"):
+        ops.causal_conv1d(x, meta(3, 4))
+    with pytest.raises(
+        kjit.ValueError, match=r"x must be \[batch, channels, length\] or \[channels, length\], got shape \[9\]"
+    ):
+        ops.causal_conv1d(meta(9), meta(4, 4))
+    with pytest.raises(kjit.ValueError, match=r"initial_state has shape \[2, 4, 2\] but must have shape \[2, 4, 3\]"):
+        ops.causal_conv1d(x, meta(4, 4), None, meta(2, 4, 2))
+    with pytest.raises(kjit.ValueError, match=r"bias has shape \[3\] but must have shape \[4\]"):
+        ops.causal_conv1d(x, meta(4, 4), meta(3))
+    with pytest.raises(kjit.ValueError, match=r"activation must be None or 'silu', got 'gelu'"):
+        ops.causal_conv1d(x, meta(4, 4), activation="gelu")
+    with pytest.raises(kjit.TypeError, match=r"weight has dtype torch\.float64 but x has dtype torch\.float32"):
+        ops.causal_conv1d(x, meta(4, 4, dtype=torch.float64))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.causal_conv1d_backward: grad has shape \[2, 4, 8\]"):
+        ops.causal_conv1d_backward(meta(2, 4, 8), None, x, meta(4, 4), None, None, None)
+    with pytest.raises(kjit.ValueError, match=r"grad_final_state has shape \[2, 4\] but must have shape \[2, 4, 3\]"):
+        ops.causal_conv1d_backward(x, meta(2, 4), x, meta(4, 4), None, None, None)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_linear_scan_shapes(dtype):
+    state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    for shape in [(7,), (3, 33), (2, 5, 17), (0, 8), (4, 0)]:
+        a, b = meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)
+        for h0 in (None, meta(*shape[:-1], dtype=dtype), meta(*shape[:-1], dtype=torch.float32)):
+            h, last = ops.linear_scan(a, b, h0)
+            assert (h.shape, h.dtype, last.shape, last.dtype) == (shape, dtype, shape[:-1], state_dtype)
+            da, db, dh0 = ops.linear_scan_backward(a, h, a, None, h0)
+            assert (da.shape, db.shape) == (shape, shape) and da.dtype == db.dtype == dtype
+            assert dh0.shape == (shape[:-1] if h0 is not None else (0,))
+            if h0 is not None:
+                assert dh0.dtype == h0.dtype
+        assert ops.linear_scan_backward(a, a, None, meta(*shape[:-1]), None)[0].shape == shape
+    assert ops.linear_scan(meta(6, 4, dtype=dtype).t(), meta(6, 4, dtype=dtype).t())[0].is_contiguous()
+
+
+def test_linear_scan_argument_errors():
+    a = meta(3, 8)
+    with pytest.raises(
+        kjit.ValueError, match=r"^kjit\.ops\.linear_scan: b has shape \[3, 7\] but must have shape \[3, 8\]"
+    ):
+        ops.linear_scan(a, meta(3, 7))
+    with pytest.raises(kjit.TypeError, match=r"b has dtype torch\.float16 but a has dtype torch\.float32"):
+        ops.linear_scan(a, meta(3, 8, dtype=torch.float16))
+    with pytest.raises(
+        kjit.ValueError, match=r"h0 has shape \[8\] but must have shape \[3\] \(a's shape without its last"
+    ):
+        ops.linear_scan(a, a, meta(8))
+    with pytest.raises(kjit.ValueError, match=r"a must have at least one dim"):
+        ops.linear_scan(meta(), meta())
+    with pytest.raises(kjit.TypeError, match=r"a has dtype torch\.int32"):
+        ops.linear_scan(meta(3, 8, dtype=torch.int32), meta(3, 8, dtype=torch.int32))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.linear_scan_backward: grad_last has shape \[3, 8\]"):
+        ops.linear_scan_backward(a, a, None, a, None)

@@ -118,6 +118,42 @@ def samples(name, dtype):
         return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1]), {})]
     if name == "avg_pool2d_backward":
         return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1], True), {})]
+    if name == "causal_conv1d":
+        return [
+            ((t(2, 33, 257, dtype=dtype, grad=g), t(33, 4, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)), {}),
+            (
+                (t(3, 5, 64, dtype=dtype, grad=g), t(5, 3, dtype=dtype, grad=g), None, t(3, 5, 2, dtype=dtype, grad=g)),
+                {"activation": "silu"},
+            ),
+        ]
+    if name == "causal_conv1d_backward":
+        x = t(2, 33, 257, dtype=dtype)
+        return [
+            ((t(2, 33, 257, dtype=dtype), None, x, t(33, 4, dtype=dtype), t(33, dtype=dtype), None, "silu"), {}),
+            (
+                (
+                    t(2, 5, 9, dtype=dtype),
+                    t(2, 5, 1, dtype=dtype),
+                    t(2, 5, 9, dtype=dtype),
+                    t(5, 2, dtype=dtype),
+                    None,
+                    t(2, 5, 1, dtype=dtype),
+                    None,
+                ),
+                {},
+            ),
+        ]
+    if name == "linear_scan":
+        a = (torch.rand(7, 1000, device="cuda") * 0.5 + 0.5).to(dtype).requires_grad_(g)
+        return [
+            ((a, t(7, 1000, dtype=dtype, grad=g)), {}),
+            ((a.detach()[:, :33].clone().requires_grad_(g), t(7, 33, dtype=dtype, grad=g), t(7, grad=g)), {}),
+        ]
+    if name == "linear_scan_backward":
+        return [
+            ((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype), t(7, 33, dtype=dtype), None, t(7)), {}),
+            ((t(3, 1000, dtype=dtype), t(3, 1000, dtype=dtype), None, t(3), None), {}),
+        ]
     if name == "add_constant":
         return [((t(1000, dtype=dtype, grad=g), 2.5), {})]
     if name == "fused_update":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -51,6 +51,14 @@ def bmm_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[
     """
     torch.ops.kjit.bmm_backward (bmm_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, initial_state: torch.Tensor | None = None, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.causal_conv1d (causal_conv1d(Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_state=None, str? activation=None) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def causal_conv1d_backward(grad: torch.Tensor, grad_final_state: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, initial_state: torch.Tensor | None = None, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.causal_conv1d_backward (causal_conv1d_backward(Tensor grad, Tensor? grad_final_state, Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_state=None, str? activation=None) -> (Tensor, Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
 def fused_update(x: torch.Tensor, model_out: torch.Tensor, noise: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.fused_update (fused_update(Tensor x, Tensor model_out, Tensor noise, float a, float b, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -82,6 +90,14 @@ def linear_aux(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, preactivation: torch.Tensor | None, activation: str | None, scale: float, has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     torch.ops.kjit.linear_backward (linear_backward(Tensor grad, Tensor x, Tensor weight, Tensor? preactivation, str? activation, float scale, bool has_bias) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_scan (linear_scan(Tensor a, Tensor b, Tensor? h0=None) -> (Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def linear_scan_backward(a: torch.Tensor, h: torch.Tensor, grad_h: torch.Tensor | None, grad_last: torch.Tensor | None, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.linear_scan_backward (linear_scan_backward(Tensor a, Tensor h, Tensor? grad_h, Tensor? grad_last, Tensor? h0=None) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
 def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
     """
