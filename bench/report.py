@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import library_headers, machine, matmul, small
+from . import library_headers, machine, matmul, sequence, small
 
 MIB = 1 << 20
 
@@ -162,6 +162,21 @@ def behind(result: dict) -> list[dict]:
                         peer_value=tf[peer],
                         unit="TFLOP/s",
                         ratio=tf["kjit"] / tf[peer],
+                    )
+                )
+    for p in (result.get("sequence") or {}).get("points") or []:
+        k = ((p.get("ms") or {}).get("kjit") or {}).get("median")
+        for peer, v in (p.get("speedup") or {}).items():
+            if v < 1 and k:
+                out.append(
+                    dict(
+                        section="sequence",
+                        figure=f"time: {sequence.where(p)}",
+                        peer=peer,
+                        kjit=k,
+                        peer_value=p["ms"][peer]["median"],
+                        unit="ms",
+                        ratio=v,
                     )
                 )
     rc = result.get("recompile") or {}
@@ -495,6 +510,38 @@ def small_summary_line(sec: dict) -> str:
     return line + "."
 
 
+def _sequence_md(sec: dict) -> list[str]:
+    t = sec.get("timing") or {}
+    out = [
+        "## Sequence ops (causal_conv1d, linear_scan)",
+        "",
+        f"GPU time per call (CUDA events around {t.get('inner')} back-to-back calls, median of {t.get('reps')}). "
+        "GB/s: bytes read and written once over time; \"of copy\": the copy's time for the same bytes over kjit's. "
+        "\"kjit speedup\": the peer's time over kjit's (below 1: the peer is faster).",
+        "",
+    ]
+    out += [f"- {v['target']}: **{'met' if v['met'] else 'missed'}** ({v['detail']})" for v in sequence.verdicts(sec)]
+    out += [""]
+    contenders = ["kjit", "eager", "torch.compile", "python loop", "copy"]
+    rows = []
+    for p in sec.get("points") or []:
+        ms = p.get("ms") or {}
+        cells = [f"{ms[c]['median']:.3f}" if _is(ms.get(c)) else "-" for c in contenders]
+        gb = (p.get("gbps") or {}).get("kjit")
+        rows.append(
+            [p["op"], p["pass"], p["dtype"], _shape(p["shape"])]
+            + cells
+            + [f"{gb:.0f}" if gb else "-", f"{p['of_copy']:.0%}" if p.get("of_copy") else "-"]
+            + [", ".join(f"{k} {_x(v)}" for k, v in (p.get("speedup") or {}).items()) or "-"]
+        )
+    out += _table(
+        ["op", "pass", "dtype", "shape"] + [f"{c} ms" for c in contenders] + ["kjit GB/s", "of copy", "kjit speedup"],
+        rows,
+    )
+    out += [f"- skipped: {s}" for s in sec.get("skipped") or []]
+    return out
+
+
 def _small_md(sec: dict) -> list[str]:
     t = {**small.TARGETS, **(sec.get("targets") or {})}
     points = sec.get("points") or []
@@ -778,6 +825,7 @@ def markdown(result: dict) -> str:
         ("recompile", _recompile_md),
         ("small", _small_md),
         ("matmul", _matmul_md),
+        ("sequence", _sequence_md),
         ("library_headers", _library_headers_md),
     ):
         sec = result.get(key)

@@ -1277,3 +1277,56 @@ def test_matmul_compile_probe_script_is_python():
     compile(src, "probe", "exec")
     assert "KJIT_CACHE_DIR" not in src  # the cache directory comes from the environment (compile_probe)
     assert "timed('linear, new (N, K), M=16'" in src and "ops.add_constant(x, 1.0)" in src
+
+
+def _seq_ms(median):
+    return {"median": median, "min": median, "max": median, "n": 3}
+
+
+def test_sequence_points_verdicts_behind_and_markdown():
+    from kjit.bench import SECTIONS, report, sequence
+
+    assert "sequence" in SECTIONS
+    conv = sequence.point(
+        "causal_conv1d",
+        "forward",
+        "bfloat16",
+        (4, 4096, 4096),
+        2 * 4 * 4096 * 4096 * 2,
+        {"kjit": _seq_ms(0.1), "eager": _seq_ms(0.6), "torch.compile": _seq_ms(0.4), "copy": _seq_ms(0.085)},
+    )
+    assert conv["speedup"] == {"eager": pytest.approx(6.0), "torch.compile": pytest.approx(4.0)}
+    assert conv["of_copy"] == pytest.approx(0.85) and conv["gbps"]["kjit"] == pytest.approx(
+        2 * 4 * 4096 * 4096 * 2 / 1e5
+    )
+    scan = sequence.point(
+        "linear_scan",
+        "forward",
+        "float32",
+        (8, 2048, 4096),
+        3 * 8 * 2048 * 4096 * 4,
+        {"kjit": _seq_ms(0.5), "copy": _seq_ms(0.3), "python loop": _seq_ms(98.0)},
+    )
+    bwd = sequence.point(
+        "causal_conv1d",
+        "forward+backward",
+        "bfloat16",
+        (4, 4096, 4096),
+        None,
+        {"kjit": _seq_ms(1.0), "eager": _seq_ms(0.8)},
+    )
+    sec = {"points": [conv, scan, bwd], "timing": {"inner": 10, "reps": 15}}
+    v = {x["target"]: x for x in sequence.verdicts(sec)}
+    assert v["causal_conv1d >= 5x eager"]["met"] and v["causal_conv1d >= 80% of copy"]["met"]
+    assert not v["linear_scan >= 80% of copy"]["met"] and "float32 60%" in v["linear_scan >= 80% of copy"]["detail"]
+    assert v["linear_scan >= 100x the Python loop"]["met"]
+    # A target without its figure is not met, and says why.
+    assert sequence.verdicts({"points": [conv]})[-1] == dict(
+        target="linear_scan >= 100x the Python loop", met=False, detail="not measured"
+    )
+    behind = [b for b in report.behind({"sequence": sec}) if b["section"] == "sequence"]
+    assert [(b["peer"], round(b["ratio"], 2)) for b in behind] == [("eager", 0.8)]
+    md = report.markdown({"machine": {"gpu": "NVIDIA H200"}, "sequence": sec})
+    assert (
+        "## Sequence ops" in md and "**missed** (float32 60%)" in md and "| causal_conv1d | forward | bfloat16 |" in md
+    )
