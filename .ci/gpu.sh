@@ -47,7 +47,7 @@ if has ctest; then
 fi
 # pytest: the whole suite (over 10 minutes on an H100, more than one device call's limit); pytest1 + pytest2
 # are the same suite in two halves for two calls: the kernel library's files, then all the others; and
-# pytest2 in two for two calls again: pytest2a, the other *_gpu files and the Llama example, pytest2b, the rest.
+# pytest2 in two for two calls again: pytest2a, the other *_gpu files and the examples' tests, pytest2b, the rest.
 run_pytest() {  # LOG ARGS...
   local log=$1
   shift
@@ -60,7 +60,7 @@ if has pytest; then run_pytest pytest.log .; fi
 if has pytest1; then run_pytest pytest1.log "${library_tests[@]}"; fi
 if has pytest2; then run_pytest pytest2.log . "${library_tests[@]/#/--ignore=}"; fi
 other_gpu_tests=()
-for f in tests/python/test_*gpu*.py tests/python/test_examples_llama.py; do
+for f in tests/python/test_*gpu*.py tests/python/test_examples_*.py; do
   f=${f#tests/python/}
   [[ " ${library_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
 done
@@ -84,7 +84,7 @@ if has memcheck; then
   (cd tests/python && PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
     --report-api-errors no \
     --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile and not cuda_graph}" \
-    test_library_gpu.py > "$OUT/memcheck.log" 2>&1) || rc=1
+    ${MEMCHECK_FILES:-test_library_gpu.py test_library_sequence_gpu.py} > "$OUT/memcheck.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)|ERROR SUMMARY|Invalid" "$OUT/memcheck.log" | sort | uniq -c | head -20
   tail -n 3 "$OUT/memcheck.log"
 fi

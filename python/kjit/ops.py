@@ -68,8 +68,10 @@ The sequence ops (over the last dim, time; batch, channels and length are never 
     parallel over time: one read of ``a`` and ``b``, one write of ``h``. ``h`` has the inputs' dtype;
     the state is carried in float32 (float64 for float64 inputs) and each ``h`` is rounded once, so 16-bit
     results are closer to the exact recurrence than a 16-bit Python loop; ``h_last`` (``a.shape[:-1]``) is
-    returned in that state dtype. With backward for ``a``, ``b`` and ``h0`` (``linear_scan_backward``,
-    which saves ``h``; for 16-bit inputs the gradient of ``a`` uses the rounded ``h``).
+    returned in that state dtype. NaN and inf in ``b`` and NaN in ``a`` propagate as in the loop; an
+    infinite ``a`` can give NaN where the loop gives +-inf (the parallel form multiplies products of ``a``).
+    With backward for ``a``, ``b`` and ``h0`` (``linear_scan_backward``, which saves ``h``; for 16-bit inputs
+    the gradient of ``a`` uses the rounded ``h``).
 
 The matrix ops (bfloat16 / float16 on tensor cores, float32 accumulation; float32 as TF32 where
 ``torch.backends.cuda.matmul.allow_tf32`` allows it, refused otherwise, saying so). Their GEMM kernels (kernel_templates/gemm_sm90.cuh: TMA + wgmma on sm_90; gemm.cuh: mma.sync elsewhere

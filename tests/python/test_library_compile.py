@@ -99,9 +99,9 @@ def _template_jobs(dtype):
         ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
         # the sequence ops: vectorized (ITEMS 8 / VEC elements per lane) and scalar (odd lengths).
-        ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=4, VEC=v, ITEMS=max(1, 8 // v), SILU=True)),
+        ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=4, VEC=v, ITEMS=2, SILU=True)),
         ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=2, VEC=1, ITEMS=4, SILU=False)),
-        ("conv1d", "causal_conv1d_backward", dict(T=dtype, W=3, VEC=v, ITEMS=max(1, 8 // v), SILU=True)),
+        ("conv1d", "causal_conv1d_backward", dict(T=dtype, W=3, VEC=v, ITEMS=2, SILU=True)),
         ("scan", "linear_scan_forward", dict(T=dtype, VEC=v, ITEMS=max(1, 8 // v))),
         ("scan", "linear_scan_backward", dict(T=dtype, VEC=1, ITEMS=4)),
     ] + _gemm_jobs(dtype)
