@@ -165,30 +165,35 @@ __device__ __forceinline__ C minus_inf() {
 }
 
 // The tiled kernel's geometry (python/src/ops/pool.cpp:tile_for computes the same numbers). 256 threads.
-template <int KH, int KW, int SH, int SW, int PH, int PW, int TOH, int TOW, int R, int VEC>
-struct Tile {
-  // The windows tile the input exactly: the register path (no shared memory, no halo).
-  static constexpr bool kRegisters = KH == SH && KW == SW && PH == 0 && PW == 0;
+// The windows tile the input exactly (K == S, no padding): the register path (no shared memory, no halo).
+template <int KH, int KW, int SH, int SW, int PH, int PW>
+inline constexpr bool kRegisterPath = KH == SH && KW == SW && PH == 0 && PW == 0;
 
-  // Register path: a block computes TOH output rows (consecutive rows of all planes, N * C * OH of them)
-  // x TOW columns; a thread R consecutive outputs of kRowsPerThread rows.
+// Register path: a block computes TOH output rows (consecutive rows of all planes, N * C * OH of them) x
+// TOW columns; a thread R consecutive outputs of kRowsPerThread rows.
+template <int KW, int TOH, int TOW, int R>
+struct RowTile {
   static constexpr int kRowThreads = TOW / R;                // threads per output row
   static constexpr int kRowsPerPass = 256 / kRowThreads;     // output rows the block covers at once
   static constexpr int kRowsPerThread = TOH / kRowsPerPass;  // output rows per thread
   static constexpr int kSpan = R * KW;                       // input elements per input row and thread
+};
 
-  // Halo path: a block computes kSub sub-tiles (row bands of TOH output rows of a plane, consecutive
-  // bands of all planes) x TOW columns; a thread R consecutive rows of one output column. Its input
-  // tile, kInRows x kInCols, starts kLead elements before the first input column of the tile (at a
-  // multiple of VEC) and is stored in shared memory as acc_t, each row split into SW phases (the
-  // columns j with j % SW == phase, kPitch elements each), so that the threads of a warp, on
-  // consecutive output columns, read consecutive words (no bank conflicts at any stride).
+// Halo path: a block computes kSub sub-tiles (row bands of TOH output rows of a plane, consecutive bands
+// of all planes) x TOW columns; a thread R consecutive rows of one output column. Its input tile,
+// kInRows x kInCols, starts kLead elements before the first input column of the tile (at a multiple of
+// VEC) and is stored in shared memory as acc_t, each row split into SW phases (the columns j with
+// j % SW == phase, kPitch elements each), so that the threads of a warp, on consecutive output columns,
+// read consecutive words (no bank conflicts at any stride).
+template <int KH, int KW, int SH, int SW, int PW, int TOH, int TOW, int R, int VEC>
+struct HaloTile {
   static constexpr int kLead = (VEC - PW % VEC) % VEC;
   static constexpr int kInRows = (TOH - 1) * SH + KH;
   static constexpr int kInCols = (kLead + (TOW - 1) * SW + KW + VEC - 1) / VEC * VEC;
   static constexpr int kVecs = kInCols / VEC;  // vectors per input row
   static constexpr int kPitch = (kInCols + SW - 1) / SW;
   static constexpr int kGroups = TOH / R;  // threads per output column of a sub-tile
+  static_assert(kGroups >= 1 && TOW * kGroups <= 256, "pool2d_tiled_forward: TOW * TOH / R must divide 256");
   static constexpr int kSub = 256 / (TOW * kGroups);
   static constexpr int kElements = kSub * kInRows * SW * kPitch;  // of shared memory (acc_t)
 };
@@ -197,7 +202,7 @@ template <typename T, int KH, int KW, bool MAX, int TOH, int TOW, int R, int VEC
 __device__ __forceinline__ void tiled_rows(const T* __restrict__ x, T* __restrict__ y, long long planes, int H, int W,
                                            int OH, int OW) {
   using C = kjit_detail::acc_t<T>;
-  using G = Tile<KH, KW, KH, KW, 0, 0, TOH, TOW, R, VEC>;
+  using G = RowTile<KW, TOH, TOW, R>;
   constexpr int NVL = G::kSpan / VEC;  // vectors per input row and thread
   static_assert(TOW % R == 0 && 256 % G::kRowThreads == 0 && TOH % G::kRowsPerPass == 0 && G::kSpan % VEC == 0,
                 "pool2d_tiled_forward: TOW / R threads per row must divide 256, TOH the rows per pass, VEC R * KW");
@@ -281,7 +286,7 @@ template <typename T, int KH, int KW, int SH, int SW, int PH, int PW, bool MAX, 
 __device__ __forceinline__ void tiled_halo(const T* __restrict__ x, T* __restrict__ y, long long planes, int H, int W,
                                            int OH, int OW) {
   using C = kjit_detail::acc_t<T>;
-  using G = Tile<KH, KW, SH, SW, PH, PW, TOH, TOW, R, VEC>;
+  using G = HaloTile<KH, KW, SH, SW, PW, TOH, TOW, R, VEC>;
   static_assert(TOH % R == 0 && G::kSub >= 1 && G::kSub * TOW * G::kGroups == 256,
                 "pool2d_tiled_forward: TOW * TOH / R must divide 256");
   static_assert(TOW * SW % VEC == 0, "pool2d_tiled_forward: every column tile starts at a multiple of VEC");
@@ -413,7 +418,7 @@ template <typename T, int KH, int KW, int SH, int SW, int PH, int PW, bool MAX, 
           int VEC>
 __global__ void __launch_bounds__(256)
     pool2d_tiled_forward(const T* __restrict__ x, T* __restrict__ y, long long planes, int H, int W, int OH, int OW) {
-  if constexpr (kjit_pool::Tile<KH, KW, SH, SW, PH, PW, TOH, TOW, R, VEC>::kRegisters) {
+  if constexpr (kjit_pool::kRegisterPath<KH, KW, SH, SW, PH, PW>) {
     kjit_pool::tiled_rows<T, KH, KW, MAX, TOH, TOW, R, VEC>(x, y, planes, H, W, OH, OW);
   } else {
     kjit_pool::tiled_halo<T, KH, KW, SH, SW, PH, PW, MAX, COUNT_PAD, TOH, TOW, R, VEC>(x, y, planes, H, W, OH, OW);

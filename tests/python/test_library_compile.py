@@ -100,7 +100,8 @@ def _template_jobs(dtype):
         ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
         # the tiled forward (pool.cpp:tile_for's geometry): the halo path aligned (one 128-column band per
-        # block) and scalar (VEC=1, eight planes' bands per block), the register path.
+        # block) and scalar (VEC=1, eight planes' bands per block), the register path (rows of 128 threads:
+        # TOH = 4 rows, fewer than R for 16-bit types).
         (
             "pool",
             "pool2d_tiled_forward",
@@ -114,7 +115,7 @@ def _template_jobs(dtype):
         (
             "pool",
             "pool2d_tiled_forward",
-            dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True, **tile(16, 32 * v, v, v)),
+            dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True, **tile(4, 128 * v, v, v)),
         ),
     ] + _gemm_jobs(dtype)
 

@@ -1215,10 +1215,11 @@ def test_pool_defaults_layouts_and_empty():
 
 # The tiled forward (pool2d_tiled_forward) at the edges of its tiles: a plane smaller than a tile (several
 # planes' bands per block), 257 x 255 (odd W: scalar loads; a partial last row band and column tile),
-# 40 x 264 (16-byte vectors, two or three column tiles; misaligned by one element: scalar loads); K == S
-# windows (the register path; 3x3 s3: R * KW not a power of two) and a window over 8 (the fallback).
+# 40 x 264 (16-byte vectors, two or three column tiles; misaligned by one element: scalar loads), 6 x 2056
+# (the register path's widest rows: 128 threads, 4 rows a block); K == S windows (the register path; 3x3
+# s3: R * KW not a power of two) and a window over 8 (the fallback).
 POOL_EDGE_CONFIGS = POOL_CONFIGS + [(3, 3, 0), (9, 4, 4)]
-POOL_EDGE_SHAPES = [(1, 1, 7, 7), (2, 257, 255), (1, 2, 40, 264)]
+POOL_EDGE_SHAPES = [(1, 1, 7, 7), (2, 257, 255), (1, 2, 40, 264), (1, 6, 2056)]
 
 
 @pytest.mark.parametrize("config", POOL_EDGE_CONFIGS, ids=config_id)
