@@ -1223,7 +1223,7 @@ POOL_EDGE_SHAPES = [(1, 1, 7, 7), (2, 257, 255), (1, 2, 40, 264), (1, 6, 2056)]
 
 
 @pytest.mark.parametrize("config", POOL_EDGE_CONFIGS, ids=config_id)
-@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)  # float16: bfloat16's tiles
 def test_pool2d_tiled_forward_edges(dtype, config):
     k, s, p = config
     for shape in POOL_EDGE_SHAPES:

@@ -116,7 +116,8 @@ const std::shared_ptr<const SpecializedKernel> pool_kernel(Kind kind, const at::
 }
 
 // The tiled forward's geometry: rows TOH x columns TOW of outputs per block, R outputs per thread,
-// vectors of VEC elements. The same numbers as the kernel's kjit_pool::RowTile / HaloTile (kernel_templates/pool.cuh).
+// vectors of VEC elements. The same numbers as the kernel's kjit_pool::RowTile / HaloTile
+// (kernel_templates/pool.cuh), whose static_asserts hold for every row of the table.
 struct Tiling {
   std::int64_t toh, tow, r, vec;
   std::int64_t tiles;  // blocks of work (the kernel loops over them past the grid)
