@@ -152,6 +152,9 @@ def _ops():
         "avg_pool2d 2x2 s2": op(
             lambda x: F.avg_pool2d(x, 2, 2), lambda x: kjit.ops.avg_pool2d(x, 2, 2), n_out=0.25, kind="pool"
         ),
+        "avg_pool2d 3x3 s1 p1": op(
+            lambda x: F.avg_pool2d(x, 3, 1, 1), lambda x: kjit.ops.avg_pool2d(x, 3, 1, 1), kind="pool"
+        ),
     }
 
 
@@ -234,7 +237,9 @@ def reference_cases(quick: bool) -> list[dict]:
         add("layer_norm", f32, shape)
         add("sum(dim=-1)", f32, shape)
     add("max_pool2d 3x3 s2 p1", f32, (64, 64, 256, 256))
+    add("max_pool2d 3x3 s2 p1", bf16, (64, 64, 256, 256))
     add("avg_pool2d 2x2 s2", bf16, (64, 64, 256, 256))
+    add("avg_pool2d 3x3 s1 p1", f32, (64, 64, 256, 256))
     return out
 
 

@@ -46,6 +46,7 @@ def _template_jobs(dtype):
     a = acc(dtype)
     rows = lambda tpr, rpb, vec, items, d: dict(TPR=tpr, ROWS=rpb, VEC=vec, ITEMS=items, D=d)  # noqa: E731
     pool = lambda kh, kw, sh, sw, ph, pw: dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw)  # noqa: E731
+    tile = lambda toh, tow, r, vec: dict(TOH=toh, TOW=tow, R=r, VEC=vec)  # noqa: E731
     return [
         # reduce: rows in registers (D specialized), streamed (generic), registers generic; columns.
         ("reduce", "reduce_rows", dict(T=dtype, TO=dtype, OP=0, **rows(128, 2, v, 2, 2 * 128 * v))),
@@ -98,6 +99,24 @@ def _template_jobs(dtype):
         ("pool", "pool2d_forward", dict(T=dtype, **pool(2, 3, 1, 2, 1, 1), MAX=False, COUNT_PAD=False)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(3, 3, 1, 1, 1, 1), MAX=True, COUNT_PAD=True)),
         ("pool", "pool2d_backward", dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True)),
+        # the tiled forward (pool.cpp:tile_for's geometry): the halo path aligned (one 128-column band per
+        # block) and scalar (VEC=1, eight planes' bands per block), the register path (rows of 128 threads:
+        # TOH = 4 rows, fewer than R for 16-bit types).
+        (
+            "pool",
+            "pool2d_tiled_forward",
+            dict(T=dtype, **pool(3, 3, 2, 2, 1, 1), MAX=True, COUNT_PAD=True, **tile(8, 128, 4, v)),
+        ),
+        (
+            "pool",
+            "pool2d_tiled_forward",
+            dict(T=dtype, **pool(3, 2, 1, 2, 1, 1), MAX=False, COUNT_PAD=False, **tile(16, 16, 8, 1)),
+        ),
+        (
+            "pool",
+            "pool2d_tiled_forward",
+            dict(T=dtype, **pool(2, 2, 2, 2, 0, 0), MAX=False, COUNT_PAD=True, **tile(4, 128 * v, v, v)),
+        ),
         # the sequence ops: vectorized (ITEMS 8 / VEC elements per lane) and scalar (odd lengths).
         ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=4, VEC=v, ITEMS=2, SILU=True)),
         ("conv1d", "causal_conv1d_forward", dict(T=dtype, W=2, VEC=1, ITEMS=4, SILU=False)),

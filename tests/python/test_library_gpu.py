@@ -1213,6 +1213,84 @@ def test_pool_defaults_layouts_and_empty():
     torch.testing.assert_close(ops.max_pool2d(x, 2), F.max_pool2d(x, 2), rtol=0, atol=0, equal_nan=True)
 
 
+# The tiled forward (pool2d_tiled_forward) at the edges of its tiles: a plane smaller than a tile (several
+# planes' bands per block), 257 x 255 (odd W: scalar loads; a partial last row band and column tile),
+# 40 x 264 (16-byte vectors, two or three column tiles; misaligned by one element: scalar loads), 6 x 2056
+# (the register path's widest rows: 128 threads, 4 rows a block); K == S windows (the register path; 3x3
+# s3: R * KW not a power of two) and a window over 8 (the fallback).
+POOL_EDGE_CONFIGS = POOL_CONFIGS + [(3, 3, 0), (9, 4, 4)]
+POOL_EDGE_SHAPES = [(1, 1, 7, 7), (2, 257, 255), (1, 2, 40, 264), (1, 6, 2056)]
+
+
+@pytest.mark.parametrize("config", POOL_EDGE_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)  # float16: bfloat16's tiles
+def test_pool2d_tiled_forward_edges(dtype, config):
+    k, s, p = config
+    for shape in POOL_EDGE_SHAPES:
+        x = randn(*shape, dtype=dtype)
+        views = [x, misaligned_like(x)] if shape[-1] % 8 == 0 else [x]
+        for v in views:
+            assert torch.equal(ops.max_pool2d(v, k, s, p), F.max_pool2d(v, k, s, p)), (shape, v.data_ptr() % 16)
+            for cip in (True, False) if p != 0 else (True,):
+                want = F.avg_pool2d(v.double(), k, s, p, count_include_pad=cip).to(dtype)
+                close(ops.avg_pool2d(v, k, s, p, cip), want, **sum_tol(dtype, 81))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_pool2d_nan_on_tile_halos_and_all_minus_inf_windows(dtype):
+    # 40 x 264: row bands of 16 (stride 2) or 16 (stride 1) output rows, column tiles of 128 outputs, so
+    # input rows 15 / 16 / 31 / 32 and columns 127 / 128 / 255 / 256 sit on the halo two tiles share.
+    x = randn(1, 2, 40, 264, dtype=dtype)
+    for r, c in [(15, 50), (16, 200), (20, 255), (33, 256), (31, 127), (8, 128), (0, 0), (39, 263)]:
+        x[0, 1, r, c] = float("nan")
+    x[0, 0, :5, :5] = float("-inf")  # windows all -inf, against the padding corner
+    x[0, 0, 20:26, 120:134] = float("-inf")  # and inside, across a column tile's edge
+    for k, s, p in [(3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (1, 1)), (2, 2, 0)]:
+        y = ops.max_pool2d(x, k, s, p)
+        torch.testing.assert_close(y, F.max_pool2d(x, k, s, p), rtol=0, atol=0, equal_nan=True)
+        assert y[0, 0, 0, 0] == float("-inf")
+        want = F.avg_pool2d(x.double(), k, s, p).to(dtype)
+        close(ops.avg_pool2d(x, k, s, p), want, **sum_tol(dtype, 9), equal_nan=True)
+    # The backward of an all -inf window routes the gradient to its first element inside the input, as
+    # PyTorch does (the plane without NaN; grads of different windows may add in another order).
+    x0 = x[:, :1].clone().requires_grad_()
+    y = ops.max_pool2d(x0, 3, 2, 1)
+    g = randn(*y.shape, dtype=dtype)
+    y.backward(g)
+    xr = x0.detach().clone().requires_grad_()
+    F.max_pool2d(xr, 3, 2, 1).backward(g)
+    close(x0.grad, xr.grad, **sum_tol(dtype, 4))
+
+
+def test_pool2d_many_planes():
+    # More than 65535 planes (N * C), in tiles of several planes each.
+    x = randn(3, 30000, 5, 6)
+    for k, s, p in [(2, 2, 0), (3, 2, 1), (3, 1, 1)]:
+        assert torch.equal(ops.max_pool2d(x, k, s, p), F.max_pool2d(x, k, s, p))
+        close(ops.avg_pool2d(x, k, s, p), F.avg_pool2d(x.double(), k, s, p).float(), **sum_tol(torch.float32, 9))
+
+
+def test_pool2d_reference_shapes_run_the_tiled_kernel():
+    # The bench's reference rows (bench/bandwidth.py: reference_cases) on fewer planes: same tiles.
+    cases = [
+        (ops.max_pool2d, F.max_pool2d, torch.float32, (3, 2, 1)),
+        (ops.max_pool2d, F.max_pool2d, torch.bfloat16, (3, 2, 1)),
+        (ops.avg_pool2d, F.avg_pool2d, torch.bfloat16, (2, 2, 0)),
+        (ops.avg_pool2d, F.avg_pool2d, torch.float32, (3, 1, 1)),
+    ]
+    for op, ref, dtype, (k, s, p) in cases:
+        x = randn(2, 8, 256, 256, dtype=dtype)
+        op(x, k, s, p)  # compiled outside the trace
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = op(x, k, s, p)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if "pool2d" in e.name]
+        assert any("pool2d_tiled_forward" in n for n in names), (dtype, k, s, p, names)
+        assert not any("pool2d_forward" in n.replace("pool2d_tiled_forward", "") for n in names), names  # no fallback
+        close(y, ref(x.double(), k, s, p).to(dtype), **sum_tol(dtype, 9))
+
+
 def test_pool_gradcheck():
     x = distinct((2, 2, 7, 9), torch.float64).requires_grad_()
     for k, s, p in POOL_CONFIGS:

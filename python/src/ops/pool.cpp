@@ -3,11 +3,17 @@
 // kernel_size, stride (default: kernel_size) and padding are specialized (one compile per distinct
 // window); the spatial sizes are runtime arguments. Floor mode, no dilation; padding at most half the
 // window (PyTorch's rule). avg_pool2d counts the padding in the divisor unless count_include_pad=False.
-// The backward is a gather over the windows covering each input element (max_pool2d recomputes each
-// window's argmax from the input instead of storing indices).
+// The forward runs the tiled kernel (pool2d_tiled_forward: a tile of outputs per block, vector loads,
+// the geometry from tile_for's small table) and falls back to one thread per output (pool2d_forward) for
+// windows larger than 8 or tiles that would not fit 48 KB of shared memory. The backward is a gather
+// over the windows covering each input element (max_pool2d recomputes each window's argmax from the
+// input instead of storing indices).
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <climits>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "op.hpp"
@@ -17,11 +23,14 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 
-const KernelFamily& family(bool backward) {
+enum class Kind { kForward, kBackward, kTiled };
+
+const KernelFamily& family(Kind kind) {
   static const std::shared_ptr<const Template> t = builtin_template("pool");
   static const KernelFamily fwd(Engine::global(), t, "pool2d_forward", CompileOptions::library());
   static const KernelFamily bwd(Engine::global(), t, "pool2d_backward", CompileOptions::library());
-  return backward ? bwd : fwd;
+  static const KernelFamily tiled(Engine::global(), t, "pool2d_tiled_forward", CompileOptions::library());
+  return kind == Kind::kTiled ? tiled : kind == Kind::kBackward ? bwd : fwd;
 }
 
 template <class Int>
@@ -91,9 +100,9 @@ Dim3 grid(std::int64_t positions, std::int64_t planes) {
   return g;
 }
 
-const std::shared_ptr<const SpecializedKernel> pool_kernel(bool backward, const at::Tensor& x,
-                                                           const Pool<std::int64_t>& p, bool is_max, bool count_pad,
-                                                           int device, const LaunchContext& ctx) {
+const std::shared_ptr<const SpecializedKernel> pool_kernel(Kind kind, const at::Tensor& x, const Pool<std::int64_t>& p,
+                                                           bool is_max, bool count_pad, int device,
+                                                           const LaunchContext& ctx) {
   const TemplateArg targs[] = {type_arg(x.scalar_type()),
                                int_arg(p.kh),
                                int_arg(p.kw),
@@ -103,7 +112,81 @@ const std::shared_ptr<const SpecializedKernel> pool_kernel(bool backward, const 
                                int_arg(p.pw),
                                bool_arg(is_max),
                                bool_arg(count_pad)};
-  return kernel_for(family(backward), targs, device, ctx.compile_forbidden);
+  return kernel_for(family(kind), targs, device, ctx.compile_forbidden);
+}
+
+// The tiled forward's geometry: rows TOH x columns TOW of outputs per block, R outputs per thread,
+// vectors of VEC elements. The same numbers as the kernel's kjit_pool::RowTile / HaloTile
+// (kernel_templates/pool.cuh), whose static_asserts hold for every row of the table.
+struct Tiling {
+  std::int64_t toh, tow, r, vec;
+  std::int64_t tiles;  // blocks of work (the kernel loops over them past the grid)
+};
+
+constexpr std::int64_t kMaxTiledWindow = 8;
+constexpr std::int64_t kMaxTileBytes = 48 * 1024;  // static shared memory of one block
+
+std::int64_t pow2_at_least(std::int64_t n) {
+  std::int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The tile table: from the window, the dtype, the output width and the alignment, never from other sizes.
+// nullopt: the fallback (a window larger than kMaxTiledWindow, a tile over kMaxTileBytes, huge planes).
+std::optional<Tiling> tile_for(const Pool<std::int64_t>& p, const at::Tensor& x, std::int64_t planes) {
+  if (p.kh > kMaxTiledWindow || p.kw > kMaxTiledWindow || p.H >= (1 << 30) || p.W >= (1 << 30)) return std::nullopt;
+  const auto elem = static_cast<std::int64_t>(x.element_size());
+  const std::int64_t acc = std::max<std::int64_t>(elem, 4);  // acc_t: half types are staged as float
+  Tiling t{};
+  if (p.kh == p.sh && p.kw == p.sw && p.ph == 0 && p.pw == 0) {
+    // Register path: R consecutive outputs per thread (one vector of at most 16 bytes; at most 32 bytes
+    // of input per input row), rows of threads sized to the output width, two rows per thread unless
+    // the window's input is large.
+    t.r = 16 / elem;
+    while (t.r > 1 && t.r * p.sw * elem > 32) t.r /= 2;
+    t.vec = pick_vec(static_cast<std::size_t>(elem), {x.const_data_ptr()}, std::gcd(t.r * p.sw, p.W));
+    const std::int64_t row_threads = std::clamp<std::int64_t>(pow2_at_least(cdiv(p.ow, t.r)), 8, 128);
+    t.tow = row_threads * t.r;
+    t.toh = 256 / row_threads * (p.kh * t.r * p.sw * elem <= 128 ? 2 : 1);
+    t.tiles = cdiv(planes * p.oh, t.toh) * cdiv(p.ow, t.tow);
+    return t;
+  }
+  // Halo path: R consecutive rows of one output column per thread (8 at stride 1, where neighbouring
+  // outputs share more input rows), TOH = 2R rows (R for short planes), TOW columns sized to the output
+  // width; several planes' row bands per block when TOW * TOH / R < 256.
+  t.r = p.sh == 1 ? 8 : 4;
+  t.toh = p.oh <= t.r ? t.r : 2 * t.r;
+  t.tow = std::clamp<std::int64_t>(pow2_at_least(p.ow), 16, 128);
+  t.vec = pick_vec(static_cast<std::size_t>(elem), {x.const_data_ptr()}, p.W);
+  const std::int64_t sub = 256 / (t.tow * (t.toh / t.r));
+  const std::int64_t lead = (t.vec - p.pw % t.vec) % t.vec;
+  const std::int64_t in_rows = (t.toh - 1) * p.sh + p.kh;
+  const std::int64_t in_cols = cdiv(lead + (t.tow - 1) * p.sw + p.kw, t.vec) * t.vec;
+  const std::int64_t pitch = cdiv(in_cols, p.sw);
+  if (sub * in_rows * p.sw * pitch * acc > kMaxTileBytes) return std::nullopt;
+  if (cdiv(sub * in_rows * (in_cols / t.vec), 256) > 64) return std::nullopt;  // the kernel's kIter
+  t.tiles = cdiv(planes * cdiv(p.oh, t.toh), sub) * cdiv(p.ow, t.tow);
+  return t;
+}
+
+const std::shared_ptr<const SpecializedKernel> tiled_kernel(const at::Tensor& x, const Pool<std::int64_t>& p,
+                                                            const Tiling& t, bool is_max, bool count_pad, int device,
+                                                            const LaunchContext& ctx) {
+  const TemplateArg targs[] = {type_arg(x.scalar_type()),
+                               int_arg(p.kh),
+                               int_arg(p.kw),
+                               int_arg(p.sh),
+                               int_arg(p.sw),
+                               int_arg(p.ph),
+                               int_arg(p.pw),
+                               bool_arg(is_max),
+                               bool_arg(count_pad),
+                               int_arg(t.toh),
+                               int_arg(t.tow),
+                               int_arg(t.r),
+                               int_arg(t.vec)};
+  return kernel_for(family(Kind::kTiled), targs, device, ctx.compile_forbidden);
 }
 
 template <bool Max>
@@ -115,15 +198,21 @@ at::Tensor forward(const char* op, const at::Tensor& x, c10::IntArrayRef kernel_
   at::Tensor y = new_empty(out_sizes(x.sizes(), p), x);
   if (y.numel() == 0) return y;
   LaunchContext ctx(device);
-  const auto k = pool_kernel(false, xc, p, Max, count_include_pad, device, ctx);
   const void* xp = xc.const_data_ptr();
   void* yp = y.data_ptr();
   long long planes = y.numel() / (p.oh * p.ow);
   int H = static_cast<int>(p.H), W = static_cast<int>(p.W), OH = static_cast<int>(p.oh), OW = static_cast<int>(p.ow);
   LaunchConfig cfg;
-  cfg.grid = grid(p.oh * p.ow, planes);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
+  if (const std::optional<Tiling> t = tile_for(p, xc, planes)) {
+    const auto k = tiled_kernel(xc, p, *t, Max, count_include_pad, device, ctx);
+    cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(t->tiles, INT_MAX));
+    launch_kernel(*k->kernel, cfg, xp, yp, planes, H, W, OH, OW);
+    return y;
+  }
+  const auto k = pool_kernel(Kind::kForward, xc, p, Max, count_include_pad, device, ctx);
+  cfg.grid = grid(p.oh * p.ow, planes);
   launch_kernel(*k->kernel, cfg, xp, yp, planes, H, W, OH, OW);
   return y;
 }
@@ -139,7 +228,7 @@ at::Tensor backward(const char* op, const at::Tensor& grad, const at::Tensor& x,
   at::Tensor dx = new_empty(x.sizes(), x);
   if (dx.numel() == 0) return dx;
   LaunchContext ctx(device);
-  const auto k = pool_kernel(true, xc, p, Max, count_include_pad, device, ctx);
+  const auto k = pool_kernel(Kind::kBackward, xc, p, Max, count_include_pad, device, ctx);
   const void* gp = gc.const_data_ptr();
   const void* xp = xc.const_data_ptr();
   void* dp = dx.data_ptr();
