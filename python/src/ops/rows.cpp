@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "kjit/engine.hpp"
+#include "kjit/kernel_family.hpp"
 #include "kjit/shape_policy.hpp"
 #include "common.hpp"
 
@@ -34,6 +36,41 @@ RowGeometry row_geometry(std::int64_t d, std::initializer_list<const at::Tensor*
   g.items = items * g.vec > max_per_thread ? 0 : static_cast<int>(items);
   g.rows_per_block = std::max(1, 256 / g.tpr);
   return g;
+}
+
+Dim3 SplitGeometry::grid_for(std::int64_t rows) const {
+  const std::int64_t clusters = std::clamp<std::int64_t>(rows, 1, INT_MAX / std::max(cl, 1));
+  Dim3 g;
+  g.x = static_cast<unsigned>(clusters * std::max(cl, 1));
+  return g;
+}
+
+bool has_clusters(int device) { return device_target(device).arch >= 90; }
+
+SplitGeometry split_geometry(std::int64_t d, const at::Tensor& x, const at::Tensor& y, int max_per_thread) {
+  struct Shape {
+    int cl, tpr;
+  };
+  // By threads per row, then the more blocks (more of them in flight per multiprocessor).
+  constexpr Shape kShapes[] = {{2, 256}, {4, 256}, {2, 512}, {8, 256}, {4, 512}, {8, 512}};
+  const auto apart =
+      reinterpret_cast<std::uintptr_t>(x.const_data_ptr()) - reinterpret_cast<std::uintptr_t>(y.const_data_ptr());
+  const int vec = apart % 16 == 0 ? static_cast<int>(16 / x.element_size()) : 1;
+  const std::int64_t n_vec = std::max<std::int64_t>(1, d / vec);
+  for (const Shape s : kShapes) {
+    const std::int64_t chunk = (n_vec + s.cl - 1) / s.cl;
+    const std::int64_t items = (chunk + s.tpr - 1) / s.tpr;
+    if (items * vec <= max_per_thread) {
+      SplitGeometry g;
+      g.cl = s.cl;
+      g.tpr = s.tpr;
+      g.vec = vec;
+      g.items = static_cast<int>(items);
+      g.chunk = static_cast<int>(chunk);
+      return g;
+    }
+  }
+  return {};
 }
 
 std::int64_t specialized_d(const char* kernel, std::int64_t d) {
