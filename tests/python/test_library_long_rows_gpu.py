@@ -160,10 +160,10 @@ def test_long_rows_run_the_split_kernels():
     names = kernel_names(lambda: (ops.softmax(x), ops.log_softmax(x), ops.layer_norm(x, w, b), ops.rms_norm(x, w)))
     assert "softmax_split_forward" in names and "norm_split_forward" in names, names
     # Rows one block holds keep the one-block kernels; rows past the capacity the streamed softmax.
-    short = randn(3, 4096)
+    short, longest = randn(3, 4096), randn(2, 200003)
     names = kernel_names(lambda: (ops.softmax(short), ops.layer_norm(short)))
     assert "split" not in names and "softmax_forward" in names and "norm_forward" in names, names
-    names = kernel_names(lambda: ops.softmax(randn(2, 200003)))
+    names = kernel_names(lambda: ops.softmax(longest))
     assert "split" not in names and "softmax_forward" in names, names
 
 

@@ -94,8 +94,9 @@ const void* data_or_null(const std::optional<at::Tensor>& t) { return t ? t->con
 // contiguous residual), written to h. Without Residual, res and h are undefined and the kernel is the
 // plain norm's (its nine template arguments: RESIDUAL left to its default).
 // The plain norms' forward split over a cluster (sm_90 and newer; the caller checked has_clusters) when
-// one block would hold more than kSplitPerThread elements per thread (or cannot hold the row). False:
-// the one-block kernel runs (or refuses the row).
+// one block would hold more than kSplitPerThread elements per thread (or cannot hold the row). False
+// (also when the device refused the cluster launch: launch_split): the one-block kernel runs (or refuses
+// the row).
 template <bool Rms>
 bool launch_split_forward(int device, const Rows& r, const at::Tensor& y, const std::optional<at::Tensor>& w,
                           const std::optional<at::Tensor>& b, double eps) {
@@ -119,8 +120,7 @@ bool launch_split_forward(int device, const Rows& r, const at::Tensor& y, const 
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, wp, bp, yp, rows, d, chunk, eps);
-  return true;
+  return launch_split(op_name(Rms, false, false), device, *k->kernel, cfg, xp, wp, bp, yp, rows, d, chunk, eps);
 }
 
 template <bool Rms, bool Residual>

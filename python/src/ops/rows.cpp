@@ -1,11 +1,14 @@
 #include "rows.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
 #include "kjit/engine.hpp"
 #include "kjit/kernel_family.hpp"
+#include "kjit/log.hpp"
 #include "kjit/shape_policy.hpp"
 #include "common.hpp"
 
@@ -45,7 +48,23 @@ Dim3 SplitGeometry::grid_for(std::int64_t rows) const {
   return g;
 }
 
-bool has_clusters(int device) { return device_target(device).arch >= 90; }
+namespace {
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<bool>, kMaxDevices> clusters_refused{};
+}  // namespace
+
+bool has_clusters(int device) {
+  if (device >= 0 && device < kMaxDevices && clusters_refused[device].load(std::memory_order_relaxed)) return false;
+  return device_target(device).arch >= 90;
+}
+
+void refuse_clusters(const char* op, int device, const std::string& why) {
+  if (device >= 0 && device < kMaxDevices) clusters_refused[device].store(true, std::memory_order_relaxed);
+  log::warn_once("split-rows:" + std::to_string(device),
+                 std::string(op) + ": device " + std::to_string(device) +
+                     " refused the launch of a row split over a thread-block cluster (" + why +
+                     "); its long rows run on the one-block kernels from now on (slower, same results)");
+}
 
 SplitGeometry split_geometry(std::int64_t d, const at::Tensor& x, const at::Tensor& y, int max_per_thread) {
   struct Shape {

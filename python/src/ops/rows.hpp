@@ -12,8 +12,11 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
+#include "kjit/error.hpp"
 #include "kjit/launch_config.hpp"
+#include "launch_kernel.hpp"
 
 namespace kjit::ops {
 
@@ -52,8 +55,28 @@ struct SplitGeometry {
   Dim3 grid_for(std::int64_t rows) const;
 };
 
-// Whether the device runs thread-block clusters (sm_90 and newer).
+// Whether the split kernels run on the device: sm_90 and newer (thread-block clusters), and no cluster
+// launch refused there yet (launch_split).
 bool has_clusters(int device);
+
+// After the driver refused a cluster launch on the device: warns once (naming the op and the driver's
+// error) and has_clusters(device) is false from then on (the one-block kernels take every row).
+void refuse_clusters(const char* op, int device, const std::string& why);
+
+// launch_kernel for a split kernel. False when the driver refuses the cluster itself (an error naming
+// clusters, e.g. CL blocks cannot be resident at once on a partitioned GPU: MIG, MPS): refuse_clusters,
+// and the caller runs the one-block kernel. Any other launch error propagates.
+template <class... Args>
+bool launch_split(const char* op, int device, const Kernel& kernel, const LaunchConfig& config, const Args&... args) {
+  try {
+    launch_kernel(kernel, config, args...);
+    return true;
+  } catch (const LaunchError& e) {
+    if (std::string(e.what()).find("CLUSTER") == std::string::npos) throw;
+    refuse_clusters(op, device, e.what());
+    return false;
+  }
+}
 
 // The split of rows of length d read from x and written to y (of one element type): 16-byte vectors when
 // x and y are a multiple of 16 bytes apart (every row then has the same misalignment in both), else one

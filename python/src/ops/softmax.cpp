@@ -26,6 +26,14 @@ const KernelFamily& family(bool backward) {
   return backward ? bwd : fwd;
 }
 
+// The name of an op of this file in messages ("kjit.ops.log_softmax_backward"): a literal, no allocation
+// per call.
+constexpr const char* op_name(bool log, bool backward) {
+  constexpr const char* kNames[2][2] = {{"kjit.ops.softmax", "kjit.ops.softmax_backward"},
+                                        {"kjit.ops.log_softmax", "kjit.ops.log_softmax_backward"}};
+  return kNames[log][backward];
+}
+
 const KernelFamily& split_family() {
   static const KernelFamily f(Engine::global(), builtin_template("softmax_split"), "softmax_split_forward",
                               CompileOptions::library());
@@ -33,7 +41,8 @@ const KernelFamily& split_family() {
 }
 
 // The forward of rows too long for one block's registers, split over a cluster (sm_90 and newer; the
-// caller checked has_clusters). False when the row does not fit the split either.
+// caller checked has_clusters). False when the row does not fit the split either, or the device refused
+// the cluster launch (launch_split): the one-block kernel runs then.
 template <bool Log>
 bool forward_split(int device, const Rows& r, const at::Tensor& y) {
   const SplitGeometry g = split_geometry(r.d, r.x, y, kMaxPerThread);
@@ -51,16 +60,7 @@ bool forward_split(int device, const Rows& r, const at::Tensor& y) {
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, yp, rows, d, chunk);
-  return true;
-}
-
-// The name of an op of this file in messages ("kjit.ops.log_softmax_backward"): a literal, no allocation
-// per call.
-constexpr const char* op_name(bool log, bool backward) {
-  constexpr const char* kNames[2][2] = {{"kjit.ops.softmax", "kjit.ops.softmax_backward"},
-                                        {"kjit.ops.log_softmax", "kjit.ops.log_softmax_backward"}};
-  return kNames[log][backward];
+  return launch_split(op_name(Log, false), device, *k->kernel, cfg, xp, yp, rows, d, chunk);
 }
 
 template <class Sizes>
