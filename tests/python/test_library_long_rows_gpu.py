@@ -12,7 +12,7 @@ Tolerances as test_library_gpu.py's (one rounding of the output dtype plus float
 import pytest
 import torch
 import torch.nn.functional as F
-from test_library_gpu import DEV, EPS_LN, EPS_RMS, dname, randn, row_tol, softmax_tol
+from test_library_gpu import DEV, EPS_LN, EPS_RMS, dname, misaligned_like, randn, row_tol, softmax_tol
 
 from kjit import ops
 
@@ -39,6 +39,7 @@ CASES = [
     (F32, 200003, 1),
     (BF16, 200003, 3),
     (F16, 200003, 1),
+    (torch.float64, 50257, 3),  # 16-byte vectors of two
 ]
 
 
@@ -104,9 +105,11 @@ def test_long_rows_misaligned_view(dtype):
     x, w, b = norm_inputs(7, 50257, dtype, misaligned=True)
     assert x.data_ptr() % 16 != 0
     check_softmax(x)
-    wm = torch.empty(50258, dtype=dtype, device=DEV)[1:].copy_(w)
-    bm = torch.empty(50258, dtype=dtype, device=DEV)[1:].copy_(b)
-    check_norms(x, wm, bm)
+    check_norms(x, misaligned_like(w), misaligned_like(b))
+    # Aligned rows (d a multiple of the vector) read weight and bias as vectors, unless they are misaligned.
+    x2, w2, b2 = norm_inputs(3, 65536, dtype)
+    check_norms(x2, w2, b2)
+    check_norms(x2, misaligned_like(w2), b2)
     # A 3-D view of a misaligned buffer, rows of an even length.
     x3 = randn(2, 3, 65536, dtype=dtype, misaligned=True, scale=3.0)
     check_softmax(x3)
