@@ -198,3 +198,17 @@ def test_long_rows_gradients_through_the_backward(dtype):
     wtol = dict(rtol=1e-3, atol=1e-3) if dtype == F32 else dict(rtol=2e-2, atol=5e-2)
     torch.testing.assert_close(wg.grad.double(), w64.grad, **wtol)
     torch.testing.assert_close(bg.grad.double(), b64.grad, **wtol)
+
+
+def test_long_rows_gradcheck_float64():
+    # Rows of 40001 float64 are split on sm_90 and newer (more than 32 elements per thread in one block;
+    # the second row starts one element past a vector boundary: a head and a tail). gradcheck's fast mode
+    # (random directions) keeps the Jacobian of 80002 inputs cheap.
+    d = 40001
+    x = torch.randn(2, d, dtype=torch.float64, device=DEV, requires_grad=True)
+    w = (1 + 0.5 * torch.randn(d, dtype=torch.float64, device=DEV)).requires_grad_()
+    b = (0.1 * torch.randn(d, dtype=torch.float64, device=DEV)).requires_grad_()
+    assert torch.autograd.gradcheck(ops.softmax, (x,), fast_mode=True)
+    assert torch.autograd.gradcheck(ops.log_softmax, (x,), fast_mode=True)
+    assert torch.autograd.gradcheck(lambda a, c, e: ops.layer_norm(a, c, e), (x, w, b), fast_mode=True)
+    assert torch.autograd.gradcheck(lambda a, c: ops.rms_norm(a, c), (x, w), fast_mode=True)
