@@ -236,6 +236,13 @@ def reference_cases(quick: bool) -> list[dict]:
         add("softmax", f32, shape)
         add("layer_norm", f32, shape)
         add("sum(dim=-1)", f32, shape)
+    # Long rows, split over a thread-block cluster on sm_90 and newer (a vocabulary of 50257; the split's
+    # longest row, 131072 float32), about 256 MiB of float32 / 128 MiB of bfloat16 each.
+    for dt, d in ((bf16, 50257), (f32, 131072)):
+        shape = ((64 << 20) // d, d)
+        add("softmax", dt, shape)
+        add("log_softmax", dt, shape)
+        add("layer_norm", dt, shape)
     add("max_pool2d 3x3 s2 p1", f32, (64, 64, 256, 256))
     add("max_pool2d 3x3 s2 p1", bf16, (64, 64, 256, 256))
     add("avg_pool2d 2x2 s2", bf16, (64, 64, 256, 256))

@@ -6,7 +6,10 @@
 // from memory on every pass (rows too long for registers). D > 0 is the row length fixed at compile
 // time; D == 0 reads it from a kernel argument (the generic variant). The caller guarantees that the
 // row length is a multiple of VEC and that every row starts on a VEC-element boundary.
-#pragma once
+// An include guard, not #pragma once: the templates include this file as "detail/rows.cuh" and
+// split_rows.cuh as "rows.cuh", which NVRTC's in-memory headers see as two files.
+#ifndef KJIT_DETAIL_ROWS_CUH
+#define KJIT_DETAIL_ROWS_CUH
 
 #include "numeric.cuh"
 
@@ -166,3 +169,5 @@ __device__ __forceinline__ long long row_step(int rows_per_block) {
 }
 
 }  // namespace kjit_rows
+
+#endif  // KJIT_DETAIL_ROWS_CUH

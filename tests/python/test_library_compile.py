@@ -277,6 +277,78 @@ def test_library_kernels_compile(arch, dtype):
     assert t_kernels[1].name_expression.endswith(", 1024, 1, 1, 0, 0>")
 
 
+# The long-row kernels split over a thread-block cluster (softmax_split.cuh, norm_split.cuh): sm_90 and newer
+# only (__cluster_dims__ does not compile for sm_80). The geometries python/src/ops/rows.cpp's split_geometry
+# picks for rows of 50257: 16-byte vectors (CL=8 x 256 threads; ITEMS 7 float32, 4 16-bit, 13 float64) and
+# one element (ITEMS 25); and 8 x 512 for rows of 131072.
+SPLIT_ARCHS = ["sm_90", "sm_100"]
+
+
+def _split_jobs(dtype):
+    v = 16 // itemsize(dtype)
+    items = {4: 7, 8: 4, 2: 13}[v]
+    return [
+        ("softmax_split", "softmax_split_forward", dict(T=dtype, TPR=256, CL=8, VEC=v, ITEMS=items, LOG=False)),
+        ("softmax_split", "softmax_split_forward", dict(T=dtype, TPR=256, CL=8, VEC=1, ITEMS=25, LOG=True)),
+        ("softmax_split", "softmax_split_forward", dict(T=dtype, TPR=512, CL=8, VEC=v, ITEMS=32 // v, LOG=False)),
+        (
+            "norm_split",
+            "norm_split_forward",
+            dict(T=dtype, TPR=256, CL=8, VEC=v, ITEMS=items, RMS=False, HAS_W=True, HAS_B=True),
+        ),
+        (
+            "norm_split",
+            "norm_split_forward",
+            dict(T=dtype, TPR=256, CL=8, VEC=1, ITEMS=25, RMS=True, HAS_W=False, HAS_B=False),
+        ),
+        (
+            "norm_split",
+            "norm_split_forward",
+            dict(T=dtype, TPR=512, CL=4, VEC=v, ITEMS=32 // v, RMS=False, HAS_W=True, HAS_B=False),
+        ),
+    ]
+
+
+def _compile_template(arch, job):
+    tmpl, kernel, params = job
+    return (
+        kjit.Template.builtin(tmpl)
+        .kernel(kernel, **kjit._core.library_compile_options())
+        .specialize(arch=arch, **params)
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("arch", SPLIT_ARCHS)
+def test_split_row_kernels_compile(arch, dtype):
+    jobs = _split_jobs(dtype)
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        kernels = list(pool.map(lambda j: _compile_template(arch, j), jobs))
+    for (tmpl, kernel, params), k in zip(jobs, kernels):
+        assert k.origin in ORIGINS and k.target == arch, (tmpl, params)
+        assert k.name_expression.startswith(kernel + "<"), k.name_expression
+
+
+def test_split_row_kernels_are_declared_as_the_ops_pack_them():
+    # python/src/ops/softmax.cpp / norm.cpp pass (x, y, rows, d, chunk) and (x, w, b, y, rows, d, chunk, eps)
+    # with exact C++ types (launch_kernel), and the template arguments in this order.
+    sm = kjit.Template.builtin("softmax_split").kernel("softmax_split_forward")
+    nm = kjit.Template.builtin("norm_split").kernel("norm_split_forward")
+    assert [p[0] for p in sm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "LOG"]
+    assert [p[0] for p in nm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "RMS", "HAS_W", "HAS_B"]
+    k = _compile_template("sm_90", _split_jobs(torch.float32)[0])
+    assert [p[2] for p in k.params][2:] == ["long long", "int", "int"]
+    assert [p[1] for p in k.params][:2] == ["pointer"] * 2
+    k = _compile_template("sm_90", _split_jobs(torch.float32)[3])
+    assert [p[2] for p in k.params][4:] == ["long long", "int", "int", "double"]
+    assert [p[1] for p in k.params][:4] == ["pointer"] * 4
+
+
+def test_split_row_kernels_refuse_sm_80_with_nvrtcs_reason():
+    with pytest.raises(kjit.CompileError, match="__cluster_dims__"):
+        _compile_template("sm_80", _split_jobs(torch.float32)[0])
+
+
 def test_elementwise_every_strided_rank_and_index_type_compiles():
     f = kjit.elementwise("x * y + s", "x, y", "s", name="test_ranks")
     for rank in range(1, 7):

@@ -5,9 +5,11 @@
 // in registers anyway. The backward writes dx and per-block partial sums of dweight / dbias, reduced by
 // the sum reduction over dim 0. Rows live in registers (up to 128 elements per thread: rows of up to
 // 131072 elements); the row length is specialized (D) up to KJIT_MAX_SPECIALIZATIONS distinct lengths
-// per kernel. weight and bias have the input's dtype and shape [d]. Half types compute in float.
-// The backward ops return three distinct tensors: dweight / dbias are empty tensors of their own when
-// there is no weight / bias (outputs never alias each other).
+// per kernel. On sm_90 and newer, the plain norms' forward splits rows of more than 32 elements per
+// thread over a thread-block cluster instead (kernel_templates/norm_split.cuh: 16-byte vectors whatever
+// the row's alignment, no register spills; up to 8 x 512 x 32 elements). weight and bias have the input's dtype and
+// shape [d]. Half types compute in float. The backward ops return three distinct tensors: dweight / dbias are empty
+// tensors of their own when there is no weight / bias (outputs never alias each other).
 //
 // add_layer_norm(x, residual, weight, bias, eps) and add_rms_norm(x, residual, weight, eps) fuse the
 // residual add of a transformer block into the same kernel (RESIDUAL): one pass reads x and residual and
@@ -28,12 +30,20 @@ namespace kjit::ops {
 namespace {
 
 constexpr int kMaxPerThread = 128;
+// Beyond this many elements per thread the forward's registers spill: the split kernel takes the row.
+constexpr int kSplitPerThread = 32;
 
 const KernelFamily& family(bool backward) {
   static const std::shared_ptr<const Template> t = builtin_template("norm");
   static const KernelFamily fwd(Engine::global(), t, "norm_forward", CompileOptions::library());
   static const KernelFamily bwd(Engine::global(), t, "norm_backward", CompileOptions::library());
   return backward ? bwd : fwd;
+}
+
+const KernelFamily& split_family() {
+  static const KernelFamily f(Engine::global(), builtin_template("norm_split"), "norm_split_forward",
+                              CompileOptions::library());
+  return f;
 }
 
 // The name of an op of this file in messages ("kjit.ops.add_rms_norm_backward"): a literal, no allocation
@@ -83,12 +93,44 @@ const void* data_or_null(const std::optional<at::Tensor>& t) { return t ? t->con
 // norm_forward on the rows of x (checked, on `device`) into y; Residual: of x + residual (res, the
 // contiguous residual), written to h. Without Residual, res and h are undefined and the kernel is the
 // plain norm's (its nine template arguments: RESIDUAL left to its default).
+// The plain norms' forward split over a cluster (sm_90 and newer; the caller checked has_clusters) when
+// one block would hold more than kSplitPerThread elements per thread (or cannot hold the row). False
+// (also when the device refused the cluster launch: launch_split): the one-block kernel runs (or refuses
+// the row).
+template <bool Rms>
+bool launch_split_forward(int device, const Rows& r, const at::Tensor& y, const std::optional<at::Tensor>& w,
+                          const std::optional<at::Tensor>& b, double eps) {
+  const bool wide = r.x.element_size() >= 4 && !Rms;  // as geometry()
+  const RowGeometry one = row_geometry(r.d, {&r.x, &y, w ? &*w : &r.x, b ? &*b : &r.x}, kMaxPerThread, wide ? 8 : 4);
+  if (one.items && one.items * one.vec <= kSplitPerThread) return false;
+  const SplitGeometry g = split_geometry(r.d, r.x, y, kSplitPerThread);
+  if (!g.cl) return false;
+  LaunchContext ctx(device);
+  const TemplateArg targs[] = {type_arg(y.scalar_type()), int_arg(g.tpr), int_arg(g.cl),     int_arg(g.vec),
+                               int_arg(g.items),          bool_arg(Rms),  bool_arg(bool(w)), bool_arg(bool(b))};
+  const auto k = kernel_for(split_family(), targs, device, ctx.compile_forbidden);
+  const void* xp = r.x.const_data_ptr();
+  const void* wp = data_or_null(w);
+  const void* bp = data_or_null(b);
+  void* yp = y.data_ptr();
+  long long rows = r.rows;
+  int d = static_cast<int>(r.d);
+  int chunk = g.chunk;
+  LaunchConfig cfg;
+  cfg.grid = g.grid_for(r.rows);
+  cfg.block = g.block();
+  cfg.stream = ctx.stream;
+  return launch_split(op_name(Rms, false, false), device, *k->kernel, cfg, xp, wp, bp, yp, rows, d, chunk, eps);
+}
+
 template <bool Rms, bool Residual>
 void launch_forward(const char* op, int device, const Rows& r, const at::Tensor& res, const at::Tensor& y,
                     const at::Tensor& h, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                     double eps) {
   const std::optional<at::Tensor> w = weight ? std::optional<at::Tensor>(weight->contiguous()) : std::nullopt;
   const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  if constexpr (!Residual)
+    if (has_clusters(device) && launch_split_forward<Rms>(device, r, y, w, b, eps)) return;
   // A tensor that is absent stands in as x (the vector width depends on the alignment of each one).
   const RowGeometry g =
       geometry(op, r.d, {&r.x, &y, w ? &*w : &r.x, b ? &*b : &r.x, Residual ? &res : &r.x, Residual ? &h : &r.x}, Rms);

@@ -1,9 +1,14 @@
 #include "rows.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <climits>
+#include <cstdint>
 
 #include "kjit/engine.hpp"
+#include "kjit/kernel_family.hpp"
+#include "kjit/log.hpp"
 #include "kjit/shape_policy.hpp"
 #include "common.hpp"
 
@@ -34,6 +39,57 @@ RowGeometry row_geometry(std::int64_t d, std::initializer_list<const at::Tensor*
   g.items = items * g.vec > max_per_thread ? 0 : static_cast<int>(items);
   g.rows_per_block = std::max(1, 256 / g.tpr);
   return g;
+}
+
+Dim3 SplitGeometry::grid_for(std::int64_t rows) const {
+  const std::int64_t clusters = std::clamp<std::int64_t>(rows, 1, INT_MAX / std::max(cl, 1));
+  Dim3 g;
+  g.x = static_cast<unsigned>(clusters * std::max(cl, 1));
+  return g;
+}
+
+namespace {
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<bool>, kMaxDevices> clusters_refused{};
+}  // namespace
+
+bool has_clusters(int device) {
+  if (device >= 0 && device < kMaxDevices && clusters_refused[device].load(std::memory_order_relaxed)) return false;
+  return device_target(device).arch >= 90;
+}
+
+void refuse_clusters(const char* op, int device, const std::string& why) {
+  if (device >= 0 && device < kMaxDevices) clusters_refused[device].store(true, std::memory_order_relaxed);
+  log::warn_once("split-rows:" + std::to_string(device),
+                 std::string(op) + ": device " + std::to_string(device) +
+                     " refused the launch of a row split over a thread-block cluster (" + why +
+                     "); its long rows run on the one-block kernels from now on (slower, same results)");
+}
+
+SplitGeometry split_geometry(std::int64_t d, const at::Tensor& x, const at::Tensor& y, int max_per_thread) {
+  struct Shape {
+    int cl, tpr;
+  };
+  // By threads per row, then the more blocks (more of them in flight per multiprocessor).
+  constexpr Shape kShapes[] = {{2, 256}, {4, 256}, {2, 512}, {8, 256}, {4, 512}, {8, 512}};
+  const auto apart =
+      reinterpret_cast<std::uintptr_t>(x.const_data_ptr()) - reinterpret_cast<std::uintptr_t>(y.const_data_ptr());
+  const int vec = apart % 16 == 0 ? static_cast<int>(16 / x.element_size()) : 1;
+  const std::int64_t n_vec = std::max<std::int64_t>(1, d / vec);
+  for (const Shape s : kShapes) {
+    const std::int64_t chunk = (n_vec + s.cl - 1) / s.cl;
+    const std::int64_t items = (chunk + s.tpr - 1) / s.tpr;
+    if (items * vec <= max_per_thread) {
+      SplitGeometry g;
+      g.cl = s.cl;
+      g.tpr = s.tpr;
+      g.vec = vec;
+      g.items = static_cast<int>(items);
+      g.chunk = static_cast<int>(chunk);
+      return g;
+    }
+  }
+  return {};
 }
 
 std::int64_t specialized_d(const char* kernel, std::int64_t d) {

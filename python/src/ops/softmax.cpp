@@ -1,9 +1,11 @@
 // kjit::softmax / log_softmax(Tensor x, int dim=-1) over the last dim, and their backward
 // (kernel_templates/softmax.cuh). Rows up to 32 elements per thread live in registers (read once,
-// written once), longer rows are streamed. The row length is specialized (D) up to
-// KJIT_MAX_SPECIALIZATIONS distinct lengths per kernel, then the generic variant takes it at run time.
-// Half types compute in float. Inputs of any layout are made contiguous first. Gradient: the backward
-// op from the saved output.
+// written once), longer rows are streamed; on sm_90 and newer, rows too long for one block's registers
+// (up to 8 x 512 x 32 elements) are split over a thread-block cluster instead
+// (kernel_templates/softmax_split.cuh: read once, 16 bytes at a time whatever their alignment). The row length is
+// specialized (D) up to KJIT_MAX_SPECIALIZATIONS distinct lengths per kernel, then the generic variant takes it at run
+// time. Half types compute in float. Inputs of any layout are made contiguous first. Gradient: the backward op from the
+// saved output.
 #include <ATen/ops/empty.h>
 
 #include <array>
@@ -30,6 +32,35 @@ constexpr const char* op_name(bool log, bool backward) {
   constexpr const char* kNames[2][2] = {{"kjit.ops.softmax", "kjit.ops.softmax_backward"},
                                         {"kjit.ops.log_softmax", "kjit.ops.log_softmax_backward"}};
   return kNames[log][backward];
+}
+
+const KernelFamily& split_family() {
+  static const KernelFamily f(Engine::global(), builtin_template("softmax_split"), "softmax_split_forward",
+                              CompileOptions::library());
+  return f;
+}
+
+// The forward of rows too long for one block's registers, split over a cluster (sm_90 and newer; the
+// caller checked has_clusters). False when the row does not fit the split either, or the device refused
+// the cluster launch (launch_split): the one-block kernel runs then.
+template <bool Log>
+bool forward_split(int device, const Rows& r, const at::Tensor& y) {
+  const SplitGeometry g = split_geometry(r.d, r.x, y, kMaxPerThread);
+  if (!g.cl) return false;
+  LaunchContext ctx(device);
+  const TemplateArg targs[] = {type_arg(y.scalar_type()), int_arg(g.tpr), int_arg(g.cl), int_arg(g.vec),
+                               int_arg(g.items),          bool_arg(Log)};
+  const auto k = kernel_for(split_family(), targs, device, ctx.compile_forbidden);
+  const void* xp = r.x.const_data_ptr();
+  void* yp = y.data_ptr();
+  long long rows = r.rows;
+  int d = static_cast<int>(r.d);
+  int chunk = g.chunk;
+  LaunchConfig cfg;
+  cfg.grid = g.grid_for(r.rows);
+  cfg.block = g.block();
+  cfg.stream = ctx.stream;
+  return launch_split(op_name(Log, false), device, *k->kernel, cfg, xp, yp, rows, d, chunk);
 }
 
 template <class Sizes>
@@ -61,6 +92,7 @@ at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
   at::Tensor y = new_empty(x.sizes(), x);
   if (y.numel() == 0) return y;
   const RowGeometry g = row_geometry(r.d, {&r.x, &y}, kMaxPerThread, r.x.element_size() >= 4 ? 2 : 4);
+  if (g.items == 0 && has_clusters(device) && forward_split<Log>(device, r, y)) return y;
   const std::int64_t D = g.items ? specialized_d("softmax_forward", r.d) : 0;
   LaunchContext ctx(device);
   const TemplateArg targs[] = {type_arg(x.scalar_type()),
