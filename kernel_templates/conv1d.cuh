@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(256)
           C s = C(0);
 #pragma unroll
           for (int k = 0; k < W; ++k) s += r.w[k] * dz[q + (W - 1) - k];
-          const long long f = t0 + q - (L - (W - 1));  // x[t] is final_state[f]
-          if (df && f >= 0) s += to<C>(df[f]);
+          const long long f = t0 + q - (L - (W - 1));        // x[t] is final_state[f]
+          if (df && f >= 0 && f < W - 1) s += to<C>(df[f]);  // (past the end: nothing to read)
           out[q] = s;
         }
         kjit_conv1d::store<T, C, VEC>(dxr, t0, L, out);

@@ -152,11 +152,7 @@ std::optional<Tiling> tile_for(const Pool<std::int64_t>& p, const at::Tensor& x,
     t.tiles = cdiv(planes * p.oh, t.toh) * cdiv(p.ow, t.tow);
     return t;
   }
-  // Halo path, for 4- and 8-byte elements only: with 16-bit ones a tile holds half the bytes for the same
-  // shared-memory work, and max_pool2d 3x3 s2 p1 bf16 ran at 40% of copy on the H200 (float32: 84%; the
-  // one-thread-per-output kernel reached 47-49% on these shapes), so they keep that kernel.
-  if (elem < 4) return std::nullopt;
-  // R consecutive rows of one output column per thread (8 at stride 1, where neighbouring
+  // Halo path: R consecutive rows of one output column per thread (8 at stride 1, where neighbouring
   // outputs share more input rows), TOH = 2R rows (R for short planes), TOW columns sized to the output
   // width; several planes' row bands per block when TOW * TOH / R < 256.
   t.r = p.sh == 1 ? 8 : 4;
