@@ -3,7 +3,7 @@
 # (fuzz_entry), entry metadata JSON (fuzz_metadata), KJIT_RECORD manifests (fuzz_manifest), the
 # kjit.lock of exported caches (fuzz_lock) and Redis replies as the remote tier bounds them (fuzz_resp),
 # each for
-# FUZZ_SECONDS (default 60), one after the other, on a copy of the seed corpus in tests/fuzz/corpus/
+# FUZZ_SECONDS (default 60), side by side (one target per CPU), on a copy of the seed corpus in tests/fuzz/corpus/
 # (the source tree is never written). Any crash, sanitizer report, timeout (> 10 s on one input) or
 # allocation past the limits fails the script; the input that did it is kept in
 # build-fuzz/artifacts/<target>/ (reproduce: build-fuzz/tests/fuzz/fuzz_<target> FILE).
@@ -51,20 +51,17 @@ max_len() {
   esac
 }
 
-failed=()
-for t in "${targets[@]}"; do
-  bin=build-fuzz/tests/fuzz/fuzz_$t
-  [ -x "$bin" ] || { echo "unknown fuzz target '$t' (entry, metadata, manifest, lock, resp)" >&2; exit 2; }
-  corpus=build-fuzz/corpus/$t
-  artifacts=build-fuzz/artifacts/$t
+# One target: its seeds replayed, then FUZZ_SECONDS of fuzzing from a copy of them; prints its summary and
+# returns non-zero when it failed.
+fuzz_target() {
+  local t=$1 bin=build-fuzz/tests/fuzz/fuzz_$1 corpus=build-fuzz/corpus/$1 artifacts=build-fuzz/artifacts/$1
+  local log=build-fuzz/fuzz_$1.log rc=0
   rm -rf "$corpus" "$artifacts"
   mkdir -p "$corpus" "$artifacts"
-  log=build-fuzz/fuzz_$t.log
-  limits=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 -artifact_prefix="$artifacts"/)
+  local limits=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 -artifact_prefix="$artifacts"/)
   # Every seed once, as it is (regression_* included: inputs that once crashed, some larger than
   # -max_len). Files given by name are only executed: nothing is written next to them.
   echo "== fuzz_$t: replaying $(ls tests/fuzz/corpus/"$t" | wc -l) seeds"
-  rc=0
   "$bin" "${limits[@]}" tests/fuzz/corpus/"$t"/* >"$log" 2>&1 || rc=$?
   if [ "$rc" = 0 ]; then
     # Then fuzz from a copy of the seeds. The regression_* inputs stay out of it: they are pathological
@@ -78,12 +75,33 @@ for t in "${targets[@]}"; do
   grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
   echo "corpus: $(ls "$corpus" | wc -l) files"
   if [ "$rc" != 0 ] || [ -n "$(ls -A "$artifacts")" ]; then
-    echo "!! fuzz_$t failed (exit $rc); the last lines of $log:" >&2
-    tail -n 60 "$log" >&2
-    grep -E '^Running: ' "$log" | tail -n 1 | sed 's/^/!! seed that failed: /' >&2 || true
-    [ -z "$(ls -A "$artifacts")" ] || echo "!! inputs kept in $artifacts: $(ls "$artifacts" | tr '\n' ' ')" >&2
-    failed+=("$t")
+    echo "!! fuzz_$t failed (exit $rc); the last lines of $log:"
+    tail -n 60 "$log"
+    grep -E '^Running: ' "$log" | tail -n 1 | sed 's/^/!! seed that failed: /' || true
+    [ -z "$(ls -A "$artifacts")" ] || echo "!! inputs kept in $artifacts: $(ls "$artifacts" | tr '\n' ' ')"
+    return 1
   fi
+}
+
+for t in "${targets[@]}"; do
+  [ -x build-fuzz/tests/fuzz/fuzz_$t ] || { echo "unknown fuzz target '$t' (entry, metadata, manifest, lock, resp)" >&2; exit 2; }
+done
+# The targets run side by side, one per CPU (each keeps its FUZZ_SECONDS of one CPU); their summaries
+# are printed in order once all are done.
+failed=()
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$(nproc)" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  (fuzz_target "$t" >build-fuzz/fuzz_$t.summary 2>&1 && echo 0 >build-fuzz/fuzz_$t.rc || echo 1 >build-fuzz/fuzz_$t.rc) &
+  running=$((running + 1))
+done
+wait
+for t in "${targets[@]}"; do
+  cat build-fuzz/fuzz_$t.summary
+  [ "$(cat build-fuzz/fuzz_$t.rc 2>/dev/null)" = 0 ] || failed+=("$t")
 done
 
 if [ ${#failed[@]} -gt 0 ]; then
