@@ -39,6 +39,17 @@ Preload& state() {
 
 thread_local bool on_the_preload_thread = false;
 
+// Held by the thread that started the preload: its destructor waits for it. exit() runs the calling
+// thread's thread_local destructors before any exit handler, so that wait comes before the static objects
+// of every library go, those that the preload itself made included. An exit handler alone came too late:
+// NVRTC, loaded on the preload thread, registers its destructors as it loads, after kjit's handler, so
+// exit() ran them first, while the loader was still running NVRTC's constructors on the thread (a crash in
+// _dl_init, about one exit in 200 under load). A thread that ends before the process waits here too (at
+// most the preload's tens of milliseconds).
+struct WaitsWhenThisThreadEnds {
+  ~WaitsWhenThisThreadEnds() { wait_for_compiler_preload(); }
+};
+
 // fork() by any thread: wait until the preload is not working, and keep it from starting to work until the
 // fork is made (the state's mutex stays locked across the fork; the parent and child handlers unlock it).
 // A fork by kjit's own compile children holds the fork gate exclusively: the preload cannot be working then,
@@ -127,6 +138,9 @@ bool preload_compiler(int sm) noexcept {
     (void)cache::Sha256::of("kjit");
     static const bool waits_at_exit = std::atexit([] { wait_for_compiler_preload(); }) == 0;
     (void)waits_at_exit;
+    // First of all at exit() from this thread (above); the handler covers an exit() from another thread.
+    static thread_local WaitsWhenThisThreadEnds waits_when_this_thread_ends;
+    (void)waits_when_this_thread_ends;
     std::thread(run, sm, load_nvrtc, compile).detach();
   } catch (...) {
     return false;  // bad settings (reported by the first real use), or no thread to be had

@@ -29,8 +29,9 @@ namespace kjit {
 bool preload_compiler(int sm = 0) noexcept;
 
 // Waits until the preload (if one was started) has ended. Python's exit hook calls it (before the
-// interpreter finalizes), and so does an exit handler that preload_compiler() registers (before the static
-// objects made until then are destroyed).
+// interpreter finalizes), and so does exit() itself: first of all on the thread that started the preload
+// (before any exit handler or static destructor runs), and from an exit handler that preload_compiler()
+// registers where another thread calls exit().
 void wait_for_compiler_preload() noexcept;
 
 // What the preload did, once it has ended; nullopt before, or when none ran.
