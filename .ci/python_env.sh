@@ -18,5 +18,6 @@ KJIT_TORCH_SPEC=${KJIT_TORCH:-torch==2.11.*}
 # tqdm: kjit's one runtime dependency besides torch (the set-up installs kjit with --no-deps); numpy: torch
 # warns without it.
 KJIT_BUILD_TOOLS=("pybind11>=2.12" "scikit-build-core>=0.10" ninja tqdm numpy)
+# pytest-xdist: the tests run in KJIT_TEST_WORKERS processes (.ci/test.sh).
 # nvidia-cutlass: CUTLASS / CuTe headers (cutlass_library/source/include) for the kernels and tests that use them.
-KJIT_TEST_TOOLS=(pytest matplotlib redis nvidia-cutlass)
+KJIT_TEST_TOOLS=(pytest pytest-xdist matplotlib redis nvidia-cutlass)

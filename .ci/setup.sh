@@ -56,7 +56,7 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   first="torch and its CUDA libraries: about 2.5 GB to download, 5 GB in $KJIT_VENV; the download takes what your link takes, the install about a minute"
 fi
 "$PY" -c "import pybind11, scikit_build_core, ninja, tqdm, numpy" >/dev/null 2>&1 || pkgs+=("${KJIT_BUILD_TOOLS[@]}")
-[ "$profile" = demo ] || "$PY" -c "import pytest, matplotlib, redis, cutlass_library" >/dev/null 2>&1 ||
+[ "$profile" = demo ] || "$PY" -c "import pytest, xdist, matplotlib, redis, cutlass_library" >/dev/null 2>&1 ||
   pkgs+=("${KJIT_TEST_TOOLS[@]}")
 if [ ${#pkgs[@]} -gt 0 ]; then
   # Not -q: pip names each package as it downloads and installs it.

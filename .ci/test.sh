@@ -16,11 +16,14 @@ echo "== C++ tests (ctest; full log: build/ctest.log)"
 ctest_status=0
 "$PY" .ci/test_report.py ctest --log "$logs/ctest.log" --junit "$logs/ctest-junit.xml" -- \
   ctest --test-dir build --output-on-failure -j"$(nproc)" --output-junit "$logs/ctest-junit.xml" || ctest_status=$?
-echo "== Python tests (pytest, $PY; full log: build/pytest.log)"
+# pytest in KJIT_TEST_WORKERS processes (pytest-xdist; default: one per CPU, at most 2, so that GPU tests
+# share a GPU two at a time at most; 0 runs them in pytest's own process).
+workers=${KJIT_TEST_WORKERS:-$(n=$(nproc); echo $((n < 2 ? n : 2)))}
+echo "== Python tests (pytest, $PY, $workers workers; full log: build/pytest.log)"
 # Run from a folder outside the source tree so that the installed package is what gets imported.
 pytest_status=0
 "$PY" .ci/test_report.py pytest --log "$logs/pytest.log" --cwd tests/python -- \
-  "$PY" -m pytest -q -p no:cacheprovider -rfEsxX . || pytest_status=$?
+  "$PY" -m pytest -q -p no:cacheprovider -rfEsxX -n "$workers" . || pytest_status=$?
 echo "== Summary (full logs: build/ctest.log, build/pytest.log)"
 "$PY" .ci/test_report.py summary --ctest-log "$logs/ctest.log" --ctest-status "$ctest_status" \
   --pytest-log "$logs/pytest.log" --pytest-status "$pytest_status"

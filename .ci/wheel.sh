@@ -101,7 +101,7 @@ whl=$(ls "$out"/wheelhouse/kjit-*.whl)
 start=$SECONDS
 rm -rf "$out/venv-test"
 "$base" -m venv "$out/venv-test"
-pip_install "$tpy" "$torch_spec" pytest numpy tqdm redis nvidia-cutlass
+pip_install "$tpy" "$torch_spec" pytest pytest-xdist numpy tqdm redis nvidia-cutlass
 # The wheel's own dependencies into the kept wheels (the CCCL of torch's CUDA, python/metadata/
 # torch_requirement.py), without keeping a copy of the wheel there.
 "$tpy" -m pip download -q --disable-pip-version-check -d "$wheels" "$whl"
