@@ -343,9 +343,9 @@ def test_specialize_without_device_says_how_to_compile(add):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, "float64"])
 def test_compile_only_add_constant(add, dtype):
-    kjit.reset_stats()
     k = add.specialize(T=dtype, VEC=2, arch="sm_90")
-    assert k.origin in ("compiled", "disk")  # another test of this session may have compiled it
+    # Compiled here, or by an earlier test of this process (from memory) or of this session (from the disk).
+    assert k.origin in ("compiled", "disk", "memory")
     assert k.device is None
     assert k.target == "sm_90"
     assert re.fullmatch(r"[0-9a-f]{64}", k.key)
@@ -354,6 +354,7 @@ def test_compile_only_add_constant(add, dtype):
     assert k.meta["name_expression"] == k.name_expression
     assert k.meta["target"] == "sm_90" and k.meta["output"] == "cubin"
     assert k.meta["template"] == "add_constant"
+    kjit.reset_stats()
     again = add.specialize(T=dtype, VEC=2, arch="sm_90")
     assert again.origin == "memory" and again.key == k.key
     assert kjit.stats()["memory_hits"] == 1
