@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_BUILD_PYTHON=OFF -DKJIT_BUILD_BENCH=OFF \
-  -DKJIT_SANITIZE=address,undefined >/dev/null
+# -O1, as AddressSanitizer's documentation advises: the stage's build (most of its time) takes about half
+# of what -O2 takes, and the tests run as they did.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
+  -DKJIT_BUILD_PYTHON=OFF -DKJIT_BUILD_BENCH=OFF -DKJIT_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan -j"$(nproc)"
 # Leaks inside NVIDIA's closed libraries (NVRTC, the driver) are theirs, not ours: suppressed by name.
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
