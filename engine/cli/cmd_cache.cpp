@@ -12,6 +12,7 @@
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/error.hpp"
+#include "kjit/pch_folders.hpp"
 #include "kjit/settings.hpp"
 
 namespace kjit::cli {
@@ -161,6 +162,14 @@ int run_prune(Context& ctx, const std::string& max_bytes_text) {
                        count_of(r.removed_temp_files, "stale temp file", "stale temp files") + ", " +
                        count_of(r.removed_lock_files, "abandoned lock file", "abandoned lock files"));
   f.add("size", human_bytes(r.bytes_before) + " -> " + human_bytes(r.bytes_after));
+  // NVRTC's precompiled headers of processes that are gone (pch_folders.hpp): not in the cache, but
+  // left by kjit, and large.
+  const std::filesystem::path tmp = pch_parent_dir();
+  std::uint64_t pch_bytes = 0;
+  const std::vector<RemovedPchRoot> pch = remove_abandoned_pch_roots(tmp);
+  for (const auto& p : pch) pch_bytes += p.bytes;
+  f.add("pch", count_of(pch.size(), "abandoned precompiled-header folder", "abandoned precompiled-header folders") +
+                   " removed from " + printable(tmp.string()) + " (" + human_bytes(pch_bytes) + ")");
   f.print(ctx.out);
   return 0;
 }

@@ -745,11 +745,7 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
       const bool supervised = pch && stop[0] >= 0 && forbid_files(filter, &fd).empty();
       if (!supervised) {
         if (pch) {  // no supervisor: the plain filter, and NVRTC is not asked for a PCH it could not write
-          without_pch = job;
-          without_pch.pch_dir.clear();
-          auto is_pch_flag = [](const std::string& f) { return f == "--pch" || f.rfind("--pch-dir=", 0) == 0; };
-          without_pch.flags.erase(std::remove_if(without_pch.flags.begin(), without_pch.flags.end(), is_pch_flag),
-                                  without_pch.flags.end());
+          without_pch = job.without_pch();
           run = &without_pch;
           fd = -1;
         }

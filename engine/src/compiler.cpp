@@ -12,11 +12,13 @@
 #include <string_view>
 #include <sstream>
 
+#include "kjit/cache/sha256.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
 #include "kjit/log.hpp"
 #include "kjit/nvrtc_job.hpp"
 #include "kjit/nvrtc_library.hpp"
+#include "kjit/pch_folders.hpp"
 #include "kjit/phase_time.hpp"
 #include "text_scan.hpp"
 
@@ -162,9 +164,9 @@ std::string unresolved_hint(const std::string& log, const Template& t) {
 }
 
 // NVRTC's automatic precompiled header (KJIT_PCH): the header set parsed once per process and reused by
-// the next compile of the same template (a CUB block reduce: 1.5 s -> 0.35 s on a loaded 2-CPU machine).
-// NVRTC keeps it in a file (178 MB for CUB's headers), in a folder of this process's own (0700, removed
-// at exit), the one folder where the compile thread's filter lets NVRTC open files
+// the next compile of the same headers (a CUB block reduce: 1.5 s -> 0.35 s on a loaded 2-CPU machine).
+// NVRTC keeps it in a file (178 MB for CUB's headers), in a folder of this process's own per header
+// domain (pch_folders.hpp), the one folder where the compile thread's filter lets NVRTC open files
 // (run_nvrtc_without_files). One such compile at a time: NVRTC's PCH heap is process-wide.
 constexpr std::size_t kPchHeaderBytes = 4u << 20;
 
@@ -173,31 +175,48 @@ std::mutex& pch_mu() {
   return m;
 }
 
-// This process's PCH folder ("" when none can be made): made on first use, and again in a forked child.
-std::string pch_folder() {
-  static std::mutex mu;
-  static std::string dir;
-  static pid_t owner = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (owner == ::getpid()) return dir;
-  owner = ::getpid();
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp == '/' ? tmp : "/tmp") + "/kjit-pch-XXXXXX";
-  dir = ::mkdtemp(pattern.data()) ? pattern : std::string();
-  static bool cleanup = false;
-  if (!cleanup) {
-    cleanup = true;
-    std::atexit([] {
-      if (owner != ::getpid() || dir.empty()) return;
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    });
+// What a PCH made by this compile may be reused for: the same header bytes under the same names, and
+// the same options (pch_folders.hpp says why NVRTC cannot tell by itself).
+std::string pch_domain(const Template& t, const std::vector<std::string>& flags) {
+  cache::Sha256 sha;
+  auto field = [&](const std::string& s) {
+    const std::uint64_t n = s.size();
+    sha.update(&n, sizeof n).update(s);
+  };
+  field("kjit pch domain 1");
+  field(std::to_string(flags.size()));
+  for (const auto& f : flags) field(f);
+  for (const auto* list : {&t.headers(), &t.compile_only_headers()}) {
+    field(std::to_string(list->size()));
+    for (const auto& h : *list) {
+      field(h.include_name);
+      field(h.sha256.empty() ? cache::to_hex(cache::Sha256::of(h.bytes)) : h.sha256);
+    }
   }
-  return dir;
+  return cache::to_hex(sha.finish());
 }
 
-// Set when a compile with the PCH failed where the same compile without it works (a kernel whose seccomp
-// cannot hand NVRTC its scratch file: before Linux 5.9): the PCH is off for the rest of the process.
+// Whether a failed compile's log says the precompiled header could not be made or read, so that the
+// same compile without it may work: a full TMPDIR ("error while writing precompiled header file"), a file
+// size limit ("unable to obtain mapped memory": NVRTC maps the PCH file), its folder gone ("invalid PCH
+// directory"), a kernel whose filter cannot hand NVRTC its scratch file ("could not open temporary file").
+bool pch_failure(const std::string& log) {
+  for (const char* sign : {"precompiled header", "PCH", "temporary file", "mapped memory"})
+    if (log.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+// The first line of a log that names the PCH's failure, for the warning.
+std::string pch_failure_line(const std::string& log) {
+  std::istringstream is(log);
+  std::string line;
+  while (std::getline(is, line))
+    if (pch_failure(line)) return line;
+  return log.substr(0, 200);
+}
+
+// Set when a compile with the PCH failed where the same compile without it may work (pch_failure): the
+// PCH is off for the rest of the process, with one warning.
 std::atomic<bool> g_pch_broken{false};
 
 bool wants_pch(const Template& t, const Settings& settings) {
@@ -283,21 +302,22 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
       r = run_nvrtc_in_child(job, bounds, spec.describe(), lineage);
     } else {
       std::unique_lock<std::mutex> pch_lock(pch_mu(), std::defer_lock);
+      std::string domain;
       if (wants_pch(t, settings) && pch_lock.try_lock()) {
-        job.pch_dir = pch_folder();
-        if (!job.pch_dir.empty()) {
-          for (const char* f : {"--pch", "--pch-dir="}) job.flags.push_back(f);
-          job.flags.back() += job.pch_dir;
-          out.flags = job.flags;  // not in the key: the same binary either way
-        }
+        domain = pch_domain(t, job.flags);
+        job = job.with_pch(PchFolders::process().folder_for(domain));
+        out.flags = job.flags;  // not in the key: the same binary either way
       }
       r = run_nvrtc_without_files(job, t.confined(), spec.describe());
-      if (!job.pch_dir.empty() && !r.ok() && r.failed_call.empty() &&
-          r.log.find("cannot open temporary file") != std::string::npos) {
+      if (!job.pch_dir.empty() && !r.ok() && r.failed_call.empty() && pch_failure(r.log)) {
         g_pch_broken = true;
-        NvrtcJob plain = job;
-        plain.pch_dir.clear();
-        plain.flags.resize(plain.flags.size() - 2);  // --pch, --pch-dir=
+        PchFolders::process().drop(domain);
+        log::warn_once("pch-failed", "NVRTC could not use a precompiled header in " + job.pch_dir + " (" +
+                                         pch_failure_line(r.log) +
+                                         "): compiled without it, and no precompiled headers for the rest of this "
+                                         "process. Free space in TMPDIR (or point TMPDIR at a folder with about 200 "
+                                         "MB free), or set KJIT_PCH=off.");
+        const NvrtcJob plain = job.without_pch();
         out.flags = plain.flags;
         r = run_nvrtc_without_files(plain, t.confined(), spec.describe());
       }

@@ -1,11 +1,29 @@
 #include "kjit/nvrtc_job.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kjit/nvrtc_library.hpp"
 
 namespace kjit {
+
+NvrtcJob NvrtcJob::without_pch() const {
+  NvrtcJob out = *this;
+  out.pch_dir.clear();
+  auto is_pch_flag = [](const std::string& f) { return f == "--pch" || f.rfind("--pch-dir=", 0) == 0; };
+  out.flags.erase(std::remove_if(out.flags.begin(), out.flags.end(), is_pch_flag), out.flags.end());
+  return out;
+}
+
+NvrtcJob NvrtcJob::with_pch(const std::string& dir) const {
+  NvrtcJob out = without_pch();
+  if (dir.empty()) return out;
+  out.pch_dir = dir;
+  out.flags.push_back("--pch");
+  out.flags.push_back("--pch-dir=" + dir);
+  return out;
+}
 
 NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
   const NvrtcLibrary& lib = NvrtcLibrary::get();

@@ -581,13 +581,14 @@ TEST_F(CliTest, PruneToOneByteRemovesEverything) {
   Result r = kjit({"prune", "--max-bytes", "1"});
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> lines = lines_of(r.out);
-  ASSERT_EQ(lines.size(), 3u) << r.out;
+  ASSERT_EQ(lines.size(), 4u) << r.out;
   EXPECT_EQ(lines[0], "pruned " + cache_dir().string() + " to at most 1 B");
   EXPECT_EQ(lines[1],
             "  removed:  2 least recently used entries, 0 damaged entries, 0 stale temp files, "
             "0 abandoned lock files");
   EXPECT_EQ(lines[2].rfind("  size:     ", 0), 0u);
   EXPECT_EQ(lines[2].substr(lines[2].size() - 7), " -> 0 B") << lines[2];
+  EXPECT_EQ(lines[3].rfind("  pch:      ", 0), 0u) << lines[3];
   EXPECT_EQ(kjit({"ls"}).out, "cache " + cache_dir().string() + " (readwrite, writable)\nno entries\n");
 }
 

@@ -19,6 +19,11 @@ struct NvrtcJob {
   // NVRTC's automatic precompiled header (flags --pch --pch-dir=<this>): the one folder where NVRTC may
   // write and read files, in this process only (run_nvrtc_without_files). Never sent to a compile child.
   std::string pch_dir;
+
+  // This job with NVRTC's automatic precompiled header in `dir` (pch_dir and its two flags); without
+  // it: pch_dir empty and no PCH flag. The one place those flags are written and removed.
+  NvrtcJob with_pch(const std::string& dir) const;
+  NvrtcJob without_pch() const;
 };
 
 struct NvrtcOutcome {
