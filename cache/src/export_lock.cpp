@@ -11,6 +11,7 @@
 #include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/entry_check.hpp"
 #include "kjit/cache/file_read.hpp"
+#include "kjit/cache/header_index.hpp"
 #include "kjit/cache/layer_scan.hpp"
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/sha256.hpp"
@@ -31,6 +32,8 @@ std::string relative_text(const fs::path& file, const fs::path& root) {
 std::string entry_problem(const std::string& rel, const std::string& bytes) {
   const fs::path path(rel);
   if (path.extension() == kChoiceSuffix) return choice_file_problem(rel, bytes);  // a tuned choice (choice_store.hpp)
+  // The header index: its learned include directives key the templates that learned them (header_index.hpp).
+  if (path == layout::header_index_path(fs::path()).relative_path()) return HeaderIndex::file_problem(bytes);
   const layout::FileName name = layout::classify(path.filename().string());
   if (name.kind != layout::FileKind::Entry) return "not a cache entry file name (<key>.kjit)";
   const std::string target = path.parent_path().parent_path().filename().string();
@@ -64,6 +67,8 @@ std::vector<LockedFile> lock_entries(const fs::path& root) {
   for (const ScannedFile& f : scan_layer(root))
     if (f.name.kind == layout::FileKind::Entry) files.push_back(f.path);
   for (const fs::path& f : choice_files(root)) files.push_back(f);
+  std::error_code ec;
+  if (fs::is_regular_file(layout::header_index_path(root), ec)) files.push_back(layout::header_index_path(root));
   return lock_entries(root, files);
 }
 

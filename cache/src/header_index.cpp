@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kjit/cache/atomic_file.hpp"
+#include "kjit/cache/file_lock.hpp"
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/private_dir.hpp"
@@ -20,7 +21,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormat = 1;
+// 2: learned directives by scope (format 1 kept them by file only: a file of format 1 is an empty index).
+constexpr int kFormat = 2;
 constexpr std::uint64_t kMaxFileBytes = 16ull << 20;
 
 std::uint64_t ns_of(const struct timespec& t) noexcept {
@@ -67,8 +69,13 @@ bool FileIdentity::operator==(const FileIdentity& o) const noexcept {
   return size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns && inode == o.inode && device == o.device;
 }
 
-HeaderIndex::HeaderIndex(fs::path root, bool writable, std::string tag, std::chrono::nanoseconds racy_window)
-    : root_(std::move(root)), writable_(writable && !root_.empty()), tag_(std::move(tag)), racy_window_(racy_window) {}
+HeaderIndex::HeaderIndex(fs::path root, bool writable, std::string tag, std::chrono::nanoseconds racy_window,
+                         std::vector<fs::path> layers)
+    : root_(std::move(root)),
+      writable_(writable && !root_.empty()),
+      tag_(std::move(tag)),
+      racy_window_(racy_window),
+      layers_(std::move(layers)) {}
 
 bool HeaderIndex::on_local_filesystem(const std::string& path) {
   struct statfs fs{};
@@ -112,17 +119,22 @@ HeaderIndex::Contents HeaderIndex::parse(const std::string& bytes) const {
   if (files == j.end() || !files->is_object()) return none;
   if (learned != j.end()) {
     if (!learned->is_object()) return none;
-    for (const auto& [sha, list] : learned->items()) {
-      Learned l;
-      try {
-        l.directives = list.get<std::vector<std::string>>();
-      } catch (const json::exception&) {
-        return none;
+    for (const auto& [scope, files_learned] : learned->items()) {
+      if (!is_hex_sha256(scope) || !files_learned.is_object()) return none;
+      Scope sc;
+      for (const auto& [sha, list] : files_learned.items()) {
+        std::vector<std::string> directives;
+        try {
+          directives = list.get<std::vector<std::string>>();
+        } catch (const json::exception&) {
+          return none;
+        }
+        if (!is_hex_sha256(sha)) return none;
+        for (const auto& d : directives)
+          if (!is_directive(d)) return none;
+        sc.files.emplace(sha, std::move(directives));
       }
-      if (!is_hex_sha256(sha)) return none;
-      for (const auto& d : l.directives)
-        if (!is_directive(d)) return none;
-      out.learned.emplace(sha, std::move(l));
+      out.learned.emplace(scope, std::move(sc));
     }
   }
   for (const auto& [path, r] : files->items()) {
@@ -152,7 +164,12 @@ void HeaderIndex::load_locked() {
   const fs::path f = file();
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
   if (!r.ok()) return;
-  if (!owned_path_problem(root_, f, r.st, ::geteuid()).empty()) return;
+  // A root in readonly or strict mode may be a deployment's (another user's), as its entries may: its
+  // index is read when the root's kjit.lock vouches for it.
+  if (!owned_path_problem(root_, f, r.st, ::geteuid()).empty() &&
+      (writable_ ||
+       !LayerLock::read(root_, ::geteuid()).vouches_for(f.lexically_relative(root_).generic_string(), r.bytes).empty()))
+    return;
   try {
     Contents c = parse(r.bytes);
     records_ = std::move(c.records);
@@ -163,23 +180,62 @@ void HeaderIndex::load_locked() {
   }
 }
 
-std::vector<std::string> HeaderIndex::learned(const std::string& sha256) {
-  std::lock_guard<std::mutex> lock(mu_);
-  load_locked();
-  auto it = learned_.find(sha256);
-  if (it == learned_.end()) return {};
-  it->second.used = true;
-  return it->second.directives;
+// The learned directives of each read-only layer whose index file the user owns or whose kjit.lock
+// vouches for it; the records of files are not used (they describe another machine's files).
+void HeaderIndex::load_layers_locked() {
+  if (layers_loaded_) return;
+  layers_loaded_ = true;
+  for (const fs::path& layer : layers_) {
+    const fs::path f = layout::header_index_path(layer);
+    FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
+    if (!r.ok()) continue;
+    if (!owned_path_problem(layer, f, r.st, ::geteuid()).empty() &&
+        !LayerLock::read(layer, ::geteuid())
+             .vouches_for(f.lexically_relative(layer).generic_string(), r.bytes)
+             .empty())
+      continue;
+    try {
+      for (auto& [scope, sc] : parse(r.bytes).learned) {
+        Learned& mine = layer_learned_[scope];
+        for (auto& [sha, directives] : sc.files) {
+          auto& list = mine[sha];
+          for (auto& d : directives)
+            if (std::find(list.begin(), list.end(), d) == list.end()) list.push_back(std::move(d));
+        }
+      }
+    } catch (const std::exception&) {
+      // A layer's index that cannot be read contributes nothing.
+    }
+  }
 }
 
-void HeaderIndex::learn(const std::string& sha256, const std::string& directive) {
-  if (!is_hex_sha256(sha256) || !is_directive(directive)) return;
+HeaderIndex::Learned HeaderIndex::learned(const std::string& scope) {
   std::lock_guard<std::mutex> lock(mu_);
   load_locked();
-  Learned& l = learned_[sha256];
-  l.used = true;
-  if (std::find(l.directives.begin(), l.directives.end(), directive) != l.directives.end()) return;
-  l.directives.push_back(directive);
+  load_layers_locked();
+  Learned out;
+  if (auto it = learned_.find(scope); it != learned_.end()) {
+    it->second.used = true;
+    out = it->second.files;
+  }
+  if (auto it = layer_learned_.find(scope); it != layer_learned_.end())
+    for (const auto& [sha, directives] : it->second) {
+      auto& list = out[sha];
+      for (const auto& d : directives)
+        if (std::find(list.begin(), list.end(), d) == list.end()) list.push_back(d);
+    }
+  return out;
+}
+
+void HeaderIndex::learn(const std::string& scope, const std::string& sha256, const std::string& directive) {
+  if (!is_hex_sha256(scope) || !is_hex_sha256(sha256) || !is_directive(directive)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  load_locked();
+  Scope& sc = learned_[scope];
+  sc.used = true;
+  auto& list = sc.files[sha256];
+  if (std::find(list.begin(), list.end(), directive) != list.end()) return;
+  list.push_back(directive);
   dirty_ = true;
 }
 
@@ -228,7 +284,7 @@ std::string HeaderIndex::serialize_locked() const {
                    {"inode", rec.id.inode},         {"device", rec.id.device},     {"sha256", rec.facts.sha256},
                    {"includes", rec.facts.includes}};
   json learned = json::object();
-  for (const auto& [sha, l] : learned_) learned[sha] = l.directives;
+  for (const auto& [scope, sc] : learned_) learned[scope] = sc.files;
   return json{{"format", kFormat}, {"tag", tag_}, {"files", std::move(files)}, {"learned", std::move(learned)}}.dump() +
          "\n";
 }
@@ -240,7 +296,9 @@ void HeaderIndex::save() {
   try {
     save_locked();
   } catch (const std::exception&) {
-    // The index only saves work: a file that could not be written is learned again by a later process.
+    // The index only saves work: a file that could not be written (or whose lock was held too long) is
+    // written at this process's next save, else learned again by a later process.
+    dirty_ = true;
   }
 }
 
@@ -254,16 +312,23 @@ void HeaderIndex::save_locked() {
   std::error_code ec;
   if (fs::exists(root_, ec) && !root_is_ours()) return;
   if (!make_private_dirs(f.parent_path()).empty() || !root_is_ours()) return;
+  // Read, merge and write under the file's lock: two processes saving at once each keep the other's.
+  // A lock that cannot be taken at all (a file system without flock) leaves the merge unlocked, as before.
+  std::string lock_problem;
+  const FileLock file_lock = FileLock::acquire(fs::path(f.string() + ".lock"), kLockTimeoutS, &lock_problem);
   // What other processes saved since this one read the file, for the files this one did not learn.
   FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
   if (r.ok() && owned_path_problem(root_, f, r.st, ::geteuid()).empty()) {
     Contents c = parse(r.bytes);
     for (auto& [path, rec] : c.records)
       if (!forgotten_.count(path)) records_.emplace(path, std::move(rec));  // keeps ours
-    for (auto& [sha, theirs] : c.learned) {  // the union: each directive was needed by some compile
-      Learned& l = learned_[sha];
-      for (auto& d : theirs.directives)
-        if (std::find(l.directives.begin(), l.directives.end(), d) == l.directives.end()) l.directives.push_back(d);
+    for (auto& [scope, theirs] : c.learned) {  // the union: each directive was needed by some compile
+      Scope& sc = learned_[scope];
+      for (auto& [sha, directives] : theirs.files) {
+        auto& list = sc.files[sha];
+        for (auto& d : directives)
+          if (std::find(list.begin(), list.end(), d) == list.end()) list.push_back(std::move(d));
+      }
     }
   }
   if (records_.size() > kMaxRecords)
@@ -274,6 +339,28 @@ void HeaderIndex::save_locked() {
       it = it->second.used ? std::next(it) : learned_.erase(it);
   if (records_.size() > kMaxRecords || learned_.size() > kMaxLearned) return;  // this process alone used more
   publish_atomically(f, serialize_locked());
+}
+
+std::string HeaderIndex::file_problem(const std::string& bytes) {
+  const json j = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "not a JSON object";
+  const auto format = j.find("format"), tag = j.find("tag");
+  if (format == j.end() || !format->is_number_integer() || format->get<std::int64_t>() != kFormat)
+    return "not a header index of format " + std::to_string(kFormat);
+  if (tag == j.end() || !tag->is_string()) return "a header index without a tag";
+  // Parsed as the index itself parses it (under its own tag), so that what a lock vouches for is readable.
+  const HeaderIndex probe(fs::path{}, false, tag->get<std::string>());
+  try {
+    // parse() gives an empty index for anything malformed: every record and scope must come through.
+    const Contents c = probe.parse(bytes);
+    const auto files = j.find("files"), learned = j.find("learned");
+    if (files == j.end() || !files->is_object() || c.records.size() != files->size() ||
+        c.learned.size() != (learned == j.end() ? 0 : learned->size()))
+      return "a malformed header index";
+  } catch (const std::exception& e) {
+    return std::string("a malformed header index: ") + e.what();
+  }
+  return {};
 }
 
 }  // namespace kjit::cache

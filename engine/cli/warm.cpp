@@ -12,10 +12,12 @@
 
 #include "format.hpp"
 #include "kjit/cache/choice_store.hpp"
+#include "kjit/cache/header_index.hpp"
 #include "kjit/cache_config.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
+#include "kjit/template.hpp"
 
 namespace kjit::cli {
 namespace {
@@ -47,6 +49,32 @@ void push_to_remote(Engine& engine, const SpecializedKernel& p) {
   if (!remote.put(*entry))
     throw Error("not stored in the " + remote.describe() +
                 " (it does not answer, or refused it: see the warning above); fix that and run the command again");
+}
+
+// The include directives the manifest's templates learned (their records carry them; a compile here may
+// have learned more: Template::current) go into the header index of the cache warmed, in each template's
+// learning scope: a strict run that loads a template from its files keys it with the same headers as the
+// recording run did only if it finds them (on this machine, or in the shipped folder). An export's lock
+// vouches for the index it wrote.
+void ship_learned_includes(Engine& engine, const std::vector<std::optional<Specialization>>& specs,
+                           WarmReport& report) {
+  const std::shared_ptr<cache::HeaderIndex> index = header_index_for(engine.settings());
+  bool any = false;
+  for (const auto& spec : specs) {
+    if (!spec) continue;
+    const std::shared_ptr<const Template> t = spec->tmpl().current();
+    for (const auto& [sha, directives] : t->learned_includes())
+      for (const auto& d : directives) {
+        index->learn(t->learning_scope(), sha, d);
+        any = true;
+      }
+  }
+  if (!any) return;
+  index->save();
+  const std::filesystem::path file = index->file();
+  struct stat st{};
+  if (engine.disk().writable() && !file.empty() && ::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    report.entries.push_back(file);
 }
 
 }  // namespace
@@ -131,13 +159,14 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
     for (std::size_t i; (i = next.fetch_add(1)) < report.jobs;) {
       const std::size_t r = order[i / targets.size()];
       const Target& asked = targets[i % targets.size()];
-      // An arch-specific record is compiled for sm_XYa (what its family looks up), never for PTX.
-      const std::optional<Target> target = warm_target(asked, records[r].arch_specific);
+      // An arch-specific record is compiled for its sm_XYa (what its family looks up), nowhere else.
+      const WarmTarget w = warm_target(asked, records[r].arch_specific, records[r].arch);
+      const std::optional<Target>& target = w.target;
       const std::string what = records[r].describe() + " for " + (target ? *target : asked).str();
       if (!target) {
         {
           std::lock_guard<std::mutex> lock(mu);
-          report.skipped.push_back({what, kWarmNoPtxReason});
+          report.skipped.push_back({what, w.skipped_because});
         }
         progress.step("skipped " + what);
         continue;
@@ -179,6 +208,7 @@ WarmReport warm(Engine& engine, const cache::Manifest& manifest, const std::vect
   for (auto& t : pool) t.join();
   progress.finish();
   if (engine.remote()) report.pushed = static_cast<std::size_t>(engine.remote()->stored() - stored_before);
+  ship_learned_includes(engine, specs, report);
   std::sort(report.entries.begin(), report.entries.end());
   report.entries.erase(std::unique(report.entries.begin(), report.entries.end()), report.entries.end());
   install_choices(engine, manifest, report);

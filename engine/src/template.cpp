@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -183,8 +184,8 @@ class IncludeResolver {
  public:
   // `confined`: the template's headers are all in `memory_headers` (a template rebuilt from a manifest,
   // which may come from anywhere): a name that leaves its folder resolves only among them.
-  // `learned`: include directives compiles learned (sha256 of a file's bytes -> directives), used besides
-  // the header index's (which may have dropped them).
+  // `learned`: include directives compiles learned for this template (sha256 of a file's bytes ->
+  // directives: the header index's for its scope, and its origin's).
   IncludeResolver(fs::path base_dir, std::vector<fs::path> user_dirs, std::vector<fs::path> cuda_dirs,
                   const std::map<std::string, std::string>& memory_headers, bool confined, cache::HeaderIndex& index,
                   const std::map<std::string, std::vector<std::string>>& learned)
@@ -211,12 +212,11 @@ class IncludeResolver {
     add_learned(sha256, includes);
     visit_includes(includes, including_dir);
   }
-  // The directives compiles learned for a file of these bytes (HeaderIndex::learned).
+  // The directives compiles of this template learned for a file of these bytes.
   void add_learned(const std::string& sha256, std::vector<IncludeDirective>& includes) {
-    std::vector<std::string> all = index_.learned(sha256);
-    if (auto it = learned_.find(sha256); it != learned_.end())
-      all.insert(all.end(), it->second.begin(), it->second.end());
-    for (const auto& d : all)
+    auto it = learned_.find(sha256);
+    if (it == learned_.end()) return;
+    for (const auto& d : it->second)
       if (d.size() > 1) {
         includes.push_back({d.substr(1), d.front() == '<', true});
         auto& list = applied[sha256];
@@ -364,10 +364,21 @@ class IncludeResolver {
     visit(it->second, fs::path{}, headers.back().sha256);
     return true;
   }
+  // Whether `dir` is a CUDA include dir or lies inside one, by whole path components: <cuda>/include-extra
+  // is not inside <cuda>/include.
   bool in_cuda_dirs(const fs::path& dir) const {
-    std::string d = dir.string();
-    for (const auto& c : cuda_dirs_)
-      if (d.rfind(c.string(), 0) == 0) return true;
+    const fs::path d = dir.lexically_normal();
+    for (const auto& c : cuda_dirs_) {
+      const fs::path cn = c.lexically_normal();
+      auto di = d.begin();
+      bool inside = true;
+      for (auto ci = cn.begin(); ci != cn.end() && inside; ++ci) {
+        if (ci->empty() && std::next(ci) == cn.end()) break;  // a trailing '/' of the CUDA dir
+        inside = di != d.end() && *di == *ci;
+        if (inside) ++di;
+      }
+      if (inside) return true;
+    }
     return false;
   }
   bool in_kjit_templates(const fs::path& dir) const {
@@ -387,6 +398,26 @@ class IncludeResolver {
   const std::map<std::string, std::string>& memory_;
   bool confined_;
 };
+
+// Hex SHA-256 over the source and every header (its include name and the SHA-256 of its bytes), in
+// include-name order: a template's identity (Template::digest).
+std::string digest_of(const std::string& source, const std::vector<Header>& headers) {
+  std::vector<const Header*> sorted;
+  for (const auto& h : headers) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Header* a, const Header* b) { return a->include_name < b->include_name; });
+  cache::Sha256 sha;
+  auto field = [&](const std::string& s) {
+    std::uint64_t n = s.size();
+    sha.update(&n, sizeof n).update(s);
+  };
+  field(source);
+  for (const Header* h : sorted) {
+    field(h->include_name);
+    field(h->sha256);
+  }
+  return cache::to_hex(sha.finish());
+}
 
 std::atomic<std::uint64_t> g_next_uid{1};
 
@@ -416,7 +447,8 @@ std::shared_ptr<cache::HeaderIndex> header_index_for(const Settings& s) {
   // Scanner 2: __has_include probes are includes too.
   const std::string tag = std::string("kjit ") + KJIT_VERSION + " scanner 2";
   if (s.cache_mode == CacheMode::Off) return std::make_shared<cache::HeaderIndex>(fs::path{}, false, tag);
-  return std::make_shared<cache::HeaderIndex>(s.cache_dir, s.cache_mode == CacheMode::ReadWrite, tag);
+  return std::make_shared<cache::HeaderIndex>(s.cache_dir, s.cache_mode == CacheMode::ReadWrite, tag,
+                                              std::chrono::seconds(2), s.cache_layers);
 }
 
 std::shared_ptr<cache::HeaderIndex> header_index() {
@@ -457,35 +489,35 @@ std::shared_ptr<const Template> Template::load_from(std::string source, std::str
   const bool confined = o->confined;
   const CudaToolkit& tk = cuda_toolkit();
   const std::shared_ptr<cache::HeaderIndex> index = header_index();
-  IncludeResolver resolver(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index,
-                           o->learned);
-  resolver.run(t->source_);
+  // First the headers the text names, whose digest is the scope of what compiles of this template learned
+  // (HeaderIndex: a directive one template learned never re-keys another); then, when anything was
+  // learned in that scope (or is in the origin: a manifest's record, grown_by), again with it.
+  const std::map<std::string, std::vector<std::string>> none;
+  std::optional<IncludeResolver> resolver;
+  resolver.emplace(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index, none);
+  resolver->run(t->source_);
+  t->learning_scope_ = digest_of(t->source_, resolver->headers);
+  std::map<std::string, std::vector<std::string>> learned = index->learned(t->learning_scope_);
+  for (const auto& [sha, directives] : o->learned) {
+    auto& list = learned[sha];
+    for (const auto& d : directives)
+      if (std::find(list.begin(), list.end(), d) == list.end()) list.push_back(d);
+  }
+  if (!learned.empty()) {
+    resolver.emplace(o->base_dir, o->include_dirs, tk.include_dirs, o->memory_headers, confined, *index, learned);
+    resolver->run(t->source_);
+  }
   index->save();
-  t->headers_ = std::move(resolver.headers);
-  t->unresolved_ = std::move(resolver.unresolved);
-  t->learned_ = std::move(resolver.applied);
+  t->headers_ = std::move(resolver->headers);
+  t->unresolved_ = std::move(resolver->unresolved);
+  t->learned_ = std::move(resolver->applied);
   t->confined_ = confined;
   t->kernels_ = parse_kernel_decls(t->source_);
-
-  std::vector<const Header*> sorted;
-  for (const auto& h : t->headers_) sorted.push_back(&h);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Header* a, const Header* b) { return a->include_name < b->include_name; });
-  cache::Sha256 sha;
-  auto field = [&](const std::string& s) {
-    std::uint64_t n = s.size();
-    sha.update(&n, sizeof n).update(s);
-  };
-  field(t->source_);
-  for (const Header* h : sorted) {
-    field(h->include_name);
-    field(h->sha256);
-    t->holds_bytes_ = t->holds_bytes_ && h->loaded;
-  }
-  t->digest_ = cache::to_hex(sha.finish());
+  t->digest_ = digest_of(t->source_, t->headers_);
+  for (const Header& h : t->headers_) t->holds_bytes_ = t->holds_bytes_ && h.loaded;
   // Not hashed either (the bytes are those of a header above): a header reached under a second spelling
   // is handed to NVRTC under that spelling too, for compiles that see headers only in memory.
-  for (const auto& [alias, index] : resolver.aliases) {
+  for (const auto& [alias, index] : resolver->aliases) {
     const Header& h = t->headers_[index];
     auto named = [&](const Header& x) { return x.include_name == alias; };
     if (std::none_of(t->headers_.begin(), t->headers_.end(), named) &&
@@ -529,6 +561,7 @@ std::shared_ptr<const Template> Template::with_bytes() const {
   t->uid_ = uid_;
   t->origin_ = origin_;
   t->learned_ = learned_;
+  t->learning_scope_ = learning_scope_;
   for (auto* list : {&t->headers_, &t->compile_only_headers_})
     for (Header& h : *list) {
       if (h.loaded) continue;
@@ -597,7 +630,7 @@ std::shared_ptr<const Template> Template::grown_by(const std::vector<MissingIncl
   if (std::includes(before.begin(), before.end(), after.begin(), after.end())) return nullptr;  // nothing new
   // Kept where later loads look: a header that resolved is recorded for every load to come.
   const std::shared_ptr<cache::HeaderIndex> index = header_index();
-  for (const auto& [sha, directive] : learned) index->learn(sha, directive);
+  for (const auto& [sha, directive] : learned) index->learn(learning_scope_, sha, directive);
   index->save();
   std::lock_guard<std::mutex> lock(grown_mu_);
   grown_ = grown;

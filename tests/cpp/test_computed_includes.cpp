@@ -1,9 +1,12 @@
 // Headers that no reading of a template's text names (a macro-computed `#include MACRO`, as thrust, CUB
 // and CuTe write them): NVRTC asks for them, kjit resolves what it asks, hands it over, hashes it into the
-// key and keeps the directive in the header index (by the SHA-256 of the including file's bytes), so that
-// a later load keys the same headers without compiling. A template rebuilt from a manifest still reaches
+// key and keeps the directive in the header index (in the template's scope, by the SHA-256 of the including
+// file's bytes), so that a later load of the template keys the same headers without compiling. A template rebuilt from a manifest still reaches
 // no file through one.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -61,34 +64,115 @@ bool hands(const Template& t, const std::string& include_name) {
 
 }  // namespace
 
-TEST(LearnedIncludes, AreKeptByTheContentOfTheIncludingFileAcrossIndexes) {
+TEST(LearnedIncludes, AreKeptPerScopeByTheContentOfTheIncludingFileAcrossIndexes) {
   TempDir dir;
-  const std::string sha(64, 'a'), other(64, 'b');
+  const std::string scope(64, 'c'), other_scope(64, 'd'), sha(64, 'a'), other(64, 'b');
+  using Learned = HeaderIndex::Learned;
   {
     auto index = index_in(dir / "cache");
-    index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");
-    index->learn(sha, "\"thrust/system/cuda/detail/execution_policy.h");  // once
-    index->learn(sha, "bad: no '<' or '\"' first");                       // not a directive: ignored
+    index->learn(scope, sha, "\"thrust/system/cuda/detail/execution_policy.h");
+    index->learn(scope, sha, "\"thrust/system/cuda/detail/execution_policy.h");  // once
+    index->learn(scope, sha, "bad: no '<' or '\"' first");                       // not a directive: ignored
+    index->learn("not a scope", sha, "\"x.h");                                   // not a scope: ignored
     index->save();
   }
   {
     auto index = index_in(dir / "cache");  // a new process
-    EXPECT_EQ(index->learned(sha), std::vector<std::string>{"\"thrust/system/cuda/detail/execution_policy.h"});
-    EXPECT_TRUE(index->learned(other).empty());
-    index->learn(other, "<cuda/std/type_traits");
+    EXPECT_EQ(index->learned(scope), (Learned{{sha, {"\"thrust/system/cuda/detail/execution_policy.h"}}}));
+    EXPECT_TRUE(index->learned(other_scope).empty()) << "what one template learned is not another's";
+    index->learn(scope, other, "<cuda/std/type_traits");
     // Another process learned more for `sha` meanwhile: a save keeps the union.
     auto concurrent = index_in(dir / "cache");
-    concurrent->learn(sha, "\"thrust/system/cpp/detail/execution_policy.h");
+    concurrent->learn(scope, sha, "\"thrust/system/cpp/detail/execution_policy.h");
     concurrent->save();
     index->save();
   }
   auto index = index_in(dir / "cache");
-  EXPECT_EQ(index->learned(sha).size(), 2u);
-  EXPECT_EQ(index->learned(other), std::vector<std::string>{"<cuda/std/type_traits"});
+  EXPECT_EQ(index->learned(scope).at(sha).size(), 2u);
+  EXPECT_EQ(index->learned(scope).at(other), std::vector<std::string>{"<cuda/std/type_traits"});
   // A damaged learned section makes the whole file an empty index (it only ever saves work).
-  kjit::testing::write_file(
-      index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"no-quote\"]}}");
+  kjit::testing::write_file(index->file(), "{\"format\":2,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" +
+                                               scope + "\":{\"" + sha + "\":[\"no-quote\"]}}}");
+  EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
+  // A file of format 1 (directives by file only, unscoped): an empty index, replaced at the next save.
+  kjit::testing::write_file(index->file(),
+                            "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"\\\"x.h\"]}}");
+  EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
   EXPECT_TRUE(index_in(dir / "cache")->learned(sha).empty());
+}
+
+// Processes that save at once each keep what the others saved: a save reads, merges and writes under
+// the file's lock (without it, 12 processes kept 9-11 of their 12 directives).
+TEST(LearnedIncludes, ProcessesSavingAtOnceLoseNoDirective) {
+  TempDir dir;
+  const std::string scope(64, 'c'), sha(64, 'a');
+  constexpr int kProcesses = 12, kRounds = 3;
+  for (int round = 0; round < kRounds; ++round) {
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> pids;
+    for (int p = 0; p < kProcesses; ++p) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        auto index = index_in(dir / "cache");
+        (void)index->learned(scope);  // read the file first, as a process that loaded templates has
+        index->learn(scope, sha, "\"round" + std::to_string(round) + "_process" + std::to_string(p) + ".h");
+        char c;
+        (void)::read(go[0], &c, 1);  // all at once
+        index->save();
+        ::_exit(0);
+      }
+      pids.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);  // every child's read returns
+    for (pid_t pid : pids) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    const auto learned = index_in(dir / "cache")->learned(scope);
+    ASSERT_EQ(learned.count(sha), 1u);
+    EXPECT_EQ(learned.at(sha).size(), static_cast<std::size_t>(kProcesses * (round + 1))) << "round " << round;
+  }
+}
+
+// Two templates that include the same header, which computes its own include from a macro each template
+// defines: what compiling one learned (for that header's bytes) never re-keys the other, in this process
+// or a later one, so a strict run of the other finds what it compiled.
+TEST(LearnedIncludes, WhatOneTemplateLearnedNeverReKeysAnother) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  kjit::testing::write_file(dir / "src" / "common.h", "#include CHOSEN\n");
+  kjit::testing::write_file(dir / "src" / "chosen_a.h", "#define PICKED_VALUE 1\n");
+  kjit::testing::write_file(dir / "src" / "chosen_b.h", "#define PICKED_VALUE 2\n");
+  auto text = [](const char* header) {
+    return std::string("#define CHOSEN \"") + header + "\"\n#include \"common.h\"\n" +
+           "template <int N> __global__ void k(int* out) { out[0] = PICKED_VALUE + N; }\n";
+  };
+  kjit::testing::write_file(dir / "src" / "a.cu", text("chosen_a.h"));
+  kjit::testing::write_file(dir / "src" / "b.cu", text("chosen_b.h"));
+  Engine engine(settings_for(dir));
+  const auto a = engine.prepare(spec_of(Template::from_file(dir / "src" / "a.cu")), Target::parse("sm_90"));
+  const std::string a_digest = Template::from_file(dir / "src" / "a.cu")->digest();
+  EXPECT_TRUE(hands(*Template::from_file(dir / "src" / "a.cu"), "chosen_a.h"));
+  engine.prepare(spec_of(Template::from_file(dir / "src" / "b.cu")), Target::parse("sm_90"));
+  auto a_again = Template::from_file(dir / "src" / "a.cu");
+  EXPECT_FALSE(hands(*a_again, "chosen_b.h")) << "b's learned header became a's";
+  EXPECT_EQ(a_again->digest(), a_digest);
+  EXPECT_TRUE(hands(*Template::from_file(dir / "src" / "b.cu"), "chosen_b.h"));
+  // A strict process (a fresh index read from the file) finds a's kernel.
+  UseIndex later(index_in(dir / "cache"));
+  Settings strict = settings_for(dir);
+  strict.cache_mode = CacheMode::Strict;
+  Engine strict_engine(strict);
+  Origin origin;
+  const auto hit = strict_engine.prepare(spec_of(Template::from_file(dir / "src" / "a.cu")), Target::parse("sm_90"),
+                                         &origin);
+  EXPECT_EQ(origin, Origin::Disk);
+  EXPECT_EQ(hit->key, a->key);
 }
 
 TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByEveryLaterLoad) {

@@ -103,12 +103,17 @@ class Template : public std::enable_shared_from_this<Template> {
   // The learned include directives (HeaderIndex::learned) this load applied, by the SHA-256 of the file
   // they belong to: what a manifest records with the template, so that it is rebuilt with the same headers.
   const std::map<std::string, std::vector<std::string>>& learned_includes() const noexcept { return learned_; }
+  // The scope its learned directives are kept under in the header index: the digest of the source and
+  // the headers its text names (without what compiles learned), the same wherever the template's files
+  // are the same (a manifest's rebuilt template included), and another for any other template, so that
+  // what one template's compiles learn never re-keys another.
+  const std::string& learning_scope() const noexcept { return learning_scope_; }
 
   // This template loaded again with what a compile learned: each missing name, resolved from the file
   // that asked for it as a quoted include is (that file's folder, then the search path), is handed to
-  // NVRTC and hashed from now on. The directives are recorded in the header index (by the SHA-256 of the
-  // including file's bytes), so that a later load, in this process or another, keys the same headers
-  // without compiling. Null when none of them resolves to a header this template does not already
+  // NVRTC and hashed from now on. The directives are recorded in the header index (in this template's
+  // learning_scope(), by the SHA-256 of the including file's bytes), so that a later load of this
+  // template, in this process or another, keys the same headers without compiling. Null when none of them resolves to a header this template does not already
   // hand to NVRTC (then the compile error stands). The result becomes current() for this template.
   std::shared_ptr<const Template> grown_by(const std::vector<MissingInclude>& missing) const;
   // The newest template grown from this one (grown_by), else this one: what a key and a compile of
@@ -161,6 +166,7 @@ class Template : public std::enable_shared_from_this<Template> {
   bool holds_bytes_ = true;
   std::shared_ptr<const Origin> origin_;
   std::map<std::string, std::vector<std::string>> learned_;
+  std::string learning_scope_;
   mutable std::mutex with_bytes_mu_;
   mutable std::shared_ptr<const Template> with_bytes_;
   mutable std::mutex grown_mu_;

@@ -22,6 +22,15 @@
 //    (another kjit, whose include scanner may differ), is an empty index (and is replaced at the next
 //    save): the index only ever saves work, it never decides what is compiled. Whoever reads bytes it
 //    vouched for checks them against the recorded SHA-256 (Template::with_bytes).
+//
+// Learned include directives (a macro-computed include that NVRTC asked for: Template::grown_by) are
+// kept per scope, the digest of the template that learned them as its files name their includes
+// (Template::learning_scope): a directive learned by one template never re-keys another, though both
+// include the same header (a macro of one may compute a header the other never reaches). They decide
+// which headers a template's key covers, so they must reach every process that keys the template: a
+// save merges with what other processes saved, under an exclusive lock of the file (<file>.lock), so
+// that no process drops another's; and read-only layers (KJIT_CACHE_PATH: a warm cache `kjit export`
+// made) contribute theirs, from a header-index.json the layer's user owns or its kjit.lock vouches for.
 #pragma once
 
 #include <sys/stat.h>
@@ -54,8 +63,10 @@ class HeaderIndex {
   // `root`: a cache root (the file is <root>/v1/header-index.json); empty: an index in memory only.
   // `writable`: whether save() may write the file. `tag`: who reads and writes the records (the kjit
   // version and its include scanner's); records saved under another tag are not used.
+  // `layers`: read-only cache roots whose learned directives are used too (never written).
   HeaderIndex(std::filesystem::path root, bool writable, std::string tag,
-              std::chrono::nanoseconds racy_window = std::chrono::seconds(2));
+              std::chrono::nanoseconds racy_window = std::chrono::seconds(2),
+              std::vector<std::filesystem::path> layers = {});
 
   // Whether `path` lies on a filesystem whose stat() can be trusted to show a change (see above).
   static bool on_local_filesystem(const std::string& path);
@@ -68,23 +79,31 @@ class HeaderIndex {
   // Drops the record of `path` (a reader found bytes other than the recorded ones), here and, at the next
   // save, in the file: the next load reads the file again.
   void forget(const std::string& path);
-  // Writes what this process learned (merged with the file as it is now), when anything was learned
-  // and the index is writable. Never throws; a failure leaves the file as it was.
+  // Writes what this process learned (merged with the file as it is now, under the file's lock), when
+  // anything was learned and the index is writable. Never throws; a failure leaves the file as it was.
   void save();
+  // Why `bytes` are not a header index file of any kjit ("" when they are one): what a layer's
+  // kjit.lock may vouch for (export_lock.hpp).
+  static std::string file_problem(const std::string& bytes);
 
-  // Include directives learned for a file whose bytes have this hex SHA-256 (see above): encoded as
-  // HeaderFacts::includes are ('<' or '"' and the name), in the order learned.
-  std::vector<std::string> learned(const std::string& sha256);
-  // Records one (kept at the next save, merged with what other processes learned).
-  void learn(const std::string& sha256, const std::string& directive);
+  // Include directives learned in `scope` (a hex digest, see above), by the hex SHA-256 of the bytes of
+  // the file they belong to: encoded as HeaderFacts::includes are ('<' or '"' and the name), in the
+  // order learned; the layers' after this index's own.
+  using Learned = std::map<std::string, std::vector<std::string>>;
+  Learned learned(const std::string& scope);
+  // Records one (kept at the next save, merged with what other processes learned). Ignored when the
+  // scope or the SHA-256 is not a hex SHA-256, or the directive is not one.
+  void learn(const std::string& scope, const std::string& sha256, const std::string& directive);
 
   std::filesystem::path file() const;  // empty for an in-memory index
   std::size_t size() const;            // records held
 
   // At most this many records are kept; beyond it, records this process did not use are dropped.
   static constexpr std::size_t kMaxRecords = 4096;
-  // At most this many files' learned directives are kept (beyond it, those this process did not use).
+  // At most this many scopes' learned directives are kept (beyond it, those this process did not use).
   static constexpr std::size_t kMaxLearned = 4096;
+  // How long save() waits for the file's lock before giving up (what it learned stays in memory).
+  static constexpr double kLockTimeoutS = 10.0;
 
  private:
   struct Record {
@@ -92,15 +111,16 @@ class HeaderIndex {
     HeaderFacts facts;
     bool used = false;  // found or learned by this process
   };
-  struct Learned {
-    std::vector<std::string> directives;
+  struct Scope {
+    Learned files;  // SHA-256 of a file's bytes -> directives
     bool used = false;
   };
   struct Contents {
     std::map<std::string, Record> records;
-    std::map<std::string, Learned> learned;
+    std::map<std::string, Scope> learned;
   };
   void load_locked();
+  void load_layers_locked();
   void save_locked();
   Contents parse(const std::string& bytes) const;
   std::string serialize_locked() const;
@@ -113,8 +133,11 @@ class HeaderIndex {
   bool loaded_ = false;
   bool dirty_ = false;
   std::map<std::string, Record> records_;
-  std::map<std::string, Learned> learned_;  // SHA-256 of a file's bytes -> directives learned
-  std::set<std::string> forgotten_;         // dropped by forget(): not taken back from the file at save()
+  std::map<std::string, Scope> learned_;  // scope -> what was learned in it
+  std::set<std::string> forgotten_;       // dropped by forget(): not taken back from the file at save()
+  std::vector<std::filesystem::path> layers_;
+  bool layers_loaded_ = false;
+  std::map<std::string, Learned> layer_learned_;  // the layers', by scope
 };
 
 }  // namespace kjit::cache
