@@ -35,11 +35,13 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
   for (std::size_t i = 0; i < specs.size(); ++i)
     if (specs[i])
       for (const auto& t : targets) {
-        // As `kjit warm` compiles it: an arch-specific record for sm_XYa, none for compute_XY.
-        if (auto target = warm_target(t, manifest.records()[i].arch_specific))
-          jobs.emplace_back(*specs[i], *target);
+        // As `kjit warm` compiles it (warm_target).
+        const cache::ManifestRecord& record = manifest.records()[i];
+        const WarmTarget w = warm_target(t, record.arch_specific, record.arch);
+        if (w.target)
+          jobs.emplace_back(*specs[i], *w.target);
         else
-          skipped.push_back(manifest.records()[i].describe() + " for " + t.str());
+          skipped.push_back(record.describe() + " for " + t.str() + ": " + w.skipped_because);
       }
   const auto r = engine.prefetch(jobs);
   const std::string remote = engine.remote()->describe();
@@ -50,7 +52,7 @@ int run_prefetch(Context& ctx, const PrefetchRequest& req) {
             << (r.not_kept ? ", " + std::to_string(r.not_kept) + " not kept by the disk" : std::string()) << "\n";
   else
     ctx.out << r.missing << " not looked up\n";
-  for (const auto& s : skipped) ctx.out << "  skipped: " << printable(s) << ": " << kWarmNoPtxReason << '\n';
+  for (const auto& s : skipped) ctx.out << "  skipped: " << printable(s) << '\n';
   for (const auto& s : stale) ctx.out << "  " << printable(s) << '\n';
   int status = kExitOk;
   for (std::size_t i = 0; i < errors.size(); ++i)

@@ -2,9 +2,11 @@
 // the cache for each architecture (no GPU needed; --remote: and into the remote tier, KJIT_REMOTE_CACHE).
 // `kjit export MANIFEST --out DIR --arch ...`: the same into DIR as a fresh cache root, then DIR/kjit.lock (checked by
 // `kjit verify --dir DIR --lock DIR/kjit.lock`). A record of an arch-specific kernel ("arch_specific", e.g. the sm_90
-// GEMM's wgmma) is compiled for sm_XYa whether sm_XY or sm_XYa is asked, and skipped (not failed) for compute_XY:
-// kjit::warm_target (target.hpp). Every job must have stored its entry (else exit status 1); an export starts from an
-// empty DIR, locks exactly the entries it wrote, and is left readable by every user (export_dir.hpp).
+// GEMM's wgmma) is compiled for the sm_XYa it was recorded for when sm_XY or sm_XYa is asked, and skipped (not
+// failed), with the reason, for any other architecture and for compute_XY: kjit::warm_target (target.hpp). Every job
+// must have stored its entry (else exit status 1); the learned include directives of the manifest's templates go into
+// the cache's header index (a strict run keys those templates with them); an export starts from an empty DIR, locks
+// exactly the entries (and the header index) it wrote, and is left readable by every user (export_dir.hpp).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

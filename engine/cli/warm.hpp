@@ -31,8 +31,8 @@ struct WarmReport {
   std::size_t pushed = 0;           // entries this warm stored in the remote tier
   std::size_t choices = 0;          // tuned choices of the manifest installed into the cache (choice_store.hpp)
   std::vector<WarmFailure> failed;  // jobs, and tuned choices that could not be installed
-  // Jobs with no target to compile for (warm_target: an arch-specific record asked for compute_XY), with
-  // why; neither compiled nor failed.
+  // Jobs with no target to compile for (warm_target: an arch-specific record asked for another architecture
+  // or for compute_XY), with why; neither compiled nor failed.
   std::vector<WarmFailure> skipped;
   std::vector<std::string> stale;  // one note per record whose template changed since recording
   // The entry file of every job that succeeded from the writable cache root (sorted, unique: jobs may

@@ -24,6 +24,7 @@ void Recorder::record(const Specialization& spec, const Target& target) noexcept
     }
     cache::ManifestRecord r = to_record(current, std::move(sources));
     r.arch_specific = target.kind == Target::Kind::SmArchSpecific;
+    if (r.arch_specific) r.arch = target.arch;
     const std::string id = r.id();
     if (recorded_.count(id)) return;
     writer_.append({std::move(r)});

@@ -62,10 +62,19 @@ std::string Target::str() const {
 
 std::string Target::nvrtc_flag() const { return "--gpu-architecture=" + str(); }
 
-std::optional<Target> warm_target(const Target& requested, bool arch_specific) {
-  if (!arch_specific) return requested;
-  if (requested.is_ptx()) return std::nullopt;
-  return Target{requested.arch, Target::Kind::SmArchSpecific};
+WarmTarget warm_target(const Target& requested, bool arch_specific, int recorded_arch) {
+  if (!arch_specific) return {requested, {}};
+  const int arch = recorded_arch > 0 ? recorded_arch : 90;
+  const std::string made_for = "sm_" + std::to_string(arch) + "a";
+  if (requested.is_ptx())
+    return {std::nullopt, "an arch-specific kernel (recorded for " + made_for +
+                              ") has no PTX form; ask for sm_" + std::to_string(arch) + " to warm it"};
+  if (requested.arch != arch)
+    return {std::nullopt, "an arch-specific kernel recorded for " + made_for + ", which only an sm_" +
+                              std::to_string(arch) + " GPU runs; on " + requested.str() +
+                              " the same op runs another kernel: record the workload on that GPU (KJIT_RECORD) "
+                              "and warm that manifest too"};
+  return {Target{arch, Target::Kind::SmArchSpecific}, {}};
 }
 
 }  // namespace kjit

@@ -259,22 +259,72 @@ TEST(Manifest, TheRecorderMarksWhatWasResolvedForAnArchSpecificTarget) {
   const Manifest m = kjit::cache::read_manifest(file);
   ASSERT_EQ(m.records().size(), 3u);
   EXPECT_TRUE(m.records()[0].arch_specific);
+  EXPECT_EQ(m.records()[0].arch, 90);
   EXPECT_FALSE(m.records()[1].arch_specific);
+  EXPECT_EQ(m.records()[1].arch, 0);
   EXPECT_FALSE(m.records()[2].arch_specific);
   EXPECT_EQ(m.records()[1].id(), kjit::to_record(add_constant("float32", 4)).id());
   EXPECT_NE(m.records()[0].id(), m.records()[1].id());
 }
 
-// The one rule `kjit warm`, `export` and `prefetch` share.
-TEST(Manifest, AnArchSpecificRecordIsWarmedForSmXYaAndHasNoPtxForm) {
+// The one rule `kjit warm`, `export` and `prefetch` share: an arch-specific record is compiled for the
+// sm_XYa it was recorded for and skipped, with why, for every other architecture and for PTX; a record of
+// a kjit before "arch" is the sm_90 GEMM's.
+TEST(Manifest, AnArchSpecificRecordIsWarmedForItsOwnSmXYaOnly) {
   using kjit::Target;
   using kjit::warm_target;
-  EXPECT_EQ(warm_target(Target::parse("sm_90"), true), Target::parse("sm_90a"));
-  EXPECT_EQ(warm_target(Target::parse("sm_90a"), true), Target::parse("sm_90a"));
-  EXPECT_EQ(warm_target(Target::parse("sm_100"), true), Target::parse("sm_100a"));
-  EXPECT_FALSE(warm_target(Target::parse("compute_90"), true));
-  for (const char* t : {"sm_90", "sm_90a", "compute_90", "sm_80"})
-    EXPECT_EQ(warm_target(Target::parse(t), false), Target::parse(t)) << t;
+  for (int recorded : {90, 0}) {
+    SCOPED_TRACE(recorded);
+    EXPECT_EQ(warm_target(Target::parse("sm_90"), true, recorded).target, Target::parse("sm_90a"));
+    EXPECT_EQ(warm_target(Target::parse("sm_90a"), true, recorded).target, Target::parse("sm_90a"));
+    for (const char* other : {"sm_80", "sm_100", "sm_100a", "sm_89"}) {
+      const kjit::WarmTarget w = warm_target(Target::parse(other), true, recorded);
+      EXPECT_FALSE(w.target) << other;
+      EXPECT_EQ(w.skipped_because,
+                std::string("an arch-specific kernel recorded for sm_90a, which only an sm_90 GPU runs; on ") + other +
+                    " the same op runs another kernel: record the workload on that GPU (KJIT_RECORD) and warm that "
+                    "manifest too");
+    }
+    const kjit::WarmTarget ptx = warm_target(Target::parse("compute_90"), true, recorded);
+    EXPECT_FALSE(ptx.target);
+    EXPECT_EQ(ptx.skipped_because,
+              "an arch-specific kernel (recorded for sm_90a) has no PTX form; ask for sm_90 to warm it");
+  }
+  EXPECT_EQ(warm_target(Target::parse("sm_100"), true, 100).target, Target::parse("sm_100a"));
+  EXPECT_FALSE(warm_target(Target::parse("sm_90"), true, 100).target);
+  for (const char* t : {"sm_90", "sm_90a", "compute_90", "sm_80"}) {
+    EXPECT_EQ(warm_target(Target::parse(t), false, 0).target, Target::parse(t)) << t;
+    EXPECT_TRUE(warm_target(Target::parse(t), false, 0).skipped_because.empty()) << t;
+  }
+}
+
+// "arch" is written only for an arch-specific record, read back, and refused when it is not an
+// architecture or belongs to a record that is not arch-specific.
+TEST(Manifest, TheArchOfAnArchSpecificRecordIsWrittenAndReadBack) {
+  ManifestRecord on = kjit::to_record(add_constant("float32", 4));
+  on.arch_specific = true;
+  const std::string old_id = on.id();
+  on.arch = 90;
+  EXPECT_NE(on.id(), old_id);
+  Manifest m;
+  m.add(on);
+  const std::string text = kjit::cache::manifest_to_json(m);
+  EXPECT_EQ(json_lines(text)[1]["record"]["arch"], 90);
+  const Manifest back = kjit::cache::parse_manifest(text, "m.json");
+  ASSERT_EQ(back.records().size(), 1u);
+  EXPECT_EQ(back.records()[0].arch, 90);
+  EXPECT_EQ(back.records()[0].id(), on.id());
+  for (const std::string& bad : {std::string("\"arch\":\"sm_90a\""), std::string("\"arch\":5")}) {
+    std::string edited = text;
+    edited.replace(edited.find("\"arch\":90"), 9, bad);
+    try {
+      kjit::cache::parse_manifest(edited, "m.json");
+      ADD_FAILURE() << "read " << bad;
+    } catch (const kjit::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("\"arch\" must be the XY of an arch-specific record"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Manifest, AFileTemplateIsRebuiltAnywhereWithTheSameDigestAndKey) {

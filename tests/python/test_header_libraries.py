@@ -164,3 +164,32 @@ def test_register_cutlass_dir_after_discovery_is_refused(tmp_path):
     kjit._core.toolkit()
     assert kjit._core.register_cutlass_dir(str(include), "test") is False
     assert kjit._core.toolkit()["cutlass"] is None or kjit._core.toolkit()["cutlass"]["include_dir"] != str(include)
+
+
+def test_a_folder_beside_the_cuda_headers_is_not_theirs(tmp_path):
+    """<cuda>/include-extra shares a prefix with <cuda>/include but is not inside it: its headers are the
+    user's (recorded into a manifest with the template, read at every load), not the toolkit's, which a
+    manifest leaves out. Whole path components are compared, not a string prefix."""
+    from conftest import run_python
+
+    real = pathlib.Path(kjit._core.toolkit()["headers_from"])
+    home = tmp_path / "cuda"
+    home.mkdir()
+    for entry in real.iterdir():
+        (home / entry.name).symlink_to(entry)
+    extra = home / "include-extra"
+    extra.mkdir()
+    (extra / "extra_value.h").write_text("#define EXTRA_VALUE 7\n")
+    src = tmp_path / "k.cu"
+    src.write_text(
+        f'#include "{extra / "extra_value.h"}"\n'
+        "template <int N> __global__ void k(int* o) { *o = N + EXTRA_VALUE; }\n"
+    )
+    manifest = tmp_path / "manifest.json"
+    run_python(
+        ["-c", f"import kjit; kjit.Template.from_file({str(src)!r}).kernel('k').specialize(N=1, arch='sm_90')"],
+        env={"KJIT_CUDA_HOME": home, "KJIT_RECORD": manifest, "KJIT_CACHE_DIR": tmp_path / "cache"},
+    )
+    sources = [json.loads(line)["sources"] for line in manifest.read_text().splitlines() if '"sources"' in line]
+    assert len(sources) == 1
+    assert [name for name in sources[0]["headers"] if name.endswith("extra_value.h")], sources[0]["headers"].keys()

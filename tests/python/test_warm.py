@@ -160,9 +160,10 @@ def test_strict_mode_finds_an_exported_layer_on_disk(tmp_path, run_kjit, run_py)
     assert r.stdout.split() == ["disk", "disk", "miss", "0"], r
 
 
-def gemm_sm90_manifest(path):
+def gemm_sm90_manifest(path, arch=90):
     """A manifest (as KJIT_RECORD writes it) of the sm_90 GEMM op's kernel: gemm_sm90's gemm_wgmma with
-    the library's compile options, recorded for sm_90a (the kernel's wgmma exists only there)."""
+    the library's compile options, recorded for sm_90a (the kernel's wgmma exists only there). arch=None:
+    as a kjit before "arch" wrote it."""
     import kjit
 
     options = kjit._core.library_compile_options()
@@ -196,6 +197,8 @@ def gemm_sm90_manifest(path):
         "options": record_options,
         "arch_specific": True,
     }
+    if arch is not None:
+        record["arch"] = arch
     path.write_text(json.dumps({"kjit_manifest": 2}) + "\n" + json.dumps({"record": record}) + "\n")
 
 
@@ -211,3 +214,74 @@ def test_an_arch_specific_record_is_warmed_for_sm_90a(tmp_path, run_kjit, cache_
     r = run_kjit("warm", str(manifest), "--arch", "sm_90a,compute_90")
     assert "0 compiled, 1 already cached, 0 failed, 1 skipped" in r.stdout, r
     assert "skipped: gemm_wgmma(" in r.stdout and "for compute_90: an arch-specific kernel" in r.stdout, r
+
+
+def test_an_arch_specific_record_is_skipped_with_its_reason_on_other_architectures(tmp_path, run_kjit, cache_dir):
+    """The README's `kjit warm --arch sm_80,sm_90` of a workload that ran the sm_90 GEMM: sm_90a compiled,
+    sm_80 (no sm_80a; another kernel runs there) and sm_100 (no wgmma on sm_100a) skipped with a reason, exit
+    0. A record of a kjit from before "arch" is the sm_90 GEMM's too."""
+    for arch in (90, None):
+        manifest = tmp_path / f"manifest-{arch}.json"
+        gemm_sm90_manifest(manifest, arch=arch)
+        r = run_kjit("warm", str(manifest), "--arch", "sm_80,sm_90", check=False)
+        assert r.returncode == 0, r
+        assert "2 jobs (1 specialization x 2 targets): " in r.stdout and "0 failed, 1 skipped" in r.stdout, r
+        assert "for sm_80: an arch-specific kernel recorded for sm_90a, which only an sm_90 GPU runs" in r.stdout, r
+        assert "record the workload on that GPU (KJIT_RECORD)" in r.stdout, r
+        r = run_kjit("warm", str(manifest), "--arch", "sm_90,sm_100", check=False)
+        assert r.returncode == 0, r
+        assert "1 already cached, 0 failed, 1 skipped" in r.stdout and "for sm_100: " in r.stdout, r
+        assert [d.name for d in (cache_dir / "v1").iterdir() if d.is_dir()] == ["sm_90a"], r
+
+
+def test_the_recorder_writes_the_architecture_of_an_arch_specific_record(tmp_path, run_py):
+    manifest = tmp_path / "manifest.json"
+    run_py(
+        """
+        import kjit, torch
+        k = kjit.Template.builtin("add_constant").kernel("add_constant")
+        k.specialize(T=torch.float32, VEC=4, arch="sm_90a")
+        k.specialize(T=torch.float32, VEC=4, arch="sm_90")
+        """,
+        env={"KJIT_RECORD": manifest},
+    )
+    recs = records(manifest)
+    assert [(r.get("arch_specific"), r.get("arch")) for r in recs] == [(True, 90), (None, None)], recs
+
+
+# A template that includes thrust, whose headers compute an include from a macro: compiles learn it. A
+# strict run that ships only the exported folder (a KJIT_CACHE_PATH layer over an empty cache) must key
+# the template as the recording run did, so the folder carries what was learned (its header index).
+THRUST = """
+#include <thrust/iterator/detail/device_system_tag.h>
+template <int N> __global__ void k(int* out) { out[0] = N; }
+"""
+
+
+def test_an_export_ships_learned_includes_so_a_strict_run_finds_the_kernel(tmp_path, run_kjit, run_py):
+    src = tmp_path / "thrust_tag.cu"
+    src.write_text(THRUST)
+    manifest = tmp_path / "manifest.json"
+    run_py(
+        f"""
+        import kjit
+        kjit.Template.from_file({str(src)!r}).kernel("k").specialize(N=3, arch="sm_90")
+        """,
+        env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": tmp_path / "record-cache"},
+    )
+    out = tmp_path / "export"
+    r = run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90")
+    index = json.loads((out / "v1" / "header-index.json").read_text())
+    assert any(index["learned"].values()), index["learned"]
+    lock = json.loads((out / "kjit.lock").read_text())
+    assert "v1/header-index.json" in [e["path"] for e in lock["entries"]], lock
+    assert "all valid" in run_kjit("verify", "--dir", str(out), "--lock", str(out / "kjit.lock")).stdout
+    r = run_py(
+        f"""
+        import kjit
+        print(kjit.Template.from_file({str(src)!r}).kernel("k").specialize(N=3, arch="sm_90").origin)
+        print(kjit.stats()["compiles"])
+        """,
+        env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out, "KJIT_CACHE_DIR": tmp_path / "empty-writable"},
+    )
+    assert r.stdout.split() == ["disk", "0"], r

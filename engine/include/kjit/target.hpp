@@ -25,13 +25,18 @@ struct Target {
 };
 
 // The target a manifest record is compiled for when `requested` is asked (`kjit warm`, `kjit export`,
-// `kjit prefetch` --arch): the record of an arch-specific kernel (cache::ManifestRecord::arch_specific,
-// KernelFamily's arch_specific) for sm_XYa whether sm_XY or sm_XYa is asked, the entry its family looks
-// up; none for compute_XY (arch-specific features have no PTX form: the job is skipped, see
-// kWarmNoPtxReason); any other record for `requested` as is. The one place this rule lives.
-std::optional<Target> warm_target(const Target& requested, bool arch_specific);
-// Why warm_target gives no target (for the line saying a job was skipped).
-inline constexpr const char* kWarmNoPtxReason =
-    "an arch-specific kernel (recorded for sm_XYa) has no PTX form; ask for sm_XY or sm_XYa to warm it";
+// `kjit prefetch` --arch), or why none: the one place this rule lives.
+//  - a plain record: `requested` as is;
+//  - an arch-specific record (cache::ManifestRecord::arch_specific, KernelFamily's arch_specific: the sm_90
+//    GEMM's wgmma) recorded for sm_XYa (`recorded_arch` XY): sm_XYa when sm_XY or sm_XYa is asked, the entry
+//    its family looks up; skipped for any other architecture (only an sm_XY GPU runs that kernel; another
+//    GPU runs another kernel for the same op, which a workload recorded there names) and for compute_XY
+//    (arch-specific features have no PTX form). A record from before "arch" was written (`recorded_arch` 0)
+//    is the sm_90 GEMM's, kjit's only arch-specific kernel then.
+struct WarmTarget {
+  std::optional<Target> target;  // none: the job is skipped
+  std::string skipped_because;   // why, when skipped
+};
+WarmTarget warm_target(const Target& requested, bool arch_specific, int recorded_arch);
 
 }  // namespace kjit

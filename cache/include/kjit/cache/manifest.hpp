@@ -6,7 +6,7 @@
 //   {"kjit_manifest":2}
 //   {"sources":{"id":"<sha256>","source":"...","headers":{"detail.cuh":"..."}}}
 //   {"record":{"id":"<sha256>","template":{"name":"k.cu","builtin":false,"digest":"...","sources":"<sha256>"},
-//              "kernel":"...","args":[...],"options":{...}[,"arch_specific":true]}}
+//              "kernel":"...","args":[...],"options":{...}[,"arch_specific":true,"arch":90]}}
 //   ("options": the compile options, a JSON object the cache layer keeps as it is: see ManifestRecord)
 //   {"choice":{"key":"gemm|sm_90a|bf16|N=4096|K=4096","value":"wgmma:128x256x64:s4"}}
 //
@@ -98,6 +98,10 @@ struct ManifestRecord {
   // features only sm_XYa has (wgmma). Written as "arch_specific": true only when true, so the record of
   // every other kernel (and its id) is what it was before the field existed. Another binary, so another id.
   bool arch_specific = false;
+  // For an arch-specific record, the XY of the sm_XYa it was compiled for ("arch": 90), the one
+  // architecture that runs it: `kjit warm` compiles it there and skips it elsewhere (kjit::warm_target).
+  // 0 in a record written before the field existed; written only when not 0 (so such a record keeps its id).
+  int arch = 0;
 
   // Hex SHA-256 of the canonical JSON of the record, its sources by id (the dedup identity). Throws
   // kjit::ValueError for a record that is not built in and has no sources.
