@@ -63,6 +63,11 @@ void Choices::store(const std::string& key, const std::string& value) {
   if (recorder_) recorder_->record_choice(key, value);
 }
 
+void Choices::record(const std::string& key, const std::string& value) {
+  cache::check_choice(key, value);
+  if (recorder_) recorder_->record_choice(key, value);
+}
+
 bool Choices::tuning_allowed() const { return settings_.tune && settings_.cache_mode != CacheMode::Strict; }
 
 }  // namespace kjit

@@ -16,7 +16,7 @@
 //   std::string pick;
 //   if (auto v = c.find(key)) pick = *v;                              // a stored (or warmed) choice
 //   else if (c.tuning_allowed()) { pick = time_candidates(); c.store(key, pick); }
-//   else pick = default_heuristic();                                  // strict, or KJIT_TUNE=0
+//   else { pick = default_heuristic(); c.record(key, pick); }       // strict, or KJIT_TUNE=0
 // A value read back may come from an older op or a hand-edited file: the op checks that it names one of
 // its candidates and falls back to its default otherwise.
 #pragma once
@@ -57,6 +57,12 @@ class Choices {
   // mode only; a failure to write is a warning, never an error). Also recorded to the KJIT_RECORD
   // manifest. ValueError for a bad key or value.
   void store(const std::string& key, const std::string& value);
+  // Records `value`, which the op picked for `key` by its own rule (no stored choice, no tuning), to the
+  // KJIT_RECORD manifest only (once per key and value): a rule may read the device (its multiprocessor
+  // count), and a deployment on another model of the same architecture (an H100 PCIe after an H100 SXM, a
+  // MIG slice) must replay the recorded pick, whose kernels were warmed, not make its own. Not stored on
+  // disk: a later process on this GPU makes the same pick by the same rule. ValueError for a bad key or value.
+  void record(const std::string& key, const std::string& value);
   // Whether the caller may time candidates now: KJIT_TUNE=1 and not KJIT_CACHE_MODE=strict.
   bool tuning_allowed() const;
 

@@ -94,12 +94,28 @@ int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std
   return vector_width(a, n, divides);
 }
 
-int sm_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> counts{};
-  if (device < 0 || device >= kMaxDevices)
+namespace {
+constexpr int kMaxSmDevices = 64;
+std::array<std::atomic<int>, kMaxSmDevices>& sm_counts() {
+  static std::array<std::atomic<int>, kMaxSmDevices> counts{};
+  return counts;
+}
+void check_sm_device(int device) {
+  if (device < 0 || device >= kMaxSmDevices)
     throw ValueError("device ordinal " + std::to_string(device) + " is out of range [0, " +
-                     std::to_string(kMaxDevices) + ")");
+                     std::to_string(kMaxSmDevices) + ")");
+}
+}  // namespace
+
+void override_sm_count(int device, int count) {
+  check_sm_device(device);
+  if (count < 0) throw ValueError("a multiprocessor count must be 0 (the device's own) or more, got " + std::to_string(count));
+  sm_counts()[device].store(count, std::memory_order_relaxed);
+}
+
+int sm_count(int device) {
+  check_sm_device(device);
+  auto& counts = sm_counts();
   int n = counts[device].load(std::memory_order_relaxed);
   if (n > 0) return n;
   const DriverLibrary& d = DriverLibrary::get();

@@ -100,6 +100,9 @@ int pick_vec(std::size_t elem_size, std::initializer_list<const void*> ptrs, std
 
 // Multiprocessors of a device (read from the driver once per device).
 int sm_count(int device);
+// Tests: from now on sm_count(device) is `count` (0: the device's own again), as on a GPU of the same
+// architecture with another count (an H100 PCIe after an H100 SXM, a MIG slice). kjit._C._override_sm_count.
+void override_sm_count(int device, int count);
 // Resident blocks of 256 threads a grid-stride launch fills: 8 per multiprocessor.
 inline std::int64_t max_blocks(int device) { return static_cast<std::int64_t>(sm_count(device)) * 8; }
 

@@ -227,6 +227,10 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
     c = time_candidates(op, g, device, ctx, c);
     choices.store(key, c.name());
     log::info(1, std::string(op) + ": tuned " + key + ": " + c.name());
+  } else if (!known) {
+    // The heuristic reads the multiprocessor count: a strict deployment on another model of this
+    // architecture replays this pick (warmed from the manifest), whose kernels were warmed.
+    choices.record(key, c.name());
   }
   const std::lock_guard<std::mutex> lock(mu);
   memo.emplace(m, c);

@@ -20,4 +20,7 @@ void reset_op_calls() noexcept;
 // Adds the submodule `ops` to `m`: one C function per op defined with KJIT_OP (op.hpp).
 void bind_direct_ops(py::module_& m);
 
+// Tests: the ops see `count` multiprocessors on `device` (common.hpp).
+void override_sm_count(int device, int count);
+
 }  // namespace kjit::ops

@@ -116,15 +116,21 @@ std::array<TemplateArg, 4> cols_args(at::ScalarType x, at::ScalarType y, int op,
 }
 
 // How reduce_cols cuts R: into `splits` chunks of `chunk` (one pass when splits is 1, else a second
-// pass over the partial results), so that outer x inner / vec columns fill the GPU.
+// pass over the partial results), so that outer x inner / vec columns fill the GPU. Whether R is split
+// decides which kernels run (the partials' dtype), so it depends on the shape only, never on the device's
+// multiprocessor count: a strict deployment on a GPU with another count runs the kernels that were
+// recorded and warmed. How many splits (a runtime grid size) may follow the device.
 struct ColsSplit {
   std::int64_t splits = 1, chunk = 0;
 };
+constexpr std::int64_t kColsSplitBelowBlocks = 512;  // 4 blocks per multiprocessor of a 128-SM GPU
 ColsSplit cols_split(std::int64_t outer, std::int64_t R, std::int64_t inner, int vec, int device) {
   const std::int64_t blocks = outer * cdiv(inner / vec, 32);
-  const std::int64_t target = 4 * static_cast<std::int64_t>(sm_count(device));
   std::int64_t splits = 1;
-  if (blocks < target && R >= 256) splits = std::min(cdiv(target, blocks), R / 64);
+  if (blocks < kColsSplitBelowBlocks && R >= 256) {
+    const std::int64_t target = 4 * static_cast<std::int64_t>(sm_count(device));
+    splits = std::max<std::int64_t>(2, std::min(cdiv(target, blocks), R / 64));
+  }
   const std::int64_t chunk = cdiv(R, splits);
   return {cdiv(R, chunk), chunk};
 }

@@ -18,4 +18,6 @@ PYBIND11_MODULE(_C, m) {
   bind_elementwise(m);
   register_profiler(m);
   kjit::ops::bind_direct_ops(m);
+  m.def("_override_sm_count", &kjit::ops::override_sm_count, py::arg("device"), py::arg("count"),
+        "Tests only: the built-in ops see `count` multiprocessors on `device` (0: its own), as on another GPU model");
 }
