@@ -1,8 +1,7 @@
 // image_params: a kernel's parameter count read from NVRTC's own output (cubins for sm_80, sm_90 and sm_120,
-// PTX for compute_90), for kernels of 0 to 29 parameters, structs passed by value, __grid_constant__
-// parameters of a CUtensorMap's size and alignment (128 bytes, 64-aligned), a parameter list over 8000 bytes
-// (ptxas's EIATTR_KPARAM_INFO_V2), a template kernel and a kernel that ignores its parameters; and images
-// that do not say for sure, which give no count rather than a guess. No GPU needed.
+// PTX for compute_90) for the kernels of param_test_kernels.hpp (0 to 29 parameters, structs, __grid_constant__
+// CUtensorMap-sized parameters, a parameter list over 8000 bytes, a template kernel); and images that do not say
+// for sure, which give no count rather than a guess. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,73 +12,29 @@
 #include "kjit/image_params.hpp"
 #include "kjit/specialization.hpp"
 #include "kjit/template.hpp"
+#include "param_test_kernels.hpp"
 
 using namespace kjit;
 
 namespace {
 
-const char* kSource = R"(
-struct Big { float v[32]; };                             // 128 bytes
-struct alignas(64) TensorMapLike { unsigned long long opaque[16]; };  // a CUtensorMap's size and alignment
-struct Mixed { char c; double d; int i; };
-struct Huge { char b[20000]; };                          // past ptxas's EIATTR_KPARAM_INFO (V1) records
+using kjit::testing::param_test_kernels;
+using kjit::testing::param_test_source;
+using Expected = kjit::testing::ParamTestKernel;
 
-__global__ void none() {}
-__global__ void one(float* x) { x[0] = 1; }
-__global__ void unused(float* x, int a, double b, char c) {}
-__global__ void structs(Big b, Mixed m, float* out) { out[0] = b.v[3] + m.d; }
-__global__ void grid_constant(const __grid_constant__ TensorMapLike t, float* out, int n) {
-  out[n] = (float)t.opaque[2];
-}
-__global__ void tensor_maps(const __grid_constant__ TensorMapLike a, const __grid_constant__ TensorMapLike b, float* c,
-                            int m, int n, int k, long long ldc) {
-  c[m] = a.opaque[n] + b.opaque[k] + ldc;
-}
-__global__ void huge(Huge h, float* out, int i) { out[i] = h.b[i]; }
-__global__ void many(float* a0, float* a1, float* a2, float* a3, float* a4, float* a5, float* a6, float* a7,
-                     int b0, int b1, int b2, int b3, int b4, int b5, int b6, int b7, char c0, short c1, long long c2,
-                     double c3, float* a8, float* a9, float* a10, float* a11, float* a12, float* a13, float* a14,
-                     float* a15, int z) {
-  a0[z] = b0 + c2;
-}
-template <typename T, int N>
-__global__ void scaled(T* x, T c, int n) {
-  if (n < N) x[n] += c;
-}
-)";
-
-struct Expected {
-  std::string kernel;
-  std::vector<std::pair<std::string, TemplateArg>> args;
-  std::size_t count;
-};
-
-const std::vector<Expected>& expected() {
-  static const std::vector<Expected> e = {
-      {"none", {}, 0},
-      {"one", {}, 1},
-      {"unused", {}, 4},
-      {"structs", {}, 3},
-      {"grid_constant", {}, 3},
-      {"tensor_maps", {}, 7},
-      {"huge", {}, 3},
-      {"many", {}, 29},
-      {"scaled", {{"T", TemplateArg::type(DType::Float32)}, {"N", TemplateArg::integer(4)}}, 3},
-  };
-  return e;
+const std::shared_ptr<const Template>& test_template() {
+  static const auto tmpl = Template::from_string(param_test_source(), "image_params_test.cu");
+  return tmpl;
 }
 
 // The kernel compiled by NVRTC for `target` (a cubin for sm_XY, PTX for compute_XY).
 CompiledBinary compile(const Expected& e, const std::string& target) {
-  static const auto tmpl = Template::from_string(kSource, "image_params_test.cu");
+  const auto& tmpl = test_template();
   return Compiler::compile(Specialization(tmpl, e.kernel, e.args), Compiler::plan(Target::parse(target)));
 }
 
 bool is_elf(const std::string& image) {
-  return image.rfind(
-             "\x7f"
-             "ELF",
-             0) == 0;
+  return image.size() > 4 && image[0] == 0x7f && image.compare(1, 3, "ELF") == 0;
 }
 
 }  // namespace
@@ -87,15 +42,13 @@ bool is_elf(const std::string& image) {
 class ImageParams : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ImageParams, CountsEveryKernelsParametersAsDeclared) {
-  for (const Expected& e : expected()) {
+  for (const Expected& e : param_test_kernels()) {
     SCOPED_TRACE(e.kernel + " for " + GetParam());
     const CompiledBinary b = compile(e, GetParam());
     ASSERT_EQ(is_elf(b.payload), GetParam().rfind("sm_", 0) == 0);
-    EXPECT_EQ(image_param_count(b.payload, b.lowered_name), e.count);
+    EXPECT_EQ(image_param_count(b.payload, b.lowered_name), e.sizes.size());
     // The count kjit's own reading of the declaration gives (ParamLayout's), for the same kernel.
-    EXPECT_EQ(
-        Specialization(Template::from_string(kSource, "image_params_test.cu"), e.kernel, e.args).kernel().params.size(),
-        e.count);
+    EXPECT_EQ(Specialization(test_template(), e.kernel, e.args).kernel().params.size(), e.sizes.size());
     // Another kernel's name in the same image: not this one's count.
     EXPECT_EQ(image_param_count(b.payload, b.lowered_name + "x"), std::nullopt);
     EXPECT_EQ(image_param_count(b.payload, ""), std::nullopt);
@@ -105,7 +58,7 @@ TEST_P(ImageParams, CountsEveryKernelsParametersAsDeclared) {
 INSTANTIATE_TEST_SUITE_P(Targets, ImageParams, ::testing::Values("sm_80", "sm_90", "sm_120", "compute_90"));
 
 TEST(ImageParamsFormats, EachFormatReaderRefusesTheOther) {
-  const Expected& unused = expected()[2];
+  const Expected& unused = param_test_kernels()[2];
   const CompiledBinary cubin = compile(unused, "sm_90");
   const CompiledBinary ptx = compile(unused, "compute_90");
   EXPECT_EQ(cubin_param_count(cubin.payload, cubin.lowered_name), 4u);
