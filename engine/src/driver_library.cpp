@@ -46,6 +46,9 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
                           " is too old (no cuGetProcAddress_v2); kjit needs a CUDA 12.4+ driver",
                       CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED");
   auto load = [&](const char* name, int version, void** slot, bool required) {
+    // An optional entry point newer than the driver is not asked for: cuGetProcAddress answers a version
+    // above the driver's with CUDA_ERROR_INVALID_VALUE, an API error that compute-sanitizer reports.
+    if (!required && version > drv->driver_version_) return;
     CUdriverProcAddressQueryResult status{};
     CUresult r = get_proc(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if ((r != CUDA_SUCCESS || !*slot) && required)
@@ -61,6 +64,8 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
   KJIT_LOAD(cuGetErrorString, 6000);
   KJIT_LOAD(cuInit, 2000);
   KJIT_LOAD(cuDriverGetVersion, 2020);
+  // The driver's version first: the optional entry points below are asked for only where it has them.
+  drv->check(drv->cuDriverGetVersion(&drv->driver_version_), "cuDriverGetVersion");
   KJIT_LOAD(cuDeviceGetCount, 2000);
   KJIT_LOAD(cuDeviceGet, 2000);
   KJIT_LOAD(cuDeviceGetName, 2000);
@@ -75,6 +80,7 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
   KJIT_LOAD(cuLibraryUnload, 12000);
   KJIT_LOAD(cuLibraryGetKernel, 12000);
   KJIT_LOAD_OPT(cuKernelGetParamInfo, 12040);
+  KJIT_LOAD_OPT(cuKernelGetParamCount, 13020);
   KJIT_LOAD(cuKernelGetAttribute, 12000);
   KJIT_LOAD(cuKernelSetAttribute, 12000);
   KJIT_LOAD(cuTensorMapEncodeTiled, 12000);
@@ -99,7 +105,6 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
 #undef KJIT_LOAD
 #undef KJIT_LOAD_OPT
   drv->check(drv->cuInit(0), "cuInit");
-  drv->check(drv->cuDriverGetVersion(&drv->driver_version_), "cuDriverGetVersion");
   return drv;
 }
 

@@ -259,7 +259,8 @@ std::shared_ptr<const SpecializedKernel> Engine::load_and_publish(const Speciali
   {
     trace::Range range("load", spec.name_expression());
     PhaseTimer timer(Phase::ModuleLoad);
-    k->kernel = std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression());
+    k->kernel =
+        std::make_shared<Kernel>(Module::load(e.payload), e.meta.lowered_name, spec.name_expression(), e.payload);
   }
   k->key = e.key;
   k->meta = std::move(e.meta);

@@ -2,9 +2,12 @@
 
 #include "kjit/driver_library.hpp"
 #include "kjit/error.hpp"
+#include "kjit/image_params.hpp"
 
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace kjit {
 
@@ -27,22 +30,31 @@ Module::~Module() {
   }
 }
 
-Kernel::Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name)
+Kernel::Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name,
+               std::string_view image)
     : module_(std::move(module)),
       lowered_(std::move(lowered_name)),
       name_(std::move(display_name)),
       shared_opted_(new std::atomic<unsigned>[kMaxDevices]()) {
   const DriverLibrary& d = DriverLibrary::get();
   d.check(d.cuLibraryGetKernel(&kernel_, module_->handle(), lowered_.c_str()), "cuLibraryGetKernel");
-  if (d.cuKernelGetParamInfo) {
-    sizes_known_ = true;
-    for (std::size_t i = 0;; ++i) {
-      std::size_t offset = 0, size = 0;
-      CUresult r = d.cuKernelGetParamInfo(kernel_, i, &offset, &size);
-      if (r != CUDA_SUCCESS) break;
-      param_sizes_.push_back(size);
-    }
+  if (!d.cuKernelGetParamInfo) return;
+  // Never a call that fails: cuKernelGetParamInfo past the last parameter answers CUDA_ERROR_INVALID_VALUE,
+  // which compute-sanitizer reports in the user's program, so the count comes first.
+  std::optional<std::size_t> count;
+  std::size_t n = 0;
+  if (d.cuKernelGetParamCount && d.cuKernelGetParamCount(kernel_, &n) == CUDA_SUCCESS) count = n;
+  if (!count) count = image_param_count(image, lowered_);
+  if (!count) return;
+  std::vector<std::size_t> sizes;
+  sizes.reserve(*count);
+  for (std::size_t i = 0; i < *count; ++i) {
+    std::size_t offset = 0, size = 0;
+    if (d.cuKernelGetParamInfo(kernel_, i, &offset, &size) != CUDA_SUCCESS) return;  // the image misread: unknown
+    sizes.push_back(size);
   }
+  param_sizes_ = std::move(sizes);
+  sizes_known_ = true;
 }
 
 void Kernel::opt_in_shared(unsigned bytes) const {

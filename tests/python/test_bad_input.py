@@ -771,14 +771,21 @@ def _argument_rows():
     return rows
 
 
+# What the huge rows' shapes exceed where an op has a limit: a batch of 2^29 matrices is past bmm's 65535 (the
+# grid's z), on meta tensors as on CUDA ones (GEMM_SIZE_CASES has the rest of the matrix ops' limits).
+_HUGE_META_LIMITS = {
+    n: rf"^kjit\.ops\.{n}: at most 65535 matrices per batch, got 536870912; " for n in ("bmm", "bmm_backward")
+}
+
+
 def _huge_meta_rows():
     return [
         case(
             op(name),
             "huge",
             lambda m, n=name: check_op(n, Maker("meta", lead=2**29)),
-            type(None),
-            "",
+            kjit.ValueError if name in _HUGE_META_LIMITS else type(None),
+            _HUGE_META_LIMITS.get(name, ""),
             "meta-2^31-elements",
         )
         for name in OPS
@@ -3002,6 +3009,173 @@ HUGE_VIEW_CASES = [
 @pytest.mark.parametrize("c", HUGE_VIEW_CASES)
 def test_huge_views(c):
     """Sizes kjit cannot handle are rejected before anything of their size is allocated."""
+    run_bad(c, "cuda")
+
+
+# ---- the matrix ops' sizes: the same error from the Meta (fake) implementation and the CUDA one --------
+
+
+def _sized(m, *shape, dtype=BF16):
+    """A tensor of `shape` that costs no memory: a meta tensor on meta, a view of one element on CUDA."""
+    if m.device == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return _expanded(*shape, dtype=dtype)
+
+
+_GEMM_DIMS = r"M, N and K must each be at most 2147483640 \(2\^31 - 8: the kernels index with 32-bit integers\), "
+_BIG = 2**31
+
+
+def _gemm_dims(name, id, call, got):
+    return case(op(name), "huge", call, kjit.ValueError, rf"^kjit\.ops\.{name}: {_GEMM_DIMS}got {re.escape(got)}; ", id)
+
+
+# M (the rows of x or a, all its dims but the last), N (the weight's rows; w_gate_up's 2F rows for SwiGLU,
+# the kernels' row count), K, and the batch of bmm (the grid's z): every matrix op and backward op refuses
+# what its kernels cannot index, on meta tensors (torch.compile's fake tensors) as on CUDA tensors, before any
+# allocation. The CUDA path used to refuse M, N or K >= 2^31 only when it reached the GEMM, and the Meta
+# kernels not at all; linear_swiglu let 2F >= 2^31 through to the kernel (F < 2^31), where the up rows' index
+# (n + col, an int) overflowed.
+GEMM_SIZE_CASES = [
+    _gemm_dims("linear", "M-2^31", lambda m: ops.linear(_sized(m, _BIG, 8), _sized(m, 6, 8)), "M=2147483648 N=6 K=8"),
+    _gemm_dims(
+        "linear",
+        "M-2^31-of-leading-dims",
+        lambda m: ops.linear(_sized(m, 2**16, 2**15, 8), _sized(m, 6, 8)),
+        "M=2147483648 N=6 K=8",
+    ),
+    _gemm_dims("linear", "N-2^31", lambda m: ops.linear(_sized(m, 4, 8), _sized(m, _BIG, 8)), "M=4 N=2147483648 K=8"),
+    _gemm_dims(
+        "linear", "K-2^31", lambda m: ops.linear(_sized(m, 4, _BIG), _sized(m, 6, _BIG)), "M=4 N=6 K=2147483648"
+    ),
+    # K is padded to a multiple of 8 for the kernels: 2^31 - 7 would be 2^31 there.
+    _gemm_dims(
+        "linear",
+        "K-2^31-7",
+        lambda m: ops.linear(_sized(m, 4, _BIG - 7), _sized(m, 6, _BIG - 7)),
+        "M=4 N=6 K=2147483641",
+    ),
+    _gemm_dims(
+        "linear_aux",
+        "M-2^31",
+        lambda m: ops.linear_aux(_sized(m, _BIG, 8), _sized(m, 6, 8), None, "relu"),
+        "M=2147483648 N=6 K=8",
+    ),
+    _gemm_dims(
+        "linear_swiglu",
+        "2F-2^31",
+        lambda m: ops.linear_swiglu(_sized(m, 4, 8), _sized(m, _BIG, 8)),
+        "M=4 N=2147483648 K=8",
+    ),
+    _gemm_dims(
+        "linear_swiglu_aux",
+        "M-2^31",
+        lambda m: ops.linear_swiglu_aux(_sized(m, _BIG, 8), _sized(m, 12, 8)),
+        "M=2147483648 N=12 K=8",
+    ),
+    _gemm_dims(
+        "linear_backward",
+        "M-2^31",
+        lambda m: ops.linear_backward(_sized(m, _BIG, 6), _sized(m, _BIG, 8), _sized(m, 6, 8), None, None, 1.0, False),
+        "M=2147483648 N=6 K=8",
+    ),
+    _gemm_dims(
+        "linear_backward",
+        "K-2^31",
+        lambda m: ops.linear_backward(_sized(m, 4, 6), _sized(m, 4, _BIG), _sized(m, 6, _BIG), None, None, 1.0, True),
+        "M=4 N=6 K=2147483648",
+    ),
+    _gemm_dims(
+        "linear_swiglu_backward",
+        "M-2^31",
+        lambda m: ops.linear_swiglu_backward(
+            _sized(m, _BIG, 6), _sized(m, _BIG, 8), _sized(m, 12, 8), _sized(m, _BIG, 12)
+        ),
+        "M=2147483648 N=12 K=8",
+    ),
+    _gemm_dims("matmul", "M-2^31", lambda m: ops.matmul(_sized(m, _BIG, 8), _sized(m, 8, 6)), "M=2147483648 N=6 K=8"),
+    _gemm_dims(
+        "matmul",
+        "M-2^31-of-leading-dims",
+        lambda m: ops.matmul(_sized(m, 2, 2**30, 8), _sized(m, 8, 6)),
+        "M=2147483648 N=6 K=8",
+    ),
+    _gemm_dims("matmul", "N-2^31", lambda m: ops.matmul(_sized(m, 4, 8), _sized(m, 8, _BIG)), "M=4 N=2147483648 K=8"),
+    _gemm_dims(
+        "matmul", "K-2^31", lambda m: ops.matmul(_sized(m, 4, _BIG), _sized(m, _BIG, 6)), "M=4 N=6 K=2147483648"
+    ),
+    _gemm_dims(
+        "matmul_backward",
+        "M-2^31",
+        lambda m: ops.matmul_backward(_sized(m, _BIG, 6), _sized(m, _BIG, 8), _sized(m, 8, 6)),
+        "M=2147483648 N=6 K=8",
+    ),
+    _gemm_dims("bmm", "M-2^31", lambda m: ops.bmm(_sized(m, 2, _BIG, 8), _sized(m, 2, 8, 6)), "M=2147483648 N=6 K=8"),
+    _gemm_dims("bmm", "N-2^31", lambda m: ops.bmm(_sized(m, 2, 4, 8), _sized(m, 2, 8, _BIG)), "M=4 N=2147483648 K=8"),
+    _gemm_dims(
+        "bmm_backward",
+        "K-2^31",
+        lambda m: ops.bmm_backward(_sized(m, 2, 4, 6), _sized(m, 2, 4, _BIG), _sized(m, 2, _BIG, 6)),
+        "M=4 N=6 K=2147483648",
+    ),
+    *[
+        case(
+            op(n),
+            "huge",
+            call,
+            kjit.ValueError,
+            rf"^kjit\.ops\.{n}: at most 65535 matrices per batch, got 65536; ",
+            "batch-65536",
+        )
+        for n, call in (
+            ("bmm", lambda m: ops.bmm(_sized(m, 65536, 4, 8), _sized(m, 65536, 8, 6))),
+            (
+                "bmm_backward",
+                lambda m: ops.bmm_backward(_sized(m, 65536, 4, 6), _sized(m, 65536, 4, 8), _sized(m, 65536, 8, 6)),
+            ),
+        )
+    ],
+]
+
+# The largest sizes allowed: no error (meta only: on CUDA they would run).
+GEMM_SIZE_LIMIT_META_CASES = [
+    case(op("linear"), "huge", lambda m: ops.linear(_sized(m, _BIG - 8, 8), _sized(m, 6, 8)), type(None), "", "M-max"),
+    case(
+        op("linear"),
+        "huge",
+        lambda m: ops.linear(_sized(m, 4, _BIG - 8), _sized(m, _BIG - 8, _BIG - 8)),
+        type(None),
+        "",
+        "N-K-max",
+    ),
+    case(
+        op("linear_swiglu"),
+        "huge",
+        lambda m: ops.linear_swiglu(_sized(m, 4, 8), _sized(m, _BIG - 8, 8)),
+        type(None),
+        "",
+        "2F-max",
+    ),
+    case(
+        op("bmm"),
+        "huge",
+        lambda m: ops.bmm(_sized(m, 65535, _BIG - 8, 8), _sized(m, 65535, 8, 6)),
+        type(None),
+        "",
+        "batch-M-max",
+    ),
+]
+
+
+@pytest.mark.parametrize("c", GEMM_SIZE_CASES + GEMM_SIZE_LIMIT_META_CASES)
+def test_gemm_sizes_meta(c):
+    run_bad(c, "meta")
+
+
+@gpu
+@pytest.mark.parametrize("c", GEMM_SIZE_CASES)
+def test_gemm_sizes_gpu(c):
+    """The same errors from the CUDA path, before anything of the operands' size is allocated."""
     run_bad(c, "cuda")
 
 

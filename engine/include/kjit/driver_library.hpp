@@ -40,7 +40,7 @@ class DriverLibrary {
   KJIT_CU_FN(cuLibraryLoadData, 12000);
   KJIT_CU_FN(cuLibraryUnload, 12000);
   KJIT_CU_FN(cuLibraryGetKernel, 12000);
-  KJIT_CU_FN(cuKernelGetParamInfo, 12040);  // may stay null on drivers older than 12.4
+  KJIT_CU_FN(cuKernelGetParamInfo, 12040);  // null on drivers older than 12.4
   KJIT_CU_FN(cuKernelGetAttribute, 12000);
   KJIT_CU_FN(cuKernelSetAttribute, 12000);    // dynamic shared memory over 48 KB
   KJIT_CU_FN(cuTensorMapEncodeTiled, 12000);  // TMA descriptors (the sm_90 GEMM)
@@ -63,6 +63,9 @@ class DriverLibrary {
   KJIT_CU_FN(cuStreamWaitEvent, 3020);      // orders a launch after another framework's stream
   KJIT_CU_FN(cuPointerGetAttribute, 4000);  // the device of a __cuda_array_interface__ pointer
 #undef KJIT_CU_FN
+  // The parameter count of a kernel (CUDA 13.2; null on older drivers). Declared here: CUDA 13.0's headers lack it.
+  using KernelGetParamCount = CUresult(CUDAAPI*)(CUkernel kernel, size_t* paramCount);
+  KernelGetParamCount cuKernelGetParamCount = nullptr;
 
   int driver_version() const { return driver_version_; }  // e.g. 13000
   std::string path() const { return lib_.path().string(); }

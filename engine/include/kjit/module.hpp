@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kjit/launch_config.hpp"
@@ -29,8 +30,12 @@ class Module {
 
 class Kernel {
  public:
-  // Looks `lowered_name` up in `module`; reads the parameter sizes where the driver can tell.
-  Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name);
+  // Looks `lowered_name` up in `module`, loaded from `image` (its cubin or PTX), and reads the parameter
+  // sizes where they can be told without a failing driver call: the count from cuKernelGetParamCount
+  // (CUDA 13.2 drivers) or else from the image (image_params.hpp), then each size from cuKernelGetParamInfo
+  // (12.4). Unknown (param_sizes_known() false) where neither tells the count, or on older drivers.
+  Kernel(std::shared_ptr<const Module> module, std::string lowered_name, std::string display_name,
+         std::string_view image);
 
   // The hot path: one cuLaunchKernelEx on config.stream. `args` points to one pointer per kernel
   // parameter. Needs a current context (PyTorch's device guard, or make_primary_context_current).
@@ -42,7 +47,7 @@ class Kernel {
   CUkernel handle() const noexcept { return kernel_; }
   const std::string& lowered_name() const noexcept { return lowered_; }
   const std::string& name() const noexcept { return name_; }
-  // Byte size of each parameter (empty when the driver is older than 12.4).
+  // Byte size of each parameter (empty when unknown).
   const std::vector<std::size_t>& param_sizes() const noexcept { return param_sizes_; }
   bool param_sizes_known() const noexcept { return sizes_known_; }
 

@@ -27,6 +27,22 @@ Activation parse_activation(const char* op, const std::optional<c10::string_view
   fail_value(op, "activation must be None, 'relu', 'gelu', 'gelu_tanh' or 'silu', got '" + std::string(v) + "'");
 }
 
+void check_gemm_sizes(const char* op, const c10::SymInt& m, const c10::SymInt& n, const c10::SymInt& k,
+                      const c10::SymInt& batch) {
+  auto over = [](const c10::SymInt& v, std::int64_t limit) {
+    const std::optional<std::int64_t> known = v.maybe_as_int();
+    return known && *known > limit;
+  };
+  if (over(m, kMaxGemmDim) || over(n, kMaxGemmDim) || over(k, kMaxGemmDim))
+    fail_value(op, "M, N and K must each be at most " + std::to_string(kMaxGemmDim) +
+                       " (2^31 - 8: the kernels index with 32-bit integers), got M=" + c10::str(m) +
+                       " N=" + c10::str(n) + " K=" + c10::str(k) +
+                       "; split the problem into smaller GEMMs (the rows in chunks), or use torch for it");
+  if (over(batch, kMaxGemmBatch))
+    fail_value(op, "at most " + std::to_string(kMaxGemmBatch) + " matrices per batch, got " + c10::str(batch) +
+                       "; split the batch into several calls");
+}
+
 const char* activation_name(Activation a) {
   switch (a) {
     case Activation::None: return "none";
@@ -347,12 +363,10 @@ void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ct
   if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half && g.dtype != at::ScalarType::Float)
     fail_value(op,
                std::string("the GEMM kernels take bfloat16, float16 or float32 (TF32), got ") + c10::toString(g.dtype));
-  constexpr std::int64_t kInt = std::numeric_limits<int>::max();
-  if (g.m > kInt || g.n > kInt || g.k > kInt)
-    fail_value(op, "M, N and K must each be below 2^31, got M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) +
-                       " K=" + std::to_string(g.k));
+  // The ops checked these sizes on their own shapes already (the same rule as their Meta kernels); here, B's
+  // rows (2N for SwiGLU) and the padded K as this GEMM has them.
+  check_gemm_sizes(op, g.m, g.swiglu ? 2 * g.n : g.n, g.k, g.batch);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  if (g.batch > 65535) fail_value(op, "at most 65535 matrices per batch, got " + std::to_string(g.batch));
   const Config c = pick(op, g, device, ctx);
   if (cdiv(g.m, c.bm) * cdiv(g.n, c.bn) > std::numeric_limits<int>::max() / std::max<std::int64_t>(g.batch, 1))
     fail_value(op, "M=" + std::to_string(g.m) + ", N=" + std::to_string(g.n) + " and a batch of " +

@@ -46,6 +46,17 @@ struct Gemm {
   float scale = 1.f;
 };
 
+// The sizes of the matrix ops' GEMMs, stated once for the CUDA path and the Meta (fake) kernels, so that
+// torch.compile sees the launch's error: M, N and K each at most kMaxGemmDim (2^31 - 8: the kernels index
+// rows and columns with 32-bit integers, and K is padded to a multiple of 8 for them) and at most
+// kMaxGemmBatch matrices in a batch (a launch's grid.z). N counts B's rows: 2F for SwiGLU's w_gate_up.
+// ValueError naming `op` otherwise. A symbolic size (torch.compile's dynamic shapes) is left to the launch,
+// which checks its value.
+constexpr std::int64_t kMaxGemmDim = (std::int64_t{1} << 31) - 8;
+constexpr std::int64_t kMaxGemmBatch = 65535;
+void check_gemm_sizes(const char* op, const c10::SymInt& m, const c10::SymInt& n, const c10::SymInt& k,
+                      const c10::SymInt& batch = c10::SymInt(1));
+
 // What A and B must satisfy (the kernels read them 16 bytes at a time, through TMA on sm_90): K a multiple
 // of 8, 16-byte aligned data, row and batch strides multiples of 8 elements.
 bool gemm_operand_ok(const at::Tensor& t);

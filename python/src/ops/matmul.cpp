@@ -88,6 +88,20 @@ at::Tensor mm_tn(const char* op, const at::Tensor& a, const at::Tensor& b, int d
   return c;
 }
 
+// M as the GEMM has it: the rows of x (or a), the product of every dim but the last.
+template <class Sizes>
+c10::SymInt rows_of(const Sizes& s) {
+  c10::SymInt m = 1;
+  for (std::size_t i = 0; i + 1 < s.size(); ++i) m = m * c10::SymInt(s[i]);
+  return m;
+}
+
+// The GEMM sizes of linear and its backward (check_gemm_sizes): x [..., K], weight [N, K] (w_gate_up [2F, K]).
+template <class Sizes>
+void check_linear_sizes(const char* op, const Sizes& xs, const Sizes& ws) {
+  if (!xs.empty() && !ws.empty()) check_gemm_sizes(op, rows_of(xs), ws[0], xs[xs.size() - 1]);
+}
+
 // ---- linear and linear_swiglu ---------------------------------------------------------------------------
 
 // Shape and dtype rules of linear (CUDA and Meta): x [..., K], weight [N, K] ([2F, K] for SwiGLU), bias [N],
@@ -137,6 +151,7 @@ std::vector<typename Sizes::value_type> linear_shape(const char* op, const at::T
     if (std::vector<typename Sizes::value_type>(rs.begin(), rs.end()) != out)
       fail_value(op, "residual has shape " + shape_str(rs) + " but must have the output's shape " + shape_str(out));
   }
+  check_linear_sizes(op, xs, ws);
   return out;
 }
 
@@ -263,6 +278,7 @@ Grads3 linear_backward_cuda(const at::Tensor& grad, const at::Tensor& x, const a
   if (preactivation) check_same_dtype(op, "preactivation", *preactivation, "x", x);
   if (act != Activation::None && !preactivation)
     fail_value(op, std::string("activation '") + activation_name(act) + "' needs the forward's pre-activation");
+  check_linear_sizes(op, x.sizes(), weight.sizes());
   const std::int64_t kdim = x.size(-1), n = weight.size(0);
   const std::int64_t m = kdim ? x.numel() / kdim : grad.numel() / std::max<std::int64_t>(n, 1);
   at::Tensor dz = grad.reshape({m, n});
@@ -291,6 +307,7 @@ Grads3 linear_backward_meta(const at::Tensor& grad, const at::Tensor& x, const a
   parse_activation(op, activation);
   check_matrix_dtype(op, "x", x);
   check_same_dtype(op, "grad", grad, "x", x);
+  check_linear_sizes(op, x.sym_sizes(), weight.sym_sizes());
   const c10::SymInt zero(0);
   return {at::empty_symint(x.sym_sizes(), x.options()), at::empty_symint(weight.sym_sizes(), weight.options()),
           at::empty_symint({has_bias ? weight.sym_size(0) : zero}, x.options())};
@@ -306,6 +323,7 @@ std::tuple<at::Tensor, at::Tensor> linear_swiglu_backward_cuda(const at::Tensor&
   check_same_dtype(op, "grad", grad, "x", x);
   check_same_dtype(op, "w_gate_up", w_gate_up, "x", x);
   check_same_dtype(op, "preactivation", preactivation, "x", x);
+  check_linear_sizes(op, x.sizes(), w_gate_up.sizes());
   const std::int64_t kdim = x.size(-1), f = w_gate_up.size(0) / 2;
   const std::int64_t m = kdim ? x.numel() / kdim : grad.numel() / std::max<std::int64_t>(f, 1);
   if (m == 0 || f == 0 || kdim == 0) return {at::zeros_like(x), at::zeros_like(w_gate_up)};
@@ -322,6 +340,7 @@ std::tuple<at::Tensor, at::Tensor> linear_swiglu_backward_meta(const at::Tensor&
   constexpr const char* op = "kjit.ops.linear_swiglu_backward";
   check_matrix_dtype(op, "x", x);
   check_same_dtype(op, "grad", grad, "x", x);
+  check_linear_sizes(op, x.sym_sizes(), w_gate_up.sym_sizes());
   return {at::empty_symint(x.sym_sizes(), x.options()), at::empty_symint(w_gate_up.sym_sizes(), w_gate_up.options())};
 }
 
@@ -407,12 +426,14 @@ std::vector<typename Sizes::value_type> matmul_shape(const char* op, const at::T
     if (as.size() != 3 || bs.size() != 3 || as[0] != bs[0] || as[2] != bs[1])
       fail_value(op, "a has shape " + shape_str(as) + " and b has shape " + shape_str(bs) +
                          ": expected a [B, M, K] and b [B, K, N]");
+    check_gemm_sizes(op, as[1], bs[2], as[2], as[0]);
     return {as[0], as[1], bs[2]};
   }
   if (as.size() < 2 || bs.size() != 2 || as[as.size() - 1] != bs[0])
     fail_value(op, "a has shape " + shape_str(as) + " and b has shape " + shape_str(bs) +
                        ": expected a [..., M, K] and b [K, N] (for batched b use kjit.ops.bmm, for other shapes "
                        "torch.matmul)");
+  check_gemm_sizes(op, rows_of(as), bs[1], bs[0]);
   std::vector<typename Sizes::value_type> out(as.begin(), as.end());
   out.back() = bs[1];
   return out;
