@@ -138,15 +138,15 @@ fi
  runuser -u "$user" -- env -i "${envs[@]}" "$base" -m pip download -q -d "$wheels" "$KJIT_TORCH_SPEC" "${KJIT_BUILD_TOOLS[@]}" "${KJIT_TEST_TOOLS[@]}")
 echo "== wheels for the set-up in $wheels: $(du -sh "$wheels" | cut -f1)"
 
-echo "== bash .ci/demo.sh as $user (uid $(id -u "$user"), no sudo), PYTHON=$base: from nothing, no silence over 30 s"
+echo "== bash .ci/demo.sh as $user (uid $(id -u "$user"), no sudo), PYTHON=$base: from nothing, never silent longer than .ci/quiet.py's QUIET_S"
 start=$SECONDS
 runuser -u "$user" -- env -i "${envs[@]}" PIP_FIND_LINKS="$wheels" PIP_NO_INDEX=1 \
-  "$base" "$tree/.ci/phase.py" --watch 30 -- bash -c 'cd "$1" && bash .ci/demo.sh' demo.sh "$tree"
+  "$base" "$tree/.ci/phase.py" --watch -- bash -c 'cd "$1" && bash .ci/demo.sh' demo.sh "$tree"
 echo "== non-root demo (set-up from nothing, then the demo): $((SECONDS - start)) s"
-echo "== bash .ci/test.sh as $user"
+echo "== bash .ci/test.sh as $user, never silent longer than .ci/quiet.py's QUIET_S"
 start=$SECONDS
 runuser -u "$user" -- env -i "${envs[@]}" PIP_FIND_LINKS="$wheels" PIP_NO_INDEX=1 \
-  bash -c 'cd "$1" && bash .ci/test.sh' test.sh "$tree"
+  "$base" "$tree/.ci/phase.py" --watch -- bash -c 'cd "$1" && bash .ci/test.sh' test.sh "$tree"
 echo "== non-root test run (the tests' set-up on top of the demo's, then the tests): $((SECONDS - start)) s"
 # The tests ran with the environment the set-up made, not with a Python of root's.
 runuser -u "$user" -- "$tree/.venv/bin/python" -c 'import kjit, sys; assert sys.prefix != sys.base_prefix; print("== kjit", kjit.__version__, "from", kjit.__file__)'

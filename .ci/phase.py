@@ -6,15 +6,17 @@ Prints "== NAME: TEXT" (and, given --first-time, what the phase costs the first 
 on 2 CPUs"), runs
 COMMAND with its output passed through line by line, and then "== NAME: done in 2m05s" (or, when the
 command fails, "== NAME failed after 2m05s (exit 1)" and the exit status). When the command prints nothing
-for HEARTBEAT seconds (default 20), a line says the phase is still running and for how long, so that no
-phase is silent for more than about 20 s. Progress redrawn in place ('\r', pip's and ninja's bars) is
-passed on as one line every 10 s at most. On a terminal the command keeps the terminal (pip's and ninja's
-own progress bars), and the heartbeat is left to them.
+for quiet.HEARTBEAT_S seconds (18; KJIT_SETUP_HEARTBEAT=S sets another), a line says the phase is still
+running and for how long, so that no phase is silent for more than quiet.QUIET_S (20 s: the set-up's
+promise, .ci/quiet.py). Progress redrawn in place ('\r', pip's and ninja's bars) is passed on as one line
+every 10 s at most. On a terminal the command keeps the terminal (pip's and ninja's own progress bars), and
+the heartbeat is left to them.
 
-    python3 .ci/phase.py --watch SECONDS -- COMMAND [ARG...]
+    python3 .ci/phase.py --watch [SECONDS] -- COMMAND [ARG...]
 
 Runs COMMAND, passing its output through, and fails (exit 1, after the command has finished) when it was
-silent for more than SECONDS at any point: how CI checks that the set-up never goes quiet.
+silent for more than SECONDS (default quiet.QUIET_S) at any point: how CI checks that the set-up keeps
+its promise.
 
 Standard library only: it runs with the system's python3 before any environment exists.
 """
@@ -25,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from quiet import HEARTBEAT_S, QUIET_S, TICK_S
 
 
 def fmt(seconds: float) -> str:
@@ -94,7 +98,7 @@ def run_piped(cmd: list[str], heartbeat: float | None, name: str, start: float) 
     reader.start()
     last_beat = start
     while proc.poll() is None:
-        time.sleep(1)
+        time.sleep(TICK_S)
         now = time.monotonic()
         if heartbeat and now - max(relay.last_output, last_beat) >= heartbeat:
             last_beat = now
@@ -105,10 +109,16 @@ def run_piped(cmd: list[str], heartbeat: float | None, name: str, start: float) 
     return proc.returncode, relay.longest_silence
 
 
+def heartbeat_s() -> float:
+    """Seconds of silence after which a phase says it is still running: quiet.HEARTBEAT_S, or
+    KJIT_SETUP_HEARTBEAT (for tests of this script)."""
+    return float(os.environ.get("KJIT_SETUP_HEARTBEAT") or HEARTBEAT_S)
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print(
-            "phase.py: usage: phase.py NAME [--first-time TEXT] -- COMMAND... | phase.py --watch S -- COMMAND...",
+            "phase.py: usage: phase.py NAME [--first-time TEXT] -- COMMAND... | phase.py --watch [S] -- COMMAND...",
             file=sys.stderr,
         )
         return 2
@@ -118,7 +128,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("name", nargs="?")
     parser.add_argument("--what", default="")
     parser.add_argument("--first-time", default="")
-    parser.add_argument("--watch", type=float)
+    parser.add_argument("--watch", type=float, nargs="?", const=float(QUIET_S))
     args = parser.parse_args(argv[:split])
     if not cmd:
         print("phase.py: no command after --", file=sys.stderr)
@@ -134,7 +144,7 @@ def main(argv: list[str]) -> int:
     if not args.name:
         print("phase.py: a phase needs a NAME", file=sys.stderr)
         return 2
-    heartbeat = float(os.environ.get("KJIT_SETUP_HEARTBEAT", "20"))
+    heartbeat = heartbeat_s()
     head = f"== {args.name}" + (f": {args.what}" if args.what else "")
     print(head + (f" (first time: {args.first_time})" if args.first_time else ""), flush=True)
     if sys.stdout.isatty():

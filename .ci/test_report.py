@@ -5,18 +5,20 @@ needs (compact progress, failures in full, skip reasons grouped with counts), an
 summary lines, ctest's then pytest's, as the last lines.
 
   test_report.py ctest --log build/ctest.log --junit build/ctest-junit.xml -- ctest --test-dir build ...
-      ctest's output goes to the log only; the terminal gets a progress line every 15 s (and one per
+      ctest's output goes to the log only; the terminal gets a progress line every 18 s (and one per
       failed test as it fails); at the end each failed test's output in full and the skip reasons (the
       GTEST_SKIP() messages, read from ctest's JUnit file) grouped by reason with counts.
   test_report.py pytest --log build/pytest.log -- python -m pytest -q -rfEsxX ...
       pytest's output goes to the log and to the terminal (its progress dots, failures, errors, xfail and
       xpass lines as pytest prints them), except the "SKIPPED [N] file:line: reason" lines, collapsed
-      into one line per reason with its count, and the summary line, kept for `summary`.
+      into one line per reason with its count, and the summary line, kept for `summary`; after 18 s
+      without output, a line says it is still running.
   test_report.py summary --ctest-log L --ctest-status N --pytest-log L --pytest-status N
       prints ctest's summary line then pytest's (from the logs), and exits non-zero when either run
       failed (a non-zero status, or no summary line).
 
-The run commands exit with the status of the command they ran.
+The run commands exit with the status of the command they ran. Neither is silent for longer than
+quiet.QUIET_S (20 s, the promise of .ci/quiet.py): both speak after quiet.HEARTBEAT_S (18 s).
 """
 
 import argparse
@@ -30,8 +32,10 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-PROGRESS_EVERY_S = 15.0  # ctest: a progress line at least this often (--every)
-PYTEST_QUIET_S = 25.0  # pytest: a "still running" line after this long without output (--every)
+from quiet import HEARTBEAT_S, TICK_S
+
+PROGRESS_EVERY_S = HEARTBEAT_S  # ctest: a progress line at least this often (--every)
+PYTEST_QUIET_S = HEARTBEAT_S  # pytest: a "still running" line after this long without output (--every)
 
 # "  7/485 Test  #7: Suite.Name ..........   Passed    0.01 sec" (or ***Failed, ***Skipped, ***Timeout,
 # ***Exception: ..., ***Not Run ...). A name may hold spaces: a value-parameterized GoogleTest's is
@@ -75,7 +79,7 @@ def run_streaming(cmd, log_path, on_chunk, on_tick, cwd=None):
             return 127
         fd = proc.stdout.fileno()
         while True:
-            ready, _, _ = select.select([fd], [], [], 1.0)
+            ready, _, _ = select.select([fd], [], [], TICK_S)
             if ready:
                 data = os.read(fd, 65536)
                 if not data:
@@ -345,7 +349,7 @@ def summary(args):
     return 0 if ok else 1
 
 
-def main(argv=None):
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     c = sub.add_parser("ctest", help="run ctest (the command after --), full output to --log")
@@ -362,9 +366,14 @@ def main(argv=None):
     for tool in ("ctest", "pytest"):
         s.add_argument(f"--{tool}-log", required=True)
         s.add_argument(f"--{tool}-status", type=int, required=True)
+    return parser
+
+
+def main(argv=None):
+    parser = make_parser()
     args = parser.parse_args(argv)
     if getattr(args, "every", 1) <= 0:
-        parser.error(f"--every is {args.every:g}: it must be a number of seconds above 0 (default 15 or 25)")
+        parser.error(f"--every is {args.every:g}: it must be a number of seconds above 0 (default {HEARTBEAT_S:g})")
     try:
         if args.what == "ctest":
             return run_ctest(args)

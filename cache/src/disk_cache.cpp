@@ -93,12 +93,18 @@ std::string DiskCache::describe() const {
   return out;
 }
 
+std::string DiskCache::problem() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return problem_;
+}
+
 void DiskCache::degrade(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     usable_ = false;
     if (degraded_) return;
     degraded_ = true;
+    problem_ = why;
     state_ = "memory only: " + why;
   }
   log::warn("kjit cache " + config_.root.string() + ": " + why +

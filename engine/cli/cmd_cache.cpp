@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "entry_differences.hpp"
 #include "format.hpp"
 #include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/disk_cache.hpp"
@@ -30,7 +32,7 @@ std::string status_of(const EntryInfo& e) { return e.valid ? "valid" : "invalid 
 
 // ---- ls ---------------------------------------------------------------------------------------
 
-Json entry_json(const EntryInfo& e) {
+Json entry_json(const EntryInfo& e, const std::string& differs) {
   Json j;
   j["key"] = e.key;
   j["path"] = e.path.string();
@@ -52,12 +54,16 @@ Json entry_json(const EntryInfo& e) {
     j["created"] = m.created;
     j["kjit_version"] = m.kjit_version;
   }
+  j["differs"] = differs.empty() ? Json(nullptr) : Json(differs);
   return j;
 }
 
 int run_ls(Context& ctx, bool as_json) {
   cache::DiskCache& disk = ctx.disk();
   const std::vector<EntryInfo> entries = disk.list();
+  // Entries of one kernel and target that were compiled otherwise (options, source, NVRTC): what differs.
+  const std::vector<std::string> differs = differences(entries);
+  const bool any_differs = std::any_of(differs.begin(), differs.end(), [](const auto& d) { return !d.empty(); });
   std::uint64_t bytes = 0;
   std::size_t invalid = 0;
   for (const auto& e : entries) {
@@ -68,7 +74,7 @@ int run_ls(Context& ctx, bool as_json) {
     Json j;
     j["cache"] = disk.describe();
     j["entries"] = Json::array();
-    for (const auto& e : entries) j["entries"].push_back(entry_json(e));
+    for (std::size_t i = 0; i < entries.size(); ++i) j["entries"].push_back(entry_json(entries[i], differs[i]));
     j["total"] = {{"entries", entries.size()}, {"invalid", invalid}, {"bytes", bytes}};
     print_json(ctx.out, j);
     return 0;
@@ -78,11 +84,22 @@ int run_ls(Context& ctx, bool as_json) {
     ctx.out << "no entries\n";
     return 0;
   }
-  Table t({"key", "target", "template", "kernel", "size", "status", "layer"});
+  std::vector<std::string> header{"key", "target", "template", "kernel", "size", "status", "layer"};
+  if (any_differs) header.push_back("differs");
+  Table t(header);
   t.align_right(4);
-  for (const auto& e : entries)
-    t.add_row({e.key.substr(0, 16), target_of(e), e.meta ? e.meta->template_name : "-",
-               e.meta ? e.meta->name_expression : "-", human_bytes(e.size), status_of(e), e.layer});
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const EntryInfo& e = entries[i];
+    std::vector<std::string> row{e.key.substr(0, 16),
+                                 target_of(e),
+                                 e.meta ? e.meta->template_name : "-",
+                                 e.meta ? e.meta->name_expression : "-",
+                                 human_bytes(e.size),
+                                 status_of(e),
+                                 e.layer};
+    if (any_differs) row.push_back(differs[i]);
+    t.add_row(std::move(row));
+  }
   t.print(ctx.out);
   ctx.out << count_of(entries.size(), "entry", "entries") << ", " << human_bytes(bytes);
   if (invalid) ctx.out << ", " << invalid << " invalid";

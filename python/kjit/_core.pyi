@@ -255,7 +255,7 @@ def builtin_templates_dir() -> pathlib.Path:
     ...
 def cache_info() -> dict:
     """
-    The disk cache of this process: dir, dir_source, mode, writable, layers (read-only), max_bytes, state.
+    The disk cache of this process: dir, dir_source, mode, writable, layers (read-only), max_bytes, state, problem (why dir is not used although the mode is readwrite, as the warning said; None while it is usable and outside readwrite mode).
     """
 def clear_memory() -> None:
     """

@@ -9,8 +9,10 @@ Each scenario prints where its kernels came from (compiled / disk / memory), the
 the cached call in us. Then the demo runs itself again in a second process on the same cache: there
 every kernel is a disk hit (``--once`` skips that). Without a CUDA device it compiles every
 specialization the scenarios use for ``--arch`` through the compile-only path and says so in one line
-(GPUs that torch cannot use are an error, reported in full). It ends with what to do next: the command
-that activates its environment (and the same without activating), the cache directory, and three things
+(GPUs that torch cannot use are an error, reported in full). A cache directory it could not use (an
+unwritable home) is said in the summary, with the engine's reason, and explains the second process's
+compiles. It ends with what to do next: the command that activates its environment (and the same without
+activating), the cache directory (or, when it could not be used, why and what to set), and three things
 to try (``next_steps()``; README.md shows these last lines).
 """
 
@@ -382,12 +384,28 @@ FIVE_MINUTES = "#python-in-five-minutes"
 WARM_DEPLOYMENT = "#warm-deployment"
 
 
-def next_steps() -> list[str]:
-    """The demo's last lines: how to use this kjit from a new shell, where its cache is, what to try."""
+def _cache() -> dict:
+    """The engine's account of this process's disk cache (kjit._core.cache_info()): dir, dir_source, mode,
+    writable, problem (why dir could not be used, in the words of the engine's warning), ..."""
     import kjit
 
+    return kjit._core.cache_info()
+
+
+def cache_not_kept(cache: dict) -> str | None:
+    """Why the kernels this process compiled were not kept on disk for the next process (None when they
+    were): the cache directory could not be used (the engine's reason), or KJIT_CACHE_MODE keeps nothing."""
+    if cache.get("problem"):
+        return f"the cache could not be used ({cache['problem']})"
+    if not cache["writable"]:
+        return f"KJIT_CACHE_MODE={cache['mode']} writes nothing to the cache"
+    return None
+
+
+def next_steps() -> list[str]:
+    """The demo's last lines: how to use this kjit from a new shell, where its cache is, what to try."""
     activate, python = _environment()
-    cache = kjit._core.cache_info()
+    cache = _cache()
     lines = ["", "next:"]
     if activate is not None:
         lines.append(f"  environment:  {activate}")
@@ -396,7 +414,14 @@ def next_steps() -> list[str]:
     else:
         lines.append(f"  python:       {python} (kjit is installed for this Python)")
         info = f"{python} -m kjit info"
-    lines.append(f"  cache:        {cache['dir']} (from {cache['dir_source']})")
+    if cache.get("problem"):
+        # Not "the cache": a folder the demo could not use. What to set instead (the engine's settings).
+        lines.append(f"  cache:        none: {cache['dir']} (from {cache['dir_source']}) could not be used")
+        lines.append(f"                ({cache['problem']})")
+        lines.append("                set KJIT_CACHE_DIR=<a folder you can write>, or XDG_CACHE_HOME=<folder>")
+        lines.append("                (the cache is then <folder>/kjit), and run the demo again")
+    else:
+        lines.append(f"  cache:        {cache['dir']} (from {cache['dir_source']})")
     tries = [
         (info, "what kjit finds: NVRTC, GPUs, cache, settings"),
         (f"README.md{FIVE_MINUTES}", "a first kernel: specialize, launch (on a GPU)"),
@@ -432,13 +457,19 @@ def main(argv: list[str] | None = None) -> int:
         "arch": None if state.kind is None else args.arch,
         "scenarios": [r.__dict__ for r in results],
         "stats": _stats(),
+        "cache": _cache(),
         "total_s": time.perf_counter() - t0,
         # GPUs that torch cannot use are a failure even when every compile worked.
         "ok": all(r.ok for r in results) and state.kind != "error",
     }
     second = None if args.once else _second_process(args.arch)
     if second is not None:
-        doc["second_process"] = {"scenarios": second["scenarios"], "stats": second["stats"], "ok": second["ok"]}
+        doc["second_process"] = {
+            "scenarios": second["scenarios"],
+            "stats": second["stats"],
+            "cache": second.get("cache"),
+            "ok": second["ok"],
+        }
         doc["ok"] = doc["ok"] and second["ok"]
 
     if args.json:
@@ -455,12 +486,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{s['compiles']} compiles ({s['compile_ms']:.0f} ms), {s['disk_hits']} disk hits, "
         f"{s['memory_hits']} memory hits; {doc['total_s']:.2f} s"
     )
+    not_kept = cache_not_kept(doc["cache"])
+    if not_kept:
+        print(f"warning: {not_kept}: kernels were kept in memory only, and every new process compiles them again")
     if second is not None:
         s2 = second["stats"]
         per = "; ".join(
             f"{r['name']}: " + ", ".join(f"{k} {v}" for k, v in r["origins"].items() if v) for r in second["scenarios"]
         )
-        print(f"second process, same cache: {s2['compiles']} compiles, {s2['disk_hits']} disk hits ({per})")
+        line = f"second process, same cache: {s2['compiles']} compiles, {s2['disk_hits']} disk hits ({per})"
+        # No disk hits: say why (the first process kept nothing, or the second could not read the cache).
+        why = not_kept or (cache_not_kept(second["cache"]) if second.get("cache") else None)
+        if why and not s2["disk_hits"]:
+            line += f"; no disk hits because {why}"
+        print(line)
     if state.kind == "none":
         print(f"no GPU here: compiled for {args.arch} only (choose with --arch); run on a GPU machine to launch")
         if state.detail:

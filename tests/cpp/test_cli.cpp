@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "entry_differences.hpp"
 #include "format.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/dtype.hpp"
@@ -466,6 +467,118 @@ TEST_F(CliTest, LsListsTheCompiledEntries) {
     bytes += e["size"].get<std::uint64_t>();
   }
   EXPECT_EQ(j["total"]["bytes"], bytes);
+}
+
+// ---- ls: what tells apart entries of one kernel and target (issue 40) ---------------------------------
+
+namespace {
+kjit::cache::EntryInfo listed(const std::string& key, const std::string& name, std::vector<std::string> options,
+                              const std::string& target = "sm_90") {
+  kjit::cache::EntryInfo e;
+  e.key = key;
+  e.valid = true;
+  e.layer = "writable";
+  kjit::cache::EntryMetadata m;
+  m.template_name = "rgb_to_gray";
+  m.template_digest = "0123456789abcdef0123";
+  m.kernel = "rgb_to_gray";
+  m.name_expression = name;
+  m.options = std::move(options);
+  m.target = target;
+  m.nvrtc_version = "13.0";
+  m.kjit_version = "0.1.0";
+  e.meta = m;
+  return e;
+}
+}  // namespace
+
+TEST(CliEntryDifferences, OptionsOnlySomeEntriesHaveAreNamed) {
+  using kjit::cli::differences;
+  std::vector<kjit::cache::EntryInfo> entries{
+      listed("k1", "rgb_to_gray<2, 3>", {"--std=c++20", "--minimal"}),
+      listed("k2", "rgb_to_gray<2, 3>", {"--std=c++20"}),
+      listed("k3", "rgb_to_gray<2, 3>", {"--std=c++20", "--minimal"}, "sm_80"),  // another target: alone
+      listed("k4", "rgb_to_gray<4, 3>", {"--std=c++20"}),                        // another kernel: alone
+  };
+  EXPECT_EQ(differences(entries),
+            (std::vector<std::string>{"options: --minimal", "options: without --minimal", "", ""}));
+
+  // A flag with another value is that value, not "without" the other one.
+  entries = {listed("a", "k<1>", {"--Ofast-compile=min"}), listed("b", "k<1>", {"--Ofast-compile=max", "-DX=1"}),
+             listed("c", "k<1>", {})};
+  EXPECT_EQ(
+      differences(entries),
+      (std::vector<std::string>{"options: --Ofast-compile=min; without -DX=1", "options: --Ofast-compile=max -DX=1",
+                                "options: without --Ofast-compile=min --Ofast-compile=max -DX=1"}));
+}
+
+TEST(CliEntryDifferences, OtherRecordedFieldsThenTheKeyAlone) {
+  using kjit::cli::differences;
+  auto a = listed("a", "k<1>", {"--minimal"}), b = listed("b", "k<1>", {"--minimal"});
+  b.meta->template_digest = "fedcba9876543210fedc";
+  b.meta->nvrtc_version = "13.1";
+  b.meta->output = kjit::cache::OutputKind::Ptx;
+  EXPECT_EQ(differences({a, b}), (std::vector<std::string>{"template 0123456789ab; nvrtc 13.0; output cubin",
+                                                           "template fedcba987654; nvrtc 13.1; output ptx"}));
+  auto c = listed("c", "k<1>", {"--minimal"});
+  c.meta->kjit_version = "0.2.0";
+  EXPECT_EQ(differences({a, c}), (std::vector<std::string>{"kjit 0.1.0", "kjit 0.2.0"}));
+  // Nothing the metadata records differs (a PTX entry's key holds the driver version): the key says it.
+  EXPECT_EQ(differences({a, listed("d", "k<1>", {"--minimal"})}), (std::vector<std::string>{"key only", "key only"}));
+}
+
+TEST(CliEntryDifferences, TheSameKeyInTwoLayersAndUnreadableEntriesAreNotCompared) {
+  using kjit::cli::differences;
+  auto in_layer = listed("a", "k<1>", {"--minimal"});
+  in_layer.layer = "/warm";
+  kjit::cache::EntryInfo damaged;
+  damaged.key = "z";
+  damaged.error = "bad magic";
+  EXPECT_EQ(differences({listed("a", "k<1>", {"--minimal"}), in_layer, damaged}),
+            (std::vector<std::string>{"", "", ""}));
+}
+
+// The reviewer's case: rgb_to_gray compiled by a library op (the library's options, as the demo compiles
+// it) and by `kjit compile` without them: two entries, and `kjit ls` says what differs.
+TEST_F(CliTest, LsSaysWhatTellsApartTwoEntriesOfOneKernelAndTarget) {
+  std::vector<std::string> rgb{"compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param",
+                               "H=2",     "--param",     "W=3",      "--arch",      "sm_90"};
+  Result plain = kjit(rgb);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  rgb.push_back("--minimal");
+  Result minimal = kjit(rgb);
+  ASSERT_EQ(minimal.code, 0) << minimal.err;
+  EXPECT_EQ(count_lines_with(minimal.out, "  sm_90        compiled  "), 1u) << "another entry: " << minimal.out;
+  compile_add_constant("sm_90");  // alone in its group: nothing to say
+
+  Result r = kjit({"ls"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  EXPECT_NE(lines[1].find("  layer     differs"), std::string::npos) << lines[1];
+  EXPECT_EQ(count_lines_with(r.out, "rgb_to_gray<2, 3>"), 2u) << r.out;
+  EXPECT_EQ(count_lines_with(r.out, "  writable  options: --minimal"), 1u) << r.out;
+  EXPECT_EQ(count_lines_with(r.out, "  writable  options: without --minimal"), 1u) << r.out;
+  for (const auto& line : lines)
+    if (line.find("add_constant<float, 4>") != std::string::npos)
+      EXPECT_TRUE(line.size() >= 8 && line.substr(line.size() - 8) == "writable") << line;
+
+  json j = json::parse(kjit({"ls", "--json"}).out);
+  std::vector<std::string> differs;
+  for (const auto& e : j["entries"]) {
+    ASSERT_TRUE(e.contains("differs")) << e.dump(2);
+    differs.push_back(e["differs"].is_null() ? "-" : e["differs"].get<std::string>());
+  }
+  std::sort(differs.begin(), differs.end());
+  EXPECT_EQ(differs, (std::vector<std::string>{"-", "options: --minimal", "options: without --minimal"})) << j.dump(2);
+}
+
+// Without such entries the table is as before: no "differs" column.
+TEST_F(CliTest, LsHasNoDiffersColumnWhenNothingNeedsTellingApart) {
+  compile_add_constant("sm_80,sm_90");
+  Result r = kjit({"ls"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("differs"), std::string::npos) << r.out;
 }
 
 // ---- escaping what comes from files (issue 14 item 9) -------------------------------------------

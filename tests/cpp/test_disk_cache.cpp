@@ -108,6 +108,7 @@ TEST(DiskCache, StoreThenLoad) {
   {
     DiskCache c(cache_config(dir.path()));
     EXPECT_TRUE(c.writable());
+    EXPECT_EQ(c.problem(), "") << "a usable cache has no problem";
     EXPECT_FALSE(c.load(e.key, "sm_90").has_value());
     ASSERT_TRUE(c.store(e));
     auto hit = c.load(e.key, "sm_90");
@@ -206,6 +207,7 @@ TEST(DiskCache, ReadOnlyModeLoadsButNeverWrites) {
   EXPECT_TRUE(produced);
   EXPECT_EQ(files_under(dir.path()), before) << "nothing written: no entry, no lock";
   EXPECT_EQ(warnings.count(), 0u) << "readonly is a choice, not a failure: " << warnings.all();
+  EXPECT_EQ(c.problem(), "") << "readonly is a choice, not a problem";
   EXPECT_TRUE(contains(c.describe(), "(readonly")) << c.describe();
 }
 
@@ -406,6 +408,9 @@ TEST(DiskCacheFaults, UnusableRootIsAWarningNotACrash) {
   EXPECT_TRUE(contains(w, "Not a directory")) << w;
   EXPECT_TRUE(contains(w, "kernels are cached in memory only for this process")) << w;
   EXPECT_TRUE(contains(c->describe(), "memory only")) << c->describe();
+  // problem(): the warning's reason, for front ends that report it (the demo's summary).
+  EXPECT_EQ(c->problem(), "cannot create " + root.string() + ": Not a directory") << c->problem();
+  EXPECT_TRUE(contains(w, c->problem())) << w;
 
   EXPECT_FALSE(c->store(e));
   EXPECT_FALSE(c->load(e.key, "sm_90").has_value());
@@ -427,6 +432,8 @@ TEST(DiskCacheFaults, StoreFailureDegradesToMemoryOnce) {
   const std::string w = warnings.messages()[0];
   EXPECT_TRUE(contains(w, (dir.path() / "v1" / "sm_90").string())) << w;
   EXPECT_TRUE(contains(w, "memory only")) << w;
+  EXPECT_TRUE(contains(c.problem(), "cannot write to " + (dir.path() / "v1" / "sm_90").string())) << c.problem();
+  EXPECT_TRUE(contains(w, c.problem())) << w;
   // Later stores are skipped, even where they would work, and say nothing more.
   EXPECT_FALSE(c.store(make_entry("dc-fault-degrade-2", "sm_80")));
   EXPECT_FALSE(fs::exists(dir.path() / "v1" / "sm_80"));

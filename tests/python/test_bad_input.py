@@ -59,6 +59,11 @@ U8_ALLOWED = r"allowed: torch\.uint8"
 MATRIX_ALLOWED = r"allowed: torch\.bfloat16, torch\.float16, torch\.float32"
 BF16 = torch.bfloat16
 ORIGINS = ("compiled", "disk", "memory")
+# torch's warning when a case makes a complex32 tensor (to check that kjit refuses it): expected there, so
+# filtered there (never globally), not shown in the run's summary as if something were wrong.
+COMPLEX_HALF_IS_EXPERIMENTAL = pytest.mark.filterwarnings(
+    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
+)
 ADD = kjit.Template.builtin("add_constant").kernel("add_constant")
 RGB = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray")
 FMA = kjit.elementwise("x * y * s", "x, y", "s", name="bad_input_fma")
@@ -1977,6 +1982,7 @@ EW_CASES = [
         kjit.TypeError,
         r"input 'y' has dtype torch\.complex32, which is not supported; allowed: torch\.float32",
         "complex32",
+        marks=[COMPLEX_HALF_IS_EXPERIMENTAL],  # making the complex32 input, torch says so
     ),
     _ew(
         "kjit.Elementwise.__call__",

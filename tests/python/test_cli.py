@@ -78,3 +78,27 @@ def test_demo_is_routed_to_the_python_demo(run_kjit):
     r = run_kjit("demo", "--help")
     assert r.returncode == 0, r
     assert "python -m kjit demo" in r.stdout, r
+
+
+def test_ls_says_what_differs_between_the_library_ops_entry_and_a_cli_compile(run_kjit, run_py):
+    # Issue 40: the demo compiles rgb_to_gray with the library's options (as kjit.ops.rgb_to_gray does), a
+    # later `kjit compile` of the same kernel without them: another entry ("compiled", not "disk"), and
+    # `kjit ls` lists both, saying which options tell them apart.
+    run_py("""
+        import kjit
+        opts = kjit._core.library_compile_options()
+        kjit.Template.builtin('rgb_to_gray').kernel('rgb_to_gray', **opts).specialize(H=1080, W=1920, arch='sm_90')
+    """)
+    args = ["compile", "rgb_to_gray", "--kernel", "rgb_to_gray", "--param", "H=1080", "--param", "W=1920"]
+    r = run_kjit(*args, "--arch", "sm_90")
+    assert "  sm_90        compiled  " in r.stdout, r
+    ls = run_kjit("ls")
+    rows = [line for line in ls.stdout.splitlines() if "rgb_to_gray<1080, 1920>" in line]
+    assert len(rows) == 2, ls.stdout
+    header = ls.stdout.splitlines()[1]
+    assert header.endswith("  layer     differs"), header
+    column = header.index("differs")
+    differs = sorted(row[column:] for row in rows)
+    assert differs[0].startswith("options: ") and differs[1].startswith("options: without "), differs
+    # The one lists what the other lacks: the library's options.
+    assert differs[0].removeprefix("options: ") == differs[1].removeprefix("options: without "), differs

@@ -8,6 +8,7 @@ The full demo runs once for the module (about 10-60 s without a GPU: 12 compiles
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -150,6 +151,84 @@ def test_without_a_gpu_one_calm_line_and_never_the_driver_error(demo):
     for text in (out, err):
         assert "NVIDIA driver" not in text and "nvidia.com" not in text, text
         assert "error" not in text.lower(), text
+
+
+# A cache it could not use (issue 40): an unwritable home. As root, permission bits stop nothing, so the home
+# is a regular file there (the cache cannot be created under it); as a user (CI's nonroot run), a chmod 0555
+# folder, the reviewer's case.
+
+
+@pytest.fixture(scope="module")
+def demo_unusable_home(tmp_path_factory):
+    """(stdout, the cache dir, the engine's reason) of a full demo run whose default cache cannot be made."""
+    base = tmp_path_factory.mktemp("unusable-home")
+    if os.geteuid() == 0:
+        home = base / "home-is-a-file"
+        home.write_text("a regular file where the home folder should be")
+        reason = "Not a directory"
+    else:
+        home = base / "read-only-home"
+        home.mkdir()
+        home.chmod(0o555)
+        reason = "Permission denied"
+    env = _kjit_env(HOME=str(home))
+    env.pop("XDG_CACHE_HOME", None)
+    try:
+        # What the engine says about that cache, asked on its own (the demo must report the same).
+        info = subprocess.run(
+            [sys.executable, "-c", "import json, kjit; print(json.dumps(kjit._core.cache_info()))"],
+            env=env,
+            cwd=base,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert info.returncode == 0, info.stderr
+        cache = json.loads(info.stdout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kjit", "demo"], cwd=base, env=env, capture_output=True, text=True, timeout=600
+        )
+    finally:
+        if home.is_dir():
+            home.chmod(0o755)
+    assert proc.returncode == 0, f"the demo failed (exit {proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    assert cache["dir"] == f"{home}/.cache/kjit" and cache["dir_source"] == "HOME", cache
+    assert not cache["writable"] and cache["problem"] and reason in cache["problem"], cache
+    return proc.stdout, cache["dir"], cache["problem"]
+
+
+def test_a_cache_it_could_not_use_is_said_in_the_summary(demo_unusable_home):
+    out, _, problem = demo_unusable_home
+    lines = out.splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("summary: "))
+    assert lines[summary + 1] == (
+        f"warning: the cache could not be used ({problem}): kernels were kept in memory only, "
+        "and every new process compiles them again"
+    ), out
+
+
+def test_the_second_process_says_why_it_had_no_disk_hits(demo_unusable_home):
+    out, _, problem = demo_unusable_home
+    line = next(line for line in out.splitlines() if line.startswith("second process, same cache: "))
+    assert " 0 disk hits " in line, line
+    assert line.endswith(f"; no disk hits because the cache could not be used ({problem})"), line
+
+
+def test_the_next_block_names_no_unusable_folder_as_the_cache_and_says_what_to_set(demo_unusable_home):
+    out, cache_dir, problem = demo_unusable_home
+    ending = out[out.index("\nnext:\n") :]
+    assert _field(ending, "cache") == f"none: {cache_dir} (from HOME) could not be used", ending
+    assert f"\n                ({problem})\n" in ending, ending
+    assert "set KJIT_CACHE_DIR=<a folder you can write>, or XDG_CACHE_HOME=<folder>" in ending, ending
+    assert "(the cache is then <folder>/kjit), and run the demo again" in ending, ending
+
+
+def test_a_readonly_mode_explains_the_second_process_compiles():
+    from kjit import demo
+
+    cache = {"dir": "/c", "dir_source": "KJIT_CACHE_DIR", "mode": "readonly", "writable": False, "problem": None}
+    assert demo.cache_not_kept(cache) == "KJIT_CACHE_MODE=readonly writes nothing to the cache"
+    assert demo.cache_not_kept({**cache, "mode": "readwrite", "writable": True}) is None
 
 
 # README.md: the demo's last lines, as they appear.

@@ -302,6 +302,10 @@ def _message(call):
     return str(e.value)
 
 
+# torch's warning on making the complex32 tensor the test checks kjit refuses: expected here, filtered here.
+@pytest.mark.filterwarnings(
+    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
+)
 def test_cpp_call_paths_name_dtypes_as_torch_does():
     f = kjit.elementwise("x * y", "x, y", name="dtype_names_gpu")
     x = torch.ones(4, device=DEV)

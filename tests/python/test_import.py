@@ -106,6 +106,7 @@ def test_cache_info_and_stats():
     assert set(info) >= {"dir", "mode", "writable", "layers"}
     assert info["mode"] == "readwrite"
     assert info["writable"] is True
+    assert info["problem"] is None  # the directory is used: nothing to report
     assert info["layers"] == []
     s = kjit.stats()
     assert set(s) == {

@@ -22,6 +22,11 @@ FLOATING = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ARCHS = ["sm_80", "sm_90", "sm_100"]
 ORIGINS = ("compiled", "disk", "memory")
 _WORKERS = max(2, min(4, os.cpu_count() or 2))  # compile_only releases the GIL while NVRTC runs
+# torch's warning when a test makes a complex32 tensor (to check that kjit refuses it): expected there, so
+# filtered there (never globally), not shown in the run's summary as if something were wrong.
+COMPLEX_HALF_IS_EXPERIMENTAL = pytest.mark.filterwarnings(
+    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
+)
 
 
 def meta(*shape, dtype=torch.float32):
@@ -470,10 +475,11 @@ def fma():
         (lambda f, x: f(x, x, s=torch.ones(2)), TypeError, r"scalar 's' must be a Python int or float"),
         (lambda f, x: f(x, x, s=1.0, z=2), TypeError, r"unexpected keyword arguments \['z'\]"),
         (lambda f, x: f(x, 2.0, s=1.0), TypeError, r"input 'y' must be a torch\.Tensor, got float 2\.0"),
-        (
+        pytest.param(
             lambda f, x: f(x, x.to(torch.complex32), s=1.0),
             TypeError,
             r"input 'y' has dtype torch\.complex32, which is not supported",
+            marks=COMPLEX_HALF_IS_EXPERIMENTAL,  # making the complex32 input, torch says so
         ),
         # Bound correctly, then rejected for the device.
         (

@@ -156,6 +156,9 @@ def kernel_names(fn):
     return " | ".join(e.key for e in prof.key_averages())
 
 
+# torch.profiler.profile warns that it "clears events at the end of each cycle" (the events of the one cycle
+# this test records are all it reads): expected here, filtered here (":" cannot be written in the filter).
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle:UserWarning")
 def test_long_rows_run_the_split_kernels():
     if not has_clusters():
         pytest.skip("thread-block clusters need sm_90 or newer: the one-block kernels run")

@@ -147,13 +147,14 @@ void bind_engine(py::module_& m) {
       [] {
         Engine& engine = Engine::global();
         bool writable;
-        std::string state;
+        std::string state, problem;
         {
           // The cache's lock may be held by a compile on another thread that is warning (and so
           // waiting for the GIL): do not hold the GIL while taking it.
           py::gil_scoped_release nogil;
           writable = engine.disk().writable();
           state = engine.disk().describe();
+          problem = engine.disk().problem();
         }
         const cache::DiskCacheConfig& c = engine.disk().config();
         py::dict d;
@@ -166,9 +167,12 @@ void bind_engine(py::module_& m) {
         d["layers"] = layers;
         d["max_bytes"] = c.max_bytes ? py::object(py::int_(*c.max_bytes)) : py::object(py::none());
         d["state"] = state;
+        d["problem"] = problem.empty() ? py::object(py::none()) : py::object(py::str(problem));
         return d;
       },
-      "The disk cache of this process: dir, dir_source, mode, writable, layers (read-only), max_bytes, state.");
+      "The disk cache of this process: dir, dir_source, mode, writable, layers (read-only), max_bytes, state, "
+      "problem (why dir is not used although the mode is readwrite, as the warning said; None while it is usable "
+      "and outside readwrite mode).");
   m.def("set_builtin_templates_dir", &set_builtin_templates_dir, py::arg("path"),
         "Where Template.builtin() looks (KJIT_TEMPLATES_DIR still wins).");
   m.def("builtin_templates_dir", &builtin_templates_dir);

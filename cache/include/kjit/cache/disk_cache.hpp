@@ -84,6 +84,10 @@ class DiskCache final : public Store, public KeyLocks {
   // One line saying where the cache is and in which state, layers included (for `kjit info` and
   // warnings).
   std::string describe() const override;
+  // Why the writable root is not used although the mode is readwrite, in the words of the warning that
+  // said so ("cannot create /h/.cache/kjit: Not a directory", "... is not writable: Permission denied",
+  // a failed write): "" while it is usable, and outside readwrite mode (nothing is written by design).
+  std::string problem() const;
 
   // Store: the writable layer (the root) alone, with load()'s validation and policy; put() is store().
   // A miss in mode off and for a root refused at construction (others could write it).
@@ -155,6 +159,7 @@ class DiskCache final : public Store, public KeyLocks {
   bool root_untrusted_ = false;  // others could have written the root: it is not even read
   bool root_unusable_ = false;   // the constructor found the root unusable (and warned once)
   std::string state_;            // human-readable state
+  std::string problem_;          // why degrade() made the cache memory only ("" until it did)
 };
 
 }  // namespace kjit::cache
