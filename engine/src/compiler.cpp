@@ -145,6 +145,28 @@ std::vector<std::string> unopened_includes(const std::string& log) {
   return out;
 }
 
+// A name such as 'vector' (no folder, no extension): a C++ standard library header, of which NVRTC ships
+// none; kjit stands in for a few (kernel_templates/std/), listed from that folder.
+std::string standard_header_hint(const std::vector<std::string>& names) {
+  std::string standard;
+  for (const auto& n : names)
+    if (n.find_first_of("./") == std::string::npos) standard += (standard.empty() ? "'" : ", '") + n + "'";
+  if (standard.empty()) return "";
+  std::vector<std::string> stand_ins;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(builtin_templates_dir() / "std", ec))
+    stand_ins.push_back("<" + e.path().filename().string() + ">");
+  std::sort(stand_ins.begin(), stand_ins.end());
+  std::string list;
+  for (const auto& n : stand_ins) list += (list.empty() ? "" : ", ") + n;
+  return "\n" + standard +
+         " looks like a C++ standard library header, and NVRTC ships none: kjit stands in only for those device code "
+         "commonly reaches (" +
+         (list.empty() ? std::string("none found in its templates folder") : list) +
+         "; docs/header-libraries.md). In device code use libcu++'s <cuda/std/...> headers instead "
+         "(<cuda/std/array>, <cuda/std/type_traits>, ...); never the host compiler's, which NVRTC cannot compile.";
+}
+
 std::string unresolved_hint(const std::string& log, const Template& t) {
   const auto names = unopened_includes(log);
   if (names.empty()) return "";
@@ -160,7 +182,8 @@ std::string unresolved_hint(const std::string& log, const Template& t) {
          "template's folder, include_dirs, KJIT_INCLUDE_PATH, kjit's templates, the CUDA headers), and NVRTC "
          "reads only the headers kjit found and hashed: pass the folder that holds it as an include directory "
          "(include_dirs= in Python, --include in the CLI, or KJIT_INCLUDE_PATH), or include it by a path "
-         "relative to the including file.";
+         "relative to the including file." +
+         standard_header_hint(names);
 }
 
 // NVRTC's automatic precompiled header (KJIT_PCH): the header set parsed once per process and reused by

@@ -253,6 +253,9 @@ class IncludeResolver {
       for (const auto& d : user_dirs_) candidates.emplace_back(d, false);
       candidates.emplace_back(builtin_dir_, false);
       for (const auto& d : cuda_dirs_) candidates.emplace_back(d, true);
+      // kjit's stand-ins for the C++ standard headers NVRTC lacks (<cmath>, <complex>, ...): last, so that
+      // a header of the same name anywhere above (the user's own <cmath>) is the one used.
+      candidates.emplace_back(std_headers_dir_, false);
       // An absolute name is that file, wherever it is: a CUDA header only when it lies in the CUDA dirs
       // (else KJIT_RECORD would leave it out of a manifest as part of the toolkit).
       if (fs::path(inc.name).is_absolute())
@@ -266,12 +269,14 @@ class IncludeResolver {
       bool found = false;
       for (const auto& [dir, is_cuda] : candidates) {
         if (dir.empty()) continue;
-        if (leaves && (confined_ || dir == builtin_dir_ || including_dir == builtin_dir_)) continue;
+        if (leaves && (confined_ || dir == builtin_dir_ || dir == std_headers_dir_ || including_dir == builtin_dir_ ||
+                       including_dir == std_headers_dir_))
+          continue;
         fs::path p = dir / inc.name;
         struct stat st{};
         if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        // An including file that lives inside the CUDA dirs keeps its headers there.
-        bool cuda = is_cuda || in_cuda_dirs(including_dir);
+        // An including file that lives inside the CUDA dirs keeps its headers there (not a stand-in of kjit's).
+        bool cuda = is_cuda || (in_cuda_dirs(including_dir) && dir != std_headers_dir_);
         const std::string canonical = canonical_of(p);
         const std::string canon = canonical.empty() ? p.lexically_normal().string() : canonical;
         found = true;
@@ -388,6 +393,8 @@ class IncludeResolver {
   cache::HeaderIndex& index_;
   const std::map<std::string, std::vector<std::string>>& learned_;
   const fs::path builtin_dir_ = builtin_templates_dir();
+  // kernel_templates/std/: a header there is a standard one NVRTC does not ship (docs/header-libraries.md).
+  const fs::path std_headers_dir_ = builtin_dir_.empty() ? fs::path() : builtin_dir_ / "std";
   fs::path base_dir_;
   std::vector<fs::path> user_dirs_, cuda_dirs_;
   std::set<std::string> seen_files_;
