@@ -6,7 +6,7 @@ Prints "== NAME: TEXT" (and, given --first-time, what the phase costs the first 
 on 2 CPUs"), runs
 COMMAND with its output passed through line by line, and then "== NAME: done in 2m05s" (or, when the
 command fails, "== NAME failed after 2m05s (exit 1)" and the exit status). When the command prints nothing
-for quiet.HEARTBEAT_S seconds (18; KJIT_SETUP_HEARTBEAT=S sets another), a line says the phase is still
+for quiet.HEARTBEAT_S seconds (15; KJIT_SETUP_HEARTBEAT=S sets another), a line says the phase is still
 running and for how long, so that no phase is silent for more than quiet.QUIET_S (20 s: the set-up's
 promise, .ci/quiet.py). Progress redrawn in place ('\r', pip's and ninja's bars) is passed on as one line
 every 10 s at most. On a terminal the command keeps the terminal (pip's and ninja's own progress bars), and

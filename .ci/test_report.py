@@ -5,20 +5,20 @@ needs (compact progress, failures in full, skip reasons grouped with counts), an
 summary lines, ctest's then pytest's, as the last lines.
 
   test_report.py ctest --log build/ctest.log --junit build/ctest-junit.xml -- ctest --test-dir build ...
-      ctest's output goes to the log only; the terminal gets a progress line every 18 s (and one per
+      ctest's output goes to the log only; the terminal gets a progress line every 15 s (and one per
       failed test as it fails); at the end each failed test's output in full and the skip reasons (the
       GTEST_SKIP() messages, read from ctest's JUnit file) grouped by reason with counts.
   test_report.py pytest --log build/pytest.log -- python -m pytest -q -rfEsxX ...
       pytest's output goes to the log and to the terminal (its progress dots, failures, errors, xfail and
       xpass lines as pytest prints them), except the "SKIPPED [N] file:line: reason" lines, collapsed
-      into one line per reason with its count, and the summary line, kept for `summary`; after 18 s
+      into one line per reason with its count, and the summary line, kept for `summary`; after 15 s
       without output, a line says it is still running.
   test_report.py summary --ctest-log L --ctest-status N --pytest-log L --pytest-status N
       prints ctest's summary line then pytest's (from the logs), and exits non-zero when either run
       failed (a non-zero status, or no summary line).
 
 The run commands exit with the status of the command they ran. Neither is silent for longer than
-quiet.QUIET_S (20 s, the promise of .ci/quiet.py): both speak after quiet.HEARTBEAT_S (18 s).
+quiet.QUIET_S (20 s, the promise of .ci/quiet.py): both speak after quiet.HEARTBEAT_S (15 s).
 """
 
 import argparse
