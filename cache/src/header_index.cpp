@@ -190,9 +190,7 @@ void HeaderIndex::load_layers_locked() {
     FileRead r = read_regular_file(f, kMaxFileBytes, Links::Refuse);
     if (!r.ok()) continue;
     if (!owned_path_problem(layer, f, r.st, ::geteuid()).empty() &&
-        !LayerLock::read(layer, ::geteuid())
-             .vouches_for(f.lexically_relative(layer).generic_string(), r.bytes)
-             .empty())
+        !LayerLock::read(layer, ::geteuid()).vouches_for(f.lexically_relative(layer).generic_string(), r.bytes).empty())
       continue;
     try {
       for (auto& [scope, sc] : parse(r.bytes).learned) {

@@ -128,7 +128,7 @@ Json record_body(const ManifestRecord& r, bool inline_sources = false) {
   Json body = {
       {"template", std::move(t)}, {"kernel", r.kernel}, {"args", std::move(args)}, {"options", std::move(opts)}};
   if (r.arch_specific) body["arch_specific"] = true;  // likewise: only when true
-  if (r.arch != 0) body["arch"] = r.arch;            // and only when known
+  if (r.arch != 0) body["arch"] = r.arch;             // and only when known
   return body;
 }
 
@@ -260,8 +260,10 @@ class Reader {
     if (j.contains("arch")) {
       const std::optional<std::int64_t> arch = as_int64(j["arch"]);
       if (!arch || *arch < 10 || *arch > 999 || !r.arch_specific)
-        fail(where, "\"arch\" must be the XY of an arch-specific record's sm_XYa (an integer from 10 to 999, with "
-                    "\"arch_specific\": true), got " + j["arch"].dump());
+        fail(where,
+             "\"arch\" must be the XY of an arch-specific record's sm_XYa (an integer from 10 to 999, with "
+             "\"arch_specific\": true), got " +
+                 j["arch"].dump());
       r.arch = static_cast<int>(*arch);
     }
     auto id = j.find("id");

@@ -25,9 +25,9 @@ constexpr const char* kLockName = "owner.lock";
 
 struct State {
   std::mutex mu;
-  pid_t owner = 0;       // the process whose root `root` is (a forked child makes its own)
-  std::string root;      // "" until made, or when it could not be made
-  int lock_fd = -1;      // owner.lock, flocked for the process's life
+  pid_t owner = 0;                   // the process whose root `root` is (a forked child makes its own)
+  std::string root;                  // "" until made, or when it could not be made
+  int lock_fd = -1;                  // owner.lock, flocked for the process's life
   std::vector<std::string> domains;  // folders under root, least recently used first
 };
 

@@ -67,8 +67,8 @@ WarmTarget warm_target(const Target& requested, bool arch_specific, int recorded
   const int arch = recorded_arch > 0 ? recorded_arch : 90;
   const std::string made_for = "sm_" + std::to_string(arch) + "a";
   if (requested.is_ptx())
-    return {std::nullopt, "an arch-specific kernel (recorded for " + made_for +
-                              ") has no PTX form; ask for sm_" + std::to_string(arch) + " to warm it"};
+    return {std::nullopt, "an arch-specific kernel (recorded for " + made_for + ") has no PTX form; ask for sm_" +
+                              std::to_string(arch) + " to warm it"};
   if (requested.arch != arch)
     return {std::nullopt, "an arch-specific kernel recorded for " + made_for + ", which only an sm_" +
                               std::to_string(arch) + " GPU runs; on " + requested.str() +

@@ -1,8 +1,8 @@
 // Headers that no reading of a template's text names (a macro-computed `#include MACRO`, as thrust, CUB
 // and CuTe write them): NVRTC asks for them, kjit resolves what it asks, hands it over, hashes it into the
 // key and keeps the directive in the header index (in the template's scope, by the SHA-256 of the including
-// file's bytes), so that a later load of the template keys the same headers without compiling. A template rebuilt from a manifest still reaches
-// no file through one.
+// file's bytes), so that a later load of the template keys the same headers without compiling. A template rebuilt from
+// a manifest still reaches no file through one.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -91,12 +91,12 @@ TEST(LearnedIncludes, AreKeptPerScopeByTheContentOfTheIncludingFileAcrossIndexes
   EXPECT_EQ(index->learned(scope).at(sha).size(), 2u);
   EXPECT_EQ(index->learned(scope).at(other), std::vector<std::string>{"<cuda/std/type_traits"});
   // A damaged learned section makes the whole file an empty index (it only ever saves work).
-  kjit::testing::write_file(index->file(), "{\"format\":2,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" +
-                                               scope + "\":{\"" + sha + "\":[\"no-quote\"]}}}");
+  kjit::testing::write_file(index->file(), "{\"format\":2,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + scope +
+                                               "\":{\"" + sha + "\":[\"no-quote\"]}}}");
   EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
   // A file of format 1 (directives by file only, unscoped): an empty index, replaced at the next save.
-  kjit::testing::write_file(index->file(),
-                            "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"\\\"x.h\"]}}");
+  kjit::testing::write_file(
+      index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"\\\"x.h\"]}}");
   EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
   EXPECT_TRUE(index_in(dir / "cache")->learned(sha).empty());
 }
@@ -169,8 +169,8 @@ TEST(LearnedIncludes, WhatOneTemplateLearnedNeverReKeysAnother) {
   strict.cache_mode = CacheMode::Strict;
   Engine strict_engine(strict);
   Origin origin;
-  const auto hit = strict_engine.prepare(spec_of(Template::from_file(dir / "src" / "a.cu")), Target::parse("sm_90"),
-                                         &origin);
+  const auto hit =
+      strict_engine.prepare(spec_of(Template::from_file(dir / "src" / "a.cu")), Target::parse("sm_90"), &origin);
   EXPECT_EQ(origin, Origin::Disk);
   EXPECT_EQ(hit->key, a->key);
 }

@@ -140,8 +140,8 @@ TEST(Pch, APrecompiledHeaderThatCannotBeWrittenIsACompileWithoutIt) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::setenv("TMPDIR", dir.path().c_str(), 1);
-    ::signal(SIGXFSZ, SIG_IGN);              // a write past the limit fails with EFBIG instead
-    rlimit limit{64 << 10, 64 << 10};        // room for a kernel and the cache's files, not for a PCH
+    ::signal(SIGXFSZ, SIG_IGN);        // a write past the limit fails with EFBIG instead
+    rlimit limit{64 << 10, 64 << 10};  // room for a kernel and the cache's files, not for a PCH
     if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
     std::vector<std::string> warnings;
     kjit::log::set_warning_sink([&](const std::string& m) { warnings.push_back(m); });

@@ -190,6 +190,8 @@ def test_a_folder_beside_the_cuda_headers_is_not_theirs(tmp_path):
         ["-c", f"import kjit; kjit.Template.from_file({str(src)!r}).kernel('k').specialize(N=1, arch='sm_90')"],
         env={"KJIT_CUDA_HOME": home, "KJIT_RECORD": manifest, "KJIT_CACHE_DIR": tmp_path / "cache"},
     )
-    sources = [json.loads(line)["sources"] for line in manifest.read_text().splitlines() if '"sources"' in line]
+    sources = [
+        json.loads(line)["sources"] for line in manifest.read_text().splitlines() if line.startswith('{"sources"')
+    ]
     assert len(sources) == 1
     assert [name for name in sources[0]["headers"] if name.endswith("extra_value.h")], sources[0]["headers"].keys()

@@ -113,8 +113,9 @@ class Template : public std::enable_shared_from_this<Template> {
   // that asked for it as a quoted include is (that file's folder, then the search path), is handed to
   // NVRTC and hashed from now on. The directives are recorded in the header index (in this template's
   // learning_scope(), by the SHA-256 of the including file's bytes), so that a later load of this
-  // template, in this process or another, keys the same headers without compiling. Null when none of them resolves to a header this template does not already
-  // hand to NVRTC (then the compile error stands). The result becomes current() for this template.
+  // template, in this process or another, keys the same headers without compiling. Null when none of them resolves to a
+  // header this template does not already hand to NVRTC (then the compile error stands). The result becomes current()
+  // for this template.
   std::shared_ptr<const Template> grown_by(const std::vector<MissingInclude>& missing) const;
   // The newest template grown from this one (grown_by), else this one: what a key and a compile of
   // this template use, so that a compile that learned an include is not repeated.

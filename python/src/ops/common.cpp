@@ -109,7 +109,8 @@ void check_sm_device(int device) {
 
 void override_sm_count(int device, int count) {
   check_sm_device(device);
-  if (count < 0) throw ValueError("a multiprocessor count must be 0 (the device's own) or more, got " + std::to_string(count));
+  if (count < 0)
+    throw ValueError("a multiprocessor count must be 0 (the device's own) or more, got " + std::to_string(count));
   sm_counts()[device].store(count, std::memory_order_relaxed);
 }
 
