@@ -129,6 +129,7 @@ def test_explicit_streams_of_every_kind(add, kind):
     y = torch.zeros_like(x)
     k = add.specialize(T=torch.float32, VEC=4)
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # x and y are written on the current stream
     stream = {"torch": s, "int": s.cuda_stream, "cuda_stream_protocol": CudaStream(s.cuda_stream)}[kind]
     k.launch(grid(N), 256, CAI(x), CAI(y), 5.0, N, stream=stream)
     s.synchronize()
