@@ -172,6 +172,8 @@ def test_a_folder_beside_the_cuda_headers_is_not_theirs(tmp_path):
     manifest leaves out. Whole path components are compared, not a string prefix."""
     from conftest import run_python
 
+    if not kjit._core.toolkit()["headers_from"]:
+        pytest.skip("no CUDA headers found here")
     real = pathlib.Path(kjit._core.toolkit()["headers_from"])
     home = tmp_path / "cuda"
     home.mkdir()
