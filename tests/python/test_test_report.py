@@ -3,6 +3,7 @@ made here (a GoogleTest binary registered with gtest_discover_tests as tests/cpp
 GTEST_SKIP(); pytest files skipping for two reasons), it must group the skip reasons with counts, print
 failures in full, keep the full output in the logs, and end with ctest's then pytest's summary line."""
 
+import os
 import pathlib
 import re
 import shutil
@@ -79,8 +80,12 @@ PYTEST_FILES = {
 
 
 def report(*args, cwd=None):
+    # The inner pytest loads no plugin the machine happens to have (pytest-benchmark, say, warns on stderr
+    # before the progress line when it sees xdist's variables from this worker): only what the test names.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
-        [sys.executable, str(REPORT), *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd
+        [sys.executable, str(REPORT), *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd, env=env
     )
 
 
