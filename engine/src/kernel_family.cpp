@@ -70,6 +70,13 @@ std::shared_ptr<const SpecializedKernel> KernelFamily::get(const TemplateArg* ar
   return k;
 }
 
+std::shared_ptr<const SpecializedKernel> KernelFamily::compile_only(const TemplateArg* args, std::size_t n,
+                                                                    const Target& target, Origin* origin) const {
+  const Target t =
+      arch_specific_ && target.kind == Target::Kind::Sm ? Target{target.arch, Target::Kind::SmArchSpecific} : target;
+  return engine_->compile_only(specialization(args, n), t, origin);
+}
+
 void KernelFamily::prepare_ahead(const TemplateArg* args, std::size_t n, int device) const noexcept {
   SpecKey key;
   if (!spec_key(args, n, device, key) || engine_->find(key)) return;

@@ -212,7 +212,7 @@ def _torch_ties() -> str:
 
 
 def _compute_dtype(out: torch.dtype, inputs: tuple = ()) -> torch.dtype:
-    """The expression's compute type, as ElementwiseFn computes it (python/src/ops/elementwise_fn.cpp)."""
+    """The expression's compute type, as ElementwiseFn computes it (python/src/ops/elementwise/function.cpp)."""
     if out in _COMPLEX:
         return out
     if any(d in _COMPLEX for d in inputs):
@@ -466,7 +466,7 @@ class Elementwise:
     @staticmethod
     def _options(out_dtype: torch.dtype) -> dict:
         # kjit's own kernels' options (the lean front end), as a call's kernels get them in C++
-        # (python/src/ops/elementwise_fn.cpp); 16-bit results: kjit_math's exp_ uses the hardware exp (far below
+        # (python/src/ops/elementwise/function.cpp); 16-bit results: kjit_math's exp_ uses the hardware exp (far below
         # one rounding of the result).
         options = _core.library_compile_options()
         if out_dtype in _HALF:

@@ -187,7 +187,7 @@ TEST(BuiltinTemplates, TheLeanFrontEndGivesTheSameBinaryForEveryLibraryKernel) {
                           {"COUNT_PAD", b(true)}}});
   }
   cases.push_back({"rgb_to_gray", "rgb_to_gray", {{"H", i(1080)}, {"W", i(1920)}}});
-  // A kjit.elementwise program as python/src/ops/elementwise_fn.cpp writes one (silu(x) * s).
+  // A kjit.elementwise program as python/src/ops/elementwise/function.cpp writes one (silu(x) * s).
   const auto ew = Template::from_string(
       "#include \"elementwise.cuh\"\n"
       "template <typename C> struct kjit_expr {\n  C s;\n"

@@ -1,4 +1,4 @@
-// The built-in ops' typed launch (python/src/ops/launch_kernel.hpp, torch-free): the argument array it
+// The built-in ops' typed launch (python/src/ops/runtime/launch_kernel.hpp, torch-free): the argument array it
 // builds from typed values, and the check that debug builds run against the kernel's parameter sizes
 // before a launch (the kernel itself needs a GPU: here the sizes are given as the driver reports them).
 #include <gtest/gtest.h>

@@ -177,7 +177,7 @@ def _gemm_jobs(dtype):
     ]
 
 
-# gemm_sm90.cuh (TMA + wgmma) is sm_90a only: the tile configurations of python/src/ops/gemm.cpp, each with
+# gemm_sm90.cuh (TMA + wgmma) is sm_90a only: the tile configurations of python/src/ops/runtime/gemm.cpp, each with
 # an epilogue, N / K specialized and generic.
 WGMMA_JOBS = [
     (torch.bfloat16, dict(BM=128, BN=256, STAGES=4), "bias_gelu", 4096, 4096),
@@ -283,7 +283,7 @@ def test_library_kernels_compile(arch, dtype):
 
 
 # The long-row kernels split over a thread-block cluster (softmax_split.cuh, norm_split.cuh): sm_90 and newer
-# only (__cluster_dims__ does not compile for sm_80). The geometries python/src/ops/rows.cpp's split_geometry
+# only (__cluster_dims__ does not compile for sm_80). The geometries python/src/ops/runtime/rows.cpp's split_geometry
 # picks for rows of 50257: 16-byte vectors (CL=8 x 256 threads; ITEMS 7 float32, 4 16-bit, 13 float64) and
 # one element (ITEMS 25); and 8 x 512 for rows of 131072.
 SPLIT_ARCHS = ["sm_90", "sm_100"]

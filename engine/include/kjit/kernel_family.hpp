@@ -47,6 +47,11 @@ class KernelFamily {
   // left for that get() to report.
   void prepare_ahead(const TemplateArg* args, std::size_t n, int device) const noexcept;
 
+  // Compiled for `target` into the stores without loading (Engine::compile_only; for an arch-specific family
+  // its sm_XYa): a GPU-free call of an op (the ops' compile-only plan) asks for its kernels so.
+  std::shared_ptr<const SpecializedKernel> compile_only(const TemplateArg* args, std::size_t n, const Target& target,
+                                                        Origin* origin = nullptr) const;
+
   // The Specialization those arguments make (validates them; not the hot path).
   Specialization specialization(const TemplateArg* args, std::size_t n) const;
 

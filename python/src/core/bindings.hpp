@@ -1,5 +1,5 @@
 // The pieces of the kjit._core module (torch-free; core_module.cpp calls them in order) and of kjit._C
-// (torch; torch/torch_module.cpp), one function per area, and the helpers they share: the C++ -> Python error
+// (torch; torch_module.cpp), one function per area, and the helpers they share: the C++ -> Python error
 // mapping and fast (vectorcall) methods for hot paths.
 #pragma once
 
@@ -26,9 +26,11 @@ KJIT_PY_EXPORT void bind_cli(py::module_& m);          // cli_binding.cpp: cli_r
 KJIT_PY_EXPORT void register_logging(py::module_& m);  // logging.cpp: log events -> logging.getLogger("kjit")
 KJIT_PY_EXPORT void bind_arrays(py::module_& m);       // foreign.cpp: array_info (other frameworks' arrays)
 // kjit._C (torch):
-void register_torch_hooks(py::module_& m);  // torch/torch_adapter.cpp: torch's TorchHooks table and errors
-void bind_elementwise(py::module_& m);      // torch/elementwise.cpp: ElementwiseFunction (kjit.elementwise)
-void register_profiler(py::module_& m);     // torch/profiler.cpp: compile / load ranges in torch.profiler traces
+// torch/torch_adapter.cpp: torch's TorchHooks table and errors; `extend_stats` / `reset_stats` add counters
+// to kjit.stats() (the op library's, from the module's entry).
+void register_torch_hooks(py::module_& m, void (*extend_stats)(PyObject* dict), void (*reset_stats)());
+void bind_elementwise(py::module_& m);   // ops/elementwise/binding.cpp: ElementwiseFunction (kjit.elementwise)
+void register_profiler(py::module_& m);  // torch/profiler.cpp: compile / load ranges in torch.profiler traces
 
 // Sets the Python error for an exception thrown by kjit, torch or pybind11 code (kjit errors map to
 // the kjit exception classes, with their data as attributes).

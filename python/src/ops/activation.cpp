@@ -5,8 +5,8 @@
 // kernels do: <name>_backward(grad, saved).
 #include <ATen/ops/empty.h>
 
-#include "elementwise_fn.hpp"
-#include "op.hpp"
+#include "ops/elementwise/function.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {

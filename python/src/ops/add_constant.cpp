@@ -2,7 +2,7 @@
 // c is a runtime kernel argument: changing it never recompiles. Specialized on (dtype, VEC).
 #include <ATen/ops/empty.h>
 
-#include "op.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -34,7 +34,7 @@ at::Tensor add_constant_cuda(const at::Tensor& x, double c) {
   cfg.grid = grid_1d(n / vec, device);
   cfg.block.x = 256;
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, yp, cv, nn);
+  launch_kernel(*k, cfg, xp, yp, cv, nn);
   return y;
 }
 

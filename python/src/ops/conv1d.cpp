@@ -19,8 +19,8 @@
 #include <numeric>
 #include <tuple>
 
-#include "op.hpp"
-#include "reduce.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/reduce.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -165,7 +165,7 @@ Pair causal_conv1d_cuda(const at::Tensor& x, const at::Tensor& weight, const std
   cfg.grid = grid(s.rows);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, wp, bp, ip, yp, fp, rows, D, L, sb, sd);
+  launch_kernel(*k, cfg, xp, wp, bp, ip, yp, fp, rows, D, L, sb, sd);
   return {std::move(y), std::move(final_state)};
 }
 
@@ -233,7 +233,7 @@ Grads causal_conv1d_backward_cuda(const at::Tensor& grad, const std::optional<at
     cfg.grid = grid(s.rows);
     cfg.block.x = kBlock;
     cfg.stream = ctx.stream;
-    launch_kernel(*k->kernel, cfg, dyp, dfp, xp, wp, bp, ip, dxp, pp, dip, rows, D, L, sb, sd);
+    launch_kernel(*k, cfg, dyp, dfp, xp, wp, bp, ip, dxp, pp, dip, rows, D, L, sb, sd);
     // Rows are (batch, channel): the partial sums of one channel are D apart.
     const at::Tensor sums = sum_to_dtype(partial.view({s.rows / s.D, s.D * (sh.W + 1)}), 0, dt).view({s.D, sh.W + 1});
     dw.view({s.D, sh.W}).copy_(sums.narrow(1, 0, sh.W));

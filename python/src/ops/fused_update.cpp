@@ -5,7 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mul.h>
 
-#include "op.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -47,7 +47,7 @@ at::Tensor fused_update_cuda(const at::Tensor& x, const at::Tensor& model_out, c
   cfg.grid = grid_1d(n / vec, device);
   cfg.block.x = 256;
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, mp, zp, op, ca, cb, cc, nn);
+  launch_kernel(*k, cfg, xp, mp, zp, op, ca, cb, cc, nn);
   return out;
 }
 

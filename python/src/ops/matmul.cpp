@@ -30,8 +30,8 @@
 
 #include <tuple>
 
-#include "gemm.hpp"
-#include "op.hpp"
+#include "ops/runtime/gemm.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {

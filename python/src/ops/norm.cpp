@@ -22,9 +22,9 @@
 #include <array>
 #include <tuple>
 
-#include "op.hpp"
-#include "reduce.hpp"
-#include "rows.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/reduce.hpp"
+#include "ops/runtime/rows.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -120,7 +120,7 @@ bool launch_split_forward(int device, const Rows& r, const at::Tensor& y, const 
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  return launch_split(op_name(Rms, false, false), device, *k->kernel, cfg, xp, wp, bp, yp, rows, d, chunk, eps);
+  return launch_split(op_name(Rms, false, false), device, *k, cfg, xp, wp, bp, yp, rows, d, chunk, eps);
 }
 
 template <bool Rms, bool Residual>
@@ -159,7 +159,7 @@ void launch_forward(const char* op, int device, const Rows& r, const at::Tensor&
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, wp, bp, yp, rows, d, eps, rp, hp);
+  launch_kernel(*k, cfg, xp, wp, bp, yp, rows, d, eps, rp, hp);
 }
 
 template <bool Rms>
@@ -317,7 +317,7 @@ Grads4 backward_impl(const char* op, int device, const at::Tensor& grad, const s
     cfg.grid.x = static_cast<unsigned>(blocks);
     cfg.block = g.block();
     cfg.stream = ctx.stream;
-    launch_kernel(*k->kernel, cfg, gp, xp, wp, dxp, dwp, dbp, rows, d, eps, dhp, dresp);
+    launch_kernel(*k, cfg, gp, xp, wp, dxp, dwp, dbp, rows, d, eps, dhp, dresp);
   }
   const at::ScalarType dt = x.scalar_type();
   at::Tensor dw = w ? sum_to_dtype(dw_partial, 0, dt) : new_empty({0}, x);

@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "op.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -102,7 +102,7 @@ at::Tensor outer_cuda(const at::Tensor& a, const at::Tensor& b) {
   const void* bp = b.const_data_ptr();
   void* op = out.data_ptr();
   long long BB = B, MM = M, NN = N;
-  launch_kernel(*k->kernel, cfg, ap, bp, op, BB, MM, NN);
+  launch_kernel(*k, cfg, ap, bp, op, BB, MM, NN);
   return out;
 }
 
@@ -134,7 +134,7 @@ std::tuple<at::Tensor, at::Tensor> outer_backward_cuda(const at::Tensor& grad, c
     cfg.grid.x = static_cast<unsigned>(std::min(cdiv(rows, by), limit));
     cfg.stream = ctx.stream;
     void* out = grad_a.data_ptr();
-    launch_kernel(*k->kernel, cfg, gp, bp, out, BB, MM, NN);
+    launch_kernel(*k, cfg, gp, bp, out, BB, MM, NN);
   }
   {  // grad_b[b, j] = sum_i grad[b, i, j] * a[b, i]: x over column vectors, y splits the rows.
     void* out = grad_b.data_ptr();
@@ -148,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor> outer_backward_cuda(const at::Tensor& grad, c
     cfg.grid = {static_cast<unsigned>(gx),
                 static_cast<unsigned>(std::min({B, kMaxGridYZ, std::max<std::int64_t>(1, limit / gx)})), 1};
     cfg.stream = ctx.stream;
-    launch_kernel(*k->kernel, cfg, gp, ap, out, BB, MM, NN);
+    launch_kernel(*k, cfg, gp, ap, out, BB, MM, NN);
   }
   return {grad_a, grad_b};
 }

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "op.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -208,12 +208,12 @@ at::Tensor forward(const char* op, const at::Tensor& x, c10::IntArrayRef kernel_
   if (const std::optional<Tiling> t = tile_for(p, xc, planes)) {
     const auto k = tiled_kernel(xc, p, *t, Max, count_include_pad, device, ctx);
     cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(t->tiles, INT_MAX));
-    launch_kernel(*k->kernel, cfg, xp, yp, planes, H, W, OH, OW);
+    launch_kernel(*k, cfg, xp, yp, planes, H, W, OH, OW);
     return y;
   }
   const auto k = pool_kernel(Kind::kForward, xc, p, Max, count_include_pad, device, ctx);
   cfg.grid = grid(p.oh * p.ow, planes);
-  launch_kernel(*k->kernel, cfg, xp, yp, planes, H, W, OH, OW);
+  launch_kernel(*k, cfg, xp, yp, planes, H, W, OH, OW);
   return y;
 }
 
@@ -238,7 +238,7 @@ at::Tensor backward(const char* op, const at::Tensor& grad, const at::Tensor& x,
   cfg.grid = grid(p.H * p.W, planes);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, gp, xp, dp, planes, H, W, OH, OW);
+  launch_kernel(*k, cfg, gp, xp, dp, planes, H, W, OH, OW);
   return dx;
 }
 

@@ -8,7 +8,7 @@
 // types accumulate in float; the result has the input's dtype, as torch.sum / torch.amax give it.
 // Gradients: sum and mean spread the gradient, amax / amin split it evenly between the extreme elements
 // (PyTorch's rule), written with PyTorch ops.
-#include "reduce.hpp"
+#include "ops/reduce.hpp"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
@@ -19,8 +19,8 @@
 #include <climits>
 #include <vector>
 
-#include "op.hpp"
-#include "rows.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/runtime/rows.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -107,7 +107,7 @@ void reduce_rows(const at::Tensor& x, const at::Tensor& out, int op, std::int64_
   cfg.grid = g.grid_for(outer);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, yp, rows, d, scale);
+  launch_kernel(*k, cfg, xp, yp, rows, d, scale);
 }
 
 // The reduce_cols kernel from `x` into `y` at vector width `vec`.
@@ -150,7 +150,7 @@ void launch_cols(const at::Tensor& x, const at::Tensor& y, int op, std::int64_t 
   cfg.grid = {static_cast<unsigned>(std::min<std::int64_t>(outer * col_blocks, INT_MAX)), 1, grid_z};
   cfg.block = {32, 8, 1};
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, yp, o, r, in, c, scale);
+  launch_kernel(*k, cfg, xp, yp, o, r, in, c, scale);
 }
 
 void reduce_cols(const at::Tensor& x, const at::Tensor& out, int op, std::int64_t outer, std::int64_t R,

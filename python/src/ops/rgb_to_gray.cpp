@@ -5,7 +5,7 @@
 
 #include <climits>
 
-#include "op.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -56,7 +56,7 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& img) {
     cfg.grid.z = static_cast<unsigned>(std::min(B - b0, kMaxGridYZ));
     const unsigned char* src = rgb + b0 * H * W * 3;
     unsigned char* dst = out + b0 * H * W;
-    launch_kernel(*k->kernel, cfg, src, dst);
+    launch_kernel(*k, cfg, src, dst);
   }
   return gray;
 }

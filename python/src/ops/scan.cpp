@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <tuple>
 
-#include "op.hpp"
-#include "rows.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/runtime/rows.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -113,7 +113,7 @@ Pair linear_scan_cuda(const at::Tensor& a, const at::Tensor& b, const std::optio
   cfg.grid = grid(ra.rows);
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, ap, bp, h0p, hp, lp, rows, L);
+  launch_kernel(*k, cfg, ap, bp, h0p, hp, lp, rows, L);
   return {std::move(h), std::move(last)};
 }
 
@@ -179,7 +179,7 @@ Triple linear_scan_backward_cuda(const at::Tensor& a, const at::Tensor& h, const
     cfg.grid = grid(ra.rows);
     cfg.block.x = kBlock;
     cfg.stream = ctx.stream;
-    launch_kernel(*k->kernel, cfg, ghp, glp, ap, hp, h0p, dap, dbp, dh0p, rows, L);
+    launch_kernel(*k, cfg, ghp, glp, ap, hp, h0p, dap, dbp, dh0p, rows, L);
   }
   if (h0 && h0->scalar_type() != dh0.scalar_type()) dh0 = dh0.to(h0->scalar_type());
   return {std::move(da), std::move(db), std::move(dh0)};

@@ -11,8 +11,8 @@
 #include <array>
 #include <climits>
 
-#include "op.hpp"
-#include "rows.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/runtime/rows.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -60,7 +60,7 @@ bool forward_split(int device, const Rows& r, const at::Tensor& y) {
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  return launch_split(op_name(Log, false), device, *k->kernel, cfg, xp, yp, rows, d, chunk);
+  return launch_split(op_name(Log, false), device, *k, cfg, xp, yp, rows, d, chunk);
 }
 
 template <class Sizes>
@@ -111,7 +111,7 @@ at::Tensor forward_cuda(const at::Tensor& x, std::int64_t dim) {
   cfg.grid = g.grid_for(r.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, xp, yp, rows, d);
+  launch_kernel(*k, cfg, xp, yp, rows, d);
   return y;
 }
 
@@ -167,7 +167,7 @@ at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& output) {
   cfg.grid = g.grid_for(gr.rows);
   cfg.block = g.block();
   cfg.stream = ctx.stream;
-  launch_kernel(*k->kernel, cfg, gp, yp, dp, rows, d);
+  launch_kernel(*k, cfg, gp, yp, dp, rows, d);
   return dx;
 }
 

@@ -1,7 +1,8 @@
 // torch's side of the TorchHooks table (core/torch_hooks.hpp), registered into the torch-free binding when
 // kjit._C is imported: tensors, dtypes, devices and streams of torch for Kernel.launch and
-// KernelFamily.specialize, torch's device guard and current stream, torch's errors (c10::Error) and the
-// op call counters of kjit.stats(). Also maps kjit errors for this module's own functions.
+// KernelFamily.specialize, torch's device guard and current stream, torch's errors (c10::Error), and the
+// counters of kjit.stats() its caller names (the op library's). Also maps kjit errors for this module's own
+// functions.
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -17,7 +18,6 @@
 #include "core/bindings.hpp"
 #include "dtypes.hpp"
 #include "kjit/error.hpp"
-#include "ops/ops.hpp"
 #include "core/torch_hooks.hpp"
 
 namespace kjit::python {
@@ -106,22 +106,15 @@ bool set_error(std::exception_ptr p) {
   }
 }
 
-void extend_stats(PyObject* dict) {
-  const ops::OpCalls calls = ops::op_calls();
-  py::dict op_calls;
-  op_calls["direct"] = calls.direct;
-  op_calls["dispatched"] = calls.dispatched;
-  if (PyDict_SetItemString(dict, "op_calls", op_calls.ptr()) < 0) throw py::error_already_set();
-}
-
-void reset_stats() { ops::reset_op_calls(); }
-
-const TorchHooks kHooks = {&tensor_pointer, &is_tensor,       &dtype,          &stream,    &device,       &device_count,
-                           &current_device, &exchange_device, &current_stream, &set_error, &extend_stats, &reset_stats};
+// The op library's counters come from the module's entry (register_torch_hooks' caller): torch/ is below ops/.
+TorchHooks kHooks = {&tensor_pointer, &is_tensor,       &dtype,          &stream,    &device, &device_count,
+                     &current_device, &exchange_device, &current_stream, &set_error, nullptr, nullptr};
 
 }  // namespace
 
-void register_torch_hooks(py::module_&) {
+void register_torch_hooks(py::module_&, void (*extend_stats)(PyObject* dict), void (*reset_stats)()) {
+  kHooks.extend_stats = extend_stats;
+  kHooks.reset_stats = reset_stats;
   set_torch_hooks(&kHooks);
   // Local: only this module's functions (kjit._core's functions have their own translator, and
   // torch's pybind11 functions keep torch's error mapping).

@@ -16,7 +16,7 @@
 
 #include "kjit/error.hpp"
 #include "kjit/launch_config.hpp"
-#include "launch_kernel.hpp"
+#include "ops/runtime/launch_kernel.hpp"
 
 namespace kjit::ops {
 
@@ -67,7 +67,8 @@ void refuse_clusters(const char* op, int device, const std::string& why);
 // clusters, e.g. CL blocks cannot be resident at once on a partitioned GPU: MIG, MPS): refuse_clusters,
 // and the caller runs the one-block kernel. Any other launch error propagates.
 template <class... Args>
-bool launch_split(const char* op, int device, const Kernel& kernel, const LaunchConfig& config, const Args&... args) {
+bool launch_split(const char* op, int device, const SpecializedKernel& kernel, const LaunchConfig& config,
+                  const Args&... args) {
   try {
     launch_kernel(kernel, config, args...);
     return true;
@@ -83,10 +84,6 @@ bool launch_split(const char* op, int device, const Kernel& kernel, const Launch
 // element; at most max_per_thread elements per thread; the fewest threads per row that hold it, blocks of
 // 256 threads before 512 (clusters of 2, 4 or 8 blocks, the portable sizes).
 SplitGeometry split_geometry(std::int64_t d, const at::Tensor& x, const at::Tensor& y, int max_per_thread);
-
-// d for the kernel's D template parameter, or 0 (its generic variant) past KJIT_MAX_SPECIALIZATIONS
-// distinct lengths (the Engine's ShapePolicy).
-std::int64_t specialized_d(const char* kernel, std::int64_t d);
 
 // x made contiguous, viewed as rows of its last dim.
 struct Rows {

@@ -1,4 +1,4 @@
-#include "elementwise_fn.hpp"
+#include "ops/elementwise/function.hpp"
 
 #include "torch/dtypes.hpp"
 
@@ -14,7 +14,13 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "common.hpp"
+#include "ops/runtime/checks.hpp"
+#include "ops/runtime/geometry.hpp"
+#include "ops/runtime/kernels.hpp"
+#include "ops/runtime/launch_context.hpp"
+#include "ops/runtime/launch_kernel.hpp"
+#include "ops/runtime/plan.hpp"
+#include "ops/runtime/tensors.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -122,7 +128,7 @@ struct ArgPack {
 #endif
     ++n;
   }
-  void launch(const Kernel& kernel, const LaunchConfig& config) {
+  void launch(const SpecializedKernel& kernel, const LaunchConfig& config) {
 #ifndef NDEBUG
     launch_kernel_array(kernel, config, ptrs, sizes, static_cast<std::size_t>(n));
 #else
@@ -416,7 +422,7 @@ at::Tensor ElementwiseFn::call(c10::ArrayRef<at::Tensor> ins, c10::ArrayRef<doub
   if (scalars.size() != spec_.scalars.size())
     throw TypeError(repr_ + " takes " + std::to_string(spec_.scalars.size()) + " scalar(s), got " +
                     std::to_string(scalars.size()));
-  bool one_device = ins[0].is_cuda();
+  bool one_device = on_op_device(ins[0]);
   for (const at::Tensor& t : ins) one_device = one_device && t.device() == ins[0].device();
   if (!one_device) {
     std::vector<std::string> placed;
@@ -536,7 +542,7 @@ void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor&
   const FlatPlan p = flat_plan(out.scalar_type(), n, accesses, dtypes, ins.size());
   const int vec = p.vec;
   const bool wide = p.wide;
-  const int device = out.device().index();
+  const int device = op_device(out);
   LaunchContext ctx(device);
   const auto k =
       kernel_for(family(c, 0, is_half(out.scalar_type())), p.args.data(), p.args.size(), device, ctx.compile_forbidden);
@@ -549,7 +555,7 @@ void ElementwiseFn::launch_flat(c10::ArrayRef<at::Tensor> ins, const at::Tensor&
   cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n / vec, kBlock)));
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  a.launch(*k->kernel, cfg);
+  a.launch(*k, cfg);
 }
 
 void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tensor& out, const Compiled& c,
@@ -599,7 +605,7 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
   }
   const bool wide = std::max(n, reach) > INT_MAX;
   const int rank = static_cast<int>(sizes.size());
-  const int device = out.device().index();
+  const int device = op_device(out);
   LaunchContext ctx(device);
   at::ScalarType dtypes[kMaxInputs];
   for (std::size_t i = 0; i < ins.size(); ++i) dtypes[i] = ins[i].scalar_type();
@@ -625,7 +631,7 @@ void ElementwiseFn::launch_strided(c10::ArrayRef<at::Tensor> ins, const at::Tens
   cfg.grid.x = static_cast<unsigned>(std::max<std::int64_t>(1, cdiv(n, kBlock)));
   cfg.block.x = kBlock;
   cfg.stream = ctx.stream;
-  a.launch(*k->kernel, cfg);
+  a.launch(*k, cfg);
 }
 
 const ElementwiseFn* ElementwiseFn::derivative(std::size_t i) const {

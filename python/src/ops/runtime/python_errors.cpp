@@ -8,7 +8,7 @@
 #include <torch/csrc/Exceptions.h>
 
 #include "core/bindings.hpp"
-#include "common.hpp"
+#include "ops/runtime/checks.hpp"
 
 namespace kjit::ops {
 

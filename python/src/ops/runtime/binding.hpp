@@ -4,18 +4,15 @@
 
 #include <pybind11/pybind11.h>
 
-#include <cstdint>
-
 namespace kjit::ops {
 
 namespace py = pybind11;
 
-struct OpCalls {
-  std::uint64_t direct = 0;      // calls of kjit.ops.* that ran the CUDA function directly
-  std::uint64_t dispatched = 0;  // calls that went to the registered op (autograd, fake tensors, ...)
-};
-OpCalls op_calls() noexcept;
-void reset_op_calls() noexcept;
+// kjit.stats()["op_calls"]: {"direct": calls of kjit.ops.* that ran the CUDA function directly,
+// "dispatched": calls that went to the registered op (autograd, fake tensors, ...)} added to `dict`; and
+// both set to zero (kjit.reset_stats()).
+void add_op_calls(PyObject* dict);
+void reset_op_calls();
 
 // Adds the submodule `ops` to `m`: one C function per op defined with KJIT_OP (op.hpp).
 void bind_direct_ops(py::module_& m);

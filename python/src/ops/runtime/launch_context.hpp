@@ -1,7 +1,6 @@
-// Torch-aware launch helpers shared by the Python binding and the built-in ops (python/src/ops/):
-// which CUDA device a call's tensors are on, and the context of one launch: a device guard,
-// PyTorch's current stream, and whether compiling is allowed now (not during CUDA graph capture).
-// Hot-path safe: no allocation unless an error is thrown.
+// Which CUDA device an op call's tensors are on, and the context of one launch: a device guard, PyTorch's
+// current stream, and whether compiling is allowed now (not during CUDA graph capture); for kPlanDevice (a
+// compile-only plan, plan.hpp) none of these. Hot-path safe: no allocation unless an error is thrown.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,7 +12,7 @@
 
 #include "core/device_context.hpp"  // kCaptureForbidsCompile, capture_forbids_compile
 
-namespace kjit {
+namespace kjit::ops {
 
 // One tensor of a call and the name it has in messages.
 struct NamedTensor {
@@ -36,9 +35,9 @@ struct LaunchContext {
   // A given stream (a handle of `device`).
   LaunchContext(int device, CUstream stream);
 
-  c10::cuda::CUDAGuard guard;
+  c10::cuda::OptionalCUDAGuard guard;  // none for kPlanDevice (a compile-only plan: no device, no stream)
   CUstream stream;
   const char* compile_forbidden;  // non-null while `stream` is being captured by a CUDA graph
 };
 
-}  // namespace kjit
+}  // namespace kjit::ops

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common.hpp"
+#include "ops/runtime/checks.hpp"
 
 namespace kjit::ops {
 

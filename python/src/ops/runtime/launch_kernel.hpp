@@ -18,6 +18,7 @@
 
 #include "kjit/launch_config.hpp"
 #include "kjit/module.hpp"
+#include "kjit/specialized_kernel.hpp"
 
 namespace kjit::ops {
 
@@ -62,28 +63,31 @@ inline void check_launch_args(const Kernel& kernel, const std::size_t* sizes, st
   if (kernel.param_sizes_known()) check_arg_sizes(kernel.name(), kernel.param_sizes(), sizes, n);
 }
 
-// Launches `kernel` with `config` and these arguments (Kernel::launch: LaunchError when the driver
-// refuses). Temporaries are fine (launch_kernel(k, cfg, x.const_data_ptr(), n)): they live until the
-// launch has copied the arguments.
+// Launches the kernel `k` found (kernel_for) with `config` and these arguments (Kernel::launch: LaunchError
+// when the driver refuses). Temporaries are fine (launch_kernel(*k, cfg, x.const_data_ptr(), n)): they live
+// until the launch has copied the arguments. A compile-only kernel (no loaded code: the ops' compile-only plan,
+// plan.hpp) launches nothing.
 template <class... Args>
-void launch_kernel(const Kernel& kernel, const LaunchConfig& config, const Args&... args) {
+void launch_kernel(const SpecializedKernel& k, const LaunchConfig& config, const Args&... args) {
   static_assert(sizeof...(Args) > 0, "launch_kernel: every kernel of the ops takes arguments");
+  if (!k.kernel) return;
   void* ptrs[] = {arg_address(args)...};
 #ifndef NDEBUG
   const std::size_t sizes[] = {arg_size(args)...};
-  check_launch_args(kernel, sizes, sizeof...(Args));
+  check_launch_args(*k.kernel, sizes, sizeof...(Args));
 #endif
-  kernel.launch(config, ptrs);
+  k.kernel->launch(config, ptrs);
 }
 
 // The same for an argument list whose length depends on the call (kjit.elementwise's kernels): `ptrs`
 // one pointer per parameter; `sizes` their byte sizes, read in debug builds only (may be null in release).
-inline void launch_kernel_array(const Kernel& kernel, const LaunchConfig& config, void** ptrs,
+inline void launch_kernel_array(const SpecializedKernel& k, const LaunchConfig& config, void** ptrs,
                                 [[maybe_unused]] const std::size_t* sizes, [[maybe_unused]] std::size_t n) {
+  if (!k.kernel) return;
 #ifndef NDEBUG
-  check_launch_args(kernel, sizes, n);
+  check_launch_args(*k.kernel, sizes, n);
 #endif
-  kernel.launch(config, ptrs);
+  k.kernel->launch(config, ptrs);
 }
 
 }  // namespace kjit::ops

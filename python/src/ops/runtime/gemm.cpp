@@ -1,5 +1,5 @@
 // The GEMM planner and launcher of the matrix ops (gemm.hpp).
-#include "gemm.hpp"
+#include "ops/runtime/gemm.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,13 @@
 #include "kjit/choices.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/log.hpp"
-#include "rows.hpp"
+#include "kjit/kernel_family.hpp"
+#include "ops/runtime/geometry.hpp"
+#include "ops/runtime/kernels.hpp"
+#include "ops/runtime/launch_kernel.hpp"
+#include "ops/runtime/plan.hpp"
+#include "ops/runtime/rows.hpp"
+#include "ops/runtime/tensors.hpp"
 
 namespace kjit::ops {
 
@@ -126,7 +132,7 @@ double estimate(const Config& c, const Gemm& g, int sms) {
 }
 
 bool uses_wgmma(const Gemm& g, int device) {
-  return device_target(device).arch == 90 && g.m > kSmallM && g.dtype != at::ScalarType::Float;
+  return target_of(device).arch == 90 && g.m > kSmallM && g.dtype != at::ScalarType::Float;
 }
 
 const std::vector<Config>& candidates(const Gemm& g, int device) {
@@ -167,7 +173,7 @@ std::string choice_key(const Gemm& g, int device) {
   if (g.residual.ptr) epi += "+residual";
   if (g.aux.ptr) epi += "+aux";
   if (g.swiglu) epi = std::string("swiglu") + (g.residual.ptr ? "+residual" : "") + (g.aux.ptr ? "+aux" : "");
-  return "gemm|" + device_target(device).str() + "|" + c10::toString(g.dtype) + "|N=" + std::to_string(g.n) +
+  return "gemm|" + target_of(device).str() + "|" + c10::toString(g.dtype) + "|N=" + std::to_string(g.n) +
          "|K=" + std::to_string(g.k) + "|batch=" + (g.batch > 1 ? "many" : "1") + "|epi=" + epi +
          "|m<=" + std::to_string(m_bucket(g.m));
 }
@@ -222,7 +228,10 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
                g.aux.ptr != nullptr,
                g.swiglu,
                m_bucket(g.m)};
-  {
+  // A compile-only plan (plan.hpp) picks as a GPU of its target would, each time (its target and count
+  // differ from one plan to the next), and neither tunes nor records.
+  const bool planning = device == kPlanDevice;
+  if (!planning) {
     const std::lock_guard<std::mutex> lock(mu);
     const auto it = memo.find(m);
     if (it != memo.end()) return it->second;
@@ -239,6 +248,7 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
                                                " names no configuration of this kjit; using the default (" + c.name() +
                                                ")");
   }
+  if (planning) return c;
   if (!known && choices.tuning_allowed() && !ctx.compile_forbidden) {
     c = time_candidates(op, g, device, ctx, c);
     choices.store(key, c.name());
@@ -340,20 +350,21 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   void* aux = const_cast<void*>(g.aux.ptr);
   long long ld_res = g.residual.ld, ld_aux = g.aux.ld, batch_res = g.residual.batch, batch_aux = g.aux.batch;
   float scale = g.scale;
+  if (!k->kernel) return;  // a compile-only plan: no descriptors to encode, nothing to launch
   if (c.wgmma) {
     cfg.block.x = 128 * (c.bm / 64 + 1);
     TensorMap ta = tensor_map(op, g, g.a, g.m, c.bm);
     TensorMap tb = tensor_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
     int batch = static_cast<int>(g.batch);
-    launch_kernel(*k->kernel, cfg, ta.map, tb.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux,
-                  batch_res, batch_aux, scale, batch);
+    launch_kernel(*k, cfg, ta.map, tb.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux, batch_res,
+                  batch_aux, scale, batch);
   } else {
     cfg.block.x = 32 * c.wm * c.wn * c.wk;
     const void* ap = g.a.ptr;
     const void* bp = g.b.ptr;
     long long lda = g.a.ld, ldb = g.b.ld, batch_a = g.a.batch, batch_b = g.b.batch;
-    launch_kernel(*k->kernel, cfg, ap, bp, cp, m, n, kk, lda, ldb, ldc, batch_a, batch_b, batch_c, bias, residual, aux,
-                  ld_res, ld_aux, batch_res, batch_aux, scale);
+    launch_kernel(*k, cfg, ap, bp, cp, m, n, kk, lda, ldb, ldc, batch_a, batch_b, batch_c, bias, residual, aux, ld_res,
+                  ld_aux, batch_res, batch_aux, scale);
   }
 }
 

@@ -1,4 +1,4 @@
-#include "launch.hpp"
+#include "ops/runtime/launch_context.hpp"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -7,8 +7,9 @@
 #include <utility>
 
 #include "kjit/error.hpp"
+#include "ops/runtime/plan.hpp"
 
-namespace kjit {
+namespace kjit::ops {
 
 namespace {
 
@@ -76,18 +77,19 @@ int device_of(const std::vector<at::Tensor>& tensors, std::initializer_list<cons
   });
 }
 
-LaunchContext::LaunchContext(int device)
-    : guard(static_cast<c10::DeviceIndex>(device)),
-      stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()),
-      compile_forbidden(nullptr) {
+LaunchContext::LaunchContext(int device) : stream(nullptr), compile_forbidden(nullptr) {
+  if (device == kPlanDevice) return;
+  guard.set_index(static_cast<c10::DeviceIndex>(device));
+  stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
   ensure_context(device);
   compile_forbidden = capture_forbids_compile(stream);  // a Driver API call: after the context
 }
 
-LaunchContext::LaunchContext(int device, CUstream s)
-    : guard(static_cast<c10::DeviceIndex>(device)), stream(s), compile_forbidden(nullptr) {
+LaunchContext::LaunchContext(int device, CUstream s) : stream(s), compile_forbidden(nullptr) {
+  if (device == kPlanDevice) return;
+  guard.set_index(static_cast<c10::DeviceIndex>(device));
   ensure_context(device);
   compile_forbidden = capture_forbids_compile(stream);
 }
 
-}  // namespace kjit
+}  // namespace kjit::ops

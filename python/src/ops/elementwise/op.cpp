@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "torch/dtypes.hpp"
-#include "elementwise_fn.hpp"
-#include "op.hpp"
+#include "ops/elementwise/function.hpp"
+#include "ops/runtime/op.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -145,7 +145,7 @@ at::Tensor elementwise_autograd(c10::string_view spec, at::TensorList inputs, at
 }  // namespace
 
 // No direct entry: a kjit.elementwise function calls ElementwiseFn::call itself when nothing needs the
-// dispatcher (python/src/torch/elementwise.cpp).
+// dispatcher (python/src/ops/elementwise/binding.cpp).
 KJIT_OP_KERNELS(elementwise, "elementwise(str spec, Tensor[] inputs, float[] scalars) -> Tensor", elementwise_cuda,
                 elementwise_meta);
 KJIT_OP_AUTOGRAD(elementwise, kjit_errors<&elementwise_autograd>)

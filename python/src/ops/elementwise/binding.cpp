@@ -1,4 +1,4 @@
-// kjit._C.ElementwiseFunction: the C++ side of a kjit.elementwise function (ops/elementwise_fn.hpp), shared
+// kjit._C.ElementwiseFunction: the C++ side of a kjit.elementwise function (ops/elementwise/function.hpp), shared
 // with the registered op kjit::elementwise through one table keyed by the spec.
 //   call(*inputs, **inputs_scalars_and_out)   the direct call (METH_FASTCALL): binds the arguments and runs
 //                                             the function when nothing needs the dispatcher; returns None
@@ -17,8 +17,8 @@
 
 #include "core/bindings.hpp"
 #include "core/objects.hpp"
-#include "ops/direct.hpp"
-#include "ops/elementwise_fn.hpp"
+#include "ops/runtime/direct.hpp"
+#include "ops/elementwise/function.hpp"
 
 namespace kjit::python {
 namespace {

@@ -1,6 +1,6 @@
 // The direct entries of the built-in ops (see direct.hpp): argument conversion, the plain-call test,
 // and binding the entries as kjit._C.ops.<name>.
-#include "direct.hpp"
+#include "ops/runtime/direct.hpp"
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/record_function.h>
@@ -15,8 +15,9 @@
 
 #include "core/bindings.hpp"
 #include "kjit/error.hpp"
-#include "op.hpp"
-#include "ops.hpp"
+#include "ops/runtime/op.hpp"
+#include "ops/runtime/plan.hpp"
+#include "ops/runtime/binding.hpp"
 
 namespace kjit::ops {
 namespace {
@@ -122,7 +123,9 @@ bool plain_cuda_tensor(const at::Tensor& t) noexcept {
                                        .remove(c10::DispatchKey::AutogradFunctionality)
                                        .remove(c10::DispatchKey::ADInplaceOrView)
                                        .remove(c10::DispatchKey::AutocastCUDA);
-  return keys == c10::DispatchKeySet(c10::DispatchKey::CUDA);
+  if (keys == c10::DispatchKeySet(c10::DispatchKey::CUDA)) return true;
+  // Under a compile-only plan (plan.hpp) a plain meta tensor stands for a CUDA one.
+  return keys == c10::DispatchKeySet(c10::DispatchKey::Meta) && PlanScope::current();
 }
 
 bool plain_thread_state() noexcept {
@@ -136,10 +139,13 @@ bool plain_thread_state() noexcept {
 void count_direct_call() noexcept { g_direct_calls.fetch_add(1, std::memory_order_relaxed); }
 void count_dispatched_call() noexcept { g_dispatched_calls.fetch_add(1, std::memory_order_relaxed); }
 
-OpCalls op_calls() noexcept {
-  return {g_direct_calls.load(std::memory_order_relaxed), g_dispatched_calls.load(std::memory_order_relaxed)};
+void add_op_calls(PyObject* dict) {
+  py::dict calls;
+  calls["direct"] = g_direct_calls.load(std::memory_order_relaxed);
+  calls["dispatched"] = g_dispatched_calls.load(std::memory_order_relaxed);
+  if (PyDict_SetItemString(dict, "op_calls", calls.ptr()) < 0) throw py::error_already_set();
 }
-void reset_op_calls() noexcept {
+void reset_op_calls() {
   g_direct_calls.store(0, std::memory_order_relaxed);
   g_dispatched_calls.store(0, std::memory_order_relaxed);
 }

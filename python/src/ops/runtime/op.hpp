@@ -13,6 +13,9 @@
 //     needs the dispatcher, and the registered op otherwise.
 // KJIT_OP_AUTOGRAD adds the Autograd kernel: autograd_kernel<Function, &cuda> calls the op below autograd
 // when no input needs a gradient and Function::apply (a torch::autograd::Function) otherwise.
+//
+// An op's file (python/src/ops/<family>.cpp) includes this header and, for row kernels, rows.hpp: it brings
+// the op runtime (ops/runtime/): argument checks, launch geometry, kernel lookup, kernel arguments, launch.
 #pragma once
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -24,8 +27,14 @@
 #include <tuple>
 #include <utility>
 
-#include "common.hpp"
-#include "direct.hpp"
+#include "ops/runtime/checks.hpp"
+#include "ops/runtime/direct.hpp"
+#include "ops/runtime/geometry.hpp"
+#include "ops/runtime/kernels.hpp"
+#include "ops/runtime/launch_kernel.hpp"
+#include "ops/runtime/scalars.hpp"
+#include "ops/runtime/tensors.hpp"
+#include "ops/runtime/launch_context.hpp"
 
 namespace kjit::ops {
 

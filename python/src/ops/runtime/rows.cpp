@@ -1,4 +1,4 @@
-#include "rows.hpp"
+#include "ops/runtime/rows.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,11 +6,11 @@
 #include <climits>
 #include <cstdint>
 
-#include "kjit/engine.hpp"
 #include "kjit/kernel_family.hpp"
 #include "kjit/log.hpp"
-#include "kjit/shape_policy.hpp"
-#include "common.hpp"
+#include "ops/runtime/checks.hpp"
+#include "ops/runtime/geometry.hpp"
+#include "ops/runtime/kernels.hpp"
 
 namespace kjit::ops {
 
@@ -55,7 +55,7 @@ std::array<std::atomic<bool>, kMaxDevices> clusters_refused{};
 
 bool has_clusters(int device) {
   if (device >= 0 && device < kMaxDevices && clusters_refused[device].load(std::memory_order_relaxed)) return false;
-  return device_target(device).arch >= 90;
+  return target_of(device).arch >= 90;
 }
 
 void refuse_clusters(const char* op, int device, const std::string& why) {
@@ -90,10 +90,6 @@ SplitGeometry split_geometry(std::int64_t d, const at::Tensor& x, const at::Tens
     }
   }
   return {};
-}
-
-std::int64_t specialized_d(const char* kernel, std::int64_t d) {
-  return Engine::global().shape_policy().admit(kernel, "D", d);
 }
 
 Rows as_rows(const at::Tensor& x) {
