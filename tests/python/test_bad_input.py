@@ -9,8 +9,9 @@ Structure
    public methods of its classes, kjit.ops.__all__, and the kjit:: operators the dispatcher knows
    (kjit.ops.<name> is the direct entry of torch.ops.kjit.<name>.default, kjit.ops.registered(name)). test_the_matrix_covers_the_public_surface fails
    when a public function is added without rows here (and names the categories it lacks).
-2. OPS: one row per operator: how to build a valid call from a tensor factory (Maker), its tensor
-   arguments, and the PyTorch reference. The operator rows of every category are generated from it.
+2. OPS (op_table.py, the op table): one row per operator: how to build a valid call from a tensor factory
+   (Maker), its tensor arguments, and the PyTorch reference. The operator rows of every category are
+   generated from it.
 3. Case tables, one per category (cpu tensors, dtype, device, non-contiguous, empty, huge, NaN/Inf,
    argument counts and types, values, names). A row is a Case: the public name it calls, its category,
    the bad call (a function of a Maker, so that one row runs on meta tensors here and on CUDA tensors on
@@ -47,17 +48,13 @@ import torch.nn.functional as F
 
 import kjit
 from kjit import ops
+from op_table import BF16, FLOAT_ALLOWED, IMG, OPS, U8_ALLOWED, Maker, check_op
 
-A = torch.ops.aten
 gpu = pytest.mark.gpu
 big = pytest.mark.big
 no_gpu_here = pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU error: this machine has a GPU")
 multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
-FLOAT_ALLOWED = r"allowed: torch\.float32, torch\.float16, torch\.bfloat16, torch\.float64"
-U8_ALLOWED = r"allowed: torch\.uint8"
-MATRIX_ALLOWED = r"allowed: torch\.bfloat16, torch\.float16, torch\.float32"
-BF16 = torch.bfloat16
 ORIGINS = ("compiled", "disk", "memory")
 # torch's warning when a case makes a complex32 tensor (to check that kjit refuses it): expected there, so
 # filtered there (never globally), not shown in the run's summary as if something were wrong.
@@ -108,517 +105,6 @@ def test_torch_ops_kjit_is_kjit_ops():
     for n in ops.__all__:
         assert ops.registered(n) is getattr(torch.ops.kjit, n).default, n
         assert getattr(ops, n) is getattr(kjit._C.ops, n), n
-
-
-# =====================================================================================================
-# 2. The operators: valid calls from a tensor factory, and PyTorch references
-# =====================================================================================================
-
-
-class Maker:
-    """Builds an operator's arguments on one device.
-
-    x(): a data tensor (lead replaces its first dim: 0 for empty inputs, 2^29 for huge meta inputs);
-    w(): a parameter (never resized); u8(): an image. dtype replaces every dtype (bad-dtype rows);
-    noncontig gives views of the same shapes that are not contiguous; special puts NaN / +Inf / -Inf into
-    the first data tensor ("nan" only NaN)."""
-
-    def __init__(self, device="meta", *, dtype=None, lead=None, noncontig=False, special=None, seed=0):
-        self.device, self.dtype, self.lead, self.noncontig, self.special = device, dtype, lead, noncontig, special
-        self.gen = torch.Generator().manual_seed(seed)
-        self.n_data = 0
-
-    def _make(self, shape, dtype, image=False):
-        shape = list(shape)
-        alloc = list(shape)
-        if self.noncontig and shape:
-            alloc[-1] *= 2
-        if self.device == "meta":
-            t = torch.empty(alloc, dtype=dtype, device="meta")
-        elif image:
-            t = torch.randint(0, 256, alloc, generator=self.gen, dtype=torch.uint8).to(dtype)
-        else:
-            t = torch.randn(alloc, generator=self.gen).to(dtype)
-        if self.device not in ("meta", "cpu"):
-            # Placed before slicing: .to() of a strided view gives a contiguous copy (preserve_format keeps
-            # strides only for dense tensors), which made the "non-contiguous" GPU inputs contiguous.
-            t = t.to(self.device)
-        if self.noncontig and shape:
-            t = t[..., ::2]
-            assert not t.is_contiguous() or t.numel() <= 1, "the Maker must give a non-contiguous view"
-        return t
-
-    def _place(self, t):
-        return t
-
-    def x(self, *shape, dtype=torch.float32):
-        if self.lead is not None:
-            shape = (self.lead, *shape[1:])
-        t = self._make(shape, self.dtype or dtype)
-        self.n_data += 1
-        if self.special and self.n_data == 1 and t.numel() >= 3 and t.is_floating_point():
-            flat = t.view(-1) if t.is_contiguous() else None
-            if flat is not None:
-                flat[0] = float("nan")
-                if self.special == "naninf":
-                    flat[t.numel() // 2] = float("inf")
-                    flat[-1] = float("-inf")
-        return self._place(t)
-
-    def w(self, *shape, dtype=torch.float32):
-        return self._place(self._make(shape, self.dtype or dtype))
-
-    def u8(self, *shape):
-        if self.lead is not None:
-            shape = (self.lead, *shape[1:])
-        self.n_data += 1
-        return self._place(self._make(shape, self.dtype or torch.uint8, image=True))
-
-
-def _rms_ref(x, w, eps):
-    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return y * w if w is not None else y
-
-
-def _norm_backward_ref(rms):
-    def ref(grad, x, w, has_bias, eps):
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
-            wr = w.detach().requires_grad_(True)
-            br = torch.zeros_like(w).requires_grad_(True) if has_bias else None
-            y = _rms_ref(xr, wr, eps) if rms else F.layer_norm(xr, xr.shape[-1:], wr, br, eps)
-            grads = torch.autograd.grad(y, [xr, wr] + ([br] if has_bias else []), grad)
-        return grads[0], grads[1], grads[2] if has_bias else x.new_empty((0,))
-
-    return ref
-
-
-def _add_norm_ref(rms):
-    def ref(x, r, *rest):
-        h = x + r
-        if rms:
-            w, eps = rest
-            return _rms_ref(h, w, eps), h
-        w, b, eps = rest
-        return F.layer_norm(h, h.shape[-1:], w, b, eps), h
-
-    return ref
-
-
-def _add_norm_backward_ref(rms):
-    def ref(grad, grad_h, h, w, has_bias, eps):
-        dx, dw, db = _norm_backward_ref(rms)(grad, h, w, has_bias, eps)
-        g = dx if grad_h is None else dx + grad_h
-        return g, g.clone(), dw, db
-
-    return ref
-
-
-ACTIVATION_REFS = {
-    None: lambda z: z,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-}
-
-
-def _linear_pre(x, w, b=None, act=None, scale=1.0, res=None):
-    z = F.linear(x.float(), w.float()) * scale
-    return z + b.float() if b is not None else z
-
-
-def _linear_ref(x, w, b=None, act=None, scale=1.0, res=None):
-    y = ACTIVATION_REFS[act](_linear_pre(x, w, b, act, scale))
-    return (y + res.float() if res is not None else y).to(x.dtype)
-
-
-def _linear_backward_ref(grad, x, w, pre, act, scale, has_bias):
-    with torch.enable_grad():
-        z = pre.float().requires_grad_(True)
-        (dz,) = torch.autograd.grad(ACTIVATION_REFS[act](z), [z], grad.float())
-    db = dz.sum(0) if has_bias else x.new_empty((0,)).float()
-    return (dz * scale @ w.float()).to(x.dtype), ((dz * scale).T @ x.float()).to(x.dtype), db.to(x.dtype)
-
-
-def _swiglu_pre(x, w, res=None):
-    return F.linear(x.float(), w.float())
-
-
-def _swiglu_ref(x, w, res=None):
-    g, u = _swiglu_pre(x, w).chunk(2, -1)
-    y = F.silu(g) * u
-    return (y + res.float() if res is not None else y).to(x.dtype)
-
-
-def _swiglu_backward_ref(grad, x, w, pre):
-    with torch.enable_grad():
-        gu = pre.float().requires_grad_(True)
-        g, u = gu.chunk(2, -1)
-        (dgu,) = torch.autograd.grad(F.silu(g) * u, [gu], grad.float())
-    dgu = dgu.to(x.dtype).float()
-    return (dgu @ w.float()).to(x.dtype), (dgu.T @ x.float()).to(x.dtype)
-
-
-def _pool_backward_ref(fn):
-    def ref(grad, x, *args):
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
-            (dx,) = torch.autograd.grad(fn(xr, *args), [xr], grad)
-        return dx
-
-    return ref
-
-
-def _causal_conv1d_ref(x, w, b, s, act):
-    W = w.shape[-1]
-    xp = torch.cat([s if s is not None else x.new_zeros((*x.shape[:-1], W - 1)), x], -1)
-    y = F.conv1d(xp, w.reshape(w.shape[0], 1, W), b, groups=x.shape[-2])
-    return F.silu(y) if act == "silu" else y, xp[..., xp.shape[-1] - (W - 1) :].clone()
-
-
-def _causal_conv1d_backward_ref(grad, grad_final, x, w, b, s, act):
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(True) for t in (x, w) + tuple(t for t in (b, s) if t is not None)]
-        it = iter(leaves[2:])
-        y, final = _causal_conv1d_ref(
-            leaves[0], leaves[1], next(it) if b is not None else None, next(it) if s is not None else None, act
-        )
-        outs, grads = [y], [grad]
-        if grad_final is not None:
-            outs, grads = [y, final], [grad, grad_final]
-        got = list(torch.autograd.grad(outs, leaves, grads, allow_unused=True))
-    got = [g if g is not None else torch.zeros_like(t) for g, t in zip(got, leaves)]
-    db = got[2] if b is not None else x.new_empty((0,))
-    ds = got[-1] if s is not None else x.new_empty((0,))
-    return got[0], got[1], db, ds
-
-
-def _linear_scan_ref(a, b, h0=None):
-    h = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
-    out = []
-    for t in range(a.shape[-1]):
-        h = a[..., t] * h + b[..., t]
-        out.append(h)
-    return (torch.stack(out, -1) if out else torch.empty_like(a)), h.to(
-        torch.float64 if a.dtype == torch.float64 else torch.float32
-    )
-
-
-def _linear_scan_backward_ref(a, h, grad_h, grad_last, h0):
-    """The formula: g[t] = dh[t] + a[t+1] g[t+1] from the end (g[L-1] = dh[L-1] + dlast), db = g,
-    da[t] = g[t] h[t-1], dh0 = a[0] g[0]."""
-    g = grad_last.to(a.dtype) if grad_last is not None else a.new_zeros(a.shape[:-1])
-    after = torch.ones_like(g)
-    db = torch.empty_like(a)
-    for t in reversed(range(a.shape[-1])):
-        g = (grad_h[..., t] if grad_h is not None else 0) + after * g
-        db[..., t] = g
-        after = a[..., t]
-    start = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
-    da = db * torch.cat([start.unsqueeze(-1), h[..., :-1]], -1)
-    dh0 = (after * g).to(h0.dtype) if h0 is not None else a.new_empty((0,))
-    return da, db, dh0
-
-
-def _gray_ref(img):
-    i = img.to(torch.int32)
-    return ((77 * i[..., 0] + 150 * i[..., 1] + 29 * i[..., 2] + 128) >> 8).to(torch.uint8)
-
-
-@dataclass
-class OpSpec:
-    build: Callable  # Maker -> the positional arguments of a valid call
-    ref: Callable  # the same arguments -> PyTorch's result
-    tensors: str  # the tensor arguments, as messages list them
-    first: str = "x"  # the argument named by the dtype and contiguity errors
-    allowed: str = FLOAT_ALLOWED
-    seed: bool = False  # a C++ op: non-contiguous inputs are an error (the library reads any layout)
-    special: str | None = "naninf"  # NaN / Inf placement compared with PyTorch ("nan": NaN only; None: no floats)
-    tol: float = 1e-5
-
-    @property
-    def names(self) -> list[str]:
-        return [n.strip() for n in self.tensors.split(",")]
-
-
-X2 = (4, 6)
-IMG = (1, 2, 6, 6)
-OPS: dict[str, OpSpec] = {
-    "relu": OpSpec(lambda m: (m.x(*X2),), torch.relu, "x"),
-    "relu_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)), lambda g, y: A.threshold_backward(g, y, 0), "grad, saved", first="grad"
-    ),
-    "sigmoid": OpSpec(lambda m: (m.x(*X2),), torch.sigmoid, "x"),
-    "sigmoid_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), A.sigmoid_backward, "grad, saved", first="grad"),
-    "tanh": OpSpec(lambda m: (m.x(*X2),), torch.tanh, "x"),
-    "tanh_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), A.tanh_backward, "grad, saved", first="grad"),
-    "silu": OpSpec(lambda m: (m.x(*X2),), F.silu, "x"),
-    "silu_backward": OpSpec(lambda m: (m.x(*X2), m.x(*X2)), A.silu_backward, "grad, saved", first="grad"),
-    "gelu": OpSpec(lambda m: (m.x(*X2), "tanh"), lambda x, a: F.gelu(x, approximate=a), "x"),
-    "gelu_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2), "none"),
-        lambda g, x, a: A.gelu_backward(g, x, approximate=a),
-        "grad, x",
-        first="grad",
-    ),
-    "sum": OpSpec(lambda m: (m.x(*X2), -1, True), torch.sum, "x"),
-    "mean": OpSpec(lambda m: (m.x(*X2), -1, False), torch.mean, "x"),
-    "amax": OpSpec(lambda m: (m.x(*X2), -1, True), torch.amax, "x"),
-    "amin": OpSpec(lambda m: (m.x(*X2), -1, False), torch.amin, "x"),
-    "softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.softmax, "x", tol=3e-5),
-    "softmax_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        lambda g, y: A._softmax_backward_data(g, y, -1, y.dtype),
-        "grad, output",
-        first="output",
-        special="nan",
-        tol=3e-5,
-    ),
-    "log_softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.log_softmax, "x", tol=3e-5),
-    "log_softmax_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        lambda g, y: A._log_softmax_backward_data(g, y, -1, y.dtype),
-        "grad, output",
-        first="output",
-        special="nan",
-        tol=3e-5,
-    ),
-    "layer_norm": OpSpec(
-        lambda m: (m.x(4, 8), m.w(8), m.w(8), 1e-5),
-        lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
-        "x, weight, bias",
-        tol=1e-4,
-    ),
-    "layer_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
-        _norm_backward_ref(False),
-        "grad, x, weight",
-        special="nan",
-        tol=1e-4,
-    ),
-    "rms_norm": OpSpec(lambda m: (m.x(4, 8), m.w(8), 1e-6), _rms_ref, "x, weight", tol=1e-4),
-    "rms_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
-        _norm_backward_ref(True),
-        "grad, x, weight",
-        special="nan",
-        tol=1e-4,
-    ),
-    "add_layer_norm": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5),
-        _add_norm_ref(False),
-        "x, residual, weight, bias",
-        tol=1e-4,
-    ),
-    "add_layer_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
-        _add_norm_backward_ref(False),
-        "grad, grad_h, h, weight",
-        first="h",
-        special="nan",
-        tol=1e-4,
-    ),
-    "add_rms_norm": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6), _add_norm_ref(True), "x, residual, weight", tol=1e-4
-    ),
-    "add_rms_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
-        _add_norm_backward_ref(True),
-        "grad, grad_h, h, weight",
-        first="h",
-        special="nan",
-        tol=1e-4,
-    ),
-    # The matrix ops: bfloat16 (float32 only as TF32, off by default); GEMM sums compared loosely.
-    "linear": OpSpec(
-        lambda m: (
-            m.x(4, 8, dtype=BF16),
-            m.w(6, 8, dtype=BF16),
-            m.w(6, dtype=BF16),
-            "gelu",
-            0.5,
-            m.x(4, 6, dtype=BF16),
-        ),
-        _linear_ref,
-        "x, weight, bias, residual",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "linear_aux": OpSpec(
-        lambda m: (
-            m.x(4, 8, dtype=BF16),
-            m.w(6, 8, dtype=BF16),
-            m.w(6, dtype=BF16),
-            "silu",
-            2.0,
-            m.x(4, 6, dtype=BF16),
-        ),
-        lambda *a: (_linear_ref(*a), _linear_pre(*a).to(a[0].dtype)),
-        "x, weight, bias, residual",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "linear_backward": OpSpec(
-        lambda m: (
-            m.x(4, 6, dtype=BF16),
-            m.x(4, 8, dtype=BF16),
-            m.w(6, 8, dtype=BF16),
-            m.x(4, 6, dtype=BF16),
-            "gelu_tanh",
-            2.0,
-            True,
-        ),
-        _linear_backward_ref,
-        "grad, x, weight, preactivation",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=5e-2,
-    ),
-    "linear_swiglu": OpSpec(
-        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
-        _swiglu_ref,
-        "x, w_gate_up, residual",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "linear_swiglu_aux": OpSpec(
-        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
-        lambda x, w, r: (_swiglu_ref(x, w, r), _swiglu_pre(x, w).to(x.dtype)),
-        "x, w_gate_up, residual",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "linear_swiglu_backward": OpSpec(
-        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 12, dtype=BF16)),
-        _swiglu_backward_ref,
-        "grad, x, w_gate_up, preactivation",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=5e-2,
-    ),
-    "matmul": OpSpec(
-        lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
-        lambda a, b: (a.float() @ b.float()).to(a.dtype),
-        "a, b",
-        first="a",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "matmul_backward": OpSpec(
-        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
-        lambda g, a, b: ((g.float() @ b.float().T).to(a.dtype), (a.float().T @ g.float()).to(a.dtype)),
-        "grad, a, b",
-        first="a",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=5e-2,
-    ),
-    "bmm": OpSpec(
-        lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
-        lambda a, b: torch.bmm(a.float(), b.float()).to(a.dtype),
-        "a, b",
-        first="a",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=3e-2,
-    ),
-    "bmm_backward": OpSpec(
-        lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
-        lambda g, a, b: (
-            torch.bmm(g.float(), b.float().transpose(1, 2)).to(a.dtype),
-            torch.bmm(a.float().transpose(1, 2), g.float()).to(a.dtype),
-        ),
-        "grad, a, b",
-        first="a",
-        allowed=MATRIX_ALLOWED,
-        special=None,
-        tol=5e-2,
-    ),
-    "max_pool2d": OpSpec(lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]), F.max_pool2d, "x"),
-    "max_pool2d_backward": OpSpec(
-        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]), _pool_backward_ref(F.max_pool2d), "grad, x"
-    ),
-    "avg_pool2d": OpSpec(
-        lambda m: (m.x(*IMG), [3, 3], [2, 2], [1, 1], False),
-        lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c),
-        "x",
-    ),
-    "avg_pool2d_backward": OpSpec(
-        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
-        _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
-        "grad, x",
-    ),
-    # The sequence ops.
-    "causal_conv1d": OpSpec(
-        lambda m: (m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), None),
-        _causal_conv1d_ref,
-        "x, weight, bias, initial_state",
-    ),
-    "causal_conv1d_backward": OpSpec(
-        lambda m: (m.x(2, 3, 8), m.x(2, 3, 3), m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), "silu"),
-        _causal_conv1d_backward_ref,
-        "grad, grad_final_state, x, weight, bias, initial_state",
-        special="nan",
-        tol=1e-4,
-    ),
-    "linear_scan": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4)), _linear_scan_ref, "a, b, h0", first="a", special="nan"
-    ),
-    "linear_scan_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.x(4), m.x(4)),
-        _linear_scan_backward_ref,
-        "a, h, grad_h, grad_last, h0",
-        first="a",
-        special="nan",
-        tol=1e-4,
-    ),
-    "add_constant": OpSpec(lambda m: (m.x(*X2), 2.5), torch.add, "x", seed=True),
-    "rgb_to_gray": OpSpec(
-        lambda m: (m.u8(5, 7, 3),), _gray_ref, "img", first="img", allowed=U8_ALLOWED, seed=True, special=None, tol=0
-    ),
-    "outer": OpSpec(
-        lambda m: (m.x(2, 3), m.x(2, 4)), lambda a, b: a.unsqueeze(-1) * b.unsqueeze(-2), "a, b", first="a", seed=True
-    ),
-    "outer_backward": OpSpec(
-        lambda m: (m.x(2, 3, 4), m.x(2, 3), m.x(2, 4)),
-        lambda g, a, b: ((g * b.unsqueeze(-2)).sum(-1), (g * a.unsqueeze(-1)).sum(-2)),
-        "grad, a, b",
-        first="a",
-        seed=True,
-    ),
-    "fused_update": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2), m.x(*X2), 0.5, -1.5, 0.25),
-        lambda x, mo, n, a, b, c: a * x + b * mo + c * n,
-        "x, model_out, noise",
-        seed=True,
-    ),
-}
-
-
-def _as_tuple(v):
-    return v if isinstance(v, tuple) else (v,)
-
-
-def check_op(name: str, m: Maker, tol: float | None = None):
-    """Calls kjit.ops.<name> on m's tensors and compares with PyTorch: shapes and dtypes on meta,
-    values too (NaN where PyTorch has NaN, the same infinities) elsewhere."""
-    spec = OPS[name]
-    args = spec.build(m)
-    out = _as_tuple(getattr(ops, name)(*args))
-    ref = _as_tuple(spec.ref(*args))
-    assert len(out) == len(ref), name
-    tol = spec.tol if tol is None else tol
-    for o, r in zip(out, ref):
-        assert o.shape == r.shape and o.dtype == r.dtype and o.device == r.device, (name, o, r)
-        if o.device.type != "meta":
-            torch.testing.assert_close(o, r, rtol=tol, atol=tol, equal_nan=True, msg=lambda s: f"{name}: {s}")
-    return out
 
 
 # =====================================================================================================
@@ -2845,10 +2331,10 @@ def test_launcher_and_elementwise_valid_edge_inputs():
 # ---- the ops on edge inputs: non-contiguous, empty, NaN / Inf -----------------------------------------------
 
 
-def _seed_noncontig_rows():
+def _contiguous_only_rows():
     rows = []
     for name, spec in OPS.items():
-        if spec.seed:
+        if spec.contiguous_only:
             rows.append(
                 case(
                     op(name),
@@ -2863,8 +2349,8 @@ def _seed_noncontig_rows():
     return rows
 
 
-SEED_NONCONTIG_CASES = _seed_noncontig_rows()
-LIBRARY_OPS = [n for n, s in OPS.items() if not s.seed]
+CONTIGUOUS_ONLY_CASES = _contiguous_only_rows()
+ANY_LAYOUT_OPS = [n for n, s in OPS.items() if not s.contiguous_only]
 SPECIAL_OPS = [n for n, s in OPS.items() if s.special]
 for _n in OPS:
     covers(op(_n), "noncontig", "empty")
@@ -2873,14 +2359,14 @@ for _n in SPECIAL_OPS:
 
 
 @gpu
-@pytest.mark.parametrize("c", SEED_NONCONTIG_CASES)
-def test_non_contiguous_seed_ops_are_an_error(c):
+@pytest.mark.parametrize("c", CONTIGUOUS_ONLY_CASES)
+def test_non_contiguous_inputs_of_contiguous_only_ops_are_an_error(c):
     run_bad(c, "cuda")
 
 
 @gpu
-@pytest.mark.parametrize("name", LIBRARY_OPS)
-def test_non_contiguous_library_ops_match_torch(name):
+@pytest.mark.parametrize("name", ANY_LAYOUT_OPS)
+def test_non_contiguous_inputs_match_torch(name):
     check_op(name, Maker("cuda", noncontig=True))
     valid_gpu(op(name))
 

@@ -4,8 +4,8 @@ awkward sizes, on the GPU; and the direct entries' behaviour: plain calls skip t
 that needs it (autograd, subclasses, modes) goes through it, kjit.elementwise under
 torch.compile(fullgraph=True) with gradients, one kernel table (stats, clear_memory).
 
-Every operator of torch.ops.kjit must have samples here (test_every_op_has_opcheck_samples fails
-otherwise)."""
+The samples are the op table's (op_table.py); every operator of torch.ops.kjit has a row there
+(ops/test_op_table.py checks it)."""
 
 import pytest
 import torch
@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 import kjit
 from kjit import ops
+from op_table import OPS
+from op_table import samples as op_samples
 
 pytestmark = pytest.mark.gpu
 
@@ -33,194 +35,27 @@ def _elementwise_spec():
     return kjit.elementwise("silu(a) * b + s", "a, b", "s", name="opcheck_silu_mul").spec
 
 
-def samples(name, dtype):
-    """(args, kwargs) lists for op `name`: awkward sizes, with and without gradients."""
-    g = dtype != torch.uint8
-    if name in ("relu", "sigmoid", "tanh", "silu"):
-        return [((t(7, 33, dtype=dtype, grad=g),), {}), ((t(1000, dtype=dtype, offset=1),), {})]
-    if name == "gelu":
-        return [((t(5, 129, dtype=dtype, grad=g),), {}), ((t(4097, dtype=dtype),), {"approximate": "tanh"})]
-    if name in ("relu_backward", "sigmoid_backward", "tanh_backward", "silu_backward"):
-        return [((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {})]
-    if name == "gelu_backward":
-        return [
-            ((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype)), {"approximate": "tanh"}),
-            ((t(1000, dtype=dtype), t(1000, dtype=dtype)), {}),
-        ]
-    if name in ("sum", "mean", "amax", "amin"):
-        return [
-            ((t(7, 1000, dtype=dtype, grad=g),), {}),
-            ((t(6, 33, 5, dtype=dtype, grad=g), 1, True), {}),
-            ((t(4097, dtype=dtype), 0), {}),
-        ]
-    if name in ("softmax", "log_softmax"):
-        return [((t(7, 1000, dtype=dtype, grad=g),), {}), ((t(3, 5, 4097, dtype=dtype, grad=g), -1), {})]
-    if name in ("softmax_backward", "log_softmax_backward"):
-        return [((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype)), {})]
-    if name == "layer_norm":
-        return [
-            ((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-            ((t(5, 33, dtype=dtype, grad=g),), {"eps": 1e-3}),
-        ]
-    if name == "rms_norm":
-        return [
-            ((t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-            ((t(5, 33, dtype=dtype, grad=g),), {}),
-        ]
-    if name in ("layer_norm_backward", "rms_norm_backward"):
-        has_b = name == "layer_norm_backward"
-        return [
-            ((t(7, 1000, dtype=dtype), t(7, 1000, dtype=dtype), t(1000, dtype=dtype), has_b, 1e-5), {}),
-            ((t(5, 33, dtype=dtype), t(5, 33, dtype=dtype), None, False, 1e-5), {}),
-        ]
-    if name == "add_layer_norm":
-        return [
-            (
-                (
-                    t(7, 1000, dtype=dtype, grad=g),
-                    t(7, 1000, dtype=dtype, grad=g),
-                    t(1000, dtype=dtype, grad=g),
-                    t(1000, dtype=dtype, grad=g),
-                ),
-                {},
-            ),
-            ((t(5, 33, dtype=dtype, grad=g), t(5, 33, dtype=dtype, offset=1)), {"eps": 1e-3}),
-        ]
-    if name == "add_rms_norm":
-        return [
-            ((t(7, 1000, dtype=dtype, grad=g), t(7, 1000, dtype=dtype, grad=g), t(1000, dtype=dtype, grad=g)), {}),
-            ((t(4097, dtype=dtype, grad=g), t(4097, dtype=dtype)), {}),
-        ]
-    if name in ("add_layer_norm_backward", "add_rms_norm_backward"):
-        has_b = name == "add_layer_norm_backward"
-        return [
-            (
-                (
-                    t(7, 1000, dtype=dtype),
-                    t(7, 1000, dtype=dtype),
-                    t(7, 1000, dtype=dtype),
-                    t(1000, dtype=dtype),
-                    has_b,
-                    1e-5,
-                ),
-                {},
-            ),
-            ((t(5, 33, dtype=dtype), None, t(5, 33, dtype=dtype), None, False, 1e-5), {}),
-        ]
-    if name == "max_pool2d":
-        return [
-            ((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1]), {}),
-            ((t(3, 8, 8, dtype=dtype, grad=g), [2, 2]), {}),
-        ]
-    if name == "avg_pool2d":
-        return [((t(2, 3, 9, 11, dtype=dtype, grad=g), [3, 3], [2, 2], [1, 1], False), {})]
-    if name == "max_pool2d_backward":
-        return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1]), {})]
-    if name == "avg_pool2d_backward":
-        return [((t(2, 3, 5, 6, dtype=dtype), t(2, 3, 9, 11, dtype=dtype), [3, 3], [2, 2], [1, 1], True), {})]
-    if name == "causal_conv1d":
-        return [
-            ((t(2, 33, 257, dtype=dtype, grad=g), t(33, 4, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)), {}),
-            (
-                (t(3, 5, 64, dtype=dtype, grad=g), t(5, 3, dtype=dtype, grad=g), None, t(3, 5, 2, dtype=dtype, grad=g)),
-                {"activation": "silu"},
-            ),
-        ]
-    if name == "causal_conv1d_backward":
-        x = t(2, 33, 257, dtype=dtype)
-        return [
-            ((t(2, 33, 257, dtype=dtype), None, x, t(33, 4, dtype=dtype), t(33, dtype=dtype), None, "silu"), {}),
-            (
-                (
-                    t(2, 5, 9, dtype=dtype),
-                    t(2, 5, 1, dtype=dtype),
-                    t(2, 5, 9, dtype=dtype),
-                    t(5, 2, dtype=dtype),
-                    None,
-                    t(2, 5, 1, dtype=dtype),
-                    None,
-                ),
-                {},
-            ),
-        ]
-    if name == "linear_scan":
-        a = (torch.rand(7, 1000, device="cuda") * 0.5 + 0.5).to(dtype).requires_grad_(g)
-        return [
-            ((a, t(7, 1000, dtype=dtype, grad=g)), {}),
-            ((a.detach()[:, :33].clone().requires_grad_(g), t(7, 33, dtype=dtype, grad=g), t(7, grad=g)), {}),
-        ]
-    if name == "linear_scan_backward":
-        return [
-            ((t(7, 33, dtype=dtype), t(7, 33, dtype=dtype), t(7, 33, dtype=dtype), None, t(7)), {}),
-            ((t(3, 1000, dtype=dtype), t(3, 1000, dtype=dtype), None, t(3), None), {}),
-        ]
-    if name == "add_constant":
-        return [((t(1000, dtype=dtype, grad=g), 2.5), {})]
-    if name == "fused_update":
-        return [
-            ((t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype, grad=g), t(7, 33, dtype=dtype), 0.5, 2.0, -1.0), {})
-        ]
-    if name == "outer":
-        return [((t(3, 7, dtype=dtype, grad=g), t(3, 33, dtype=dtype, grad=g)), {})]
-    if name == "outer_backward":
-        return [((t(3, 7, 33, dtype=dtype), t(3, 7, dtype=dtype), t(3, 33, dtype=dtype)), {})]
-    # The matrix ops take bfloat16 / float16 only: float16 stands in for float32.
-    md = torch.float16 if dtype == torch.float32 else dtype
-    if name in ("linear", "linear_aux"):
-        return [
-            (
-                (t(7, 72, dtype=md, grad=g), t(40, 72, dtype=md, grad=g), t(40, dtype=md, grad=g)),
-                {"activation": "gelu", "scale": 0.5},
-            ),
-            ((t(3, 5, 20, dtype=md, grad=g), t(24, 20, dtype=md, grad=g)), {"residual": t(3, 5, 24, dtype=md)}),
-        ]
-    if name == "linear_backward":
-        return [
-            ((t(7, 40, dtype=md), t(7, 72, dtype=md), t(40, 72, dtype=md), t(7, 40, dtype=md), "silu", 2.0, True), {}),
-            ((t(3, 24, dtype=md), t(3, 20, dtype=md), t(24, 20, dtype=md), None, None, 1.0, False), {}),
-        ]
-    if name in ("linear_swiglu", "linear_swiglu_aux"):
-        return [
-            ((t(7, 72, dtype=md, grad=g), t(80, 72, dtype=md, grad=g)), {}),
-            ((t(2, 3, 24, dtype=md, grad=g), t(48, 24, dtype=md, grad=g)), {"residual": t(2, 3, 24, dtype=md)}),
-        ]
-    if name == "linear_swiglu_backward":
-        return [((t(7, 40, dtype=md), t(7, 72, dtype=md), t(80, 72, dtype=md), t(7, 80, dtype=md)), {})]
-    if name == "matmul":
-        return [
-            ((t(7, 72, dtype=md, grad=g), t(72, 33, dtype=md, grad=g)), {}),
-            ((t(2, 5, 16, dtype=md, grad=g), t(16, 24, dtype=md, grad=g)), {}),
-        ]
-    if name == "matmul_backward":
-        return [((t(7, 33, dtype=md), t(7, 72, dtype=md), t(72, 33, dtype=md)), {})]
-    if name == "bmm":
-        return [((t(3, 7, 72, dtype=md, grad=g), t(3, 72, 33, dtype=md, grad=g)), {})]
-    if name == "bmm_backward":
-        return [((t(3, 7, 33, dtype=md), t(3, 7, 72, dtype=md), t(3, 72, 33, dtype=md)), {})]
-    if name == "rgb_to_gray":
-        return [((torch.randint(0, 255, (2, 5, 7, 3), device="cuda", dtype=torch.uint8),), {})]
-    if name == "elementwise":
-        return [
-            ((_elementwise_spec(), [t(7, 33, dtype=dtype, grad=g), t(33, dtype=dtype, grad=g)], [0.5]), {}),
-            ((_elementwise_spec(), [t(5, 1, dtype=dtype, grad=g), t(4, dtype=dtype)], [-1.0]), {}),
-        ]
-    return []
+def _elementwise_samples(dtype):
+    """kjit::elementwise, the op of every kjit.elementwise function (not a row of the op table: it takes a
+    function's spec, not tensors of fixed roles)."""
+    spec = _elementwise_spec()
+    return [
+        ((spec, [t(7, 33, dtype=dtype, grad=True), t(33, dtype=dtype, grad=True)], [0.5]), {}),
+        ((spec, [t(5, 1, dtype=dtype, grad=True), t(4, dtype=dtype)], [-1.0]), {}),
+    ]
 
 
-def op_names():
-    return sorted(n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("kjit::"))
+OPCHECK_CASES = [(n, d) for n, spec in OPS.items() for d in spec.sample_dtypes] + [("elementwise", d) for d in DTYPES]
 
 
-def test_every_op_has_opcheck_samples():
-    missing = [n for n in op_names() if not samples(n, torch.float32)]
-    assert not missing, f"add opcheck samples for {missing}"
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("name", op_names())
+@pytest.mark.parametrize("name, dtype", OPCHECK_CASES, ids=[f"{n}-{str(d).split('.')[-1]}" for n, d in OPCHECK_CASES])
 def test_opcheck(name, dtype):
+    """torch.library.opcheck over every registered op, on the op table's samples (ops/test_op_table.py checks
+    that every registered op has a row)."""
     op = getattr(torch.ops.kjit, name).default
-    for args, kwargs in samples(name, dtype):
+    cases = _elementwise_samples(dtype) if name == "elementwise" else op_samples(name, "cuda", dtype)
+    assert cases, name
+    for args, kwargs in cases:
         torch.library.opcheck(op, args, kwargs)
 
 

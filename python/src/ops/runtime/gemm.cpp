@@ -378,6 +378,10 @@ void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ct
   // rows (2N for SwiGLU) and the padded K as this GEMM has them.
   check_gemm_sizes(op, g.m, g.swiglu ? 2 * g.n : g.n, g.k, g.batch);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  if (device == kPlanDevice && PlanScope::require().candidates()) {  // what KJIT_TUNE=1 would time
+    for (const Config& c : candidates(g, device)) launch(op, c, g, device, ctx);
+    return;
+  }
   const Config c = pick(op, g, device, ctx);
   if (cdiv(g.m, c.bm) * cdiv(g.n, c.bn) > std::numeric_limits<int>::max() / std::max<std::int64_t>(g.batch, 1))
     fail_value(op, "M=" + std::to_string(g.m) + ", N=" + std::to_string(g.n) + " and a batch of " +

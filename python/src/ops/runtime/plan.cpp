@@ -13,8 +13,8 @@ thread_local PlanScope* t_scope = nullptr;
 
 }  // namespace
 
-PlanScope::PlanScope(const Target& target, int sm_count, bool generic)
-    : target_(target), sm_count_(sm_count), generic_(generic), outer_(t_scope) {
+PlanScope::PlanScope(const Target& target, int sm_count, bool generic, bool candidates)
+    : target_(target), sm_count_(sm_count), generic_(generic), candidates_(candidates), outer_(t_scope) {
   t_scope = this;
 }
 
@@ -33,22 +33,21 @@ void bind_plan(pybind11::module_& m) {
   m.def(
       "_plan_op",
       [m](const std::string& name, const py::tuple& args, const py::dict& kwargs, const std::string& arch, int sm_count,
-          bool generic) {
+          bool generic, bool candidates) {
         const Target target = Target::parse(arch);
         if (target.kind != Target::Kind::Sm)
           throw ValueError(
-              "kjit._C._plan_op: arch must be an sm_XY target (an op picks its sm_XYa kernels itself), "
-              "got '" +
-              arch + "'");
+              "kjit._C._plan_op: arch must be an sm_XY target (an op picks its sm_XYa kernels itself), got '" + arch +
+              "'");
         if (sm_count < 1)
           throw ValueError("kjit._C._plan_op: sm_count must be 1 or more, got " + std::to_string(sm_count));
         const py::object ops = m.attr("ops");
         if (!py::hasattr(ops, name.c_str()))
           throw ValueError("kjit._C._plan_op: no built-in op '" + name + "' (kjit.ops.__all__ lists them)");
         const py::object op = ops.attr(name.c_str());
-        PlanScope scope(target, sm_count, generic);
-        op(*args, **kwargs);  // meta tensors out, dropped
-        py::list out;
+        PlanScope scope(target, sm_count, generic, candidates);
+        py::object result = op(*args, **kwargs);
+        py::list kernels;
         for (const PlanScope::Planned& p : scope.planned()) {
           const cache::EntryMetadata& meta = p.kernel->meta;
           py::dict d;
@@ -58,15 +57,16 @@ void bind_plan(pybind11::module_& m) {
           d["target"] = meta.target;
           d["key"] = p.kernel->key.hex();
           d["origin"] = to_string(p.origin);
-          out.append(std::move(d));
+          kernels.append(std::move(d));
         }
-        return out;
+        return py::make_tuple(result, kernels);
       },
       py::arg("name"), py::arg("args"), py::arg("kwargs"), py::kw_only(), py::arg("arch"), py::arg("sm_count") = 132,
-      py::arg("generic") = false,
+      py::arg("generic") = false, py::arg("candidates") = false,
       "Tests and warm-up: calls kjit.ops.<name>(*args, **kwargs) with meta tensors as on a GPU of `arch` with "
-      "`sm_count` multiprocessors (`generic`: the variants that serve every size), compiling the kernels it would "
-      "launch into the cache and launching nothing; returns them in order, as dicts (template, kernel, "
+      "`sm_count` multiprocessors (`generic`: the variants that serve every size; `candidates`: every configuration "
+      "tuning would time), compiling the kernels it would launch into the cache and launching nothing. Returns the "
+      "op's result (meta tensors, shaped by its CUDA function) and the kernels in order, as dicts (template, kernel, "
       "name_expression, target, key, origin).");
 }
 

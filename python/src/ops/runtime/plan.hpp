@@ -34,7 +34,9 @@ inline constexpr int kPlanDevice = -2;
 class PlanScope {
  public:
   // `sm_count`: the multiprocessors the planners assume (the H100 SXM's and H200's 132 by default).
-  PlanScope(const Target& target, int sm_count, bool generic);
+  // `generic`: every specialized size is 0 (the variants that serve every size). `candidates`: where an op
+  // picks among configurations (the GEMM's tiles), every candidate it would time under KJIT_TUNE=1.
+  PlanScope(const Target& target, int sm_count, bool generic, bool candidates);
   ~PlanScope();
   PlanScope(const PlanScope&) = delete;
   PlanScope& operator=(const PlanScope&) = delete;
@@ -47,6 +49,7 @@ class PlanScope {
   const Target& target() const noexcept { return target_; }
   int sm_count() const noexcept { return sm_count_; }
   bool generic() const noexcept { return generic_; }
+  bool candidates() const noexcept { return candidates_; }
 
   // What the ops asked for, in order (each compiled or found in the stores).
   struct Planned {
@@ -61,6 +64,7 @@ class PlanScope {
   Target target_;
   int sm_count_;
   bool generic_;
+  bool candidates_;
   PlanScope* outer_;
   std::vector<Planned> planned_;
 };
@@ -75,7 +79,8 @@ inline int op_device(const at::TensorBase& t) noexcept {
   return t.is_meta() && PlanScope::current() ? kPlanDevice : t.device().index();
 }
 
-// kjit._C._plan_op(name, args, kwargs, *, arch, sm_count=132, generic=False) -> list of dicts.
+// kjit._C._plan_op(name, args, kwargs, *, arch, sm_count=132, generic=False, candidates=False)
+//   -> (the op's result, as meta tensors; the kernels, a list of dicts).
 void bind_plan(pybind11::module_& m);
 
 }  // namespace kjit::ops

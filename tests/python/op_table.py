@@ -1,0 +1,773 @@
+"""The op table: one row per built-in op (kjit.ops.<name>, torch.ops.kjit.<name>), PyTorch's OpInfo idea.
+
+A row (OpSpec) holds what the generic tests need to know of an op, once:
+  - build: one valid call from a tensor factory (Maker: meta tensors on the CPU, CUDA tensors on a GPU, and the
+    bad-input variants: wrong dtype, empty, 2^29-row, non-contiguous, NaN / Inf), with its tensor arguments as
+    messages name them (tensors, first) and the dtypes it takes (allowed: as its TypeError lists them);
+  - ref: PyTorch's result for the same arguments, and the tolerance (tol) and NaN / Inf behaviour (special);
+  - samples: awkward calls (odd sizes, misaligned views, optional arguments left out) for each of
+    `sample_dtypes`, built by a Factory on CUDA (opcheck, the GPU comparison) or on meta (compile-only plans).
+The kernels an op compiles are never listed here: the generic compile test asks the op itself, through its
+compile-only plan (kjit._C._plan_op, python/src/ops/runtime/plan.hpp), for each sample, dtype and target.
+
+Generic tests iterate the table: ops/test_op_table.py (the registry, exports and docs; Meta; the kernels the
+planners pick compile for sm_80 / sm_90 / sm_100; on a GPU: against the reference and torch.library.opcheck) and
+test_bad_input.py (every bad-input category of every op). Deep tests of one family stay in its own file.
+A new op adds one row here (test_every_registered_op_has_a_row fails without it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kjit import ops
+
+A = torch.ops.aten
+FLOAT_ALLOWED = r"allowed: torch\.float32, torch\.float16, torch\.bfloat16, torch\.float64"
+U8_ALLOWED = r"allowed: torch\.uint8"
+MATRIX_ALLOWED = r"allowed: torch\.bfloat16, torch\.float16, torch\.float32"
+BF16 = torch.bfloat16
+FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+# The dtypes an op takes (its `allowed`), and those its samples run in on a GPU (opcheck, the comparison with
+# PyTorch): float32 and bfloat16; the matrix ops float16 and bfloat16 (float32 is TF32, off by default).
+DTYPES = {
+    FLOAT_ALLOWED: FLOATING,
+    MATRIX_ALLOWED: (torch.bfloat16, torch.float16, torch.float32),
+    U8_ALLOWED: (torch.uint8,),
+}
+SAMPLE_DTYPES = {
+    FLOAT_ALLOWED: (torch.float32, torch.bfloat16),
+    MATRIX_ALLOWED: (torch.float16, torch.bfloat16),
+    U8_ALLOWED: (torch.uint8,),
+}
+
+
+class Factory:
+    """The tensors of an op's samples, of one dtype on one device: CUDA for opcheck and the GPU comparison,
+    meta for compile-only plans (where `grad` is dropped: a plan runs the op's CUDA function itself)."""
+
+    def __init__(self, device: str, dtype: torch.dtype, seed: int = 0):
+        self.device, self.dtype = device, dtype
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def _base(self, n, dtype, make):
+        if self.device == "meta":
+            return torch.empty(n, dtype=dtype, device="meta")
+        return make(n).to(dtype).to(self.device)
+
+    def t(self, *shape, dtype=None, grad=False, offset=0):
+        """A tensor of `shape` (offset > 0: a misaligned view of a larger one)."""
+        dtype = dtype or self.dtype
+        base = self._base(math.prod(shape) + offset, dtype, lambda n: torch.randn(n, generator=self.gen))
+        x = base[offset:].view(shape)
+        if offset == 0:
+            x = x.clone()
+        return x.requires_grad_(grad and self.device != "meta")
+
+    def decay(self, *shape, grad=False):
+        """A tensor of values in [0.5, 1): a linear recurrence's decay that keeps it bounded."""
+        x = self._base(math.prod(shape), self.dtype, lambda n: torch.rand(n, generator=self.gen) * 0.5 + 0.5)
+        return x.view(shape).clone().requires_grad_(grad and self.device != "meta")
+
+    def u8(self, *shape):
+        """An image of random bytes."""
+        return self._base(math.prod(shape), torch.uint8, lambda n: torch.randint(0, 256, (n,), generator=self.gen))
+
+
+# Samples shared by the ops of one family.
+REDUCE_SAMPLES = lambda f: [  # noqa: E731
+    ((f.t(7, 1000, grad=True),), {}),
+    ((f.t(6, 33, 5, grad=True), 1, True), {}),
+    ((f.t(4097), 0), {}),
+]
+SOFTMAX_SAMPLES = lambda f: [((f.t(7, 1000, grad=True),), {}), ((f.t(3, 5, 4097, grad=True), -1), {})]  # noqa: E731
+LINEAR_SAMPLES = lambda f: [  # noqa: E731
+    ((f.t(7, 72, grad=True), f.t(40, 72, grad=True), f.t(40, grad=True)), {"activation": "gelu", "scale": 0.5}),
+    ((f.t(3, 5, 20, grad=True), f.t(24, 20, grad=True)), {"residual": f.t(3, 5, 24)}),
+]
+SWIGLU_SAMPLES = lambda f: [  # noqa: E731
+    ((f.t(7, 72, grad=True), f.t(80, 72, grad=True)), {}),
+    ((f.t(2, 3, 24, grad=True), f.t(48, 24, grad=True)), {"residual": f.t(2, 3, 24)}),
+]
+
+
+class Maker:
+    """Builds an operator's arguments on one device.
+
+    x(): a data tensor (lead replaces its first dim: 0 for empty inputs, 2^29 for huge meta inputs);
+    w(): a parameter (never resized); u8(): an image. dtype replaces every dtype (bad-dtype rows);
+    noncontig gives views of the same shapes that are not contiguous; special puts NaN / +Inf / -Inf into
+    the first data tensor ("nan" only NaN)."""
+
+    def __init__(self, device="meta", *, dtype=None, lead=None, noncontig=False, special=None, seed=0):
+        self.device, self.dtype, self.lead, self.noncontig, self.special = device, dtype, lead, noncontig, special
+        self.gen = torch.Generator().manual_seed(seed)
+        self.n_data = 0
+
+    def _make(self, shape, dtype, image=False):
+        shape = list(shape)
+        alloc = list(shape)
+        if self.noncontig and shape:
+            alloc[-1] *= 2
+        if self.device == "meta":
+            t = torch.empty(alloc, dtype=dtype, device="meta")
+        elif image:
+            t = torch.randint(0, 256, alloc, generator=self.gen, dtype=torch.uint8).to(dtype)
+        else:
+            t = torch.randn(alloc, generator=self.gen).to(dtype)
+        if self.device not in ("meta", "cpu"):
+            # Placed before slicing: .to() of a strided view gives a contiguous copy (preserve_format keeps
+            # strides only for dense tensors), which made the "non-contiguous" GPU inputs contiguous.
+            t = t.to(self.device)
+        if self.noncontig and shape:
+            t = t[..., ::2]
+            assert not t.is_contiguous() or t.numel() <= 1, "the Maker must give a non-contiguous view"
+        return t
+
+    def _place(self, t):
+        return t
+
+    def x(self, *shape, dtype=torch.float32):
+        if self.lead is not None:
+            shape = (self.lead, *shape[1:])
+        t = self._make(shape, self.dtype or dtype)
+        self.n_data += 1
+        if self.special and self.n_data == 1 and t.numel() >= 3 and t.is_floating_point():
+            flat = t.view(-1) if t.is_contiguous() else None
+            if flat is not None:
+                flat[0] = float("nan")
+                if self.special == "naninf":
+                    flat[t.numel() // 2] = float("inf")
+                    flat[-1] = float("-inf")
+        return self._place(t)
+
+    def w(self, *shape, dtype=torch.float32):
+        return self._place(self._make(shape, self.dtype or dtype))
+
+    def u8(self, *shape):
+        if self.lead is not None:
+            shape = (self.lead, *shape[1:])
+        self.n_data += 1
+        return self._place(self._make(shape, self.dtype or torch.uint8, image=True))
+
+
+def _rms_ref(x, w, eps):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+def _norm_backward_ref(rms):
+    def ref(grad, x, w, has_bias, eps):
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_(True)
+            wr = w.detach().requires_grad_(True)
+            br = torch.zeros_like(w).requires_grad_(True) if has_bias else None
+            y = _rms_ref(xr, wr, eps) if rms else F.layer_norm(xr, xr.shape[-1:], wr, br, eps)
+            grads = torch.autograd.grad(y, [xr, wr] + ([br] if has_bias else []), grad)
+        return grads[0], grads[1], grads[2] if has_bias else x.new_empty((0,))
+
+    return ref
+
+
+def _add_norm_ref(rms):
+    def ref(x, r, *rest):
+        h = x + r
+        if rms:
+            w, eps = rest
+            return _rms_ref(h, w, eps), h
+        w, b, eps = rest
+        return F.layer_norm(h, h.shape[-1:], w, b, eps), h
+
+    return ref
+
+
+def _add_norm_backward_ref(rms):
+    def ref(grad, grad_h, h, w, has_bias, eps):
+        dx, dw, db = _norm_backward_ref(rms)(grad, h, w, has_bias, eps)
+        g = dx if grad_h is None else dx + grad_h
+        return g, g.clone(), dw, db
+
+    return ref
+
+
+ACTIVATION_REFS = {
+    None: lambda z: z,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def _linear_pre(x, w, b=None, act=None, scale=1.0, res=None):
+    z = F.linear(x.float(), w.float()) * scale
+    return z + b.float() if b is not None else z
+
+
+def _linear_ref(x, w, b=None, act=None, scale=1.0, res=None):
+    y = ACTIVATION_REFS[act](_linear_pre(x, w, b, act, scale))
+    return (y + res.float() if res is not None else y).to(x.dtype)
+
+
+def _linear_backward_ref(grad, x, w, pre, act, scale, has_bias):
+    with torch.enable_grad():
+        z = pre.float().requires_grad_(True)
+        (dz,) = torch.autograd.grad(ACTIVATION_REFS[act](z), [z], grad.float())
+    db = dz.sum(0) if has_bias else x.new_empty((0,)).float()
+    return (dz * scale @ w.float()).to(x.dtype), ((dz * scale).T @ x.float()).to(x.dtype), db.to(x.dtype)
+
+
+def _swiglu_pre(x, w, res=None):
+    return F.linear(x.float(), w.float())
+
+
+def _swiglu_ref(x, w, res=None):
+    g, u = _swiglu_pre(x, w).chunk(2, -1)
+    y = F.silu(g) * u
+    return (y + res.float() if res is not None else y).to(x.dtype)
+
+
+def _swiglu_backward_ref(grad, x, w, pre):
+    with torch.enable_grad():
+        gu = pre.float().requires_grad_(True)
+        g, u = gu.chunk(2, -1)
+        (dgu,) = torch.autograd.grad(F.silu(g) * u, [gu], grad.float())
+    dgu = dgu.to(x.dtype).float()
+    return (dgu @ w.float()).to(x.dtype), (dgu.T @ x.float()).to(x.dtype)
+
+
+def _pool_backward_ref(fn):
+    def ref(grad, x, *args):
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_(True)
+            (dx,) = torch.autograd.grad(fn(xr, *args), [xr], grad)
+        return dx
+
+    return ref
+
+
+def _causal_conv1d_ref(x, w, b, s, act):
+    W = w.shape[-1]
+    xp = torch.cat([s if s is not None else x.new_zeros((*x.shape[:-1], W - 1)), x], -1)
+    y = F.conv1d(xp, w.reshape(w.shape[0], 1, W), b, groups=x.shape[-2])
+    return F.silu(y) if act == "silu" else y, xp[..., xp.shape[-1] - (W - 1) :].clone()
+
+
+def _causal_conv1d_backward_ref(grad, grad_final, x, w, b, s, act):
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(True) for t in (x, w) + tuple(t for t in (b, s) if t is not None)]
+        it = iter(leaves[2:])
+        y, final = _causal_conv1d_ref(
+            leaves[0], leaves[1], next(it) if b is not None else None, next(it) if s is not None else None, act
+        )
+        outs, grads = [y], [grad]
+        if grad_final is not None:
+            outs, grads = [y, final], [grad, grad_final]
+        got = list(torch.autograd.grad(outs, leaves, grads, allow_unused=True))
+    got = [g if g is not None else torch.zeros_like(t) for g, t in zip(got, leaves)]
+    db = got[2] if b is not None else x.new_empty((0,))
+    ds = got[-1] if s is not None else x.new_empty((0,))
+    return got[0], got[1], db, ds
+
+
+def _linear_scan_ref(a, b, h0=None):
+    h = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
+    out = []
+    for t in range(a.shape[-1]):
+        h = a[..., t] * h + b[..., t]
+        out.append(h)
+    return (torch.stack(out, -1) if out else torch.empty_like(a)), h.to(
+        torch.float64 if a.dtype == torch.float64 else torch.float32
+    )
+
+
+def _linear_scan_backward_ref(a, h, grad_h, grad_last, h0):
+    """The formula: g[t] = dh[t] + a[t+1] g[t+1] from the end (g[L-1] = dh[L-1] + dlast), db = g,
+    da[t] = g[t] h[t-1], dh0 = a[0] g[0]."""
+    g = grad_last.to(a.dtype) if grad_last is not None else a.new_zeros(a.shape[:-1])
+    after = torch.ones_like(g)
+    db = torch.empty_like(a)
+    for t in reversed(range(a.shape[-1])):
+        g = (grad_h[..., t] if grad_h is not None else 0) + after * g
+        db[..., t] = g
+        after = a[..., t]
+    start = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
+    da = db * torch.cat([start.unsqueeze(-1), h[..., :-1]], -1)
+    dh0 = (after * g).to(h0.dtype) if h0 is not None else a.new_empty((0,))
+    return da, db, dh0
+
+
+def _gray_ref(img):
+    i = img.to(torch.int32)
+    return ((77 * i[..., 0] + 150 * i[..., 1] + 29 * i[..., 2] + 128) >> 8).to(torch.uint8)
+
+
+@dataclass
+class OpSpec:
+    build: Callable  # Maker -> the positional arguments of a valid call
+    ref: Callable  # the same arguments -> PyTorch's result
+    tensors: str  # the tensor arguments, as messages list them
+    first: str = "x"  # the argument named by the dtype and contiguity errors
+    allowed: str = FLOAT_ALLOWED
+    contiguous_only: bool = False  # non-contiguous inputs are an error (the other ops read any layout)
+    special: str | None = "naninf"  # NaN / Inf placement compared with PyTorch ("nan": NaN only; None: no floats)
+    tol: float = 1e-5
+    # (args, kwargs) of awkward calls (odd sizes, misaligned views, optional arguments left out), built by a
+    # Factory for one dtype of `sample_dtypes` (CUDA tensors on a GPU, meta tensors for compile-only plans);
+    # `grad=True` marks the tensors opcheck and the GPU tests take gradients of.
+    samples: Callable = None  # Factory -> list[(args, kwargs)]
+
+    @property
+    def names(self) -> list[str]:
+        return [n.strip() for n in self.tensors.split(",")]
+
+
+X2 = (4, 6)
+IMG = (1, 2, 6, 6)
+OPS: dict[str, OpSpec] = {
+    "relu": OpSpec(
+        lambda m: (m.x(*X2),),
+        torch.relu,
+        "x",
+        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+    ),
+    "relu_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        lambda g, y: A.threshold_backward(g, y, 0),
+        "grad, saved",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
+    ),
+    "sigmoid": OpSpec(
+        lambda m: (m.x(*X2),),
+        torch.sigmoid,
+        "x",
+        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+    ),
+    "sigmoid_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        A.sigmoid_backward,
+        "grad, saved",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
+    ),
+    "tanh": OpSpec(
+        lambda m: (m.x(*X2),),
+        torch.tanh,
+        "x",
+        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+    ),
+    "tanh_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        A.tanh_backward,
+        "grad, saved",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
+    ),
+    "silu": OpSpec(
+        lambda m: (m.x(*X2),),
+        F.silu,
+        "x",
+        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+    ),
+    "silu_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        A.silu_backward,
+        "grad, saved",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
+    ),
+    "gelu": OpSpec(
+        lambda m: (m.x(*X2), "tanh"),
+        lambda x, a: F.gelu(x, approximate=a),
+        "x",
+        samples=lambda f: [((f.t(5, 129, grad=True),), {}), ((f.t(4097),), {"approximate": "tanh"})],
+    ),
+    "gelu_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2), "none"),
+        lambda g, x, a: A.gelu_backward(g, x, approximate=a),
+        "grad, x",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {"approximate": "tanh"}), ((f.t(1000), f.t(1000)), {})],
+    ),
+    "sum": OpSpec(lambda m: (m.x(*X2), -1, True), torch.sum, "x", samples=REDUCE_SAMPLES),
+    "mean": OpSpec(lambda m: (m.x(*X2), -1, False), torch.mean, "x", samples=REDUCE_SAMPLES),
+    "amax": OpSpec(lambda m: (m.x(*X2), -1, True), torch.amax, "x", samples=REDUCE_SAMPLES),
+    "amin": OpSpec(lambda m: (m.x(*X2), -1, False), torch.amin, "x", samples=REDUCE_SAMPLES),
+    "softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES),
+    "softmax_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        lambda g, y: A._softmax_backward_data(g, y, -1, y.dtype),
+        "grad, output",
+        first="output",
+        special="nan",
+        tol=3e-5,
+        samples=lambda f: [((f.t(7, 1000), f.t(7, 1000)), {})],
+    ),
+    "log_softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.log_softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES),
+    "log_softmax_backward": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        lambda g, y: A._log_softmax_backward_data(g, y, -1, y.dtype),
+        "grad, output",
+        first="output",
+        special="nan",
+        tol=3e-5,
+        samples=lambda f: [((f.t(7, 1000), f.t(7, 1000)), {})],
+    ),
+    "layer_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.w(8), m.w(8), 1e-5),
+        lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
+        "x, weight, bias",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000, grad=True), f.t(1000, grad=True), f.t(1000, grad=True)), {}),
+            ((f.t(5, 33, grad=True),), {"eps": 1e-3}),
+        ],
+    ),
+    "layer_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
+        _norm_backward_ref(False),
+        "grad, x, weight",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000), f.t(7, 1000), f.t(1000), True, 1e-5), {}),
+            ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
+        ],
+    ),
+    "rms_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.w(8), 1e-6),
+        _rms_ref,
+        "x, weight",
+        tol=1e-4,
+        samples=lambda f: [((f.t(7, 1000, grad=True), f.t(1000, grad=True)), {}), ((f.t(5, 33, grad=True),), {})],
+    ),
+    "rms_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
+        _norm_backward_ref(True),
+        "grad, x, weight",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000), f.t(7, 1000), f.t(1000), False, 1e-5), {}),
+            ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
+        ],
+    ),
+    "add_layer_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5),
+        _add_norm_ref(False),
+        "x, residual, weight, bias",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000, grad=True), f.t(7, 1000, grad=True), f.t(1000, grad=True), f.t(1000, grad=True)), {}),
+            ((f.t(5, 33, grad=True), f.t(5, 33, offset=1)), {"eps": 1e-3}),
+        ],
+    ),
+    "add_layer_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
+        _add_norm_backward_ref(False),
+        "grad, grad_h, h, weight",
+        first="h",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000), f.t(7, 1000), f.t(7, 1000), f.t(1000), True, 1e-5), {}),
+            ((f.t(5, 33), None, f.t(5, 33), None, False, 1e-5), {}),
+        ],
+    ),
+    "add_rms_norm": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6),
+        _add_norm_ref(True),
+        "x, residual, weight",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000, grad=True), f.t(7, 1000, grad=True), f.t(1000, grad=True)), {}),
+            ((f.t(4097, grad=True), f.t(4097)), {}),
+        ],
+    ),
+    "add_rms_norm_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
+        _add_norm_backward_ref(True),
+        "grad, grad_h, h, weight",
+        first="h",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000), f.t(7, 1000), f.t(7, 1000), f.t(1000), False, 1e-5), {}),
+            ((f.t(5, 33), None, f.t(5, 33), None, False, 1e-5), {}),
+        ],
+    ),
+    # The matrix ops: bfloat16 (float32 only as TF32, off by default); GEMM sums compared loosely.
+    "linear": OpSpec(
+        lambda m: (
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.w(6, dtype=BF16),
+            "gelu",
+            0.5,
+            m.x(4, 6, dtype=BF16),
+        ),
+        _linear_ref,
+        "x, weight, bias, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=LINEAR_SAMPLES,
+    ),
+    "linear_aux": OpSpec(
+        lambda m: (
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.w(6, dtype=BF16),
+            "silu",
+            2.0,
+            m.x(4, 6, dtype=BF16),
+        ),
+        lambda *a: (_linear_ref(*a), _linear_pre(*a).to(a[0].dtype)),
+        "x, weight, bias, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=LINEAR_SAMPLES,
+    ),
+    "linear_backward": OpSpec(
+        lambda m: (
+            m.x(4, 6, dtype=BF16),
+            m.x(4, 8, dtype=BF16),
+            m.w(6, 8, dtype=BF16),
+            m.x(4, 6, dtype=BF16),
+            "gelu_tanh",
+            2.0,
+            True,
+        ),
+        _linear_backward_ref,
+        "grad, x, weight, preactivation",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [
+            ((f.t(7, 40), f.t(7, 72), f.t(40, 72), f.t(7, 40), "silu", 2.0, True), {}),
+            ((f.t(3, 24), f.t(3, 20), f.t(24, 20), None, None, 1.0, False), {}),
+        ],
+    ),
+    "linear_swiglu": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
+        _swiglu_ref,
+        "x, w_gate_up, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=SWIGLU_SAMPLES,
+    ),
+    "linear_swiglu_aux": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
+        lambda x, w, r: (_swiglu_ref(x, w, r), _swiglu_pre(x, w).to(x.dtype)),
+        "x, w_gate_up, residual",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=SWIGLU_SAMPLES,
+    ),
+    "linear_swiglu_backward": OpSpec(
+        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 12, dtype=BF16)),
+        _swiglu_backward_ref,
+        "grad, x, w_gate_up, preactivation",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [((f.t(7, 40), f.t(7, 72), f.t(80, 72), f.t(7, 80)), {})],
+    ),
+    "matmul": OpSpec(
+        lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+        lambda a, b: (a.float() @ b.float()).to(a.dtype),
+        "a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=lambda f: [
+            ((f.t(7, 72, grad=True), f.t(72, 33, grad=True)), {}),
+            ((f.t(2, 5, 16, grad=True), f.t(16, 24, grad=True)), {}),
+        ],
+    ),
+    "matmul_backward": OpSpec(
+        lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
+        lambda g, a, b: ((g.float() @ b.float().T).to(a.dtype), (a.float().T @ g.float()).to(a.dtype)),
+        "grad, a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [((f.t(7, 33), f.t(7, 72), f.t(72, 33)), {})],
+    ),
+    "bmm": OpSpec(
+        lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+        lambda a, b: torch.bmm(a.float(), b.float()).to(a.dtype),
+        "a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=lambda f: [((f.t(3, 7, 72, grad=True), f.t(3, 72, 33, grad=True)), {})],
+    ),
+    "bmm_backward": OpSpec(
+        lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
+        lambda g, a, b: (
+            torch.bmm(g.float(), b.float().transpose(1, 2)).to(a.dtype),
+            torch.bmm(a.float().transpose(1, 2), g.float()).to(a.dtype),
+        ),
+        "grad, a, b",
+        first="a",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [((f.t(3, 7, 33), f.t(3, 7, 72), f.t(3, 72, 33)), {})],
+    ),
+    "max_pool2d": OpSpec(
+        lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]),
+        F.max_pool2d,
+        "x",
+        samples=lambda f: [
+            ((f.t(2, 3, 9, 11, grad=True), [3, 3], [2, 2], [1, 1]), {}),
+            ((f.t(3, 8, 8, grad=True), [2, 2]), {}),
+        ],
+    ),
+    "max_pool2d_backward": OpSpec(
+        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]),
+        _pool_backward_ref(F.max_pool2d),
+        "grad, x",
+        samples=lambda f: [((f.t(2, 3, 5, 6), f.t(2, 3, 9, 11), [3, 3], [2, 2], [1, 1]), {})],
+    ),
+    "avg_pool2d": OpSpec(
+        lambda m: (m.x(*IMG), [3, 3], [2, 2], [1, 1], False),
+        lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c),
+        "x",
+        samples=lambda f: [((f.t(2, 3, 9, 11, grad=True), [3, 3], [2, 2], [1, 1], False), {})],
+    ),
+    "avg_pool2d_backward": OpSpec(
+        lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
+        _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
+        "grad, x",
+        samples=lambda f: [((f.t(2, 3, 5, 6), f.t(2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True), {})],
+    ),
+    # The sequence ops.
+    "causal_conv1d": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), None),
+        _causal_conv1d_ref,
+        "x, weight, bias, initial_state",
+        samples=lambda f: [
+            ((f.t(2, 33, 257, grad=True), f.t(33, 4, grad=True), f.t(33, grad=True)), {}),
+            ((f.t(3, 5, 64, grad=True), f.t(5, 3, grad=True), None, f.t(3, 5, 2, grad=True)), {"activation": "silu"}),
+        ],
+    ),
+    "causal_conv1d_backward": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.x(2, 3, 3), m.x(2, 3, 8), m.w(3, 4), m.w(3), m.x(2, 3, 3), "silu"),
+        _causal_conv1d_backward_ref,
+        "grad, grad_final_state, x, weight, bias, initial_state",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(2, 33, 257), None, f.t(2, 33, 257), f.t(33, 4), f.t(33), None, "silu"), {}),
+            ((f.t(2, 5, 9), f.t(2, 5, 1), f.t(2, 5, 9), f.t(5, 2), None, f.t(2, 5, 1), None), {}),
+        ],
+    ),
+    "linear_scan": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4)),
+        _linear_scan_ref,
+        "a, b, h0",
+        first="a",
+        special="nan",
+        samples=lambda f: [
+            ((f.decay(7, 1000, grad=True), f.t(7, 1000, grad=True)), {}),
+            ((f.decay(7, 33, grad=True), f.t(7, 33, grad=True), f.t(7, dtype=torch.float32, grad=True)), {}),
+        ],
+    ),
+    "linear_scan_backward": OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.x(4), m.x(4)),
+        _linear_scan_backward_ref,
+        "a, h, grad_h, grad_last, h0",
+        first="a",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 33), f.t(7, 33), f.t(7, 33), None, f.t(7, dtype=torch.float32)), {}),
+            ((f.t(3, 1000), f.t(3, 1000), None, f.t(3, dtype=torch.float32), None), {}),
+        ],
+    ),
+    "add_constant": OpSpec(
+        lambda m: (m.x(*X2), 2.5),
+        torch.add,
+        "x",
+        contiguous_only=True,
+        samples=lambda f: [((f.t(1000, grad=True), 2.5), {})],
+    ),
+    "rgb_to_gray": OpSpec(
+        lambda m: (m.u8(5, 7, 3),),
+        _gray_ref,
+        "img",
+        first="img",
+        allowed=U8_ALLOWED,
+        contiguous_only=True,
+        special=None,
+        tol=0,
+        samples=lambda f: [((f.u8(2, 5, 7, 3),), {})],
+    ),
+    "outer": OpSpec(
+        lambda m: (m.x(2, 3), m.x(2, 4)),
+        lambda a, b: a.unsqueeze(-1) * b.unsqueeze(-2),
+        "a, b",
+        first="a",
+        contiguous_only=True,
+        samples=lambda f: [((f.t(3, 7, grad=True), f.t(3, 33, grad=True)), {})],
+    ),
+    "outer_backward": OpSpec(
+        lambda m: (m.x(2, 3, 4), m.x(2, 3), m.x(2, 4)),
+        lambda g, a, b: ((g * b.unsqueeze(-2)).sum(-1), (g * a.unsqueeze(-1)).sum(-2)),
+        "grad, a, b",
+        first="a",
+        contiguous_only=True,
+        samples=lambda f: [((f.t(3, 7, 33), f.t(3, 7), f.t(3, 33)), {})],
+    ),
+    "fused_update": OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2), m.x(*X2), 0.5, -1.5, 0.25),
+        lambda x, mo, n, a, b, c: a * x + b * mo + c * n,
+        "x, model_out, noise",
+        contiguous_only=True,
+        samples=lambda f: [((f.t(7, 33, grad=True), f.t(7, 33, grad=True), f.t(7, 33), 0.5, 2.0, -1.0), {})],
+    ),
+}
+
+
+# The row's dtypes, from what its dtype error allows.
+OpSpec.dtypes = property(lambda self: DTYPES[self.allowed])
+OpSpec.sample_dtypes = property(lambda self: SAMPLE_DTYPES[self.allowed])
+
+
+def samples(name: str, device: str, dtype: torch.dtype, seed: int = 0) -> list[tuple[tuple, dict]]:
+    """Op `name`'s samples of `dtype` on `device`."""
+    return OPS[name].samples(Factory(device, dtype, seed))
+
+
+def _as_tuple(v):
+    return v if isinstance(v, tuple) else (v,)
+
+
+def check_op(name: str, m: Maker, tol: float | None = None):
+    """Calls kjit.ops.<name> on m's tensors and compares with PyTorch: shapes and dtypes on meta,
+    values too (NaN where PyTorch has NaN, the same infinities) elsewhere."""
+    spec = OPS[name]
+    args = spec.build(m)
+    out = _as_tuple(getattr(ops, name)(*args))
+    ref = _as_tuple(spec.ref(*args))
+    assert len(out) == len(ref), name
+    tol = spec.tol if tol is None else tol
+    for o, r in zip(out, ref):
+        assert o.shape == r.shape and o.dtype == r.dtype and o.device == r.device, (name, o, r)
+        if o.device.type != "meta":
+            torch.testing.assert_close(o, r, rtol=tol, atol=tol, equal_nan=True, msg=lambda s: f"{name}: {s}")
+    return out
