@@ -12,17 +12,7 @@ import pytest
 import torch
 
 import kjit
-
-
-def unique_source(body: str) -> str:
-    """A template source no other test uses (so its cache key is new)."""
-    return f"// {uuid.uuid4()}\n{body}"
-
-
-def error_of(exc_type, fn):
-    with pytest.raises(exc_type) as e:
-        fn()
-    return str(e.value)
+from support import error_of, unique_source
 
 
 # ---- Template ---------------------------------------------------------------------------------------

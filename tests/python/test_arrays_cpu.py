@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kjit
-from conftest import no_device_reason
+from support import error_of, no_device_reason
 from kjit import _core
 
 
@@ -22,12 +22,6 @@ class CAI:
 def empty(typestr="<f4", **extra):
     """A well-formed interface of an empty array with a null pointer (no driver is asked about it)."""
     return CAI(shape=(0,), typestr=typestr, data=(0, False), version=3, **extra)
-
-
-def error_of(exc, fn):
-    with pytest.raises(exc) as e:
-        fn()
-    return str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,11 @@
 """Launching on a GPU: correctness against PyTorch, runtime vs specialized arguments, streams, CUDA graphs,
 the cache across processes, and launch-time argument errors."""
 
-import uuid
-
 import pytest
 import torch
 
 import kjit
+from support import unique_source
 
 pytestmark = pytest.mark.gpu
 
@@ -17,10 +16,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def launch_add(k, x, y, c, vec):
     n = x.numel()
     k.launch(max(1, kjit.cdiv(n, 256 * vec)), 256, x, y, c, n)
-
-
-def unique_source(body: str) -> str:
-    return f"// {uuid.uuid4()}\n{body}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

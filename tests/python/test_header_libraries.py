@@ -170,7 +170,7 @@ def test_a_folder_beside_the_cuda_headers_is_not_theirs(tmp_path):
     """<cuda>/include-extra shares a prefix with <cuda>/include but is not inside it: its headers are the
     user's (recorded into a manifest with the template, read at every load), not the toolkit's, which a
     manifest leaves out. Whole path components are compared, not a string prefix."""
-    from conftest import run_python
+    from support import run_python
 
     if not kjit._core.toolkit()["headers_from"]:
         pytest.skip("no CUDA headers found here")

@@ -88,7 +88,7 @@ def compile_in_new_process(run_python_args, name, archs):
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_compiles_for_sm80_and_sm90_and_a_new_process_keys_it_the_same_from_the_disk(name, cache_dir):
-    from conftest import run_python
+    from support import run_python
 
     first = compile_in_new_process(run_python, name, ["sm_80", "sm_90"])
     assert [r["origin"] for r in first] == ["compiled", "compiled"], first
@@ -115,7 +115,7 @@ print(json.dumps({"key": k.key, "origin": k.origin, "headers": kjit.Template.fro
 def test_a_header_reached_only_through_a_macro_is_in_the_key(tmp_path, cache_dir):
     """Edit the header that only a macro-computed include reaches: the same template in a new process keys
     anew and compiles, never serving the kernel of the old header."""
-    from conftest import run_python
+    from support import run_python
 
     src = tmp_path / "macro_include.cu"
     src.write_text(STALE_TEMPLATE)

@@ -91,7 +91,7 @@ print(json.dumps({"key": k.key, "origin": k.origin}))
 def test_editing_a_stand_in_keys_the_template_anew(tmp_path, cache_dir):
     """The stand-in's bytes are in the key: a kjit whose <cmath> differs compiles anew, never serving the kernel
     of the other bytes (KJIT_TEMPLATES_DIR: a copy of kjit's templates folder)."""
-    from conftest import run_python
+    from support import run_python
 
     import kjit
 
@@ -162,7 +162,7 @@ kjit.Template(sys.argv[1], name="thrust_complex.cu").kernel("complex_math").spec
 def test_a_recorded_thrust_complex_kernel_warms_from_its_manifest(tmp_path, run_kjit, cache_dir):
     """`kjit warm` rebuilds the template from the manifest (it reads none of the user's folders, and compiles in
     the child that can open no file): the stand-ins come with the record, and it compiles."""
-    from conftest import run_python
+    from support import run_python
 
     manifest = tmp_path / "manifest.jsonl"
     run_python(

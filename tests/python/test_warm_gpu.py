@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 pytestmark = pytest.mark.gpu
 
