@@ -62,7 +62,7 @@ library_tests=(test_library_compile.py test_library_gpu.py test_ops_gpu.py test_
 if has pytest; then run_pytest pytest.log .; fi
 if has pytest1; then run_pytest pytest1.log "${library_tests[@]}"; fi
 if has pytest2; then run_pytest pytest2.log . "${library_tests[@]/#/--ignore=}"; fi
-other_gpu_tests=(test_arrays.py)
+other_gpu_tests=(test_arrays.py test_elementwise_complex.py)
 for f in tests/python/test_*gpu*.py tests/python/test_examples_*.py; do
   f=${f#tests/python/}
   [[ " ${library_tests[*]} ${other_gpu_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
