@@ -1,5 +1,6 @@
-"""Template / KernelFamily / Kernel without a GPU: compile-only specialization (arch=...), the cache
-across processes, and the exact messages of bad input."""
+"""The kernel API without a GPU: Template / KernelFamily / Kernel, compile-only specialization (arch=...),
+the cache across processes, and the exact messages of bad input. Launching those kernels on a GPU:
+test_launch.py; kjit.launcher: test_launcher.py; strict mode and `kjit warm`: test_deployment.py."""
 
 import json
 import os
