@@ -48,9 +48,9 @@ fi
 # pytest: the whole suite (over 10 minutes on an H100, more than one device call's limit); pytest1 + pytest2
 # are the same suite in two halves for two calls: the kernel library's files, then all the others; and
 # pytest2 in two for two calls again: pytest2a, the other files whose tests are GPU tests mostly (every *gpu*
-# file, the examples' tests, and the files named below, where a concept's GPU tests stand beside a few that
-# need none), pytest2b, the rest (GPU tests of mostly-CPU files included). The two halves are disjoint and
-# together are pytest2, whatever the lists say.
+# file, and the files named below, where a concept's GPU tests stand beside a few that need none), pytest2b,
+# the rest (GPU tests of mostly-CPU files included). The two halves are disjoint and together are pytest2,
+# whatever the lists say.
 run_pytest() {  # LOG ARGS...
   local log=$1
   shift
@@ -62,8 +62,8 @@ library_tests=(test_library_compile.py test_library_gpu.py test_ops_gpu.py test_
 if has pytest; then run_pytest pytest.log .; fi
 if has pytest1; then run_pytest pytest1.log "${library_tests[@]}"; fi
 if has pytest2; then run_pytest pytest2.log . "${library_tests[@]/#/--ignore=}"; fi
-other_gpu_tests=(test_arrays.py test_cuda_api_errors.py test_elementwise_complex.py test_launch.py)
-for f in tests/python/test_*gpu*.py tests/python/test_examples_*.py; do
+other_gpu_tests=(test_arrays.py test_cuda_api_errors.py test_elementwise_complex.py test_examples.py test_launch.py)
+for f in tests/python/test_*gpu*.py; do
   f=${f#tests/python/}
   [[ " ${library_tests[*]} ${other_gpu_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
 done
