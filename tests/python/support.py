@@ -10,6 +10,7 @@ cache before the first `import kjit`, and test_torch_free.py runs where torch is
 - Fresh kernels: `unique_source`, `unique_family`, `unique_kernel` (nothing compiled them before).
 - Errors: `error_of` (the message of the exception a call raises).
 - Tensors: `randn` (contiguous or misaligned CUDA tensors).
+- The command line: `compile_add_constant` (`kjit compile` arguments of the built-in add_constant).
 """
 
 import json
@@ -185,3 +186,23 @@ def randn(*shape, dtype=None, misaligned=False, scale=1.0):
     view = buf[1:].view(shape)
     assert n == 0 or view.data_ptr() % 16 != 0
     return view
+
+
+# ---- the command line ---------------------------------------------------------------------------------
+
+
+def compile_add_constant(*extra, dtype="float32", vec=4, arch="sm_90"):
+    """The arguments of `kjit compile` for the built-in add_constant<dtype, vec> on `arch`, then `extra`."""
+    return [
+        "compile",
+        "add_constant",
+        "--kernel",
+        "add_constant",
+        "--param",
+        f"T={dtype}",
+        "--param",
+        f"VEC={vec}",
+        "--arch",
+        arch,
+        *extra,
+    ]
