@@ -47,7 +47,10 @@ if has ctest; then
 fi
 # pytest: the whole suite (over 10 minutes on an H100, more than one device call's limit); pytest1 + pytest2
 # are the same suite in two halves for two calls: the kernel library's files, then all the others; and
-# pytest2 in two for two calls again: pytest2a, the other *_gpu files and the examples' tests, pytest2b, the rest.
+# pytest2 in two for two calls again: pytest2a, the other files whose tests are GPU tests mostly (every *gpu*
+# file, and the files named below, where a concept's GPU tests stand beside a few that need none), pytest2b,
+# the rest (GPU tests of mostly-CPU files included). The two halves are disjoint and together are pytest2,
+# whatever the lists say.
 run_pytest() {  # LOG ARGS...
   local log=$1
   shift
@@ -59,10 +62,10 @@ library_tests=(test_library_compile.py test_library_gpu.py test_ops_gpu.py test_
 if has pytest; then run_pytest pytest.log .; fi
 if has pytest1; then run_pytest pytest1.log "${library_tests[@]}"; fi
 if has pytest2; then run_pytest pytest2.log . "${library_tests[@]/#/--ignore=}"; fi
-other_gpu_tests=()
-for f in tests/python/test_*gpu*.py tests/python/test_examples_*.py; do
+other_gpu_tests=(test_arrays.py test_cuda_api_errors.py test_elementwise_complex.py test_examples.py test_launch.py)
+for f in tests/python/test_*gpu*.py; do
   f=${f#tests/python/}
-  [[ " ${library_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
+  [[ " ${library_tests[*]} ${other_gpu_tests[*]} " == *" $f "* ]] || other_gpu_tests+=("$f")
 done
 if has pytest2a; then run_pytest pytest2a.log "${other_gpu_tests[@]}"; fi
 if has pytest2b; then run_pytest pytest2b.log . "${library_tests[@]/#/--ignore=}" "${other_gpu_tests[@]/#/--ignore=}"; fi
@@ -80,7 +83,7 @@ fi
 if has memcheck; then
   # Without the caching allocator every tensor is its own allocation, so memcheck sees any overrun. API
   # errors are reported (the sanitizer's default), as a user's run would see them: kjit makes no call that
-  # fails (tests/python/test_api_errors_gpu.py).
+  # fails (tests/python/test_cuda_api_errors.py).
   (cd tests/python && PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
     --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile and not cuda_graph}" \
     ${MEMCHECK_FILES:-test_library_gpu.py test_library_sequence_gpu.py} > "$OUT/memcheck.log" 2>&1) || rc=1

@@ -8,7 +8,7 @@
 #   PYTHON=/usr/bin/python3.12 bash .ci/setup.sh    (another interpreter makes .venv)
 #   KJIT_TORCH="torch==2.15.*" bash .ci/setup.sh    (the torch installed when the environment has none)
 # Every phase that can take long says so and prints a line at least every 20 s (.ci/phase.py; the number
-# is QUIET_S in .ci/quiet.py, which README.md and docs/install.md state too: test_quiet_promise.py).
+# is QUIET_S in .ci/quiet.py, which README.md and docs/install.md state too: tests/python/test_setup_promises.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/python_env.sh

@@ -1,7 +1,7 @@
 """Kernels on CUDA's C++ libraries (issue 28): what their compiles cost, with NVRTC's precompiled header
 (PCH) off and on.
 
-The kernels are bench/library_kernels/*.cu (tests/python/test_library_headers.py checks them): CUB's
+The kernels are bench/library_kernels/*.cu (tests/python/test_header_library_kernels.py checks them): CUB's
 BlockReduce, CUB's WarpReduce and BlockScan, thrust's tuples and function objects, libcu++ and a CuTe MMA
 atom. CUB, thrust and CuTe name some of their headers through macros (`#include
 __THRUST_DEVICE_SYSTEM_TAG_HEADER`); kjit learns those from NVRTC's failed passes and keeps them in the

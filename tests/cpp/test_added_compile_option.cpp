@@ -1,7 +1,7 @@
 // A build of kjit with one more compile option: this binary adds nothing but one row to the field table
 // (at load time, before any test runs) and sees the option in the key, the `kjit compile` flags, the
 // manifest round trip and the strict-miss command. (Python's Template.kernel() keywords are a pybind
-// signature fixed at build time: a row added here does not reach them; tests/python/test_api.py checks
+// signature fixed at build time: a row added here does not reach them; tests/python/test_kernel_api.py checks
 // that the keywords are the table's fields.)
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -2,20 +2,20 @@
 
 - The `gpu` marker: such tests are skipped, with the reason, when no CUDA device is usable.
 - Shared fixtures: `add` (the built-in add_constant kernel family), `cache_dir`, `run_py`, `run_kjit`.
+- Shared helpers (no fixtures) are in support.py; `from conftest import run_python` still works.
 - kjit reads its settings (KJIT_*) once per process. This process uses one fresh cache directory for
   the whole session (set below, before kjit is imported); tests that need a specific cache directory
   or mode run code in a subprocess through the `run_py` fixture, which gets the test's own directory.
 """
 
 import os
-import pathlib
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import pytest
+
+from support import PyResult, no_device_reason, run_python
 
 # Before any test module imports kjit: this process's cache is a fresh directory, never ~/.cache/kjit.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="kjit-pytest-")
@@ -23,20 +23,6 @@ os.environ["KJIT_CACHE_DIR"] = _SESSION_CACHE
 os.environ.pop("KJIT_CACHE_MODE", None)
 os.environ.pop("KJIT_CACHE_PATH", None)
 os.environ.pop("KJIT_RECORD", None)
-
-
-def no_device_reason():
-    """None when a CUDA device is usable, else why not."""
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover
-        return f"no CUDA device: torch cannot be imported ({e})"
-    if not torch.cuda.is_available():
-        return (
-            f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
-            f"built for CUDA {torch.version.cuda}, torch.cuda.device_count() = {torch.cuda.device_count()})"
-        )
-    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -75,68 +61,6 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "kjit-cache"
     monkeypatch.setenv("KJIT_CACHE_DIR", str(d))
     return d
-
-
-class PyResult:
-    def __init__(self, proc: subprocess.CompletedProcess):
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-
-    def __repr__(self):
-        return f"<exit {self.returncode}>\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
-
-
-def run_python(args, env=None, check=True, timeout=300, cwd=None) -> PyResult:
-    """Runs `python ARGS` with os.environ updated by `env` (a value of None removes the variable)."""
-    full_env = dict(os.environ)
-    for k, v in (env or {}).items():
-        if v is None:
-            full_env.pop(k, None)
-        else:
-            full_env[k] = str(v)
-    proc = subprocess.run(
-        [sys.executable, *args], env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
-    result = PyResult(proc)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"python {' '.join(args)} failed: {result!r}")
-    return result
-
-
-# A worker started by start_together() runs this before its first step: it says it is ready (creates
-# "<go>.ready-<name>"), then waits for the go file (at most 120 s). `go` and `name` are its own variables.
-WAIT_FOR_GO = textwrap.dedent(
-    """
-    open(go + ".ready-" + name, "w").close()
-    _deadline = time.time() + 120
-    while not os.path.exists(go):  # start together, so that the compiles really race
-        if time.time() > _deadline:
-            sys.exit("never told to start")
-        time.sleep(0.005)
-    """
-)
-
-
-def start_together(procs, go, names, timeout=120.0):
-    """Creates the file `go` once every worker (Popen) of `procs` has created "<go>.ready-<name>" (see
-    WAIT_FOR_GO): a handshake, not a sleep. Fails, after killing them, if one ends or `timeout` passes first."""
-    go = pathlib.Path(go)
-    waiting = {go.parent / f"{go.name}.ready-{n}" for n in names}
-    deadline = time.monotonic() + timeout
-    while True:
-        waiting = {f for f in waiting if not f.exists()}
-        if not waiting:
-            go.write_text("")
-            return
-        ended = [p for p in procs if p.poll() is not None]
-        if ended or time.monotonic() > deadline:
-            for p in procs:
-                p.kill()
-            outputs = [p.communicate() for p in (ended or procs)[:1]]
-            why = f"a worker ended (exit {ended[0].returncode})" if ended else f"not ready within {timeout} s"
-            raise AssertionError(f"{why} before the start: {sorted(f.name for f in waiting)}; {outputs}")
-        time.sleep(0.005)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import sys
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RUN_LANGS = ("python", "bash")

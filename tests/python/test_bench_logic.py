@@ -349,6 +349,22 @@ def test_markdown_nothing_behind_and_failed_section():
 
 
 # -- plots and the CLI -----------------------------------------------------------------------------------
+def check_pngs(paths):
+    """Each of `paths` is a PNG file of some size (a plot with something drawn)."""
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == PNG_MAGIC
+        assert os.path.getsize(p) > 1000
+
+
+def check_section_round_trip(tmp_path, capsys, results, section):
+    """`--report FILE --only SECTION` of saved results prints what report.markdown() makes of them."""
+    src = tmp_path / f"{section}.json"
+    report.write_json(results, str(src))
+    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", section]) == 0
+    assert capsys.readouterr().out == report.markdown(results)
+
+
 def test_plots(tmp_path):
     pytest.importorskip("matplotlib")
     from kjit.bench import plots
@@ -356,10 +372,7 @@ def test_plots(tmp_path):
     paths = plots.render(synthetic(), str(tmp_path), "p")
     names = sorted(os.path.basename(p) for p in paths)
     assert names == ["p-bandwidth.png", "p-first_call.png", "p-overhead.png"]
-    for p in paths:
-        with open(p, "rb") as f:
-            assert f.read(8) == PNG_MAGIC
-        assert os.path.getsize(p) > 1000
+    check_pngs(paths)
 
 
 def test_report_round_trip(tmp_path, capsys):
@@ -609,17 +622,11 @@ def test_small_plots(tmp_path):
 
     paths = plots.render(synthetic_small(), str(tmp_path), "s")
     assert sorted(os.path.basename(p) for p in paths) == ["s-small-bfloat16.png", "s-small-float32.png"]
-    for p in paths:
-        with open(p, "rb") as f:
-            assert f.read(8) == PNG_MAGIC
-        assert os.path.getsize(p) > 1000
+    check_pngs(paths)
 
 
 def test_small_report_round_trip(tmp_path, capsys):
-    src = tmp_path / "small.json"
-    report.write_json(synthetic_small(), str(src))
-    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "small"]) == 0
-    assert capsys.readouterr().out == report.markdown(synthetic_small())
+    check_section_round_trip(tmp_path, capsys, synthetic_small(), "small")
 
 
 # -- first_call: probes under a time limit, results saved as they come -----------------------------------
@@ -828,10 +835,7 @@ def test_library_headers_markdown():
 
 
 def test_library_headers_report_round_trip(tmp_path, capsys):
-    src = tmp_path / "libs.json"
-    report.write_json(synthetic_library_headers(), str(src))
-    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "library_headers"]) == 0
-    assert capsys.readouterr().out == report.markdown(synthetic_library_headers())
+    check_section_round_trip(tmp_path, capsys, synthetic_library_headers(), "library_headers")
 
 
 def test_library_headers_kernels_plans_and_environment(tmp_path, monkeypatch):
@@ -1259,10 +1263,7 @@ def test_matmul_markdown_and_behind():
 
 
 def test_matmul_report_round_trip_and_no_gpu(tmp_path, capsys):
-    src = tmp_path / "matmul.json"
-    report.write_json(synthetic_matmul(), str(src))
-    assert main(["--report", str(src), "--out", str(tmp_path / "o"), "--only", "matmul"]) == 0
-    assert capsys.readouterr().out == report.markdown(synthetic_matmul())
+    check_section_round_trip(tmp_path, capsys, synthetic_matmul(), "matmul")
     import torch
 
     if not torch.cuda.is_available():

@@ -1,6 +1,7 @@
 """`python -m kjit`: the C++ command line through the Python package (same cache, same keys)."""
 
 import kjit
+from support import compile_add_constant
 
 
 def test_info(run_kjit, cache_dir):
@@ -10,18 +11,7 @@ def test_info(run_kjit, cache_dir):
 
 
 def test_compile_then_python_finds_it_on_disk(run_kjit, run_py, cache_dir):
-    r = run_kjit(
-        "compile",
-        "add_constant",
-        "--kernel",
-        "add_constant",
-        "--param",
-        "T=float32",
-        "--param",
-        "VEC=4",
-        "--arch",
-        "sm_90",
-    )
+    r = run_kjit(*compile_add_constant())
     assert r.returncode == 0, r
     assert len(list(cache_dir.rglob("*.kjit"))) == 1, r
     out = run_py("""
@@ -41,19 +31,7 @@ def test_usage_error_exit_status(run_kjit):
 
 
 def test_compile_error_exit_status(run_kjit):
-    r = run_kjit(
-        "compile",
-        "add_constant",
-        "--kernel",
-        "add_constant",
-        "--param",
-        "T=float32",
-        "--param",
-        "VEC=3",
-        "--arch",
-        "sm_90",
-        check=False,
-    )
+    r = run_kjit(*compile_add_constant(vec=3), check=False)
     assert r.returncode == 1, r
     assert "VEC must be a power of two" in r.stderr, r
 

@@ -3,13 +3,12 @@ kernels, in different orders, started together. Each key must be compiled exactl
 them (the others load it from disk), every entry must verify, and no temporary or lock file may be left.
 """
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
 
-from conftest import WAIT_FOR_GO, start_together
+from support import WAIT_FOR_GO, run_together
 
 PROCESSES = 16
 SPECIALIZATIONS = 50
@@ -45,24 +44,9 @@ WORKER = (
 def test_sixteen_processes_compile_each_of_fifty_keys_exactly_once(tmp_path, cache_dir):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    go = tmp_path / "go"
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(go), str(i), str(SPECIALIZATIONS)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(PROCESSES)
-    ]
-    start_together(procs, go, [str(i) for i in range(PROCESSES)])
-    stats = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
-        stats.append(json.loads(out.strip().splitlines()[-1]))
+    workers = {str(i): [i, SPECIALIZATIONS] for i in range(PROCESSES)}
+    stats = run_together(worker, tmp_path / "go", workers, env)
 
     # Each process saw every key once, from NVRTC or from disk; across processes each key compiled once.
     for s in stats:

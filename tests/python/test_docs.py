@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 from doc_blocks import REPO, fenced_blocks, params, run_block, runnable_blocks
 
 DOCS = sorted((REPO / "docs").glob("*.md"))

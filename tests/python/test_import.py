@@ -139,7 +139,7 @@ def test_builtin_templates_resolve(name):
 
 def test_a_relative_cache_dir_is_resolved_at_import(tmp_path):
     """KJIT_CACHE_DIR=rel is the folder of start-up, not of a later os.chdir() (issue 14 item 8)."""
-    from conftest import run_python
+    from support import run_python
 
     (tmp_path / "start").mkdir()
     (tmp_path / "later").mkdir()

@@ -5,18 +5,12 @@ without deadlock, and never into an interpreter that is exiting. Compile-only: n
 
 import logging
 import pathlib
-import uuid
 
 import pytest
 import torch
 
 import kjit
-
-
-def unique_family(name="scale"):
-    """A kernel family no other test (or process) has compiled: its first specialization compiles."""
-    src = f"// {uuid.uuid4()}\ntemplate <typename T> __global__ void {name}(T* x, T s) {{ x[threadIdx.x] *= s; }}\n"
-    return kjit.Template(src, name=f"{name}_{uuid.uuid4().hex[:8]}.cu").kernel(name)
+from support import unique_family
 
 
 def kjit_records(caplog, event=None):

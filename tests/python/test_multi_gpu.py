@@ -4,7 +4,6 @@ the processes (both GPUs are the same model, so they share every cache entry).
 Needs two CUDA devices (the `nvidia-h200-x2` machine); skipped, with the reason, otherwise.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import WAIT_FOR_GO, start_together
+from support import WAIT_FOR_GO, last_json, run_together
 
 pytestmark = [
     pytest.mark.gpu,
@@ -55,7 +54,7 @@ TWO_PROCESSES = (
     WORK
     + textwrap.dedent(
         r"""
-    dev, go = sys.argv[1], sys.argv[2]
+    go, dev = sys.argv[1], sys.argv[2]
     name = dev
     torch.cuda.set_device(dev)
     """
@@ -87,31 +86,11 @@ ONE_PROCESS = WORK + textwrap.dedent(
 )
 
 
-def _last_json(out):
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def test_two_processes_on_two_gpus_share_one_cache(tmp_path, cache_dir):
     script = tmp_path / "worker.py"
     script.write_text(TWO_PROCESSES)
-    go = tmp_path / "go"
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), f"cuda:{i}", str(go)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    start_together(procs, go, [f"cuda:{i}" for i in range(2)])
-    stats = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-4000:]
-        stats.append(_last_json(out))
+    stats = run_together(script, tmp_path / "go", {f"cuda:{i}": [f"cuda:{i}"] for i in range(2)}, env)
     # Both processes needed the same kernels; between them each was compiled once.
     loaded = [s["compiles"] + s["disk_hits"] for s in stats]
     assert loaded[0] == loaded[1] > 0, stats
@@ -128,5 +107,5 @@ def test_one_process_alternating_between_two_gpus(tmp_path, cache_dir):
     env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir))
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
-    s = _last_json(p.stdout)
+    s = last_json(p.stdout)
     assert s["compiles"] > 0, s

@@ -3,25 +3,20 @@ expression>", "kjit load <name expression>"), in prof.events() and in an exporte
 CPU (compile-only for a named architecture). NVTX ranges (nsys): tests/cpp/test_trace.cpp."""
 
 import json
-import uuid
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import kjit
-
-
-def unique_family():
-    src = f"// {uuid.uuid4()}\ntemplate <typename T> __global__ void prof_k(T* x) {{ x[0] = T(1); }}\n"
-    return kjit.Template(src, name="prof.cu").kernel("prof_k")
+from support import unique_family
 
 
 # torch.profiler.profile warns that it "clears events at the end of each cycle" (the events of the one cycle
 # this test records are all it reads): expected here, filtered here (":" cannot be written in the filter).
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle:UserWarning")
 def test_compile_and_load_are_ranges_in_a_torch_profiler_trace(tmp_path):
-    fam = unique_family()
+    fam = unique_family("prof_k", body="{ x[0] = T(1); }", params="T* x")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         k = fam.specialize(T=torch.float32, arch="sm_80")
         kjit.clear_memory()

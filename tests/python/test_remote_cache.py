@@ -328,6 +328,26 @@ def changes(client) -> int:
     return int(client.info("persistence")["rdb_changes_since_last_save"])
 
 
+def redis_snapshot(client) -> tuple[dict, int]:
+    """Every key's value and the data set's change count, with the command counts reset: what
+    check_redis_unchanged() compares with."""
+    values = {k: client.get(k) for k in all_keys(client)}
+    client.config_resetstat()
+    return values, changes(client)
+
+
+def check_redis_unchanged(client, snapshot, who: str) -> None:
+    """Asserts that since `snapshot` (redis_snapshot) no value changed, the data set did not change and no
+    command that may write reached the server."""
+    before, dirty = snapshot
+    after = {k: client.get(k) for k in all_keys(client)}
+    assert after == before, f"{who} changed Redis: keys before {sorted(before)}, after {sorted(after)}"
+    assert changes(client) == dirty, f"{who} changed the data set (Redis's change counter moved)"
+    assert write_commands(client) == {}, (
+        f"{who} sent write commands (no entry, no lease may be written): {write_commands(client)}"
+    )
+
+
 # --- fixtures -----------------------------------------------------------------------------------------
 
 
@@ -702,22 +722,15 @@ def test_a_local_waiter_allows_for_its_peers_remote_wait(sub_manifest, redis_ser
 
 def test_read_mode_fetches_but_never_writes(sub_manifest, redis_server, redis_client, tmp_path):
     run(warm_argv(sub_manifest([1, 2])), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
-    before = {k: redis_client.get(k) for k in all_keys(redis_client)}
-    assert len(before) == 2
-    redis_client.config_resetstat()
-    dirty = changes(redis_client)
+    snapshot = redis_snapshot(redis_client)
+    assert len(snapshot[0]) == 2
 
     reader_env = kjit_env(cache=tmp_path / "reader", redis=redis_server, KJIT_REMOTE_CACHE_MODE="read")
     r = run(warm_argv(sub_manifest([1, 2, 3, 4])), reader_env, label="reader")
     s = r.summary
     assert (s["compiled"], s["cached"], s["failed"]) == (2, 2, 0), r
     assert r.fetched == 2 and r.pushed == 0, r
-    after = {k: redis_client.get(k) for k in all_keys(redis_client)}
-    assert after == before, f"read mode changed Redis: keys before {sorted(before)}, after {sorted(after)}"
-    assert changes(redis_client) == dirty, "read mode changed the data set (Redis's change counter moved)"
-    assert write_commands(redis_client) == {}, (
-        f"read mode sent write commands (no entry, no lease may be written): {write_commands(redis_client)}"
-    )
+    check_redis_unchanged(redis_client, snapshot, "read mode")
 
     # Its own local cache holds what it fetched and compiled.
     v = run(kjit_argv("verify"), kjit_env(cache=tmp_path / "reader"), label="verify")
@@ -740,21 +753,15 @@ READONLY = f"""
 def test_readonly_cache_mode_writes_nothing_to_redis_either(sub_manifest, redis_server, redis_client, tmp_path):
     # KJIT_CACHE_MODE=readonly means "never write": the remote tier is read-only for it too.
     run(warm_argv(sub_manifest([1, 2])), kjit_env(cache=tmp_path / "writer", redis=redis_server), label="writer")
-    before = {k: redis_client.get(k) for k in all_keys(redis_client)}
-    assert len(before) == 2
-    redis_client.config_resetstat()
-    dirty = changes(redis_client)
+    snapshot = redis_snapshot(redis_client)
+    assert len(snapshot[0]) == 2
     r = run(
         snippet_argv(READONLY),
         kjit_env(cache=tmp_path / "ro", redis=redis_server, KJIT_CACHE_MODE="readonly"),
         label="readonly",
     )
     assert "STATS 2 2" in r.stdout, f"2 fetched and 2 compiled expected:\n{r!r}"
-    after = {k: redis_client.get(k) for k in all_keys(redis_client)}
-    assert after == before, f"readonly mode changed Redis: keys before {sorted(before)}, after {sorted(after)}"
-    assert changes(redis_client) == dirty and write_commands(redis_client) == {}, (
-        f"readonly mode wrote to Redis: {write_commands(redis_client)}"
-    )
+    check_redis_unchanged(redis_client, snapshot, "readonly mode")
 
 
 # --- 5. strict mode -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import kjit
+from support import compile_add_constant
 
 # Defaults that name earlier parameters (M, U, K) and one left at its default before a given one (B).
 SOURCE = r"""
@@ -71,25 +72,18 @@ def test_a_bare_define_is_one_in_every_spelling():
     assert len(keys) == 1
 
 
-def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit):
-    # What kjit.ops compile (minimal=True, NVRTC's --minimal) can be warmed from the command line and Python alike.
-    def cli_key(*extra):
-        r = run_kjit(
-            "compile",
-            "add_constant",
-            "--kernel",
-            "add_constant",
-            "--param",
-            "T=float32",
-            "--param",
-            "VEC=4",
-            "--arch",
-            "sm_90",
-            "--json",
-            *extra,
-        )
-        return json.loads(r.stdout)["results"][0]["key"]
+@pytest.fixture
+def cli_key(run_kjit):
+    """cli_key(*options): the key `kjit compile` gives add_constant<float, 4> for sm_90 with these options."""
 
+    def key(*extra):
+        return json.loads(run_kjit(*compile_add_constant("--json", *extra)).stdout)["results"][0]["key"]
+
+    return key
+
+
+def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(cli_key):
+    # What kjit.ops compile (minimal=True, NVRTC's --minimal) can be warmed from the command line and Python alike.
     fam = kjit.Template.builtin("add_constant").kernel("add_constant", minimal=True)
     assert fam.options["minimal"] is True
     assert kjit.Template.builtin("add_constant").kernel("add_constant").options["minimal"] is False
@@ -105,24 +99,7 @@ def test_the_lean_front_end_gives_the_same_key_from_the_cli_and_python(run_kjit)
     assert cli_key() == full
 
 
-def test_the_fast_compile_level_gives_the_same_key_from_the_cli_and_python(run_kjit):
-    def cli_key(*extra):
-        r = run_kjit(
-            "compile",
-            "add_constant",
-            "--kernel",
-            "add_constant",
-            "--param",
-            "T=float32",
-            "--param",
-            "VEC=4",
-            "--arch",
-            "sm_90",
-            "--json",
-            *extra,
-        )
-        return json.loads(r.stdout)["results"][0]["key"]
-
+def test_the_fast_compile_level_gives_the_same_key_from_the_cli_and_python(cli_key):
     def py_key(**options):
         fam = kjit.Template.builtin("add_constant").kernel("add_constant", **options)
         return fam.specialize(T=torch.float32, VEC=4, arch="sm_90").key
@@ -160,29 +137,14 @@ def non_default(field):
 
 
 @pytest.mark.parametrize("field", kjit._core.compile_option_fields(), ids=lambda f: f["name"])
-def test_every_option_python_takes_kjit_compile_takes_with_the_same_key(run_kjit, field):
+def test_every_option_python_takes_kjit_compile_takes_with_the_same_key(cli_key, field):
     # `kjit compile` has every option Template.kernel() has (both come from the field table), and gives it the
     # same meaning: a value other than the default makes the same key from either.
     value, cli_args = non_default(field)
-    r = run_kjit(
-        "compile",
-        "add_constant",
-        "--kernel",
-        "add_constant",
-        "--param",
-        "T=float32",
-        "--param",
-        "VEC=4",
-        "--arch",
-        "sm_90",
-        "--json",
-        *cli_args,
-    )
-    cli = json.loads(r.stdout)
     fam = kjit.Template.builtin("add_constant").kernel("add_constant", **{field["name"]: value})
     assert fam.options[field["name"]] == value
     k = fam.specialize(T=torch.float32, VEC=4, arch="sm_90")
-    assert k.key == cli["results"][0]["key"]
+    assert k.key == cli_key(*cli_args)
     default = (
         kjit.Template.builtin("add_constant").kernel("add_constant").specialize(T=torch.float32, VEC=4, arch="sm_90")
     )

@@ -2,17 +2,12 @@
 KJIT_MAX_SPECIALIZATIONS distinct values of a shape parameter; later values get 0 (its generic variant,
 the size as a runtime argument), a KjitWarning says so once, and kjit.stats() shows it."""
 
-import uuid
 import warnings
 
 import pytest
 
 import kjit
-
-
-def unique_kernel() -> str:
-    """A kernel name no other test (nor an earlier run of this one in the process) admits values for."""
-    return f"policy_test_{uuid.uuid4().hex[:12]}"
+from support import unique_kernel
 
 
 def entry_of(kernel: str, param: str):

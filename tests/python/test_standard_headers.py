@@ -14,6 +14,10 @@ import pathlib
 import shutil
 
 import pytest
+import torch
+
+import kjit
+from support import run_python
 
 THRUST_COMPLEX = """
 #include <thrust/complex.h>
@@ -48,10 +52,6 @@ __global__ void real_math(const T* x, T* out, int n) {
 
 
 def test_a_thrust_complex_kernel_compiles_for_sm80_and_sm90():
-    import torch
-
-    import kjit
-
     family = kjit.Template(THRUST_COMPLEX, name="thrust_complex.cu").kernel("complex_math")
     for arch in ("sm_80", "sm_90"):
         for dtype in (torch.float32, torch.float64):
@@ -60,18 +60,12 @@ def test_a_thrust_complex_kernel_compiles_for_sm80_and_sm90():
 
 
 def test_cmath_device_functions_compile_for_float_and_double():
-    import torch
-
-    import kjit
-
     family = kjit.Template(CMATH, name="cmath_kernel.cu").kernel("real_math")
     for dtype in (torch.float32, torch.float64):
         assert family.specialize(arch="sm_90", T=dtype).origin in ("compiled", "disk", "memory")
 
 
 def test_the_stand_ins_are_headers_of_the_template():
-    import kjit
-
     t = kjit.Template(THRUST_COMPLEX, name="thrust_complex.cu")
     for name in ("cmath", "complex", "sstream", "iosfwd", "cstdint", "cfloat", "math.h"):
         assert name in t.headers, name
@@ -91,10 +85,6 @@ print(json.dumps({"key": k.key, "origin": k.origin}))
 def test_editing_a_stand_in_keys_the_template_anew(tmp_path, cache_dir):
     """The stand-in's bytes are in the key: a kjit whose <cmath> differs compiles anew, never serving the kernel
     of the other bytes (KJIT_TEMPLATES_DIR: a copy of kjit's templates folder)."""
-    from conftest import run_python
-
-    import kjit
-
     templates = tmp_path / "kernel_templates"
     shutil.copytree(pathlib.Path(kjit.__file__).parent / "kernel_templates", templates)
 
@@ -113,10 +103,6 @@ def test_editing_a_stand_in_keys_the_template_anew(tmp_path, cache_dir):
 
 
 def test_a_users_own_cmath_is_the_one_used(tmp_path):
-    import torch
-
-    import kjit
-
     (tmp_path / "cmath").write_text("#pragma once\n#define USERS_OWN_CMATH 1\n")
     src = (
         "#include <cmath>\n"
@@ -129,10 +115,6 @@ def test_a_users_own_cmath_is_the_one_used(tmp_path):
 
 
 def test_a_name_kjit_has_no_stand_in_for_stays_unresolved():
-    import torch
-
-    import kjit
-
     src = "#include <vector>\n#include <not_a_header.h>\ntemplate <typename T> __global__ void k(T* out) {}\n"
     t = kjit.Template(src, name="vector.cu")
     assert t.unresolved_includes == ["vector", "not_a_header.h"]
@@ -162,8 +144,6 @@ kjit.Template(sys.argv[1], name="thrust_complex.cu").kernel("complex_math").spec
 def test_a_recorded_thrust_complex_kernel_warms_from_its_manifest(tmp_path, run_kjit, cache_dir):
     """`kjit warm` rebuilds the template from the manifest (it reads none of the user's folders, and compiles in
     the child that can open no file): the stand-ins come with the record, and it compiles."""
-    from conftest import run_python
-
     manifest = tmp_path / "manifest.jsonl"
     run_python(
         ["-c", RECORD, THRUST_COMPLEX], env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": tmp_path / "record-cache"}
@@ -181,10 +161,6 @@ def test_a_recorded_thrust_complex_kernel_warms_from_its_manifest(tmp_path, run_
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_thrust_complex_results_match_torch(dtype):
-    import torch
-
-    import kjit
-
     ctype = getattr(torch, dtype)
     real = torch.float32 if ctype == torch.complex64 else torch.float64
     k = kjit.Template(THRUST_COMPLEX, name="thrust_complex.cu").kernel("complex_math").specialize(T=real)
@@ -208,10 +184,6 @@ def test_thrust_complex_results_match_torch(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cmath_results_match_torch(dtype):
-    import torch
-
-    import kjit
-
     real = getattr(torch, dtype)
     k = kjit.Template(CMATH, name="cmath_kernel.cu").kernel("real_math").specialize(T=real)
     n = 1000

@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from conftest import run_python
+from support import run_python
 
 _SOURCE = pathlib.Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 
 def _without_torch(tmp_path, code, args=None):

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE_ROOT = REPO / "python"  # python/kjit: the package sources, stubs and py.typed as the wheel ships them

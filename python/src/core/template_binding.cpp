@@ -417,7 +417,7 @@ void set_option(CompileOptions& o, const char* name, OptionValue value) {
   f->set(o, value);
 }
 
-// Template.kernel()'s keywords are the fields of the compile option table, by name (test_api.py compares them).
+// Template.kernel()'s keywords are the fields of the compile option table, by name (test_kernel_api.py compares them).
 PyFamily make_family(const PyTemplate& t, const std::string& name, const std::optional<std::string>& std_,
                      bool fast_math, const py::object& defines, std::optional<int> max_registers, bool line_info,
                      bool device_debug, bool minimal, const std::string& fast_compile, bool default_device) {

@@ -1,12 +1,12 @@
-"""Launching on a GPU: correctness against PyTorch, runtime vs specialized arguments, streams, CUDA graphs,
-the cache across processes, and launch-time argument errors."""
-
-import uuid
+"""Launching kernels of the kernel API (test_kernel_api.py) on a GPU: correctness against PyTorch, runtime
+vs specialized arguments, streams, CUDA graphs, the cache across processes, launch-time argument errors and
+the compiler preload that starting CUDA begins. kjit.launcher on a GPU: test_launcher.py."""
 
 import pytest
 import torch
 
 import kjit
+from support import unique_source
 
 pytestmark = pytest.mark.gpu
 
@@ -17,10 +17,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def launch_add(k, x, y, c, vec):
     n = x.numel()
     k.launch(max(1, kjit.cdiv(n, 256 * vec)), 256, x, y, c, n)
-
-
-def unique_source(body: str) -> str:
-    return f"// {uuid.uuid4()}\n{body}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -209,36 +205,6 @@ def test_launch_argument_errors(add):
     )
     k.launch(1, 32, x, None, 1.0, 0)  # None is a null pointer; n = 0 touches nothing
     torch.cuda.synchronize()
-
-
-def test_launcher_on_gpu(add):
-    run = kjit.launcher(add, grid=lambda x, y, c, n: kjit.cdiv(n, 1024), block=256, T=kjit.arg("x").dtype, VEC=4)
-    for dtype in DTYPES:
-        x = torch.randn(4097, device="cuda").to(dtype)
-        y = torch.empty_like(x)
-        run(x, y, 2.0, x.numel())
-        torch.testing.assert_close(y, x + 2.0)
-    x = torch.randn(64, 64, device="cuda")
-    with pytest.raises(kjit.ValueError) as e:
-        run(x.t(), torch.empty_like(x), 1.0, x.numel())
-    assert (
-        str(e.value) == "add_constant: argument 'x' is not contiguous (shape [64, 64], strides [1, 64]): call "
-        "x.contiguous() first"
-    )
-    with pytest.raises(kjit.TypeError) as e:
-        run(x, torch.empty_like(x, dtype=torch.float16), 1.0, x.numel())
-    assert (
-        str(e.value) == "add_constant: argument 'y' has dtype torch.float16, but add_constant<float, 4> takes it "
-        "as float* __restrict__ (torch.float32); convert it with y.to(torch.float32)"
-    )
-    with pytest.raises(kjit.ValueError) as e:
-        run(x, torch.empty(64, 64), 1.0, x.numel())
-    assert (
-        str(e.value) == f"add_constant: expected all tensors on one CUDA device, got cuda:{x.get_device()} (x) "
-        f"and cpu (y); move them with .to('cuda:{x.get_device()}')"
-    )
-    empty = torch.empty(0, device="cuda")
-    run(empty, torch.empty_like(empty), 1.0, 0)  # a grid of 0 blocks launches nothing
 
 
 def test_kernel_metadata_on_device(add):

@@ -8,13 +8,19 @@ what it learned in the header index. So:
   disk hit, without compiling;
 - a header reached only through a macro is in the key: edit it, and a new process compiles anew;
 - on the GPU, each kernel's results are those of PyTorch.
-The kernels are bench/library_kernels/*.cu (the bench times their compiles).
+The kernels are bench/library_kernels/*.cu (the bench times their compiles). Where kjit finds these
+libraries' headers: test_header_library_search.py; the C++ standard headers NVRTC lacks:
+test_standard_headers.py.
 """
 
 import json
 import pathlib
 
 import pytest
+import torch
+
+import kjit
+from support import run_python
 
 HERE = pathlib.Path(__file__).resolve().parent
 KERNELS_DIR = HERE.parent.parent / "bench" / "library_kernels"  # shared with the bench (kjit.bench)
@@ -22,8 +28,6 @@ KERNELS_DIR = HERE.parent.parent / "bench" / "library_kernels"  # shared with th
 
 # name -> (file, kernel, template arguments, kernel() options, include dirs)
 def kernels():
-    import kjit
-
     cutlass = kjit._cutlass_include_dir()
     return {
         "cub_block_reduce": ("cub_block_reduce.cu", "block_sum", {"BLOCK": 256, "T": "float32"}, {}, []),
@@ -51,8 +55,6 @@ def need_kernel(name):
     if include is None:
         pytest.skip("CuTe's headers are not installed: pip install nvidia-cutlass (.ci/python_env.sh installs it)")
     if name == "cute":
-        import kjit
-
         tk = kjit._core.toolkit()
         cccl, cutlass = (tk.get("cccl") or {}).get("version"), (tk.get("cutlass") or {}).get("version")
         # CUTLASS 4.2's CuTe redeclares cuda::std's structured-binding templates of CCCL 3.1+ (CUDA 13.1+):
@@ -79,20 +81,18 @@ print(json.dumps(out))
 """
 
 
-def compile_in_new_process(run_python_args, name, archs):
+def compile_in_new_process(name, archs):
     file, kernel, params, options, include = need_kernel(name)
     arg = json.dumps([str(KERNELS_DIR / file), kernel, params, options, include, archs])
-    r = run_python_args(["-c", COMPILE_BOTH_ARCHS, arg], timeout=600)
+    r = run_python(["-c", COMPILE_BOTH_ARCHS, arg], timeout=600)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_compiles_for_sm80_and_sm90_and_a_new_process_keys_it_the_same_from_the_disk(name, cache_dir):
-    from conftest import run_python
-
-    first = compile_in_new_process(run_python, name, ["sm_80", "sm_90"])
+    first = compile_in_new_process(name, ["sm_80", "sm_90"])
     assert [r["origin"] for r in first] == ["compiled", "compiled"], first
-    second = compile_in_new_process(run_python, name, ["sm_80", "sm_90"])
+    second = compile_in_new_process(name, ["sm_80", "sm_90"])
     assert [r["key"] for r in second] == [r["key"] for r in first]
     assert [r["origin"] for r in second] == ["disk", "disk"], second
 
@@ -115,8 +115,6 @@ print(json.dumps({"key": k.key, "origin": k.origin, "headers": kjit.Template.fro
 def test_a_header_reached_only_through_a_macro_is_in_the_key(tmp_path, cache_dir):
     """Edit the header that only a macro-computed include reaches: the same template in a new process keys
     anew and compiles, never serving the kernel of the old header."""
-    from conftest import run_python
-
     src = tmp_path / "macro_include.cu"
     src.write_text(STALE_TEMPLATE)
     header = tmp_path / "reached_by_macro.h"
@@ -139,8 +137,6 @@ def test_a_header_reached_only_through_a_macro_is_in_the_key(tmp_path, cache_dir
 
 
 def test_an_include_a_macro_computes_that_is_nowhere_is_a_compile_error_naming_it(tmp_path):
-    import kjit
-
     src = '#define H "not_anywhere.h"\n#include H\ntemplate <int N> __global__ void k(int* o) { o[0] = N; }\n'
     family = kjit.Template(src, name="computed_missing.cu").kernel("k")
     with pytest.raises(kjit.CompileError) as e:
@@ -156,21 +152,16 @@ def test_an_include_a_macro_computes_that_is_nowhere_is_a_compile_error_naming_i
 # ---- on the GPU: results against PyTorch ------------------------------------------------------------------
 
 
-def gpu_family(name):
-    import kjit
-
-    file, kernel, params, options, include = need_kernel(name)
+def gpu_kernel(name, **params):
+    """The kernel `name` of kernels() specialized for this GPU, its template arguments updated by `params`."""
+    file, kernel, defaults, options, include = need_kernel(name)
     t = kjit.Template.from_file(str(KERNELS_DIR / file), include_dirs=include)
-    return t.kernel(kernel, **options), params
+    return t.kernel(kernel, **options).specialize(**{**defaults, **params})
 
 
 @pytest.mark.gpu
 def test_cub_block_reduce_sums_each_block_as_torch_does():
-    import torch
-    import kjit
-
-    family, params = gpu_family("cub_block_reduce")
-    k = family.specialize(**{**params, "T": torch.float32})
+    k = gpu_kernel("cub_block_reduce", T=torch.float32)
     n = 1000
     x = torch.randn(n, device="cuda")
     blocks = kjit.cdiv(n, 256)
@@ -182,10 +173,7 @@ def test_cub_block_reduce_sums_each_block_as_torch_does():
 
 @pytest.mark.gpu
 def test_cub_warp_reduce_and_block_scan_match_torch():
-    import torch
-
-    family, params = gpu_family("cub_warp_scan")
-    k = family.specialize(**params)
+    k = gpu_kernel("cub_warp_scan")
     x = torch.randint(-100, 100, (4 * 128,), device="cuda", dtype=torch.int32)
     out = torch.empty_like(x)
     k.launch(4, 128, x, out)
@@ -195,41 +183,33 @@ def test_cub_warp_reduce_and_block_scan_match_torch():
     torch.testing.assert_close(out, expect.view(-1).to(torch.int32))
 
 
-@pytest.mark.gpu
-def test_thrust_device_functions_match_torch():
-    import torch
-    import kjit
+# The element-wise kernels: out[i] = f(a[i], b[i]) of two float32 inputs, then their scalars and n. thrust's
+# device functions (max_plus: maximum(a, b) + a * b), libcu++'s complex and algorithms (complex_norm_clamped:
+# |a + ib|^2 clamped to [0, hi]).
+ELEMENTWISE = {
+    "thrust": (4097, (), lambda a, b: torch.maximum(a, b) + a * b),
+    "libcudacxx": (
+        3001,
+        (2.5,),
+        lambda re, im: (torch.complex(re, im) * torch.complex(re, im).conj()).real.clamp(0, 2.5),
+    ),
+}
 
-    family, params = gpu_family("thrust")
-    k = family.specialize(T=torch.float32)
-    n = 4097
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ELEMENTWISE))
+def test_thrust_and_libcudacxx_elementwise_kernels_match_torch(name):
+    n, scalars, reference = ELEMENTWISE[name]
+    k = gpu_kernel(name, T=torch.float32)
     a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.empty_like(a)
-    k.launch(kjit.cdiv(n, 256), 256, a, b, out, n)
-    torch.testing.assert_close(out, torch.maximum(a, b) + a * b)
-
-
-@pytest.mark.gpu
-def test_libcudacxx_complex_and_algorithms_match_torch():
-    import torch
-    import kjit
-
-    family, params = gpu_family("libcudacxx")
-    k = family.specialize(T=torch.float32)
-    n = 3001
-    re, im = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
-    out = torch.empty_like(re)
-    k.launch(kjit.cdiv(n, 256), 256, re, im, out, 2.5, n)
-    z = torch.complex(re, im)
-    torch.testing.assert_close(out, (z * z.conj()).real.clamp(0, 2.5))
+    k.launch(kjit.cdiv(n, 256), 256, a, b, out, *scalars, n)
+    torch.testing.assert_close(out, reference(a, b))
 
 
 @pytest.mark.gpu
 def test_cute_mma_atom_matches_torch_matmul():
-    import torch
-
-    family, params = gpu_family("cute")
-    k = family.specialize(SCALE=3)
+    k = gpu_kernel("cute", SCALE=3)
     a = torch.randn(16, 16, device="cuda", dtype=torch.float16)
     b = torch.randn(8, 16, device="cuda", dtype=torch.float16)
     c = torch.empty(16, 8, device="cuda", dtype=torch.float32)

@@ -4,7 +4,7 @@ calling cuKernelGetParamInfo until it answered CUDA_ERROR_INVALID_VALUE: one rep
 loaded (87 in one test file). It now takes the count from cuKernelGetParamCount (CUDA 13.2 drivers) or from
 the loaded image itself (engine/include/kjit/image_params.hpp), and the sizes from cuKernelGetParamInfo.
 
-Run on a GPU machine: `pytest tests/python/test_api_errors_gpu.py` (the sanitizer test is skipped where
+Run on a GPU machine: `pytest tests/python/test_cuda_api_errors.py` (the sanitizer test is skipped where
 compute-sanitizer is neither on PATH nor in the CUDA toolkit's bin/).
 """
 

@@ -1,5 +1,6 @@
-"""Template / KernelFamily / Kernel without a GPU: compile-only specialization (arch=...), the cache
-across processes, and the exact messages of bad input."""
+"""The kernel API without a GPU: Template / KernelFamily / Kernel, compile-only specialization (arch=...),
+the cache across processes, and the exact messages of bad input. Launching those kernels on a GPU:
+test_launch.py; kjit.launcher: test_launcher.py; strict mode and `kjit warm`: test_deployment.py."""
 
 import json
 import os
@@ -12,17 +13,7 @@ import pytest
 import torch
 
 import kjit
-
-
-def unique_source(body: str) -> str:
-    """A template source no other test uses (so its cache key is new)."""
-    return f"// {uuid.uuid4()}\n{body}"
-
-
-def error_of(exc_type, fn):
-    with pytest.raises(exc_type) as e:
-        fn()
-    return str(e.value)
+from support import error_of, unique_source
 
 
 # ---- Template ---------------------------------------------------------------------------------------
@@ -452,28 +443,6 @@ def test_second_process_finds_it_on_disk(run_py, cache_dir, tmpl, params):
     entries = list(cache_dir.rglob("*.kjit"))
     assert [p.stem for p in entries] == [first[1]]
     assert entries[0].parent.parent.name == "sm_90"
-
-
-def test_strict_mode_raises_cache_miss(run_py):
-    r = run_py(
-        """
-        import kjit, torch
-        f = kjit.Template.builtin('add_constant').kernel('add_constant')
-        try:
-            f.specialize(T=torch.float32, VEC=4, arch='sm_90')
-        except kjit.CacheMissError as e:
-            print('key', e.key)
-            print('spec', e.specialization)
-            print('msg', e)
-        print('stats', kjit.stats()['strict_misses'], kjit.stats()['compiles'])
-    """,
-        env={"KJIT_CACHE_MODE": "strict"},
-    )
-    out = r.stdout
-    assert re.search(r"^key [0-9a-f]{64}$", out, re.M), out
-    assert "spec add_constant(T=float32, VEC=4) from template add_constant" in out
-    assert "strict cache mode" in out and "kjit warm" in out
-    assert "stats 1 0" in out
 
 
 def test_damaged_entry_is_a_warning_and_a_recompile(run_py, cache_dir):

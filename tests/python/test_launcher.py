@@ -1,4 +1,6 @@
-"""kjit.launcher argument handling that needs no GPU."""
+"""kjit.launcher: argument handling, recipes and refusals without a GPU; launches that match PyTorch and
+the refusals of tensors it cannot take on a GPU (marked gpu). Arrays of other frameworks through a
+launcher: test_arrays.py."""
 
 import pytest
 import torch
@@ -75,3 +77,34 @@ def test_arg_references_describe_themselves():
     assert repr(kjit.arg(0).shape[1]) == "kjit.arg(0).shape[1]"
     assert repr(kjit.arg("x").numel) == "kjit.arg('x').numel"
     assert repr(kjit.arg("x").stride[0]) == "kjit.arg('x').stride[0]"
+
+
+@pytest.mark.gpu
+def test_launcher_on_gpu(add):
+    run = make(add)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(4097, device="cuda").to(dtype)
+        y = torch.empty_like(x)
+        run(x, y, 2.0, x.numel())
+        torch.testing.assert_close(y, x + 2.0)
+    x = torch.randn(64, 64, device="cuda")
+    with pytest.raises(kjit.ValueError) as e:
+        run(x.t(), torch.empty_like(x), 1.0, x.numel())
+    assert (
+        str(e.value) == "add_constant: argument 'x' is not contiguous (shape [64, 64], strides [1, 64]): call "
+        "x.contiguous() first"
+    )
+    with pytest.raises(kjit.TypeError) as e:
+        run(x, torch.empty_like(x, dtype=torch.float16), 1.0, x.numel())
+    assert (
+        str(e.value) == "add_constant: argument 'y' has dtype torch.float16, but add_constant<float, 4> takes it "
+        "as float* __restrict__ (torch.float32); convert it with y.to(torch.float32)"
+    )
+    with pytest.raises(kjit.ValueError) as e:
+        run(x, torch.empty(64, 64), 1.0, x.numel())
+    assert (
+        str(e.value) == f"add_constant: expected all tensors on one CUDA device, got cuda:{x.get_device()} (x) "
+        f"and cpu (y); move them with .to('cuda:{x.get_device()}')"
+    )
+    empty = torch.empty(0, device="cuda")
+    run(empty, torch.empty_like(empty), 1.0, 0)  # a grid of 0 blocks launches nothing

@@ -1,21 +1,47 @@
-"""examples/llama_kjit.py: a Hugging Face Llama with kjit's rms_norm, linear_swiglu, linear (down_proj with
-the residual) and add_rms_norm (or, with --mlp silu_mul, the fused silu(a) * b).
+"""The examples in examples/ run and check themselves.
 
-The GPU tests run the example's main() at a tiny size, in both MLP modes (correctness in bf16 and fp32,
-gradients of every parameter, 0 graph breaks; no timing), and one short timing run that counts kernels.
-The patching tests need transformers only (no GPU, no kernel runs). All skip, with the reason, when
-transformers is not installed.
+examples/llama_kjit.py: a Hugging Face Llama with kjit's rms_norm, linear_swiglu, linear (down_proj with
+the residual) and add_rms_norm (or, with --mlp silu_mul, the fused silu(a) * b). The GPU tests run the
+example's main() at a tiny size, in both MLP modes (correctness in bf16 and fp32, gradients of every
+parameter, 0 graph breaks; no timing), and one short timing run that counts kernels. The patching tests
+need transformers only (no GPU, no kernel runs). All skip, with the reason, when transformers is not
+installed.
+
+examples/mamba_kjit.py (GPU): the Mamba-style block with kjit's causal_conv1d and linear_scan matches its
+PyTorch reference (F.conv1d and a Python loop over time) in outputs and in the gradients of its input and
+of every parameter, in float32 (tight) and bfloat16, with no graph break under torch.compile. Its timing
+(main() without --no-timing) is a benchmark, run on the GPU machine and reported, never asserted here.
+
+examples/deploy/ (record, warm, strict): test_deployment.py.
 """
 
 import copy
 import importlib.util
-import sys
 import json
-import os
+import pathlib
+import sys
 
 import pytest
+import torch
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "llama_kjit.py")
+import kjit  # noqa: F401
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name):
+    """examples/NAME.py, imported once as the module NAME_example."""
+    module = f"{name}_example"
+    if module not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module, EXAMPLES / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[module] = mod  # Dynamo imports the module of the patched classes by name
+        spec.loader.exec_module(mod)
+    return sys.modules[module]
+
+
+# ---- examples/llama_kjit.py ---------------------------------------------------------------------------------
+
 TINY = [
     "--hidden",
     "128",
@@ -36,22 +62,11 @@ def _transformers():
     return pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
 
 
-def _example():
-    name = "llama_kjit_example"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # Dynamo imports the module of the patched classes by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_patching_swaps_classes_only_in_the_copy():
+def test_llama_patching_swaps_classes_only_in_the_copy():
     _transformers()
     from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
-    ex = _example()
+    ex = _example("llama_kjit")
     args = ex._parser().parse_args(TINY)
     base = ex.build_base(args)
     patched = copy.deepcopy(base)
@@ -68,7 +83,6 @@ def test_patching_swaps_classes_only_in_the_copy():
     # The norm weights are not all 1 (a kernel ignoring them would be caught).
     assert not bool((base.model.norm.weight == 1).all())
     # gate_proj / up_proj: the same values, now the two halves of one [2F, K] tensor (no copy per forward).
-    torch = __import__("torch")
     for i in range(2):
         m, b = patched.model.layers[i].mlp, base.model.layers[i].mlp
         assert torch.equal(m.gate_proj.weight, b.gate_proj.weight) and torch.equal(m.up_proj.weight, b.up_proj.weight)
@@ -92,23 +106,23 @@ def test_patching_swaps_classes_only_in_the_copy():
     assert torch.equal(m.up_proj.weight.grad, g[m.gate_proj.weight.shape[0] :])
 
 
-def test_patching_silu_mul_mode_keeps_the_layers():
+def test_llama_patching_silu_mul_mode_keeps_the_layers():
     _transformers()
-    ex = _example()
+    ex = _example("llama_kjit")
     base = ex.build_base(ex._parser().parse_args(TINY))
     patched = copy.deepcopy(base)
     assert ex.patch_llama(patched, "silu_mul") == {"rms_norm": 5, "mlp": 2, "decoder_layer": 0}
     assert ex.unpatched_left(patched, "silu_mul") == []
     assert type(patched.model.layers[0].mlp).forward is ex._mlp_silu_mul_forward
-    with __import__("pytest").raises(ValueError, match="mlp='other'"):
+    with pytest.raises(ValueError, match="mlp='other'"):
         ex.patch_llama(copy.deepcopy(base), "other")
 
 
-def test_patching_refuses_another_activation():
+def test_llama_patching_refuses_another_activation():
     _transformers()
-    ex = _example()
+    ex = _example("llama_kjit")
     base = ex.build_base(ex._parser().parse_args(TINY))
-    base.model.layers[1].mlp.act_fn = __import__("torch").nn.GELU()
+    base.model.layers[1].mlp.act_fn = torch.nn.GELU()
     with pytest.raises(ValueError, match="model.layers.1.mlp: the MLP's activation is GELU, not SiLU"):
         ex.patch_llama(copy.deepcopy(base))
 
@@ -117,7 +131,7 @@ def test_patching_refuses_another_activation():
 @pytest.mark.parametrize("mlp", ["swiglu", "silu_mul"])
 def test_llama_example_tiny(tmp_path, capsys, mlp):
     _transformers()
-    ex = _example()
+    ex = _example("llama_kjit")
     out_json = tmp_path / "llama.json"
     rc = ex.main(TINY + ["--no-timing", "--mlp", mlp, "--json", str(out_json)])
     printed = capsys.readouterr()
@@ -136,7 +150,7 @@ def test_llama_example_tiny(tmp_path, capsys, mlp):
 @pytest.mark.gpu
 def test_llama_example_counts_kernels_and_times(tmp_path, capsys):
     _transformers()
-    ex = _example()
+    ex = _example("llama_kjit")
     out_json = tmp_path / "llama.json"
     rc = ex.main(
         TINY + ["--shapes", "1x1,2x16", "--iters", "2", "--warmup", "1", "--no-compile", "--json", str(out_json)]
@@ -148,3 +162,29 @@ def test_llama_example_counts_kernels_and_times(tmp_path, capsys):
         k = t["shapes"][shape]["kernels"]
         assert k["unpatched eager"] > 0 and 0 < k["kjit eager"] < k["unpatched eager"], k
     assert "kernels per forward, kjit eager" in printed.out
+
+
+# ---- examples/mamba_kjit.py ---------------------------------------------------------------------------------
+
+SMALL = ["--batch", "2", "--length", "300", "--model", "64", "--inner", "96", "--no-timing"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_mamba_block_matches_its_reference_in_outputs_and_every_gradient(dtype):
+    result = _example("mamba_kjit").main(SMALL + ["--dtype", dtype])
+    keys = set(result["max_scaled_diff"])
+    assert {"out", "u", "in_proj.weight", "conv_weight", "conv_bias", "out_proj.weight"} <= keys
+    if dtype == "float32":
+        assert max(result["max_scaled_diff"].values()) < 1e-4
+
+
+@pytest.mark.gpu
+def test_mamba_block_has_no_graph_break_and_compiles():
+    ex = _example("mamba_kjit")
+    block = ex.MambaStyleBlock(32, 48, device="cuda", dtype=torch.float32)
+    u = torch.randn(2, 70, 32, device="cuda")
+    explain = torch._dynamo.explain(block.forward)(u)
+    assert explain.graph_break_count == 0
+    compiled = torch.compile(block.forward, fullgraph=True)
+    torch.testing.assert_close(compiled(u), block(u), rtol=1e-5, atol=1e-5)

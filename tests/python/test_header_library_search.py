@@ -1,5 +1,6 @@
 """Where kjit takes CCCL (CUB, thrust, libcu++) and CUTLASS / CuTe headers from, and `python -m kjit info`
-showing it (docs/header-libraries.md). Fake packages are real files in a temp dir put on PYTHONPATH."""
+showing it (docs/header-libraries.md). Fake packages are real files in a temp dir put on PYTHONPATH.
+Kernels built on these libraries: test_header_library_kernels.py."""
 
 import importlib.util
 import json
@@ -10,6 +11,7 @@ import re
 import pytest
 
 import kjit
+from support import run_python
 
 NOT_FOUND = "not found: pip install nvidia-cutlass, or add CUTLASS's include/ to KJIT_INCLUDE_PATH"
 
@@ -170,8 +172,6 @@ def test_a_folder_beside_the_cuda_headers_is_not_theirs(tmp_path):
     """<cuda>/include-extra shares a prefix with <cuda>/include but is not inside it: its headers are the
     user's (recorded into a manifest with the template, read at every load), not the toolkit's, which a
     manifest leaves out. Whole path components are compared, not a string prefix."""
-    from conftest import run_python
-
     if not kjit._core.toolkit()["headers_from"]:
         pytest.skip("no CUDA headers found here")
     real = pathlib.Path(kjit._core.toolkit()["headers_from"])

@@ -1,11 +1,24 @@
-"""Warm deployment without a GPU: KJIT_RECORD (from 4 processes at once), `python -m kjit warm`,
-`export` / `verify --dir --lock`, and strict mode (kjit.CacheMissError; read-only layer hits)."""
+"""Warm deployment (docs/deployment.md, docs/tuned-choices.md): KJIT_RECORD (from 4 processes at once),
+`python -m kjit warm`, `export` / `verify --dir --lock`, strict mode (kjit.CacheMissError; read-only layer
+hits), and the tuned choices a manifest carries (installed by `warm` into a fresh cache for every
+architecture, counted by `kjit info`, removed by `kjit clear`, locked by `export`).
+
+Compile-only without a GPU, but for the tests marked gpu: the whole loop on a GPU, each step in a fresh
+process (record a workload with KJIT_RECORD into cache A, warm an EMPTY cache B for this GPU's target,
+run the workload again strict on B: zero compiles, identical results), and a strict run on a GPU of
+another multiprocessor count."""
 
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+from support import run_python
 
 
 # A template of our own (from a string): warm must rebuild it from the manifest alone.
@@ -112,13 +125,14 @@ def test_export_verify_and_a_tampered_export(tmp_path, run_kjit):
     assert "verified, all valid" in run_kjit("verify").stdout
 
 
-def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_command(run_py):
+@pytest.mark.parametrize("dtype, vec", [("float32", 4), ("float16", 2)])
+def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_command(run_py, dtype, vec):
     r = run_py(
-        """
+        f"""
         import kjit, torch
         fam = kjit.Template.builtin("add_constant").kernel("add_constant")
         try:
-            fam.specialize(T=torch.float16, VEC=2, arch="sm_90")
+            fam.specialize(T=torch.{dtype}, VEC={vec}, arch="sm_90")
         except kjit.CacheMissError as e:
             print("KEY", e.key)
             print("SPEC", e.specialization)
@@ -128,12 +142,13 @@ def test_strict_mode_raises_cache_miss_error_naming_specialization_key_and_comma
         env={"KJIT_CACHE_MODE": "strict"},
     )
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
-    assert len(lines["KEY"]) == 64
-    assert lines["SPEC"] == "add_constant(T=float16, VEC=2) from template add_constant"
+    assert re.fullmatch(r"[0-9a-f]{64}", lines["KEY"]), r
+    assert lines["SPEC"] == f"add_constant(T={dtype}, VEC={vec}) from template add_constant"
     msg = lines["MSG"]
-    assert "KJIT_CACHE_MODE=strict" in msg and lines["KEY"] in msg and lines["SPEC"] in msg
+    assert "strict cache mode" in msg and "KJIT_CACHE_MODE=strict" in msg, msg
+    assert lines["KEY"] in msg and lines["SPEC"] in msg
     assert "kjit warm MANIFEST --arch sm_90" in msg
-    assert "kjit compile add_constant --kernel add_constant --param T=float16 --param VEC=2 --arch sm_90" in msg
+    assert f"kjit compile add_constant --kernel add_constant --param T={dtype} --param VEC={vec} --arch sm_90" in msg
     assert lines["STATS"] == "0 1"
 
 
@@ -285,3 +300,185 @@ def test_an_export_ships_learned_includes_so_a_strict_run_finds_the_kernel(tmp_p
         env={"KJIT_CACHE_MODE": "strict", "KJIT_CACHE_PATH": out, "KJIT_CACHE_DIR": tmp_path / "empty-writable"},
     )
     assert r.stdout.split() == ["disk", "0"], r
+
+
+# ---- tuned choices ------------------------------------------------------------------------------------------
+
+KEY_90 = "gemm|sm_90a|bf16|N=4096|K=4096|epi=gelu|m<=2048"
+KEY_100 = "gemm|sm_100a|bf16|N=4096|K=4096|epi=none|m<=16"
+
+
+def choice_line(key, value):
+    return json.dumps({"choice": {"key": key, "value": value}}, separators=(",", ":")) + "\n"
+
+
+def choice_files(cache_dir):
+    """{key: (value, tag)} of the choice files under a cache root."""
+    out = {}
+    for f in (cache_dir / "v1" / "choices").glob("*.choice"):
+        j = json.loads(f.read_text())
+        assert j["kjit_choice"] == 1
+        out[j["key"]] = (j["value"], j["tag"])
+    return out
+
+
+def test_warm_installs_the_manifest_choices_into_a_fresh_cache(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "manifest.json"
+    record_workload(tmp_path, manifest)
+    with manifest.open("a") as f:  # as Choices::store / find append them while the workload runs
+        f.write(choice_line(KEY_90, "wgmma:128x128x64:s4"))
+        f.write(choice_line(KEY_100, "cublas"))
+        f.write(choice_line(KEY_90, "wgmma:128x256x64:s4"))  # a later value of the key wins
+    assert len(records(manifest)) == 6  # choice lines leave the records as they were
+    assert not cache_dir.exists()
+
+    r = run_kjit("warm", str(manifest), "--arch", "sm_90", "-j", "2")
+    assert "6 jobs (6 specializations x 1 target): 6 compiled, 0 already cached, 0 failed" in r.stdout, r
+    assert "2 tuned choices installed" in r.stdout, r
+    version = json.loads(run_kjit("info", "--json").stdout)["kjit_version"]
+    tag = f"kjit {version} choices 1"
+    assert choice_files(cache_dir) == {KEY_90: ("wgmma:128x256x64:s4", tag), KEY_100: ("cublas", tag)}
+    for f in (cache_dir / "v1" / "choices").iterdir():
+        assert f.stat().st_mode & 0o777 == 0o600, f
+
+    # Warming again compiles nothing and installs the same choices (idempotent).
+    r = run_kjit("warm", str(manifest), "--arch", "sm_90", "-j", "2")
+    assert "0 compiled, 6 already cached, 0 failed" in r.stdout and "2 tuned choices installed" in r.stdout, r
+    assert len(choice_files(cache_dir)) == 2
+
+    info = json.loads(run_kjit("info", "--json").stdout)
+    assert info["cache"]["tuned_choices"] == 2
+    assert "KJIT_TUNE" in info["settings"] and info["settings"]["KJIT_TUNE"]["allowed"] == "0 | 1"
+    assert "tuned choices:     2" in run_kjit("info").stdout
+
+    r = run_kjit("clear", check=False)
+    assert r.returncode == 1 and "and 2 tuned choices from" in r.stderr, r
+    r = run_kjit("clear", "--yes")
+    assert "and 2 tuned choices from" in r.stdout, r
+    assert choice_files(cache_dir) == {}
+    assert json.loads(run_kjit("info", "--json").stdout)["cache"]["tuned_choices"] == 0
+
+
+def test_a_manifest_of_choices_only_warms_them(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"kjit_manifest":2}\n' + choice_line(KEY_100, "wgmma:64x128x64:s3"))
+    r = run_kjit("warm", str(manifest), "--arch", "sm_80")  # another architecture than the key's: installed too
+    assert "0 failed" in r.stdout and "1 tuned choice installed" in r.stdout, r
+    assert list(choice_files(cache_dir)) == [KEY_100]
+
+
+def test_a_bad_choice_line_is_a_clear_error(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"kjit_manifest":2}\n' + choice_line("gemm\tsm_90", "cublas"))
+    r = run_kjit("warm", str(manifest), "--arch", "sm_90", check=False)
+    assert r.returncode == 1, r
+    assert (
+        f"manifest {manifest} is not valid: line 2.choice.key: character 4 is 0x09, not printable ASCII (0x20-0x7e)"
+    ) in r.stderr, r
+    assert not (cache_dir / "v1" / "choices").exists()
+
+
+def test_export_locks_the_choices_and_strict_mode_finds_them(tmp_path, run_kjit, cache_dir):
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"kjit_manifest":2}\n' + choice_line(KEY_90, "cublas"))
+    out = tmp_path / "export"
+    r = run_kjit("export", str(manifest), "--out", str(out), "--arch", "sm_90")
+    assert "1 tuned choice installed" in r.stdout and f"exported 1 entry to {out}" in r.stdout, r
+    lock = json.loads((out / "kjit.lock").read_text())
+    assert [e["path"].split("/")[:2] for e in lock["entries"]] == [["v1", "choices"]]
+    r = run_kjit("verify", "--dir", str(out))
+    assert "all valid" in r.stdout, r
+    assert list(choice_files(out)) == [KEY_90]
+    assert not cache_dir.exists()  # the export wrote only into its folder
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------------
+
+# The example's own workload (walk.sh runs it too): a few built-in ops; prints "compiles: N".
+WORKLOAD = pathlib.Path(__file__).resolve().parents[2] / "examples" / "deploy" / "workload.py"
+
+
+@pytest.mark.gpu
+def test_record_warm_strict_loop(tmp_path):
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    script = WORKLOAD
+    manifest = tmp_path / "manifest.json"
+    cache_a, cache_b = tmp_path / "cache-a", tmp_path / "cache-b"
+
+    first = run_python(
+        [str(script), str(tmp_path / "first.pt")],
+        env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": cache_a, "KJIT_CACHE_MODE": None},
+    )
+    assert int(first.stdout.split()[-1]) >= 4, first
+    records = [line for line in manifest.read_text().splitlines() if line.startswith('{"record"')]  # JSON lines
+    assert len(records) >= 4
+    assert not cache_b.exists()
+
+    warm = run_python(
+        ["-m", "kjit", "warm", str(manifest), "--arch", arch, "-j", "2"],
+        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None},
+    )
+    assert f"{len(records)} compiled, 0 already cached, 0 failed" in warm.stdout, warm
+
+    second = run_python(
+        [str(script), str(tmp_path / "second.pt")],
+        env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_RECORD": None},
+    )
+    assert second.stdout.split()[-1] == "0", second
+
+    a = torch.load(tmp_path / "first.pt")
+    b = torch.load(tmp_path / "second.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# The GEMM's tile heuristic and the column reduction's split read the multiprocessor count. A workload
+# recorded on this GPU and run strict on another model of the same architecture (114 multiprocessors: an
+# H100 PCIe after a 132-SM H100 SXM or H200; 16: a MIG slice) must find every kernel it runs: the GEMM
+# replays the recorded pick (a "choice" line), the reduction splits by the shape alone. On a 132-SM GPU
+# the heuristic picks 128x256 tiles for M=2048, N=K=4096 and 128x128 ones at 114, and the reduction of
+# [15, 1024, 4096] over dim 1 (480 column blocks) split at 132 and did not at 114.
+SM_COUNT_WORKLOAD = """
+import sys, torch, kjit
+if len(sys.argv) > 1:
+    kjit._C._override_sm_count(0, int(sys.argv[1]))
+torch.manual_seed(0)
+x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+y = kjit.ops.linear(x, w)
+r = torch.randn(15, 1024, 4096, device="cuda")
+s = kjit.ops.sum(r, 1)
+torch.cuda.synchronize()
+torch.testing.assert_close(y.float(), (x.float() @ w.float().t()), rtol=2e-2, atol=2e-1)
+torch.testing.assert_close(s, r.sum(1), rtol=1e-4, atol=1e-3)
+print("compiles:", kjit.stats()["compiles"])
+"""
+
+
+@pytest.mark.gpu
+def test_a_strict_run_on_a_gpu_with_another_multiprocessor_count_finds_every_kernel(tmp_path):
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    script = tmp_path / "workload.py"
+    script.write_text(SM_COUNT_WORKLOAD)
+    manifest, cache_a, cache_b = tmp_path / "manifest.json", tmp_path / "cache-a", tmp_path / "cache-b"
+    run_python(
+        [str(script)],
+        env={"KJIT_RECORD": manifest, "KJIT_CACHE_DIR": cache_a, "KJIT_CACHE_MODE": None, "KJIT_TUNE": "0"},
+    )
+    if major == 9:
+        assert '{"choice":' in manifest.read_text(), "the GEMM's heuristic pick was not recorded"
+    arch = f"sm_{major}{minor}"
+    run_python(["-m", "kjit", "warm", str(manifest), "--arch", arch], env={"KJIT_CACHE_DIR": cache_b})
+    for count in (114, 16):
+        r = run_python(
+            [str(script), str(count)],
+            env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": "strict", "KJIT_RECORD": None, "KJIT_TUNE": "0"},
+            check=False,
+        )
+        assert r.returncode == 0 and "compiles: 0" in r.stdout, (count, r)
