@@ -354,6 +354,24 @@ def test_compile_only_add_constant(add, dtype):
     assert k.meta["name_expression"] == k.name_expression
     assert k.meta["target"] == "sm_90" and k.meta["output"] == "cubin"
     assert k.meta["template"] == "add_constant"
+    # One key per field of the entry's metadata block, as its JSON names them (entry_metadata_fields.hpp).
+    assert list(k.meta) == [
+        "template",
+        "template_digest",
+        "kernel",
+        "name_expression",
+        "lowered_name",
+        "options",
+        "target",
+        "requested_target",
+        "nvrtc_version",
+        "output",
+        "note",
+        "compile_ms",
+        "created",
+        "kjit_version",
+    ]
+    assert isinstance(k.meta["options"], list) and isinstance(k.meta["compile_ms"], float)
     kjit.reset_stats()
     again = add.specialize(T=dtype, VEC=2, arch="sm_90")
     assert again.origin == "memory" and again.key == k.key
