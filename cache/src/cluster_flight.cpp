@@ -46,10 +46,20 @@ class LeaseKeeper {
   std::thread thread_;  // last: started once the rest is ready
 };
 
+using MaybeProduce = std::function<std::optional<Entry>()>;
+
+// An entry produced here (not taken from the remote tier), or nothing when the producer declined.
+std::optional<FlightResult> made_here(std::optional<Entry> e) {
+  if (!e) return std::nullopt;
+  return FlightResult{std::move(*e), false};
+}
+
 // Produces and publishes under a lease this process holds; the lease goes whatever happens, and when no
-// entry was published the waiters are told to stop waiting.
-Entry produce_and_publish(Store& store, CompileLeases& remote, const CacheKey& key, const std::string& target,
-                          const std::string& token, const std::function<Entry()>& produce) {
+// entry was published (the producer threw or declined, or the store refused it) the waiters are told to
+// stop waiting.
+std::optional<Entry> produce_and_publish(Store& store, CompileLeases& remote, const CacheKey& key,
+                                         const std::string& target, const std::string& token,
+                                         const MaybeProduce& produce) {
   bool published = false;
   struct Release {
     CompileLeases& remote;
@@ -62,11 +72,11 @@ Entry produce_and_publish(Store& store, CompileLeases& remote, const CacheKey& k
       remote.release_lease(key, target, token);
     }
   } release{remote, key, target, token, published};
-  Entry e = [&] {
+  std::optional<Entry> e = [&] {
     LeaseKeeper keeper(remote, key, target, token);
     return produce();
   }();
-  published = store.put(e);  // a put not kept is said by the store; the entry is used all the same
+  if (e) published = store.put(*e);  // a put not kept is said by the store; the entry is used all the same
   return e;
 }
 
@@ -74,8 +84,14 @@ Entry produce_and_publish(Store& store, CompileLeases& remote, const CacheKey& k
 
 FlightResult produce_once(Store& store, const CacheKey& key, const std::string& target,
                           const std::function<Entry()>& produce) {
+  // A producer that never declines: there is always a result.
+  return std::move(*try_produce_once(store, key, target, [&]() -> std::optional<Entry> { return produce(); }));
+}
+
+std::optional<FlightResult> try_produce_once(Store& store, const CacheKey& key, const std::string& target,
+                                             const MaybeProduce& produce) {
   CompileLeases* leases = store.leases();
-  if (!leases) return {produce(), false};
+  if (!leases) return made_here(produce());
   CompileLeases& remote = *leases;
   auto delay = std::chrono::milliseconds(10);
   const auto max_delay = std::chrono::milliseconds(250);
@@ -84,14 +100,14 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
   for (;;) {
     std::string token;
     switch (remote.try_lease(key, target, &token)) {
-      case CompileLeases::Lease::Unavailable: return {produce(), false};
+      case CompileLeases::Lease::Unavailable: return made_here(produce());
       case CompileLeases::Lease::Taken:
         // Someone may have finished between our lookup and the lease: take theirs rather than redo it.
         if (auto e = store.get(key, target)) {
           remote.release_lease(key, target, token);
-          return {std::move(*e), true};
+          return FlightResult{std::move(*e), true};
         }
-        return {produce_and_publish(store, remote, key, target, token, produce), false};
+        return made_here(produce_and_publish(store, remote, key, target, token, produce));
       case CompileLeases::Lease::Held: break;
     }
     // Another process compiles it: wait for its entry, or for its lease to end without one.
@@ -99,12 +115,12 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
       std::this_thread::sleep_for(delay);
       delay = std::min(max_delay, delay * 3 / 2);
       const auto w = remote.watch(key, target);
-      if (!w) return {produce(), false};  // the remote tier stopped answering
+      if (!w) return made_here(produce());  // the remote tier stopped answering
       if (w->entry) {
-        if (auto e = store.get(key, target)) return {std::move(*e), true};
+        if (auto e = store.get(key, target)) return FlightResult{std::move(*e), true};
         if (!w->lease) break;  // a refused value and nobody at work: compile it (and replace it)
       }
-      if (w->unpublished) return {produce(), false};  // its compile failed, or Redis refused its entry
+      if (w->unpublished) return made_here(produce());  // its compile failed, or Redis refused its entry
       if (!w->lease) break;                           // its holder died: try for the lease again
       if (!w->lease_expires || Clock::now() >= give_up) {
         log::warn_once("remote-wait:" + target + ":" + key.hex(),
@@ -115,7 +131,7 @@ FlightResult produce_once(Store& store, const CacheKey& key, const std::string& 
                                              : "the lease of key " + key.hex().substr(0, 16) + " for " + target +
                                                    " has no expiry, so kjit did not write it; compiling here") +
                            " (said once per key)");
-        return {produce(), false};
+        return made_here(produce());
       }
     }
   }

@@ -1,8 +1,10 @@
-// EntryMetadata <-> JSON (the metadata block of an entry file).
+// EntryMetadata <-> JSON (the metadata block of an entry file), field by field of its table
+// (entry_metadata_fields.hpp).
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "kjit/cache/entry.hpp"
+#include "kjit/cache/entry_metadata_fields.hpp"
 #include "kjit/error.hpp"
 
 namespace kjit::cache {
@@ -50,25 +52,56 @@ std::string get_string(const json& j, const char* field) {
   return it->get<std::string>();
 }
 
+using Kind = EntryMetadataField::Kind;
+
+// One field's value as JSON.
+json as_json(const MetadataValue& v) {
+  struct Json {
+    json operator()(const std::string& s) const { return s; }
+    json operator()(const std::vector<std::string>& list) const { return list; }
+    json operator()(OutputKind o) const { return to_string(o); }
+    // JSON has no NaN/inf (nlohmann would write null, which would then never decode).
+    json operator()(double d) const { return std::isfinite(d) ? d : 0.0; }
+  };
+  return std::visit(Json{}, v);
+}
+
+// The value of field `f` in `j`, or ValueError naming the field and what it must be.
+MetadataValue read_field(const json& j, const EntryMetadataField& f) {
+  const char* name = f.name.c_str();
+  switch (f.kind) {
+    case Kind::Text: return get_string(j, name);
+    case Kind::TextList: {
+      auto list = j.find(name);
+      if (list == j.end() || !list->is_array()) bad_field(name, "an array of strings", j);
+      std::vector<std::string> out;
+      for (const auto& o : *list) {
+        if (!o.is_string()) bad_field(name, "an array of strings", j);
+        out.push_back(o.get<std::string>());
+      }
+      return out;
+    }
+    case Kind::Output: {
+      const std::string output = get_string(j, name);
+      if (output == "cubin") return OutputKind::Cubin;
+      if (output == "ptx") return OutputKind::Ptx;
+      throw ValueError(std::string("entry metadata field '") + name + "' must be \"cubin\" or \"ptx\", got \"" +
+                       output.substr(0, 40) + "\"");
+    }
+    case Kind::Number: {
+      auto ms = j.find(name);
+      if (ms == j.end() || !ms->is_number()) bad_field(name, "a number", j);
+      return ms->get<double>();
+    }
+  }
+  throw ValueError(std::string("entry metadata field '") + name + "' has no kind kjit knows");
+}
+
 }  // namespace
 
 std::string metadata_to_json(const EntryMetadata& m) {
   json j = json::object();
-  j["template"] = m.template_name;
-  j["template_digest"] = m.template_digest;
-  j["kernel"] = m.kernel;
-  j["name_expression"] = m.name_expression;
-  j["lowered_name"] = m.lowered_name;
-  j["options"] = m.options;
-  j["target"] = m.target;
-  j["requested_target"] = m.requested_target;
-  j["nvrtc_version"] = m.nvrtc_version;
-  j["output"] = to_string(m.output);
-  j["note"] = m.note;
-  // JSON has no NaN/inf (nlohmann would write null, which would then never decode).
-  j["compile_ms"] = std::isfinite(m.compile_ms) ? m.compile_ms : 0.0;
-  j["created"] = m.created;
-  j["kjit_version"] = m.kjit_version;
+  for (const EntryMetadataField& f : entry_metadata_fields()) j[f.name] = as_json(f.get(m));
   // Invalid UTF-8 in a string (an odd option) is replaced rather than failing the whole store.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -86,34 +119,7 @@ EntryMetadata metadata_from_json(std::string_view text) {
   if (!j.is_object()) throw ValueError(std::string("entry metadata must be a JSON object, got ") + j.type_name());
 
   EntryMetadata m;
-  m.template_name = get_string(j, "template");
-  m.template_digest = get_string(j, "template_digest");
-  m.kernel = get_string(j, "kernel");
-  m.name_expression = get_string(j, "name_expression");
-  m.lowered_name = get_string(j, "lowered_name");
-  auto opts = j.find("options");
-  if (opts == j.end() || !opts->is_array()) bad_field("options", "an array of strings", j);
-  for (const auto& o : *opts) {
-    if (!o.is_string()) bad_field("options", "an array of strings", j);
-    m.options.push_back(o.get<std::string>());
-  }
-  m.target = get_string(j, "target");
-  m.requested_target = get_string(j, "requested_target");
-  m.nvrtc_version = get_string(j, "nvrtc_version");
-  std::string output = get_string(j, "output");
-  if (output == "cubin")
-    m.output = OutputKind::Cubin;
-  else if (output == "ptx")
-    m.output = OutputKind::Ptx;
-  else
-    throw ValueError("entry metadata field 'output' must be \"cubin\" or \"ptx\", got \"" + output.substr(0, 40) +
-                     "\"");
-  m.note = get_string(j, "note");
-  auto ms = j.find("compile_ms");
-  if (ms == j.end() || !ms->is_number()) bad_field("compile_ms", "a number", j);
-  m.compile_ms = ms->get<double>();
-  m.created = get_string(j, "created");
-  m.kjit_version = get_string(j, "kjit_version");
+  for (const EntryMetadataField& f : entry_metadata_fields()) f.set(m, read_field(j, f));
   return m;
 }
 

@@ -79,6 +79,14 @@ std::optional<StoreChain::Hit> StoreChain::get_any(const std::vector<CacheKey>& 
 
 StoreChain::Hit StoreChain::get_or_produce(const CacheKey& key, const std::string& target,
                                            const std::function<Entry()>& produce, bool share) const {
+  // A producer that never declines: there is always a hit.
+  return std::move(*get_or_try_produce(
+      key, target, [&]() -> std::optional<Entry> { return produce(); }, share));
+}
+
+std::optional<StoreChain::Hit> StoreChain::get_or_try_produce(const CacheKey& key, const std::string& target,
+                                                              const std::function<std::optional<Entry>()>& produce,
+                                                              bool share) const {
   layout::check_target(target);
   // Warnings and log events of the produce and the puts wait until the key's lock is let go: a log sink
   // may block (Python's takes the GIL) and must not do so while other processes wait on this lock.
@@ -101,24 +109,28 @@ StoreChain::Hit StoreChain::get_or_produce(const CacheKey& key, const std::strin
     for (std::size_t i = 0; i < levels_.size() && leasing == levels_.size(); ++i)
       if (levels_[i].store->writable() && levels_[i].store->leases()) leasing = i;
   bool produced = false;
-  auto run = [&] {
-    Entry e = produce();
+  auto run = [&]() -> std::optional<Entry> {
+    std::optional<Entry> e = produce();
+    if (!e) return std::nullopt;  // declined: nothing of this key to keep
     produced = true;
-    if (e.key != key || filed_target(e.meta) != target)
+    if (e->key != key || filed_target(e->meta) != target)
       throw Error("kjit cache: the compiled entry does not match its request (asked for key " + key.hex() +
-                  " target '" + target + "', produced key " + e.key.hex() + " requested_target '" +
-                  filed_target(e.meta) +
+                  " target '" + target + "', produced key " + e->key.hex() + " requested_target '" +
+                  filed_target(e->meta) +
                   "'); the producer must return the key it was called for and set meta.requested_target (or "
                   "meta.target) to the target it was called for, else the entry could never be found again");
     return e;
   };
   Hit hit;
   if (leasing < levels_.size()) {
-    FlightResult r = produce_once(*levels_[leasing].store, key, target, run);
-    hit.entry = std::move(r.entry);
-    hit.remote = r.fetched;
+    std::optional<FlightResult> r = try_produce_once(*levels_[leasing].store, key, target, run);
+    if (!r) return std::nullopt;  // `lock` lets the key go, then `deferred` emits
+    hit.entry = std::move(r->entry);
+    hit.remote = r->fetched;
   } else {
-    hit.entry = run();
+    std::optional<Entry> e = run();
+    if (!e) return std::nullopt;
+    hit.entry = std::move(*e);
   }
   hit.produced = produced && !hit.remote;
   hit.level = hit.remote ? leasing : levels_.size();

@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "kjit/cache/export_lock.hpp"
+#include "kjit/cache/export_lock_file.hpp"
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/layout.hpp"
 #include "kjit/cache/posix_error.hpp"

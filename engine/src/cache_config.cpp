@@ -1,7 +1,6 @@
 #include "kjit/cache_config.hpp"
 
 #include "kjit/cache/store_registry.hpp"
-#include "kjit/choices.hpp"
 
 namespace kjit {
 
@@ -14,6 +13,10 @@ cache::DiskCacheConfig disk_cache_config(const Settings& s) {
   c.lock_timeout_s = s.lock_timeout_s;
   c.holder_remote_wait_s = remote_wait_limit_s(s);
   return c;
+}
+
+std::string choice_tag() {
+  return std::string("kjit ") + KJIT_VERSION + " choices " + std::to_string(cache::kChoiceFormat);
 }
 
 cache::ChoiceStoreConfig choice_store_config(const Settings& s) {

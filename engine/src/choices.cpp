@@ -8,10 +8,6 @@
 
 namespace kjit {
 
-std::string choice_tag() {
-  return std::string("kjit ") + KJIT_VERSION + " choices " + std::to_string(cache::kChoiceFormat);
-}
-
 Choices::Choices(Settings settings)
     : settings_(std::move(settings)), store_(std::make_unique<cache::ChoiceStore>(choice_store_config(settings_))) {
   if (settings_.record_path) recorder_ = std::make_unique<Recorder>(*settings_.record_path, settings_.lock_timeout_s);

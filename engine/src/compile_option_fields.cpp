@@ -41,7 +41,7 @@ std::vector<Field> builtin_fields() {
   std::vector<Field> out;
   Field std_ = row("std", Kind::Enum, "--std=", "--std", "STD", "C++ standard: c++17 or c++20 (default)");
   std_.choices = {"c++17", "c++20"};
-  std_.flag_at_default = std_.json_at_default = true;
+  std_.flag_at_default = std_.json_at_default = std_.python_default_none = true;
   out.push_back(member(&CompileOptions::std, std_));
   Field fast_math = row("fast_math", Kind::Bool, "--use_fast_math", "--fast-math", "", "Compile with --use_fast_math");
   fast_math.json_at_default = true;

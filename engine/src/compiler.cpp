@@ -298,18 +298,17 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
     // it in memory, with no include path and no search of the program's folder or the current directory
     // (--no-source-include); and it runs where a seccomp filter answers every file syscall ENOENT, so
     // an include kjit's scanner did not see (a macro, an odd spelling) cannot reach a file either.
-    out.flags = spec.options().nvrtc_flags(plan.actual);
-    out.flags.push_back("--no-source-include");
-    for (const auto& flag : type_macros(spec)) out.flags.push_back(flag);
-    // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
-    // itself, and a compile it counts and times must be a real one with a full log (--no-cache).
-    out.flags = NvrtcLibrary::get().flags_for_this_version(std::move(out.flags));
+    std::vector<std::string> flags = spec.options().nvrtc_flags(plan.actual);
+    flags.push_back("--no-source-include");
+    for (const auto& flag : type_macros(spec)) flags.push_back(flag);
     job = NvrtcJob{};
     job.source = t.source();
     job.program_name = program_name(t);
     for (const auto* list : {&t.headers(), &t.compile_only_headers()})
       for (const auto& h : *list) job.headers.emplace_back(h.include_name, h.bytes);
-    job.flags = out.flags;
+    // NVRTC 12.9+ keeps a compile cache of its own (in the driver's JIT cache): kjit caches binaries
+    // itself, and a compile it counts and times must be a real one with a full log (--no-cache).
+    job.flags = NvrtcLibrary::get().flags_for_this_version(std::move(flags));
     job.name_expression = spec.name_expression();
     job.want_cubin = plan.output == cache::OutputKind::Cubin;
 
@@ -328,8 +327,7 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
       std::string domain;
       if (wants_pch(t, settings) && pch_lock.try_lock()) {
         domain = pch_domain(t, job.flags);
-        job = job.with_pch(PchFolders::process().folder_for(domain));
-        out.flags = job.flags;  // not in the key: the same binary either way
+        job = job.with_pch(PchFolders::process().folder_for(domain));  // not in the key: the same binary
       }
       r = run_nvrtc_without_files(job, t.confined(), spec.describe());
       if (!job.pch_dir.empty() && !r.ok() && r.failed_call.empty() && pch_failure(r.log)) {
@@ -340,11 +338,11 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
                                          "): compiled without it, and no precompiled headers for the rest of this "
                                          "process. Free space in TMPDIR (or point TMPDIR at a folder with about 200 "
                                          "MB free), or set KJIT_PCH=off.");
-        const NvrtcJob plain = job.without_pch();
-        out.flags = plain.flags;
-        r = run_nvrtc_without_files(plain, t.confined(), spec.describe());
+        job = job.without_pch();
+        r = run_nvrtc_without_files(job, t.confined(), spec.describe());
       }
     }
+    out.flags = job.nvrtc_flags();  // what NVRTC was handed, for messages and the caller
     if (r.ok() || !r.failed_call.empty() || pass >= kMaxPasses) break;
     const std::vector<Template::MissingInclude> missing = missing_includes(r.log);
     if (missing.empty()) break;

@@ -95,26 +95,27 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
   // A compile that learned a header (a macro-computed include: Compiler::compile) compiled a template that
   // keys otherwise: its binary goes under the key of that template, looked up first (another process
   // may have it), and the template is the current one from then on, so the next specialization keys and
-  // compiles it at once.
-  struct Grown {
-    CompiledBinary bin;
-  };
-  std::optional<CompiledBinary> carried;
+  // compiles it at once. The produce step keeps such a binary in `grown` and declines the key it was
+  // asked for (the chain lets that key's lock and lease go); the loop re-keys and offers it again.
+  std::optional<CompiledBinary> grown;
   Specialization s = spec.on_current_template();
   cache::CacheKey key;
-  auto produce = [&]() {
+  auto produce = [&]() -> std::optional<cache::Entry> {
     if (!may_compile)
       throw LaunchError(s.describe() + " for " + dir + " is not compiled yet and cannot be now: " + forbidden);
     CompiledBinary bin = [&] {
-      if (carried) {
-        CompiledBinary b = std::move(*carried);
-        carried.reset();
+      if (grown) {
+        CompiledBinary b = std::move(*grown);
+        grown.reset();
         return b;
       }
       trace::Range range("compile", s.name_expression());
       return Compiler::compile(s, plan, settings_);
     }();
-    if (bin.compiled_template && bin.compiled_template->digest() != s.tmpl().digest()) throw Grown{std::move(bin)};
+    if (bin.compiled_template && bin.compiled_template->digest() != s.tmpl().digest()) {
+      grown = std::move(bin);
+      return std::nullopt;
+    }
     if (log) *log = bin.log;
     cache::Entry e = compiled_entry(s, plan, bin, key);
     // Reported here, under the store's per-key lock: the chain defers the event until it lets go.
@@ -131,15 +132,10 @@ cache::Entry Engine::obtain_entry(const Specialization& spec, const Target& targ
       PhaseTimer timer(Phase::Store);
       if (auto hit = stores().get(key, dir)) return found(*hit);
     }
-    try {
-      // A caller that may not compile (graph capture) fails at once rather than wait for another process.
-      cache::StoreChain::Hit hit = stores().get_or_produce(key, dir, produce, may_compile);
-      return found(hit);
-    } catch (Grown& g) {
-      if (round >= 8) throw Error("internal: the headers of " + s.describe() + " kept growing while it compiled");
-      s = s.with_template(g.bin.compiled_template);
-      carried = std::move(g.bin);
-    }
+    // A caller that may not compile (graph capture) fails at once rather than wait for another process.
+    if (auto hit = stores().get_or_try_produce(key, dir, produce, may_compile)) return found(*hit);
+    if (round >= 8) throw Error("internal: the headers of " + s.describe() + " kept growing while it compiled");
+    s = s.with_template(grown->compiled_template);
   }
 }
 

@@ -1,6 +1,5 @@
 #include "kjit/nvrtc_job.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -8,22 +7,22 @@
 
 namespace kjit {
 
-NvrtcJob NvrtcJob::without_pch() const {
-  NvrtcJob out = *this;
-  out.pch_dir.clear();
-  auto is_pch_flag = [](const std::string& f) { return f == "--pch" || f.rfind("--pch-dir=", 0) == 0; };
-  out.flags.erase(std::remove_if(out.flags.begin(), out.flags.end(), is_pch_flag), out.flags.end());
+std::vector<std::string> NvrtcJob::nvrtc_flags() const {
+  std::vector<std::string> out = flags;
+  if (!pch_dir.empty()) {
+    out.push_back("--pch");
+    out.push_back("--pch-dir=" + pch_dir);
+  }
   return out;
 }
 
 NvrtcJob NvrtcJob::with_pch(const std::string& dir) const {
-  NvrtcJob out = without_pch();
-  if (dir.empty()) return out;
+  NvrtcJob out = *this;
   out.pch_dir = dir;
-  out.flags.push_back("--pch");
-  out.flags.push_back("--pch-dir=" + dir);
   return out;
 }
+
+NvrtcJob NvrtcJob::without_pch() const { return with_pch(""); }
 
 NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
   const NvrtcLibrary& lib = NvrtcLibrary::get();
@@ -51,8 +50,9 @@ NvrtcOutcome run_nvrtc(const NvrtcJob& job) {
     ~Destroy() { lib.nvrtcDestroyProgram(p); }
   } destroy{lib, &prog};
   if (failed(lib.nvrtcAddNameExpression(prog, job.name_expression.c_str()), "nvrtcAddNameExpression")) return out;
+  const std::vector<std::string> flags = job.nvrtc_flags();
   std::vector<const char*> argv;
-  for (const auto& f : job.flags) argv.push_back(f.c_str());
+  for (const auto& f : flags) argv.push_back(f.c_str());
   const nvrtcResult r = lib.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
   std::size_t n = 0;
   if (lib.nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {

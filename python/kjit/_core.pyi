@@ -115,9 +115,18 @@ class Template:
         """
     def __repr__(self) -> str:
         ...
-    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, defines: typing.Any = None, max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, line_info: bool = False, device_debug: bool = False, minimal: bool = False, fast_compile: str = 'off', default_device: bool = False) -> KernelFamily:
+    def kernel(self, name: str, *, std: str | None = None, fast_math: bool = False, line_info: bool = False, device_debug: bool = False, minimal: bool = False, default_device: bool = False, fast_compile: str = 'off', max_registers: typing.SupportsInt | typing.SupportsIndex | None = None, defines: typing.Any = None) -> KernelFamily:
         """
-        The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's --Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) on an H200); default_device: NVRTC's -default-device (a function with no __host__/__device__ is a __device__ one: CuTe and CUTLASS headers need it).
+        The kernel `name` with these compile options, to specialize (kjit._core.compile_option_fields() lists them):
+        std: C++ standard: c++17 or c++20 (default); None: c++20
+        fast_math: Compile with --use_fast_math
+        line_info: Line tables for profilers and sanitizers (NVRTC's --generate-line-info)
+        device_debug: Device debug information, optimizations off (NVRTC's --device-debug, -G)
+        minimal: NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less per compile (kjit.ops and kjit.elementwise use it)
+        default_device: NVRTC's -default-device: a function with no __host__/__device__ is a __device__ one (CuTe and CUTLASS headers need it)
+        fast_compile: NVRTC's --Ofast-compile level: off (default), min, mid or max; a faster compile of a slower binary (kjit.ops and kjit.elementwise compile at KJIT_LIBRARY_FAST_COMPILE, default off)
+        max_registers: Registers per thread at most (NVRTC's --maxrregcount), 16..255; unset: the compiler's choice
+        defines: Preprocessor macro (repeatable); a bare NAME is NAME=1; a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings
         """
     @property
     def digest(self) -> str:

@@ -12,6 +12,7 @@
 #include "kjit/cache/choice_store.hpp"
 #include "kjit/cache/export_lock.hpp"
 #include "kjit/cache/manifest.hpp"
+#include "kjit/cache_config.hpp"
 #include "kjit/choices.hpp"
 #include "kjit/error.hpp"
 #include "kjit/settings.hpp"

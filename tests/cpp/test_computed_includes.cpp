@@ -209,6 +209,26 @@ TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByE
   EXPECT_EQ(n2->meta.template_digest, grown->digest());
 }
 
+// The compile that learned the header ran under the key of the template as first read; its binary is kept
+// under the grown template's key alone (the first key declined, nothing stored under it).
+TEST(LearnedIncludes, TheLearningCompileIsKeptUnderTheGrownTemplatesKeyOnly) {
+  TempDir dir;
+  UseIndex use(index_in(dir / "cache"));
+  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
+  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
+  Engine engine(settings_for(dir));
+  auto t = Template::from_file(dir / "src" / "k.cu");
+  const cache::CacheKey before = engine.key_for(spec_of(t), Compiler::plan(Target::parse("sm_90")));
+  Origin origin;
+  const auto first = engine.prepare(spec_of(t), Target::parse("sm_90"), &origin);
+  EXPECT_EQ(origin, Origin::Compiled);
+  EXPECT_NE(first->key, before);
+  const auto entries = engine.disk().list();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].key, first->key.hex());
+  EXPECT_EQ(engine.stats().compiles, 1u) << "one compile, offered to the grown key, not a second";
+}
+
 TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));

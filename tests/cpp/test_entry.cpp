@@ -3,12 +3,18 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "cache_test_helpers.hpp"
 #include "kjit/cache/entry.hpp"
+#include "kjit/cache/entry_metadata_fields.hpp"
 #include "kjit/error.hpp"
+#include "test_support.hpp"
 
 using namespace kjit::cache;
 using kjit::testing::key_for;
@@ -128,6 +134,66 @@ TEST(Entry, MetadataFromJsonRejectsMalformed) {
   bad_options.replace(bad_options.find("\"options\":["), 11, "\"options\":[1,");
   rejects(bad_options, "'options' must be an array of strings");
   rejects(std::string(100000, '['), "nested deeper");
+}
+
+// The field table names every field of the JSON block once, in the order a block is read (and
+// Kernel.meta lists them): the entry format.
+TEST(EntryMetadataFields, NameEveryJsonFieldOnceInTheOrderRead) {
+  std::vector<std::string> names;
+  for (const EntryMetadataField& f : entry_metadata_fields()) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"template", "template_digest", "kernel", "name_expression", "lowered_name",
+                                             "options", "target", "requested_target", "nvrtc_version", "output", "note",
+                                             "compile_ms", "created", "kjit_version"}));
+  const nlohmann::json j = nlohmann::json::parse(metadata_to_json(make_entry("fields-names").meta));
+  std::set<std::string> written;
+  for (auto it = j.begin(); it != j.end(); ++it) written.insert(it.key());
+  EXPECT_EQ(written, std::set<std::string>(names.begin(), names.end()));
+  EXPECT_EQ(written.size(), names.size()) << "a name twice";
+}
+
+// Each row reads and writes its own member: a value set through one row comes back through the JSON
+// block in that row alone, of the row's kind.
+TEST(EntryMetadataFields, EachRowRoundTripsItsOwnMember) {
+  const EntryMetadata plain;
+  for (const EntryMetadataField& f : entry_metadata_fields()) {
+    EXPECT_EQ(f.get(plain).index(), static_cast<std::size_t>(f.kind)) << f.name;
+    MetadataValue v;
+    switch (f.kind) {
+      case EntryMetadataField::Kind::Text: v = "value of " + f.name; break;
+      case EntryMetadataField::Kind::TextList: v = std::vector<std::string>{"a", f.name}; break;
+      case EntryMetadataField::Kind::Output: v = OutputKind::Ptx; break;
+      case EntryMetadataField::Kind::Number: v = 41.5; break;
+    }
+    EntryMetadata m;
+    f.set(m, v);
+    const EntryMetadata back = metadata_from_json(metadata_to_json(m));
+    EXPECT_TRUE(f.get(back) == v) << f.name;
+    for (const EntryMetadataField& g : entry_metadata_fields())
+      if (g.name != f.name) EXPECT_TRUE(g.get(back) == g.get(plain)) << f.name << " changed " << g.name;
+  }
+}
+
+// Entries and metadata blocks that kjit wrote before (the fuzz seeds, made by its writers) read and
+// write back byte for byte: the field table changed no byte of the format.
+TEST(Entry, EntriesWrittenBeforeReadAndWriteBackByteForByte) {
+  namespace fs = std::filesystem;
+  const fs::path corpus = fs::path(KJIT_TEST_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
+  std::size_t seen = 0;
+  for (const auto& e : fs::directory_iterator(corpus / "entry")) {
+    if (e.path().filename().string().rfind("valid_", 0) != 0) continue;
+    const std::string bytes = kjit::testing::read_file(e.path());
+    const DecodeResult r = decode_entry(bytes);
+    ASSERT_TRUE(r.entry) << e.path() << ": " << r.error;
+    EXPECT_EQ(encode_entry(*r.entry), bytes) << e.path();
+    ++seen;
+  }
+  for (const auto& e : fs::directory_iterator(corpus / "metadata")) {
+    if (e.path().filename().string().rfind("valid_", 0) != 0) continue;
+    const std::string text = kjit::testing::read_file(e.path());
+    EXPECT_EQ(metadata_to_json(metadata_from_json(text)), text) << e.path();
+    ++seen;
+  }
+  EXPECT_GE(seen, 5u) << "no seeds under " << corpus;
 }
 
 TEST(Entry, NonFiniteCompileTimeStillDecodes) {

@@ -14,6 +14,7 @@
 
 #include "kjit/compiler.hpp"
 #include "kjit/log.hpp"
+#include "kjit/nvrtc_job.hpp"
 #include "kjit/nvrtc_library.hpp"
 #include "kjit/pch_folders.hpp"
 #include "kjit/settings.hpp"
@@ -67,6 +68,30 @@ void skip_without_pch() {
 }
 
 }  // namespace
+
+// A job's PCH flags are written in one place (NvrtcJob::nvrtc_flags): with_pch adds --pch --pch-dir=D
+// after the compile's own flags, without_pch (or with_pch("")) drops both, and neither ever lands in
+// `flags`, which is what a compile child is sent (it has no PCH). No NVRTC needed.
+TEST(Pch, AJobsPchFlagsComeFromItsFolderAlone) {
+  kjit::NvrtcJob job;
+  job.flags = {"--std=c++20", "-DX=1"};
+  EXPECT_EQ(job.nvrtc_flags(), job.flags);
+  const kjit::NvrtcJob with = job.with_pch("/tmp/p");
+  EXPECT_EQ(with.pch_dir, "/tmp/p");
+  EXPECT_EQ(with.flags, job.flags);
+  EXPECT_EQ(with.nvrtc_flags(), (std::vector<std::string>{"--std=c++20", "-DX=1", "--pch", "--pch-dir=/tmp/p"}));
+  // Another folder replaces the first: one pair of PCH flags, never two.
+  EXPECT_EQ(with.with_pch("/tmp/q").nvrtc_flags(),
+            (std::vector<std::string>{"--std=c++20", "-DX=1", "--pch", "--pch-dir=/tmp/q"}));
+  for (const kjit::NvrtcJob& plain : {with.without_pch(), with.with_pch("")}) {
+    EXPECT_TRUE(plain.pch_dir.empty());
+    EXPECT_EQ(plain.nvrtc_flags(), job.flags);
+  }
+  kjit::NvrtcJob sent;
+  ASSERT_TRUE(kjit::decode(kjit::encode(with), sent));
+  EXPECT_TRUE(sent.pch_dir.empty());
+  EXPECT_EQ(sent.nvrtc_flags(), job.flags);
+}
 
 // Two folders, one template text, each its own config.h (1111, 2222): the second compile must not reuse
 // the first one's precompiled header, which holds 1111 under the name config.h (NVRTC compares include

@@ -269,6 +269,18 @@ TEST(StoreChainDisk, ModeOffIsAMissInEveryDiskLevel) {
   EXPECT_EQ(c.remote->gets, 1);
 }
 
+// The disk's per-key lock of a declined key is let go: a second produce of the key (here, in the same
+// process) takes it at once.
+TEST(StoreChainDisk, ADeclinedKeyIsNotLeftLocked) {
+  DiskChain c;
+  const Entry e = make_entry("chain-disk-declined");
+  EXPECT_FALSE(c.chain.get_or_try_produce(e.key, "sm_90", [] { return std::optional<Entry>(); }));
+  EXPECT_FALSE(c.disk->get(e.key, "sm_90"));
+  StoreChain::Hit hit = c.chain.get_or_produce(e.key, "sm_90", [&] { return e; });
+  EXPECT_TRUE(hit.produced);
+  EXPECT_TRUE(c.disk->get(e.key, "sm_90"));
+}
+
 TEST(ReadOnlyLayer, IsNeverWrittenAndNamesItsLayer) {
   TempDir layer;
   ReadOnlyLayer l(layer.path(), CacheMode::ReadWrite);
@@ -322,7 +334,7 @@ class LeasingStore : public MapStore, public CompileLeases {
   void release_lease(const CacheKey&, const std::string&, const std::string& token) override {
     released += token == "mine";
   }
-  void mark_unpublished(const CacheKey&, const std::string&) override {}
+  void mark_unpublished(const CacheKey&, const std::string&) override { ++unpublished; }
   std::optional<Watch> watch(const CacheKey&, const std::string&) override {
     if (other_entry) seed(*other_entry);  // the other process finished
     Watch w;
@@ -335,7 +347,7 @@ class LeasingStore : public MapStore, public CompileLeases {
 
   bool held_by_other = false;
   std::optional<Entry> other_entry;
-  int tries = 0, released = 0;
+  int tries = 0, released = 0, unpublished = 0;
 };
 
 struct Chain3 {
@@ -409,6 +421,33 @@ TEST(StoreChain, AProducerThatAnswersAnotherKeyIsAnErrorAndNothingIsKept) {
   EXPECT_THROW(c.chain.get_or_produce(e.key, "sm_90", [&] { return other; }), kjit::Error);
   EXPECT_EQ(c.disk->puts, 0);
   EXPECT_EQ(c.remote->released, 1) << "the lease is let go";
+}
+
+// A producer that made something of another key (the engine's compile that learned a header) declines:
+// nothing is kept under the key asked for, the lease goes as after a failed produce (the waiters are
+// told), and the key can be produced again at once.
+TEST(StoreChain, AProducerThatDeclinesKeepsNothingAndLetsTheLeaseGo) {
+  Chain3 c;
+  const Entry e = make_entry("chain-declined");
+  int asked = 0;
+  EXPECT_FALSE(c.chain.get_or_try_produce(e.key, "sm_90", [&]() -> std::optional<Entry> {
+    ++asked;
+    return std::nullopt;
+  }));
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(c.disk->puts, 0);
+  EXPECT_EQ(c.remote->puts, 0);
+  EXPECT_EQ(c.remote->released, 1) << "the lease is let go";
+  EXPECT_EQ(c.remote->unpublished, 1) << "the deployment's waiters stop waiting";
+  EXPECT_FALSE(c.chain.get(e.key, "sm_90"));
+  auto hit = c.chain.get_or_try_produce(e.key, "sm_90", [&]() -> std::optional<Entry> { return e; });
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(hit->produced);
+  EXPECT_EQ(c.disk->puts, 1);
+  // Unshared (no lease): declined the same way.
+  EXPECT_FALSE(c.chain.get_or_try_produce(
+      make_entry("chain-declined-unshared").key, "sm_90", [] { return std::optional<Entry>(); }, /*share=*/false));
+  EXPECT_EQ(c.disk->puts, 1);
 }
 
 TEST(StoreChain, PrefetchAsksTheRemoteLevelOnceForWhatNoLocalLevelHas) {

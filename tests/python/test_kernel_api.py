@@ -90,6 +90,64 @@ def test_kernel_keywords_are_the_compile_option_fields():
         assert kjit.Template.builtin("add_constant").kernel("add_constant").options[f["name"]] == f["default"], f
 
 
+# The Python type a keyword of each kind has in the signature (what pybind11 writes for the C++ type the
+# value is converted to); a kind's keyword that takes None shows `| None` where the type has no None.
+KEYWORD_TYPES = {
+    "bool": {"bool"},
+    "int": {"typing.SupportsInt | typing.SupportsIndex | None"},
+    "enum": {"str", "str | None"},
+    "string": {"str", "str | None"},
+    "defines": {"object"},
+}
+
+
+def test_kernel_keywords_types_defaults_and_docs_come_from_the_table():
+    # Template.kernel()'s signature and documentation are made from the compile option table
+    # (python/src/core/option_keywords.hpp): one keyword per row, in its order, typed by its kind, its
+    # default the row's (None where None stands for it), and one documentation line from the row's help.
+    first, *doc = kjit.Template.kernel.__doc__.splitlines()
+    keyword_part = first.split("*, ", 1)[1].rsplit(") ->", 1)[0]
+    shown = re.findall(r"(\w+): ([^=,]+) = ('[^']*'|[^,]+)", keyword_part)
+    fields = kjit._core.compile_option_fields()
+    assert [name for name, _, _ in shown] == [f["name"] for f in fields]
+    t = kjit.Template.builtin("add_constant")
+    for (name, typ, default), f in zip(shown, fields):
+        assert typ in KEYWORD_TYPES[f["kind"]], (name, typ)
+        if default == "None":
+            assert t.kernel("add_constant", **{name: None}).options[name] == f["default"], name
+        else:
+            assert default == repr(f["default"]), name
+        assert any(line.startswith(f"{name}: {f['help']}") for line in doc), (name, doc)
+
+
+INCOMPATIBLE = r"(?s)^kernel\(\): incompatible function arguments\. .*Invoked with: <kjit"
+
+
+def test_kernel_keywords_convert_values_as_a_typed_signature_did():
+    # Each value goes through pybind11's caster of its kind's C++ type (bool, std::optional<int>,
+    # std::string), converting as a typed pybind11 signature does; what none takes, or a keyword no row
+    # has, is pybind11's TypeError of a call that fits no signature.
+    t = kjit.Template.builtin("add_constant")
+    assert t.kernel(name="add_constant").options == t.kernel("add_constant").options
+    assert t.kernel("add_constant", fast_math=None).options["fast_math"] is False
+    assert t.kernel("add_constant", fast_math=2).options["fast_math"] is True
+    assert t.kernel("add_constant", std=b"c++17").options["std"] == "c++17"
+    assert t.kernel("add_constant", defines=("A", "B=2")).options["defines"] == {"A": "1", "B": "2"}
+    for call in (
+        lambda: t.kernel("add_constant", fast_compile=None),
+        lambda: t.kernel("add_constant", max_registers=1.5),
+        lambda: t.kernel("add_constant", max_registers=2**40),
+        lambda: t.kernel("add_constant", fast_math="yes"),
+        lambda: t.kernel("add_constant", name="add_constant"),
+        lambda: t.kernel("add_constant", "c++17"),
+        lambda: t.kernel(),
+        # A value of the wrong type wins over defines of the wrong shape (read after the conversions).
+        lambda: t.kernel("add_constant", defines="X", fast_math="yes"),
+    ):
+        with pytest.raises(TypeError, match=INCOMPATIBLE):
+            call()
+
+
 def test_type_macros_say_which_16_bit_float_types_a_specialization_names():
     # KJIT_USES_HALF / KJIT_USES_BFLOAT16 let a template parse cuda_fp16.h / cuda_bf16.h (1.6 MB) only
     # when the specialization needs them; a wrong value fails the compile (#error), without a GPU.
@@ -345,6 +403,24 @@ def test_compile_only_add_constant(add, dtype):
     assert k.meta["name_expression"] == k.name_expression
     assert k.meta["target"] == "sm_90" and k.meta["output"] == "cubin"
     assert k.meta["template"] == "add_constant"
+    # One key per field of the entry's metadata block, as its JSON names them (entry_metadata_fields.hpp).
+    assert list(k.meta) == [
+        "template",
+        "template_digest",
+        "kernel",
+        "name_expression",
+        "lowered_name",
+        "options",
+        "target",
+        "requested_target",
+        "nvrtc_version",
+        "output",
+        "note",
+        "compile_ms",
+        "created",
+        "kjit_version",
+    ]
+    assert isinstance(k.meta["options"], list) and isinstance(k.meta["compile_ms"], float)
     kjit.reset_stats()
     again = add.specialize(T=dtype, VEC=2, arch="sm_90")
     assert again.origin == "memory" and again.key == k.key

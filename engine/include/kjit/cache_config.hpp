@@ -14,8 +14,11 @@ namespace kjit {
 cache::DiskCacheConfig disk_cache_config(const Settings& s);
 
 // The tuned-choice store of the same cache (KJIT_CACHE_DIR, KJIT_CACHE_PATH, KJIT_CACHE_MODE), its keys
-// scoped by choice_tag() (choices.hpp).
+// scoped by choice_tag(); Choices (choices.hpp) is its user.
 cache::ChoiceStoreConfig choice_store_config(const Settings& s);
+
+// The tag the choice store scopes keys by ("kjit <version> choices 1"): what `kjit warm` installs under.
+std::string choice_tag();
 
 // The longest a process waits for another machine's compile of a key before it compiles the key itself:
 // what one compile may take (KJIT_COMPILE_TIMEOUT) plus a lease (KJIT_REMOTE_CACHE_LEASE). 0 when no

@@ -77,7 +77,4 @@ class Choices {
   std::unordered_map<std::string, std::optional<std::string>> known_;  // key -> value, or a known miss
 };
 
-// The tag the choice store scopes keys by ("kjit <version> choices 1"): what `kjit warm` installs under.
-std::string choice_tag();
-
 }  // namespace kjit

@@ -2,9 +2,9 @@
 // names an option derives: validation, the canonical list hashed into keys and its NVRTC flags
 // (CompileOptions::validate, canonical, nvrtc_flags), the manifest's JSON (options_to_json,
 // options_from_json), the `kjit compile` flags and their help, the Python keywords of Template.kernel()
-// and KernelFamily.options, and the `kjit compile` command of a strict-mode miss (compile_command.hpp).
-// Adding an option: a member of CompileOptions and its row in compile_option_fields.cpp (and the keyword
-// of Template.kernel(), python/src, whose test compares the keywords with this table). Every row but
+// and KernelFamily.options (names, types, defaults and documentation: python/src/core/option_keywords.hpp),
+// and the `kjit compile` command of a strict-mode miss (compile_command.hpp).
+// Adding an option: a member of CompileOptions and its row in compile_option_fields.cpp. Every row but
 // the first ones is "omitted at its default" in the key and in manifest records, so that adding one
 // changes no key and no record id written before it. docs/compile-options.md has the table as text.
 #pragma once
@@ -38,6 +38,9 @@ struct CompileOptionField {
   // the first manifest). Every later field is written only when not at its default, so that the id of a
   // record written before it existed stays what it was.
   bool json_at_default = false;
+  // Python's keyword (Template.kernel) takes None for the default and shows None as its default, as std=
+  // has from the first release. Int and Defines keywords take None whatever this says (unset; no macros).
+  bool python_default_none = false;
   std::string cli;        // the `kjit compile` flag: "--max-registers"
   std::string cli_value;  // its value's name in --help ("N"); empty for a Bool
   std::string help;       // one line of --help, and of Template.kernel()'s documentation

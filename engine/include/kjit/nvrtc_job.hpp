@@ -13,15 +13,20 @@ struct NvrtcJob {
   std::string source;
   std::string program_name;
   std::vector<std::pair<std::string, std::string>> headers;  // include name -> bytes, given in memory
+  // The compile's own flags (options, macros, version flags): never the PCH's, which nvrtc_flags() adds.
   std::vector<std::string> flags;
   std::string name_expression;
   bool want_cubin = true;  // else PTX
   // NVRTC's automatic precompiled header (flags --pch --pch-dir=<this>): the one folder where NVRTC may
-  // write and read files, in this process only (run_nvrtc_without_files). Never sent to a compile child.
+  // write and read files, in this process only (run_nvrtc_without_files). Never sent to a compile child
+  // (encode() carries `flags`, which hold no PCH flag).
   std::string pch_dir;
 
-  // This job with NVRTC's automatic precompiled header in `dir` (pch_dir and its two flags); without
-  // it: pch_dir empty and no PCH flag. The one place those flags are written and removed.
+  // What NVRTC is handed: `flags`, then --pch --pch-dir=<pch_dir> when pch_dir is set. The one place the
+  // PCH flags are written, so that dropping the PCH is clearing pch_dir, never a search of the flags.
+  std::vector<std::string> nvrtc_flags() const;
+  // This job with NVRTC's automatic precompiled header in `dir` (an empty `dir`: without it), and
+  // without it (pch_dir empty: NVRTC gets no PCH flag).
   NvrtcJob with_pch(const std::string& dir) const;
   NvrtcJob without_pch() const;
 };

@@ -6,7 +6,10 @@
 #include <climits>
 #include <optional>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 
+#include "kjit/cache/entry_metadata_fields.hpp"
 #include "kjit/error.hpp"
 #include "device_context.hpp"
 #include "foreign.hpp"
@@ -199,22 +202,18 @@ py::object arg_value(const TemplateArg& a) {
   return py::none();
 }
 
+// The entry's metadata, one key per row of its field table (entry_metadata_fields.hpp), as the entry's
+// JSON names them.
 py::dict meta_dict(const cache::EntryMetadata& m) {
+  auto to_py = [](const auto& v) -> py::object {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, cache::OutputKind>)
+      return py::cast(cache::to_string(v));  // "cubin" / "ptx", as the JSON has it
+    else
+      return py::cast(v);
+  };
   py::dict d;
-  d["template"] = m.template_name;
-  d["template_digest"] = m.template_digest;
-  d["kernel"] = m.kernel;
-  d["name_expression"] = m.name_expression;
-  d["lowered_name"] = m.lowered_name;
-  d["options"] = m.options;
-  d["target"] = m.target;
-  d["requested_target"] = m.requested_target;
-  d["nvrtc_version"] = m.nvrtc_version;
-  d["output"] = cache::to_string(m.output);
-  d["note"] = m.note;
-  d["compile_ms"] = m.compile_ms;
-  d["created"] = m.created;
-  d["kjit_version"] = m.kjit_version;
+  for (const cache::EntryMetadataField& f : cache::entry_metadata_fields())
+    d[f.name.c_str()] = std::visit(to_py, f.get(m));
   return d;
 }
 

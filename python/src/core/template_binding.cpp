@@ -18,6 +18,7 @@
 #include "device_context.hpp"
 #include "foreign.hpp"
 #include "objects.hpp"
+#include "option_keywords.hpp"
 #include "torch_hooks.hpp"
 
 namespace kjit::python {
@@ -382,58 +383,18 @@ PyMethodDef specialize_def = {
     "arch: 'sm_90', 'sm_90a', 'compute_90', ...: compile only (no GPU needed); such a kernel cannot\n"
     "be launched."};
 
-std::map<std::string, std::string> read_defines(const py::object& defines) {
-  std::map<std::string, std::string> out;
-  if (defines.is_none()) return out;
-  auto value_text = [](py::handle v) -> std::string {
-    if (v.is_none()) return "1";  // defined, no value given: as a bare 'NAME' (nvcc's -DNAME)
-    if (PyBool_Check(v.ptr())) return v.ptr() == Py_True ? "1" : "0";
-    if (PyUnicode_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) return py::str(v);
-    throw TypeError("a define's value must be a str, int, float, bool or None, got " + describe_value(v.ptr()));
-  };
-  if (PyDict_Check(defines.ptr())) {
-    for (auto [k, v] : defines.cast<py::dict>()) {
-      if (!PyUnicode_Check(k.ptr())) throw TypeError("define names must be str, got " + describe_value(k.ptr()));
-      out[py::str(k)] = value_text(v);
-    }
-    return out;
-  }
-  if (PyUnicode_Check(defines.ptr()))
-    throw TypeError("defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got a str");
-  for (py::handle item : defines) {
-    if (!PyUnicode_Check(item.ptr()))
-      throw TypeError("defines must be a dict {name: value} or a list of 'NAME' / 'NAME=VALUE' strings, got an item " +
-                      describe_value(item.ptr()));
-    auto [name, value] = parse_define(py::str(item));
-    out[name] = value;
-  }
-  return out;
-}
-
-// Sets the option `name` (a keyword of Template.kernel(), the name of its field) through the field table.
-void set_option(CompileOptions& o, const char* name, OptionValue value) {
-  const CompileOptionField* f = find_compile_option_field(name);
-  if (!f) throw std::logic_error(std::string("Template.kernel() has a keyword with no compile option field: ") + name);
-  f->set(o, value);
-}
-
-// Template.kernel()'s keywords are the fields of the compile option table, by name (test_kernel_api.py compares them).
-PyFamily make_family(const PyTemplate& t, const std::string& name, const std::optional<std::string>& std_,
-                     bool fast_math, const py::object& defines, std::optional<int> max_registers, bool line_info,
-                     bool device_debug, bool minimal, const std::string& fast_compile, bool default_device) {
-  CompileOptions o;
-  if (std_) set_option(o, "std", *std_);
-  set_option(o, "fast_math", fast_math);
-  set_option(o, "defines", read_defines(defines));
-  set_option(o, "max_registers", max_registers);
-  set_option(o, "line_info", line_info);
-  set_option(o, "device_debug", device_debug);
-  set_option(o, "minimal", minimal);
-  set_option(o, "fast_compile", fast_compile);
-  set_option(o, "default_device", default_device);
+// A family of Template.kernel(): its compile options come from the keywords (option_keywords.hpp).
+PyFamily make_family(const PyTemplate& t, const std::string& name, const CompileOptions& o) {
   Engine& engine = Engine::global();
   auto family = std::make_shared<const KernelFamily>(engine, t.tmpl, name, o);
   return PyFamily{std::move(family)};
+}
+
+// The name of a bound class as pybind11's signatures write it: "kjit._core.Template".
+template <typename T>
+std::string class_name() {
+  const py::type t = py::type::of<T>();
+  return py::str(t.attr("__module__")).cast<std::string>() + "." + py::str(t.attr("__qualname__")).cast<std::string>();
 }
 
 py::list template_params(const KernelDecl& k) {
@@ -454,19 +415,6 @@ void clear_kernel_objects() {
 
 namespace {
 // CompileOptions as the keyword arguments of Template.kernel(): the same names, the same values.
-// One option value as Python has it: bool, int or None, str, {name: value}.
-py::object to_python(const OptionValue& v) {
-  struct Py {
-    py::object operator()(bool b) const { return py::bool_(b); }
-    py::object operator()(const std::optional<int>& i) const {
-      return i ? py::object(py::int_(*i)) : py::object(py::none());
-    }
-    py::object operator()(const std::string& s) const { return py::str(s); }
-    py::object operator()(const std::map<std::string, std::string>& m) const { return py::cast(m); }
-  };
-  return std::visit(Py{}, v);
-}
-
 py::dict options_dict(const CompileOptions& o) {
   py::dict d;
   for (const CompileOptionField& f : compile_option_fields()) d[f.name.c_str()] = to_python(f.get(o));
@@ -505,9 +453,10 @@ void bind_template(py::module_& m) {
   py::class_<PyFamily> family(m, "KernelFamily",
                               "One kernel of a template with fixed compile options; specialize() it to get a "
                               "kjit.Kernel.");
-  py::class_<PyTemplate>(m, "Template",
-                         "CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in "
-                         "template (Template.builtin). Every header it includes is resolved and hashed.")
+  py::class_<PyTemplate> tmpl(m, "Template",
+                              "CUDA C++ source of kernels: from a string, a file (Template.from_file) or a built-in "
+                              "template (Template.builtin). Every header it includes is resolved and hashed.");
+  tmpl
       // Loading reads headers, hashes them and parses the source (a large one takes a while): without the GIL,
       // so other Python threads run meanwhile. The arguments are C++ copies by then.
       .def(py::init([](std::string source, std::optional<std::string> name, std::vector<fs::path> include_dirs) {
@@ -555,26 +504,46 @@ void bind_template(py::module_& m) {
             return out;
           },
           "Include names of the resolved headers.")
-      .def_property_readonly("unresolved_includes", [](const PyTemplate& t) { return t.tmpl->unresolved_includes(); })
-      .def("kernel", &make_family, py::arg("name"), py::kw_only(), py::arg("std") = py::none(),
-           py::arg("fast_math") = false, py::arg("defines") = py::none(), py::arg("max_registers") = py::none(),
-           py::arg("line_info") = false, py::arg("device_debug") = false, py::arg("minimal") = false,
-           py::arg("fast_compile") = "off", py::arg("default_device") = false,
-           "The kernel `name` with these compile options, to specialize. std: 'c++17' or 'c++20' (default); "
-           "defines: {name: value} or ['NAME', 'NAME=VALUE']; minimal: NVRTC's lean front end (--minimal: no "
-           "textures or surfaces, no device-side CUDA runtime or launches, no runtime API types; 3-14 ms less "
-           "per compile, the same binary for a kernel that uses none of them); fast_compile: NVRTC's "
-           "--Ofast-compile level, 'off' (default), 'min', 'mid' or 'max' (a faster compile of a slower binary: "
-           "mid compiled kjit's row kernels 20-30% faster and ran them 2.2-14x slower (elementwise kernels 1.5-2.5x) "
-           "on an H200); "
-           "default_device: NVRTC's -default-device (a function with no __host__/__device__ is a __device__ one: "
-           "CuTe and CUTLASS headers need it).")
-      .def("__repr__", [](const PyTemplate& t) {
-        std::string ks;
-        for (const auto& k : t.tmpl->kernels()) ks += (ks.empty() ? "" : ", ") + k.name;
-        return "<kjit.Template '" + t.tmpl->name() + "' kernels=[" + ks + "] digest=" + t.tmpl->digest().substr(0, 12) +
-               ">";
-      });
+      .def_property_readonly("unresolved_includes", [](const PyTemplate& t) { return t.tmpl->unresolved_includes(); });
+  {
+    // Template.kernel(name, *, <one keyword per compile option>): its keywords are read from **kwargs
+    // (option_keywords.hpp), so the signature pybind11 would write (the first line of the docstring, which
+    // help() and the stubs read) is written here, from the field table.
+    const std::string signature = "(self: " + class_name<PyTemplate>() + ", name: str, *, " +
+                                  option_keywords_signature() + ") -> " + class_name<PyFamily>();
+    const std::string doc = "kernel" + signature +
+                            "\n\nThe kernel `name` with these compile options, to specialize (kjit._core."
+                            "compile_option_fields() lists them):\n" +
+                            option_keywords_doc() + "\n";
+    py::options no_signature;
+    no_signature.disable_function_signatures();
+    tmpl.def(
+        "kernel",
+        [signature](const PyTemplate& t, const py::args& args, const py::kwargs& kwargs) {
+          auto refuse = [&] {
+            // The object called (registered: the existing instance, not a copy), for the message.
+            incompatible_call("kernel", signature, py::cast(&t, py::return_value_policy::reference), args, kwargs);
+          };
+          // `name`: the one positional argument, or the keyword.
+          py::object name_arg;
+          if (args.size() == 1 && !kwargs.contains("name"))
+            name_arg = args[0];
+          else if (args.empty() && kwargs.contains("name"))
+            name_arg = kwargs["name"];
+          py::detail::make_caster<std::string> name;
+          if (!name_arg || !name.load(name_arg, true)) refuse();
+          const std::optional<CompileOptions> options = read_option_keywords(kwargs, "name");
+          if (!options) refuse();
+          return make_family(t, py::detail::cast_op<std::string>(std::move(name)), *options);
+        },
+        doc.c_str());
+  }
+  tmpl.def("__repr__", [](const PyTemplate& t) {
+    std::string ks;
+    for (const auto& k : t.tmpl->kernels()) ks += (ks.empty() ? "" : ", ") + k.name;
+    return "<kjit.Template '" + t.tmpl->name() + "' kernels=[" + ks + "] digest=" + t.tmpl->digest().substr(0, 12) +
+           ">";
+  });
 
   family.def_property_readonly("name", [](const PyFamily& f) { return f.family->decl().name; })
       .def_property_readonly("template", [](const PyFamily& f) { return PyTemplate{f.family->template_ptr()}; })

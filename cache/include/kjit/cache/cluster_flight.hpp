@@ -3,9 +3,9 @@
 // renewed while it compiles), produces the entry, stores it there and lets the lease go; the others wait
 // for the entry and take it.
 //  - A lease whose holder died expires, and a waiter takes it over.
-//  - A holder that publishes no entry (its produce() throws, or Redis refuses the entry) says so
-//    (mark_unpublished) and lets the lease go: the waiters then produce on their own at once, each
-//    getting its own error, rather than one after another.
+//  - A holder that publishes no entry (its produce() throws or declines, or Redis refuses the entry)
+//    says so (mark_unpublished) and lets the lease go: the waiters then produce on their own at once,
+//    each getting its own error, rather than one after another.
 //  - A waiter waits at most wait_limit_s, and not at all on a lease without an expiry (not kjit's).
 //  - When the remote tier does not answer, or is read-only, the entry is produced here, unshared: a
 //    remote tier never stops a process from compiling.
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "kjit/cache/entry.hpp"
@@ -31,5 +32,11 @@ struct FlightResult {
 // or a store that has none) the entry is produced here, unshared.
 FlightResult produce_once(Store& remote, const CacheKey& key, const std::string& target,
                           const std::function<Entry()>& produce);
+
+// produce_once for a producer that may decline once it ran (nullopt: what it made is not the entry of
+// `key`, StoreChain::get_or_try_produce). A decline under the lease is what a produce() that throws is:
+// nothing is published, the waiters are told so and the lease goes; the result is nullopt.
+std::optional<FlightResult> try_produce_once(Store& remote, const CacheKey& key, const std::string& target,
+                                             const std::function<std::optional<Entry>()>& produce);
 
 }  // namespace kjit::cache

@@ -84,6 +84,12 @@ class StoreChain {
   // the puts are emitted once the lock is let go (a log sink may block).
   Hit get_or_produce(const CacheKey& key, const std::string& target, const std::function<Entry()>& produce,
                      bool share = true) const;
+  // get_or_produce for a producer that may find, once it ran, that what it made is not the entry of
+  // `key` (a compile that learned a header: its template keys otherwise). It then answers nullopt, and
+  // so does this: nothing is put, every lock and lease is let go as after a produce that threw (the
+  // deployment's waiters produce on their own), and the caller asks again under the other key.
+  std::optional<Hit> get_or_try_produce(const CacheKey& key, const std::string& target,
+                                        const std::function<std::optional<Entry>()>& produce, bool share = true) const;
 
   // Start-up: the entries of `jobs` that no local level has, asked of the first remote level (marked
   // backfill) in one round trip, and put into the local writable levels. Throws kjit::Error when the
