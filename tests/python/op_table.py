@@ -76,7 +76,8 @@ class Factory:
 
     def u8(self, *shape):
         """An image of random bytes."""
-        return self._base(math.prod(shape), torch.uint8, lambda n: torch.randint(0, 256, (n,), generator=self.gen))
+        x = self._base(math.prod(shape), torch.uint8, lambda n: torch.randint(0, 256, (n,), generator=self.gen))
+        return x.view(shape)
 
 
 # Samples shared by the ops of one family.
@@ -94,6 +95,18 @@ SWIGLU_SAMPLES = lambda f: [  # noqa: E731
     ((f.t(7, 72, grad=True), f.t(80, 72, grad=True)), {}),
     ((f.t(2, 3, 24, grad=True), f.t(48, 24, grad=True)), {"residual": f.t(2, 3, 24)}),
 ]
+
+# Plan-only calls shared by the ops of one family.
+# Rows in registers; split over a cluster (sm_90+) or streamed; the longest the norms hold; streamed (softmax).
+LONG_ROWS = (4096, 50257, 131072, 262145)
+NORM_ROWS = LONG_ROWS[:3]  # the norms refuse rows past 131072 elements (issue 46 lifts that)
+ACTIVATION_PLANS = lambda f: [((f.t(33, 64).mT,), {}, {}), ((f.t(1 << 20),), {}, {})]  # noqa: E731
+REDUCE_PLANS = lambda f: [  # noqa: E731
+    ((f.t(64, 50257), -1, False), {}, {}),
+    ((f.t(4096, 4096), 0, False), {}, {}),
+    ((f.t(8, 4096, 33), 1, True), {}, {}),
+]
+LONG_ROW_PLANS = lambda f: [((f.t(64, d),), {}, {}) for d in LONG_ROWS]  # noqa: E731
 
 
 class Maker:
@@ -321,6 +334,10 @@ class OpSpec:
     # Factory for one dtype of `sample_dtypes` (CUDA tensors on a GPU, meta tensors for compile-only plans);
     # `grad=True` marks the tensors opcheck and the GPU tests take gradients of.
     samples: Callable = None  # Factory -> list[(args, kwargs)]
+    # Calls for the compile-only plans alone (meta tensors: any size is free), (args, kwargs, plan options):
+    # the sizes the planners branch on (LLM rows, rows past one block or one cluster, big images, large GEMMs,
+    # with {"candidates": True} every configuration tuning would time).
+    plans: Callable = None  # Factory -> list[(args, kwargs, options)]
 
     @property
     def names(self) -> list[str]:
@@ -335,6 +352,7 @@ OPS: dict[str, OpSpec] = {
         torch.relu,
         "x",
         samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+        plans=ACTIVATION_PLANS,
     ),
     "relu_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
@@ -348,6 +366,7 @@ OPS: dict[str, OpSpec] = {
         torch.sigmoid,
         "x",
         samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+        plans=ACTIVATION_PLANS,
     ),
     "sigmoid_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
@@ -361,6 +380,7 @@ OPS: dict[str, OpSpec] = {
         torch.tanh,
         "x",
         samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+        plans=ACTIVATION_PLANS,
     ),
     "tanh_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
@@ -374,6 +394,7 @@ OPS: dict[str, OpSpec] = {
         F.silu,
         "x",
         samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+        plans=ACTIVATION_PLANS,
     ),
     "silu_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
@@ -387,6 +408,7 @@ OPS: dict[str, OpSpec] = {
         lambda x, a: F.gelu(x, approximate=a),
         "x",
         samples=lambda f: [((f.t(5, 129, grad=True),), {}), ((f.t(4097),), {"approximate": "tanh"})],
+        plans=lambda f: [((f.t(33, 64).mT,), {"approximate": "tanh"}, {}), ((f.t(1 << 20),), {}, {})],
     ),
     "gelu_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2), "none"),
@@ -395,11 +417,13 @@ OPS: dict[str, OpSpec] = {
         first="grad",
         samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {"approximate": "tanh"}), ((f.t(1000), f.t(1000)), {})],
     ),
-    "sum": OpSpec(lambda m: (m.x(*X2), -1, True), torch.sum, "x", samples=REDUCE_SAMPLES),
-    "mean": OpSpec(lambda m: (m.x(*X2), -1, False), torch.mean, "x", samples=REDUCE_SAMPLES),
-    "amax": OpSpec(lambda m: (m.x(*X2), -1, True), torch.amax, "x", samples=REDUCE_SAMPLES),
-    "amin": OpSpec(lambda m: (m.x(*X2), -1, False), torch.amin, "x", samples=REDUCE_SAMPLES),
-    "softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES),
+    "sum": OpSpec(lambda m: (m.x(*X2), -1, True), torch.sum, "x", samples=REDUCE_SAMPLES, plans=REDUCE_PLANS),
+    "mean": OpSpec(lambda m: (m.x(*X2), -1, False), torch.mean, "x", samples=REDUCE_SAMPLES, plans=REDUCE_PLANS),
+    "amax": OpSpec(lambda m: (m.x(*X2), -1, True), torch.amax, "x", samples=REDUCE_SAMPLES, plans=REDUCE_PLANS),
+    "amin": OpSpec(lambda m: (m.x(*X2), -1, False), torch.amin, "x", samples=REDUCE_SAMPLES, plans=REDUCE_PLANS),
+    "softmax": OpSpec(
+        lambda m: (m.x(*X2), -1), torch.softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES, plans=LONG_ROW_PLANS
+    ),
     "softmax_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
         lambda g, y: A._softmax_backward_data(g, y, -1, y.dtype),
@@ -408,8 +432,11 @@ OPS: dict[str, OpSpec] = {
         special="nan",
         tol=3e-5,
         samples=lambda f: [((f.t(7, 1000), f.t(7, 1000)), {})],
+        plans=lambda f: [((f.t(64, 50257), f.t(64, 50257)), {}, {}), ((f.t(4, 262145), f.t(4, 262145)), {}, {})],
     ),
-    "log_softmax": OpSpec(lambda m: (m.x(*X2), -1), torch.log_softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES),
+    "log_softmax": OpSpec(
+        lambda m: (m.x(*X2), -1), torch.log_softmax, "x", tol=3e-5, samples=SOFTMAX_SAMPLES, plans=LONG_ROW_PLANS
+    ),
     "log_softmax_backward": OpSpec(
         lambda m: (m.x(*X2), m.x(*X2)),
         lambda g, y: A._log_softmax_backward_data(g, y, -1, y.dtype),
@@ -418,6 +445,7 @@ OPS: dict[str, OpSpec] = {
         special="nan",
         tol=3e-5,
         samples=lambda f: [((f.t(7, 1000), f.t(7, 1000)), {})],
+        plans=lambda f: [((f.t(64, 50257), f.t(64, 50257)), {}, {}), ((f.t(4, 262145), f.t(4, 262145)), {}, {})],
     ),
     "layer_norm": OpSpec(
         lambda m: (m.x(4, 8), m.w(8), m.w(8), 1e-5),
@@ -428,6 +456,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000, grad=True), f.t(1000, grad=True), f.t(1000, grad=True)), {}),
             ((f.t(5, 33, grad=True),), {"eps": 1e-3}),
         ],
+        plans=lambda f: [((f.t(64, d), f.t(d), f.t(d)), {}, {}) for d in NORM_ROWS] + [((f.t(64, 50257),), {}, {})],
     ),
     "layer_norm_backward": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
@@ -439,6 +468,10 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000), f.t(7, 1000), f.t(1000), True, 1e-5), {}),
             ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
         ],
+        plans=lambda f: [
+            ((f.t(64, 50257), f.t(64, 50257), f.t(50257), True, 1e-5), {}, {}),
+            ((f.t(16, 4096), f.t(16, 4096), f.t(4096), True, 1e-5), {}, {}),
+        ],
     ),
     "rms_norm": OpSpec(
         lambda m: (m.x(4, 8), m.w(8), 1e-6),
@@ -446,6 +479,7 @@ OPS: dict[str, OpSpec] = {
         "x, weight",
         tol=1e-4,
         samples=lambda f: [((f.t(7, 1000, grad=True), f.t(1000, grad=True)), {}), ((f.t(5, 33, grad=True),), {})],
+        plans=lambda f: [((f.t(64, d), f.t(d)), {}, {}) for d in NORM_ROWS] + [((f.t(64, 50257),), {}, {})],
     ),
     "rms_norm_backward": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
@@ -457,6 +491,10 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000), f.t(7, 1000), f.t(1000), False, 1e-5), {}),
             ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
         ],
+        plans=lambda f: [
+            ((f.t(64, 50257), f.t(64, 50257), f.t(50257), False, 1e-5), {}, {}),
+            ((f.t(16, 4096), f.t(16, 4096), f.t(4096), False, 1e-5), {}, {}),
+        ],
     ),
     "add_layer_norm": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5),
@@ -466,6 +504,10 @@ OPS: dict[str, OpSpec] = {
         samples=lambda f: [
             ((f.t(7, 1000, grad=True), f.t(7, 1000, grad=True), f.t(1000, grad=True), f.t(1000, grad=True)), {}),
             ((f.t(5, 33, grad=True), f.t(5, 33, offset=1)), {"eps": 1e-3}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 4096), f.t(64, 4096), f.t(4096), f.t(4096)), {}, {}),
+            ((f.t(8, 50257), f.t(8, 50257)), {}, {}),
         ],
     ),
     "add_layer_norm_backward": OpSpec(
@@ -479,6 +521,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000), f.t(7, 1000), f.t(7, 1000), f.t(1000), True, 1e-5), {}),
             ((f.t(5, 33), None, f.t(5, 33), None, False, 1e-5), {}),
         ],
+        plans=lambda f: [((f.t(64, 4096), f.t(64, 4096), f.t(64, 4096), f.t(4096), True, 1e-5), {}, {})],
     ),
     "add_rms_norm": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), 1e-6),
@@ -489,6 +532,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000, grad=True), f.t(7, 1000, grad=True), f.t(1000, grad=True)), {}),
             ((f.t(4097, grad=True), f.t(4097)), {}),
         ],
+        plans=lambda f: [((f.t(64, 4096), f.t(64, 4096), f.t(4096)), {}, {}), ((f.t(8, 50257), f.t(8, 50257)), {}, {})],
     ),
     "add_rms_norm_backward": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
@@ -501,6 +545,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 1000), f.t(7, 1000), f.t(7, 1000), f.t(1000), False, 1e-5), {}),
             ((f.t(5, 33), None, f.t(5, 33), None, False, 1e-5), {}),
         ],
+        plans=lambda f: [((f.t(64, 4096), f.t(64, 4096), f.t(64, 4096), f.t(4096), False, 1e-5), {}, {})],
     ),
     # The matrix ops: bfloat16 (float32 only as TF32, off by default); GEMM sums compared loosely.
     "linear": OpSpec(
@@ -518,6 +563,10 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=3e-2,
         samples=LINEAR_SAMPLES,
+        plans=lambda f: [
+            ((f.t(2048, 4096), f.t(11008, 4096), f.t(11008)), {"activation": "gelu"}, {"candidates": True}),
+            ((f.t(16, 4096), f.t(4096, 4096)), {"residual": f.t(16, 4096)}, {"candidates": True}),
+        ],
     ),
     "linear_aux": OpSpec(
         lambda m: (
@@ -534,6 +583,9 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=3e-2,
         samples=LINEAR_SAMPLES,
+        plans=lambda f: [
+            ((f.t(2048, 4096), f.t(4096, 4096), f.t(4096)), {"activation": "silu", "residual": f.t(2048, 4096)}, {})
+        ],
     ),
     "linear_backward": OpSpec(
         lambda m: (
@@ -554,6 +606,9 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 40), f.t(7, 72), f.t(40, 72), f.t(7, 40), "silu", 2.0, True), {}),
             ((f.t(3, 24), f.t(3, 20), f.t(24, 20), None, None, 1.0, False), {}),
         ],
+        plans=lambda f: [
+            ((f.t(2048, 4096), f.t(2048, 4096), f.t(4096, 4096), f.t(2048, 4096), "gelu", 1.0, True), {}, {})
+        ],
     ),
     "linear_swiglu": OpSpec(
         lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
@@ -563,6 +618,10 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=3e-2,
         samples=SWIGLU_SAMPLES,
+        plans=lambda f: [
+            ((f.t(2048, 4096), f.t(2 * 11008, 4096)), {}, {"candidates": True}),
+            ((f.t(8, 4096), f.t(2 * 11008, 4096)), {}, {}),
+        ],
     ),
     "linear_swiglu_aux": OpSpec(
         lambda m: (m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 6, dtype=BF16)),
@@ -572,6 +631,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=3e-2,
         samples=SWIGLU_SAMPLES,
+        plans=lambda f: [((f.t(2048, 4096), f.t(2 * 11008, 4096)), {}, {})],
     ),
     "linear_swiglu_backward": OpSpec(
         lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(12, 8, dtype=BF16), m.x(4, 12, dtype=BF16)),
@@ -581,6 +641,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=5e-2,
         samples=lambda f: [((f.t(7, 40), f.t(7, 72), f.t(80, 72), f.t(7, 80)), {})],
+        plans=lambda f: [((f.t(2048, 11008), f.t(2048, 4096), f.t(2 * 11008, 4096), f.t(2048, 2 * 11008)), {}, {})],
     ),
     "matmul": OpSpec(
         lambda m: (m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
@@ -594,6 +655,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 72, grad=True), f.t(72, 33, grad=True)), {}),
             ((f.t(2, 5, 16, grad=True), f.t(16, 24, grad=True)), {}),
         ],
+        plans=lambda f: [((f.t(2048, 4096), f.t(4096, 4096)), {}, {})],
     ),
     "matmul_backward": OpSpec(
         lambda m: (m.x(4, 6, dtype=BF16), m.x(4, 8, dtype=BF16), m.w(8, 6, dtype=BF16)),
@@ -604,6 +666,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=5e-2,
         samples=lambda f: [((f.t(7, 33), f.t(7, 72), f.t(72, 33)), {})],
+        plans=lambda f: [((f.t(2048, 4096), f.t(2048, 4096), f.t(4096, 4096)), {}, {})],
     ),
     "bmm": OpSpec(
         lambda m: (m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
@@ -614,6 +677,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=3e-2,
         samples=lambda f: [((f.t(3, 7, 72, grad=True), f.t(3, 72, 33, grad=True)), {})],
+        plans=lambda f: [((f.t(8, 512, 4096), f.t(8, 4096, 512)), {}, {})],
     ),
     "bmm_backward": OpSpec(
         lambda m: (m.x(2, 4, 6, dtype=BF16), m.x(2, 4, 8, dtype=BF16), m.x(2, 8, 6, dtype=BF16)),
@@ -627,6 +691,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=5e-2,
         samples=lambda f: [((f.t(3, 7, 33), f.t(3, 7, 72), f.t(3, 72, 33)), {})],
+        plans=lambda f: [((f.t(8, 512, 512), f.t(8, 512, 4096), f.t(8, 4096, 512)), {}, {})],
     ),
     "max_pool2d": OpSpec(
         lambda m: (m.x(*IMG), [2, 2], [2, 2], [0, 0]),
@@ -636,24 +701,35 @@ OPS: dict[str, OpSpec] = {
             ((f.t(2, 3, 9, 11, grad=True), [3, 3], [2, 2], [1, 1]), {}),
             ((f.t(3, 8, 8, grad=True), [2, 2]), {}),
         ],
+        plans=lambda f: [
+            ((f.t(32, 64, 56, 56), [3, 3], [2, 2], [1, 1]), {}, {}),
+            ((f.t(32, 64, 56, 56), [2, 2]), {}, {}),
+            ((f.t(8, 16, 57, 33), [3, 2], [1, 2], [1, 1]), {}, {}),
+        ],
     ),
     "max_pool2d_backward": OpSpec(
         lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [2, 2], [2, 2], [0, 0]),
         _pool_backward_ref(F.max_pool2d),
         "grad, x",
         samples=lambda f: [((f.t(2, 3, 5, 6), f.t(2, 3, 9, 11), [3, 3], [2, 2], [1, 1]), {})],
+        plans=lambda f: [((f.t(32, 64, 28, 28), f.t(32, 64, 56, 56), [3, 3], [2, 2], [1, 1]), {}, {})],
     ),
     "avg_pool2d": OpSpec(
         lambda m: (m.x(*IMG), [3, 3], [2, 2], [1, 1], False),
         lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c),
         "x",
         samples=lambda f: [((f.t(2, 3, 9, 11, grad=True), [3, 3], [2, 2], [1, 1], False), {})],
+        plans=lambda f: [
+            ((f.t(32, 64, 56, 56), [3, 3], [1, 1], [1, 1], True), {}, {}),
+            ((f.t(32, 64, 56, 56), [2, 2], [2, 2], [0, 0], True), {}, {}),
+        ],
     ),
     "avg_pool2d_backward": OpSpec(
         lambda m: (m.x(1, 2, 3, 3), m.x(*IMG), [3, 3], [2, 2], [1, 1], True),
         _pool_backward_ref(lambda x, k, s, p, c: F.avg_pool2d(x, k, s, p, False, c)),
         "grad, x",
         samples=lambda f: [((f.t(2, 3, 5, 6), f.t(2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True), {})],
+        plans=lambda f: [((f.t(32, 64, 28, 28), f.t(32, 64, 56, 56), [2, 2], [2, 2], [0, 0], True), {}, {})],
     ),
     # The sequence ops.
     "causal_conv1d": OpSpec(
@@ -663,6 +739,10 @@ OPS: dict[str, OpSpec] = {
         samples=lambda f: [
             ((f.t(2, 33, 257, grad=True), f.t(33, 4, grad=True), f.t(33, grad=True)), {}),
             ((f.t(3, 5, 64, grad=True), f.t(5, 3, grad=True), None, f.t(3, 5, 2, grad=True)), {"activation": "silu"}),
+        ],
+        plans=lambda f: [
+            ((f.t(4, 4096, 4096), f.t(4096, 4), f.t(4096)), {"activation": "silu"}, {}),
+            ((f.t(2, 64, 1001), f.t(64, 2)), {}, {}),
         ],
     ),
     "causal_conv1d_backward": OpSpec(
@@ -675,6 +755,9 @@ OPS: dict[str, OpSpec] = {
             ((f.t(2, 33, 257), None, f.t(2, 33, 257), f.t(33, 4), f.t(33), None, "silu"), {}),
             ((f.t(2, 5, 9), f.t(2, 5, 1), f.t(2, 5, 9), f.t(5, 2), None, f.t(2, 5, 1), None), {}),
         ],
+        plans=lambda f: [
+            ((f.t(4, 4096, 4096), None, f.t(4, 4096, 4096), f.t(4096, 3), f.t(4096), None, "silu"), {}, {})
+        ],
     ),
     "linear_scan": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.x(4)),
@@ -686,6 +769,7 @@ OPS: dict[str, OpSpec] = {
             ((f.decay(7, 1000, grad=True), f.t(7, 1000, grad=True)), {}),
             ((f.decay(7, 33, grad=True), f.t(7, 33, grad=True), f.t(7, dtype=torch.float32, grad=True)), {}),
         ],
+        plans=lambda f: [((f.decay(64, 4096), f.t(64, 4096)), {}, {})],
     ),
     "linear_scan_backward": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.x(4, 8), m.x(4), m.x(4)),
@@ -698,6 +782,7 @@ OPS: dict[str, OpSpec] = {
             ((f.t(7, 33), f.t(7, 33), f.t(7, 33), None, f.t(7, dtype=torch.float32)), {}),
             ((f.t(3, 1000), f.t(3, 1000), None, f.t(3, dtype=torch.float32), None), {}),
         ],
+        plans=lambda f: [((f.t(64, 4096), f.t(64, 4096), f.t(64, 4096), None, None), {}, {})],
     ),
     "add_constant": OpSpec(
         lambda m: (m.x(*X2), 2.5),
@@ -716,6 +801,7 @@ OPS: dict[str, OpSpec] = {
         special=None,
         tol=0,
         samples=lambda f: [((f.u8(2, 5, 7, 3),), {})],
+        plans=lambda f: [((f.u8(1080, 1920, 3),), {}, {})],
     ),
     "outer": OpSpec(
         lambda m: (m.x(2, 3), m.x(2, 4)),
@@ -751,6 +837,12 @@ OpSpec.sample_dtypes = property(lambda self: SAMPLE_DTYPES[self.allowed])
 def samples(name: str, device: str, dtype: torch.dtype, seed: int = 0) -> list[tuple[tuple, dict]]:
     """Op `name`'s samples of `dtype` on `device`."""
     return OPS[name].samples(Factory(device, dtype, seed))
+
+
+def plans(name: str, dtype: torch.dtype) -> list[tuple[tuple, dict, dict]]:
+    """Op `name`'s plan-only calls of `dtype` (meta tensors), with their plan options."""
+    spec = OPS[name]
+    return spec.plans(Factory("meta", dtype)) if spec.plans else []
 
 
 def _as_tuple(v):

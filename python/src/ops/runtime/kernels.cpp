@@ -57,6 +57,15 @@ std::shared_ptr<const SpecializedKernel> kernel_for(const KernelFamily& family, 
   if (auto hit = family.find(args, n, device)) return hit;
   if (device == kPlanDevice) {  // never in the table: compiled for the plan's target, and recorded
     PlanScope& plan = PlanScope::require();
+    if (!plan.compiles()) {  // named only: the kernel's metadata, no code
+      auto named = std::make_shared<SpecializedKernel>();
+      const Specialization s = family.specialization(args, n);
+      named->meta.kernel = s.kernel().name;
+      named->meta.name_expression = s.name_expression();
+      named->meta.target = plan.target().str();
+      plan.add({family.tmpl().name(), named, std::nullopt});
+      return named;
+    }
     Origin origin = Origin::Memory;
     std::shared_ptr<const SpecializedKernel> k;
     {

@@ -20,6 +20,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,8 @@ class PlanScope {
   // `sm_count`: the multiprocessors the planners assume (the H100 SXM's and H200's 132 by default).
   // `generic`: every specialized size is 0 (the variants that serve every size). `candidates`: where an op
   // picks among configurations (the GEMM's tiles), every candidate it would time under KJIT_TUNE=1.
-  PlanScope(const Target& target, int sm_count, bool generic, bool candidates);
+  // `compile`: false names the kernels without compiling them (what an op would launch, for its shapes).
+  PlanScope(const Target& target, int sm_count, bool generic, bool candidates, bool compile);
   ~PlanScope();
   PlanScope(const PlanScope&) = delete;
   PlanScope& operator=(const PlanScope&) = delete;
@@ -50,12 +52,13 @@ class PlanScope {
   int sm_count() const noexcept { return sm_count_; }
   bool generic() const noexcept { return generic_; }
   bool candidates() const noexcept { return candidates_; }
+  bool compiles() const noexcept { return compile_; }
 
   // What the ops asked for, in order (each compiled or found in the stores).
   struct Planned {
     std::string tmpl;  // the template's name (kernel_templates/<tmpl>.cuh, or an elementwise program's)
-    std::shared_ptr<const SpecializedKernel> kernel;
-    Origin origin;
+    std::shared_ptr<const SpecializedKernel> kernel;  // compile-only; only the metadata's names when not compiled
+    std::optional<Origin> origin;                     // none: not compiled
   };
   const std::vector<Planned>& planned() const noexcept { return planned_; }
   void add(Planned p) { planned_.push_back(std::move(p)); }
@@ -65,6 +68,7 @@ class PlanScope {
   int sm_count_;
   bool generic_;
   bool candidates_;
+  bool compile_;
   PlanScope* outer_;
   std::vector<Planned> planned_;
 };
@@ -79,7 +83,7 @@ inline int op_device(const at::TensorBase& t) noexcept {
   return t.is_meta() && PlanScope::current() ? kPlanDevice : t.device().index();
 }
 
-// kjit._C._plan_op(name, args, kwargs, *, arch, sm_count=132, generic=False, candidates=False)
+// kjit._C._plan_op(name, args, kwargs, *, arch, sm_count=132, generic=False, candidates=False, compile=True)
 //   -> (the op's result, as meta tensors; the kernels, a list of dicts).
 void bind_plan(pybind11::module_& m);
 

@@ -1,0 +1,161 @@
+"""The generic tests of the op library: each iterates the op table (op_table.py, one row per op), so a new op
+with a row gets them all.
+
+- The registry: the dispatcher's kjit:: operators, kjit.ops.__all__, the op table and docs/ops.md's table name
+  the same ops.
+- Meta against CUDA shapes (no GPU): for every sample and plan-only call, the op's CUDA function run as a plan
+  on meta tensors (python/src/ops/runtime/plan.hpp; naming its kernels, compiling none) gives outputs of the
+  shapes, dtypes and strides of its Meta kernel (what torch.compile and fake tensors see).
+- Compile (no GPU): for every op, dtype and target (sm_80, sm_90, sm_100), the kernels the op's own planners
+  pick for each sample compile, shape-specialized and generic: never a second list of them.
+- On a GPU: every sample against the PyTorch reference, and torch.library.opcheck (test_opcheck_gpu.py).
+The bad-input matrix (test_bad_input.py) generates its op rows from the same table.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+import kjit
+from kjit import ops
+from op_table import OPS, plans, samples
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+ARCHS = ("sm_80", "sm_90", "sm_100")
+ORIGINS = ("compiled", "disk", "memory")
+# The ops that are not rows: kjit::elementwise runs kjit.elementwise functions (tested with them).
+NOT_ROWS = {"elementwise"}
+
+
+def registered_ops() -> set[str]:
+    return {n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("kjit::")}
+
+
+def _id(name, dtype):
+    return f"{name}-{str(dtype).split('.')[-1]}"
+
+
+def _bound(name, args, kwargs):
+    """The call's arguments in schema order, defaults filled in (the references take them positionally)."""
+    sig = inspect.signature(getattr(ops, name))
+    b = sig.bind(*args, **kwargs)
+    b.apply_defaults()
+    return b.args
+
+
+def _plan(name, args, kwargs, arch, **options):
+    return kjit._C._plan_op(name, tuple(args), dict(kwargs), arch=arch, **options)
+
+
+def _flat(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+# ---- the registry ----------------------------------------------------------------------------------------
+
+
+def test_every_registered_op_has_a_row():
+    registered = registered_ops() - NOT_ROWS
+    assert set(OPS) == registered, (
+        f"rows without an op: {sorted(set(OPS) - registered)}; ops without a row in tests/python/op_table.py: "
+        f"{sorted(registered - set(OPS))}"
+    )
+    assert sorted(ops.__all__) == sorted(registered), "kjit.ops.__all__ must list every op KJIT_OP registered"
+    for name, spec in OPS.items():
+        assert spec.samples is not None and spec.samples, f"{name}: the row has no samples"
+
+
+def test_the_docs_table_lists_every_op():
+    """docs/ops.md's table of every op (its first column, `name(...)`) names exactly the registered ops."""
+    text = (ROOT / "docs" / "ops.md").read_text()
+    section = text.split("## Every op", 1)
+    assert len(section) == 2, "docs/ops.md has no '## Every op' section"
+    body = section[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z0-9_]+)\(", body, re.M)
+    assert len(documented) == len(set(documented)), "an op is listed twice"
+    assert set(documented) == registered_ops() - NOT_ROWS, (
+        f"missing from docs/ops.md: {sorted(registered_ops() - NOT_ROWS - set(documented))}; "
+        f"listed but not registered: {sorted(set(documented) - registered_ops())}"
+    )
+
+
+# ---- Meta against the CUDA function, and the kernels the planners pick --------------------------------------
+
+# Every (op, dtype) the ops take: the float ops four dtypes, the matrix ops three, rgb_to_gray uint8.
+PLAN_CASES = [(n, d) for n, spec in OPS.items() for d in spec.dtypes]
+
+
+@pytest.fixture
+def tf32():
+    """float32 matrix ops run as TF32 only where the user allows it, as cuBLAS does."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("name, dtype", PLAN_CASES, ids=[_id(*c) for c in PLAN_CASES])
+def test_the_cuda_function_shapes_its_outputs_as_the_meta_kernel_does(name, dtype, tf32):
+    registered = getattr(torch.ops.kjit, name).default
+    calls = [(a, k, {}) for a, k in samples(name, "meta", dtype)] + plans(name, dtype)
+    for args, kwargs, _ in calls:
+        result, _ = _plan(name, args, kwargs, "sm_90", compile=False)
+        expected = registered(*args, **kwargs)  # the Meta kernel (meta tensors dispatch there)
+        for got, want in zip(_flat(result), _flat(expected), strict=True):
+            assert (got.shape, got.dtype, got.stride()) == (want.shape, want.dtype, want.stride()), (name, args)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name, dtype", PLAN_CASES, ids=[_id(*c) for c in PLAN_CASES])
+def test_the_kernels_the_planners_pick_compile(name, dtype, arch, tf32):
+    """Each sample as the op plans it on a GPU of `arch` (132 multiprocessors), its sizes specialized and
+    generic (the variants past KJIT_MAX_SPECIALIZATIONS distinct sizes), and the row's plan-only calls (the
+    sizes the planners branch on; the GEMM's every tuning candidate): every kernel compiles for it."""
+    jobs = [(a, k, {"generic": g}) for a, k in samples(name, "meta", dtype) for g in (False, True)]
+    jobs += plans(name, dtype)
+    with ThreadPoolExecutor(2) as pool:
+        planned = list(pool.map(lambda j: _plan(name, j[0], j[1], arch, **j[2])[1], jobs))
+    for (args, _, options), kernels in zip(jobs, planned):
+        assert kernels, f"{name}: the plan of {args} ({options}) compiled nothing"
+        for k in kernels:
+            assert k["origin"] in ORIGINS, k
+            assert k["target"] in (arch, arch + "a"), k  # sm_90a: the wgmma GEMM
+
+
+# ---- on a GPU: every sample against PyTorch -----------------------------------------------------------------
+
+
+def _tolerance(spec, dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        return max(spec.tol, 3e-2)
+    return spec.tol
+
+
+SAMPLE_CASES = [(n, d) for n, spec in OPS.items() for d in spec.sample_dtypes]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, dtype", SAMPLE_CASES, ids=[_id(*c) for c in SAMPLE_CASES])
+def test_samples_match_the_reference(name, dtype, tf32):
+    """kjit.ops.<name> on each sample against the row's PyTorch reference, computed in float32 for 16-bit
+    inputs (then rounded to the op's output dtype)."""
+    spec = OPS[name]
+    tol = _tolerance(spec, dtype)
+    for args, kwargs in samples(name, "cuda", dtype, seed=1):
+        with torch.no_grad():
+            got = _flat(getattr(ops, name)(*args, **kwargs))
+            wide = [
+                a.float() if torch.is_tensor(a) and a.dtype in (torch.float16, torch.bfloat16) else a
+                for a in _bound(name, args, kwargs)
+            ]
+            want = _flat(spec.ref(*wide))
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (name, g.shape, w.shape)
+            torch.testing.assert_close(g, w.to(g.dtype), rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
