@@ -72,12 +72,14 @@ def test_every_registered_op_has_a_row():
 
 
 def test_the_docs_table_lists_every_op():
-    """docs/ops.md's table of every op (its first column, `name(...)`) names exactly the registered ops."""
+    """docs/ops.md's table of every op (`name(...)` in its first two columns) names exactly the registered ops."""
     text = (ROOT / "docs" / "ops.md").read_text()
     section = text.split("## Every op", 1)
     assert len(section) == 2, "docs/ops.md has no '## Every op' section"
     body = section[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([a-z0-9_]+)\(", body, re.M)
+    # An op is named `name(...)` in a row's first two cells (the op, its backward).
+    cells = [c for row in re.findall(r"^\|(.*)\|$", body, re.M) for c in row.split("|")[:2]]
+    documented = [n for c in cells for n in re.findall(r"`([a-z0-9_]+)\(", c)]
     assert len(documented) == len(set(documented)), "an op is listed twice"
     assert set(documented) == registered_ops() - NOT_ROWS, (
         f"missing from docs/ops.md: {sorted(registered_ops() - NOT_ROWS - set(documented))}; "
@@ -159,3 +161,33 @@ def test_samples_match_the_reference(name, dtype, tf32):
         for g, w in zip(got, want):
             assert g.shape == w.shape, (name, g.shape, w.shape)
             torch.testing.assert_close(g, w.to(g.dtype), rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
+
+
+# ---- the worked example of docs/adding-an-op.md ------------------------------------------------------------
+
+
+def test_the_worked_example_is_the_real_op():
+    """Every code block of docs/adding-an-op.md's worked example is, verbatim, in the file the text above it
+    names (the last `path` mentioned before the block), so the doc shows the files of a real op as they are."""
+    text = (ROOT / "docs" / "adding-an-op.md").read_text()
+    section = text.split("## Worked example", 1)[1].split("\n## ", 1)[0]
+    path, checked, block = None, 0, None
+    for line in section.splitlines():
+        if block is not None:
+            if line.rstrip() == "```":
+                assert path, "a block of the worked example with no file named before it"
+                code = "\n".join(block)
+                assert code in (ROOT / path).read_text(), f"docs/adding-an-op.md's block is not in {path}:\n{code}"
+                checked, block = checked + 1, None
+            else:
+                block.append(line)
+        elif line.startswith("```"):
+            block = []
+        else:
+            named = re.findall(r"`([\w./-]+\.(?:cuh|cpp|py|md))`", line)
+            if named:
+                path = named[-1]
+    assert checked >= 5, f"the worked example shows {checked} blocks"
+    # The files it names are the op's, and the op is a row of the table and of the docs.
+    assert "fused_update" in OPS and (ROOT / "kernel_templates" / "fused_update.cuh").is_file()
+    assert (ROOT / "python" / "src" / "ops" / "fused_update.cpp").is_file()

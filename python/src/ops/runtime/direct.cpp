@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 
@@ -273,6 +274,13 @@ void bind_direct_ops(py::module_& m) {
     if (!fn) throw py::error_already_set();
     ops.attr(e.name) = py::reinterpret_steal<py::object>(fn);
   }
+  // The registry of what KJIT_OP registered, sorted: kjit.ops.__all__ is this list.
+  std::vector<std::string> names;
+  for (const Entry& e : entries()) names.emplace_back(e.name);
+  std::sort(names.begin(), names.end());
+  py::list all;
+  for (const std::string& n : names) all.append(n);
+  ops.attr("__all__") = all;
 }
 
 }  // namespace kjit::ops
