@@ -441,7 +441,18 @@ void load_what_nvrtc_reads_once() {
     warm.program_name = "kjit_warm_up.cu";
     warm.name_expression = "kjit_warm_up";
     warm.want_cubin = false;
-    run_nvrtc(warm);
+    // On a thread of its own, joined under the gate: a thread that compiled runs NVRTC's thread-exit
+    // clean-up when it ends (see run_nvrtc_without_files), and this caller may end at any later time,
+    // holding nothing.
+    std::exception_ptr error;
+    std::thread([&] {
+      try {
+        run_nvrtc(warm);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }).join();
+    if (error) std::rethrow_exception(error);
   });
 }
 
