@@ -441,7 +441,18 @@ void load_what_nvrtc_reads_once() {
     warm.program_name = "kjit_warm_up.cu";
     warm.name_expression = "kjit_warm_up";
     warm.want_cubin = false;
-    run_nvrtc(warm);
+    // On a thread of its own, joined under the gate: a thread that compiled runs NVRTC's thread-exit
+    // clean-up when it ends (see run_nvrtc_without_files), and this caller may end at any later time,
+    // holding nothing.
+    std::exception_ptr error;
+    std::thread([&] {
+      try {
+        run_nvrtc(warm);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }).join();
+    if (error) std::rethrow_exception(error);
   });
 }
 
@@ -730,6 +741,13 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
   std::vector<sock_filter> plain = pch ? no_files_filter(false) : std::vector<sock_filter>{};
   NvrtcOutcome out;
   std::exception_ptr error;
+  // The fork gate is held from before the worker starts until it has been joined, not only around its
+  // NVRTC calls: a thread that compiled runs NVRTC's thread-exit clean-up when it ends (pthread key
+  // destructors that lock two of NVRTC's own mutexes), after run_nvrtc has returned. A fork made then
+  // handed the child those mutexes held by a thread it does not have, and the child's first compile waited
+  // on them forever (ForkSafety.AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles, 9 runs in
+  // 75 on a loaded machine). join() returns only once the worker has run them.
+  auto no_fork_until_joined = hold_off_forks();
   int stop[2] = {-1, -1};  // the worker's end of the compile wakes the supervisor
   if (pch && ::pipe2(stop, O_CLOEXEC) != 0) stop[0] = stop[1] = -1;
   std::mutex mu;
@@ -760,6 +778,9 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
         out.sandbox_note = note;
         return;
       }
+      // The worker's own hold too (it waits for nothing: this thread's caller holds the gate): a fork that
+      // NVRTC made on this thread would otherwise wait for that hold, which waits for this thread, until
+      // KJIT_COMPILE_TIMEOUT.
       auto no_fork_now = hold_off_forks();
       out = run_nvrtc(*run);
       out.sandbox_note = note;

@@ -3,7 +3,9 @@
 // NVRTC holds a lock of its own while it compiles. A fork() that another thread makes meanwhile hands the
 // child that lock, held by a thread the child does not have: the child's first compile then waits forever
 // (a DataLoader worker, a multiprocessing pool with the fork start method, os.fork()). So:
-//  - every in-process NVRTC call holds the gate shared (hold_off_forks);
+//  - every in-process NVRTC call holds the gate shared (hold_off_forks), and so does its caller from before
+//    the thread that compiles starts until it is joined: a thread that compiled runs NVRTC's thread-exit
+//    clean-up when it ends, which locks NVRTC's mutexes too;
 //  - kjit's own compile children are forked under the gate held exclusively (ForkGateExclusive);
 //  - every other fork(), by any thread or library, waits in a pthread_atfork handler (installed with the
 //    first hold) until the compiles in flight have ended, at most KJIT_COMPILE_TIMEOUT, and no compile

@@ -3,6 +3,9 @@
 // made while another thread of the process was inside one of them. Such a fork hands the compile child a
 // copy of NVRTC's internal state mid-call (a lock held, an initialization half done), and the child's own
 // compile can then wait forever. test_fork_safety reads the count back (kjit_test_forks_inside_nvrtc).
+// A thread that compiled is inside NVRTC once more when it ends: the real library's pthread key destructors
+// lock two of its mutexes then (seen in gdb: __nptl_deallocate_tsd -> libnvrtc -> pthread_mutex_lock, the
+// mutexes a hung fork child waited on). The stand-in has such a destructor too, counted the same way.
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <pthread.h>
@@ -20,6 +23,29 @@ std::atomic<int> overlapping{0};  // forks made while inside > 0
 std::mutex last_mu;
 std::string last_call;  // the call one of those threads was in (the last one seen)
 std::atomic<const char*> any_current{nullptr};
+std::atomic<int> forks_begun{0};  // every fork, counted by the prepare handler
+std::atomic<int> in_exit{0};      // threads inside the thread-exit clean-up right now
+pthread_key_t exit_key;           // set on each thread that compiled, as the real NVRTC does
+
+struct Inside {
+  explicit Inside(const char* name) {
+    inside.fetch_add(1);
+    any_current.store(name);
+  }
+  ~Inside() { inside.fetch_sub(1); }
+};
+
+// The stand-in's share of NVRTC's thread-exit clean-up. With KJIT_TEST_NVRTC_EXIT_WAITS_FOR_A_FORK set, it
+// waits (at most 2 s) for a fork to begin: a fork that does not wait for the clean-up lands inside it.
+void thread_exit_clean_up(void*) {
+  Inside in("NVRTC's thread-exit clean-up (a pthread key destructor of a thread that compiled)");
+  in_exit.fetch_add(1);
+  if (std::getenv("KJIT_TEST_NVRTC_EXIT_WAITS_FOR_A_FORK")) {
+    const int seen = forks_begun.load();
+    for (int ms = 0; ms < 2000 && forks_begun.load() == seen; ++ms) ::usleep(1000);
+  }
+  in_exit.fetch_sub(1);
+}
 
 void* real() {
   static void* handle = [] {
@@ -29,8 +55,10 @@ void* real() {
       std::fprintf(stderr, "nvrtc_fork_watch: cannot load KJIT_TEST_REAL_NVRTC (%s)\n", path ? path : "unset");
       std::abort();
     }
+    if (pthread_key_create(&exit_key, &thread_exit_clean_up) != 0) std::abort();
     pthread_atfork(
         [] {
+          forks_begun.fetch_add(1);
           if (inside.load() > 0) {
             overlapping.fetch_add(1);
             std::lock_guard<std::mutex> lock(last_mu);
@@ -53,14 +81,6 @@ Fn lookup(const char* name) {
   }
   return reinterpret_cast<Fn>(f);
 }
-
-struct Inside {
-  explicit Inside(const char* name) {
-    inside.fetch_add(1);
-    any_current.store(name);
-  }
-  ~Inside() { inside.fetch_sub(1); }
-};
 }  // namespace
 
 // Each forwarder: count the thread in, call the real entry point, count it out.
@@ -89,6 +109,7 @@ extern "C" nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int n, const char*
     (void)!::write(2, line.data(), line.size());
   }
   Inside in("nvrtcCompileProgram");
+  (void)pthread_setspecific(exit_key, &exit_key);  // any value but null: the destructor runs at thread exit
   return fn(prog, n, options);
 }
 KJIT_FORWARD(nvrtcResult, nvrtcGetPTXSize, (nvrtcProgram prog, size_t* size), (prog, size))
@@ -107,3 +128,6 @@ extern "C" int kjit_test_forks_inside_nvrtc(char* last, int size) {
   if (last && size > 0) std::snprintf(last, static_cast<std::size_t>(size), "%s", last_call.c_str());
   return overlapping.load();
 }
+
+// Threads inside the stand-in's thread-exit clean-up now.
+extern "C" int kjit_test_threads_in_nvrtc_exit() { return in_exit.load(); }
