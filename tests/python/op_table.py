@@ -176,13 +176,17 @@ def _rms_ref(x, w, eps):
 
 def _norm_backward_ref(rms):
     def ref(grad, x, w, has_bias, eps):
+        # No weight: dweight (and dbias) are empty tensors, as the op returns them.
         with torch.enable_grad():
             xr = x.detach().requires_grad_(True)
-            wr = w.detach().requires_grad_(True)
+            wr = w.detach().requires_grad_(True) if w is not None else None
             br = torch.zeros_like(w).requires_grad_(True) if has_bias else None
             y = _rms_ref(xr, wr, eps) if rms else F.layer_norm(xr, xr.shape[-1:], wr, br, eps)
-            grads = torch.autograd.grad(y, [xr, wr] + ([br] if has_bias else []), grad)
-        return grads[0], grads[1], grads[2] if has_bias else x.new_empty((0,))
+            wanted = [xr] + ([wr] if w is not None else []) + ([br] if has_bias else [])
+            grads = list(torch.autograd.grad(y, wanted, grad))
+        dx = grads.pop(0)
+        dw = grads.pop(0) if w is not None else x.new_empty((0,))
+        return dx, dw, grads.pop(0) if has_bias else x.new_empty((0,))
 
     return ref
 
@@ -228,9 +232,12 @@ def _linear_ref(x, w, b=None, act=None, scale=1.0, res=None):
 
 
 def _linear_backward_ref(grad, x, w, pre, act, scale, has_bias):
-    with torch.enable_grad():
-        z = pre.float().requires_grad_(True)
-        (dz,) = torch.autograd.grad(ACTIVATION_REFS[act](z), [z], grad.float())
+    if pre is None:  # no activation: nothing to differentiate through
+        dz = grad.float()
+    else:
+        with torch.enable_grad():
+            z = pre.float().requires_grad_(True)
+            (dz,) = torch.autograd.grad(ACTIVATION_REFS[act](z), [z], grad.float())
     db = dz.sum(0) if has_bias else x.new_empty((0,)).float()
     return (dz * scale @ w.float()).to(x.dtype), ((dz * scale).T @ x.float()).to(x.dtype), db.to(x.dtype)
 
