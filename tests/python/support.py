@@ -8,8 +8,11 @@ cache before the first `import kjit`, and test_torch_free.py runs where torch is
 - Processes: `run_python` (a Python child with some environment variables changed), `WAIT_FOR_GO` +
   `start_together` (workers that start at the same instant), `run_together` (start, wait, read their JSON).
 - Fresh kernels: `unique_source`, `unique_family`, `unique_kernel` (nothing compiled them before).
-- Errors: `error_of` (the message of the exception a call raises).
-- Tensors: `randn` (contiguous or misaligned CUDA tensors).
+- Errors: `error_of` (the message of the exception a call raises); `COMPLEX_HALF_IS_EXPERIMENTAL` (the mark
+  that filters torch's warning where a test makes a complex32 tensor on purpose).
+- Tensors: `randn` (contiguous or misaligned CUDA tensors), `misaligned_like`, `meta` (shapes only), `dname`.
+- Comparisons with PyTorch: `close` (in float64), `ulp`, the tolerances `rounding_tol`, `ew_tol`, `sum_tol`;
+  `ORIGINS` (where a kernel came from), `kernel_loads` (kernels loaded so far), `skip_unless_free_gpu_memory`.
 - The command line: `compile_add_constant` (`kjit compile` arguments of the built-in add_constant).
 """
 
@@ -166,6 +169,13 @@ def error_of(exc_type, fn):
     return str(e.value)
 
 
+# torch's warning when a test makes a complex32 tensor (to check that kjit refuses it): expected there, so
+# filtered there (never globally), not shown in the run's summary as if something were wrong.
+COMPLEX_HALF_IS_EXPERIMENTAL = pytest.mark.filterwarnings(
+    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
+)
+
+
 # ---- tensors ------------------------------------------------------------------------------------------
 
 
@@ -186,6 +196,104 @@ def randn(*shape, dtype=None, misaligned=False, scale=1.0):
     view = buf[1:].view(shape)
     assert n == 0 or view.data_ptr() % 16 != 0
     return view
+
+
+def misaligned_like(t):
+    """A copy of t living one element into a larger buffer (its data pointer is not 16-byte aligned)."""
+    import torch
+
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    assert view.data_ptr() % 16 != 0
+    return view
+
+
+def meta(*shape, dtype=None):
+    """An empty tensor on the meta device (a shape and a dtype, no data: what fake tensors and torch.compile
+    see), float32 unless `dtype` says otherwise."""
+    import torch
+
+    return torch.empty(shape, dtype=torch.float32 if dtype is None else dtype, device="meta")
+
+
+def dname(dtype) -> str:
+    """A dtype's short name (torch.bfloat16 -> "bfloat16"), as test ids show it."""
+    return str(dtype).split(".")[-1]
+
+
+# ---- comparisons with PyTorch -------------------------------------------------------------------------
+# References are computed by PyTorch in float64 from the same inputs and rounded once to the output dtype. The
+# kernels compute in float (half types) or in the dtype itself, so a result may differ from its reference by one
+# rounding of the output dtype (rtol = 2^-10 for float16, 2^-7 for bfloat16; `close` compares in float64, so the
+# tolerance arithmetic is exact), plus a small absolute term for the float arithmetic (cancellations;
+# accumulation over R elements: 1e-5 * sqrt(R)). Backward ops that read the forward's rounded output (sigmoid,
+# tanh, softmax, log_softmax) are checked against the formula evaluated in float64 on that same output; the
+# autograd wiring is then checked to give exactly the backward op's result.
+
+ORIGINS = ("compiled", "disk", "memory")  # where a loaded kernel came from (kjit.Kernel.origin)
+
+
+def ulp(dtype) -> float:
+    """One rounding of `dtype`: the largest relative spacing of its numbers."""
+    import torch
+
+    return {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float64: 2.0**-52}[dtype]
+
+
+def close(actual, expected, *, rtol, atol, equal_nan=False):
+    """assert_close after widening both to float64 (the tolerance arithmetic is then exact); the dtypes and
+    shapes must be equal."""
+    import torch
+
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def rounding_tol(dtype, *, f32, half_atol, f64):
+    """One rounding of the output dtype and an absolute term: float16 / bfloat16 an rtol of one ulp and
+    `half_atol`, float32 and float64 their (rtol, atol) pairs `f32` and `f64`."""
+    import torch
+
+    if dtype == torch.float32:
+        return dict(rtol=f32[0], atol=f32[1])
+    if dtype == torch.float64:
+        return dict(rtol=f64[0], atol=f64[1])
+    return dict(rtol=ulp(dtype), atol=half_atol)
+
+
+def ew_tol(dtype):
+    """Elementwise: one rounding of the output dtype, and float arithmetic's absolute error."""
+    return rounding_tol(dtype, f32=(1e-5, 1e-5), half_atol=1e-5, f64=(1e-10, 1e-12))
+
+
+def sum_tol(dtype, n):
+    """A sum of n O(1) terms accumulated in float (double for float64), rounded once to dtype."""
+    import torch
+
+    root = math.sqrt(max(n, 1))
+    if dtype == torch.float64:
+        return dict(rtol=1e-10, atol=1e-12 * root)
+    return dict(rtol=1e-5 if dtype == torch.float32 else ulp(dtype), atol=1e-5 * root)
+
+
+def kernel_loads() -> int:
+    """Kernels this process has loaded so far (compiled, or read from the disk cache)."""
+    import kjit
+
+    s = kjit.stats()
+    return s["compiles"] + s["disk_hits"]
+
+
+def skip_unless_free_gpu_memory(gib):
+    """Skips the running test unless the GPU has `gib` GiB free (once PyTorch's cached blocks are returned)."""
+    import torch
+
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    if free < gib * 2**30:
+        pytest.skip(f"needs {gib} GiB of free GPU memory, {free / 2**30:.1f} GiB free")
 
 
 # ---- the command line ---------------------------------------------------------------------------------

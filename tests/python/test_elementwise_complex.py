@@ -25,24 +25,15 @@ import torch
 
 import kjit
 from kjit import ops
-from support import error_of
+from support import COMPLEX_HALF_IS_EXPERIMENTAL, ORIGINS, error_of, meta
 
 DEV = "cuda"
-ORIGINS = ("compiled", "disk", "memory")
 COMPLEX = [torch.complex64, torch.complex128]
 SIZES = [1, 7, 1000, 4097]
 CPP_DTYPE_NAMES = re.compile(
     r"\b(Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble|ComplexHalf|Long|Int|Short|"
     r"Char|Byte|Bool|Float8_e4m3fn)\b"
 )
-# torch's warning on making the complex32 tensor a test checks kjit refuses: expected there, filtered there.
-COMPLEX_HALF_IS_EXPERIMENTAL = pytest.mark.filterwarnings(
-    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
-)
-
-
-def meta(*shape, dtype=torch.float32):
-    return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
 def z(*shape, dtype=torch.complex64, scale=1.0, offset=0, seed=0):
