@@ -407,48 +407,6 @@ def test_ops_are_the_registered_operators():
 # ---- Meta tensors: shapes and dtypes (what fake tensors / torch.compile see) ---------------------------------
 
 
-REDUCE_SHAPES = [(), (5,), (4, 7), (2, 3, 5), (2, 0, 3), (1, 1, 1, 6)]
-
-
-@pytest.mark.parametrize("shape", REDUCE_SHAPES, ids=lambda s: "x".join(map(str, s)) or "scalar")
-def test_meta_reduction_dim_and_keepdim_follow_torch(shape):
-    rank = max(len(shape), 1)
-    for dim in range(-rank, rank):
-        for keepdim in (False, True):
-            want = torch.sum(meta(*shape), dim, keepdim).shape
-            for name in ("sum", "mean", "amax", "amin"):
-                if name in ("amax", "amin") and shape and shape[dim] == 0 and math.prod(want):
-                    # as the CUDA implementation (and torch.amax): the extreme of nothing is an error
-                    with pytest.raises(kjit.ValueError, match=rf"kjit\.ops\.{name}: dim \d has size 0"):
-                        getattr(ops, name)(meta(*shape), dim, keepdim)
-                    continue
-                got = getattr(ops, name)(meta(*shape), dim, keepdim)
-                assert got.shape == want, (name, shape, dim, keepdim, got.shape, want)
-    # The defaults: the last dim, keepdim=False.
-    assert ops.sum(meta(*shape)).shape == torch.sum(meta(*shape), -1).shape
-
-
-@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
-def test_meta_reductions_keep_the_dtype(dtype):
-    for name in ("sum", "mean", "amax", "amin"):
-        assert getattr(ops, name)(meta(3, 4, dtype=dtype), 0).dtype == dtype
-
-
-def test_reduction_dim_out_of_range_is_a_value_error():
-    for name in ("sum", "mean", "amax", "amin"):
-        with pytest.raises(
-            ValueError,
-            match=rf"kjit\.ops\.{name}: dim 2 is out of range for a tensor of 2 dims "
-            r"\(allowed: -2 to 1\)",
-        ) as info:
-            getattr(ops, name)(meta(3, 4), 2)
-        assert isinstance(info.value, kjit.Error)
-        with pytest.raises(ValueError, match=r"dim -3 is out of range"):
-            getattr(ops, name)(meta(3, 4), -3, True)
-    with pytest.raises(ValueError, match=r"dim 1 is out of range for a tensor of 0 dims \(allowed: -1 to 0\)"):
-        ops.sum(meta(), 1)
-
-
 @pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
 def test_meta_softmax_and_norm_shapes(dtype):
     for shape in [(7,), (4, 1000), (2, 3, 50257), (0, 8), (4, 0)]:
