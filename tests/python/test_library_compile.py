@@ -32,44 +32,6 @@ def meta(*shape, dtype=torch.float32):
 
 # ---- the split-row kernels' declarations (the kernels the ops compile: ops/test_op_table.py) ----------------
 
-# The long-row kernels split over a thread-block cluster (softmax_split.cuh, norm_split.cuh): sm_90 and newer
-# only (__cluster_dims__ does not compile for sm_80).
-SOFTMAX_SPLIT = ("softmax_split", "softmax_split_forward", dict(T=torch.float32, TPR=256, CL=8, VEC=4, ITEMS=7))
-NORM_SPLIT = (
-    "norm_split",
-    "norm_split_forward",
-    dict(T=torch.float32, TPR=256, CL=8, VEC=4, ITEMS=7, RMS=False, HAS_W=True, HAS_B=True),
-)
-
-
-def _compile_template(arch, job, **extra):
-    tmpl, kernel, params = job
-    return (
-        kjit.Template.builtin(tmpl)
-        .kernel(kernel, **kjit._core.library_compile_options())
-        .specialize(arch=arch, **params, **extra)
-    )
-
-
-def test_split_row_kernels_are_declared_as_the_ops_pack_them():
-    # python/src/ops/softmax.cpp / norm.cpp pass (x, y, rows, d, chunk) and (x, w, b, y, rows, d, chunk, eps)
-    # with exact C++ types (launch_kernel), and the template arguments in this order.
-    sm = kjit.Template.builtin("softmax_split").kernel("softmax_split_forward")
-    nm = kjit.Template.builtin("norm_split").kernel("norm_split_forward")
-    assert [p[0] for p in sm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "LOG"]
-    assert [p[0] for p in nm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "RMS", "HAS_W", "HAS_B"]
-    k = _compile_template("sm_90", SOFTMAX_SPLIT, LOG=False)
-    assert [p[2] for p in k.params][2:] == ["long long", "int", "int"]
-    assert [p[1] for p in k.params][:2] == ["pointer"] * 2
-    k = _compile_template("sm_90", NORM_SPLIT)
-    assert [p[2] for p in k.params][4:] == ["long long", "int", "int", "double"]
-    assert [p[1] for p in k.params][:4] == ["pointer"] * 4
-
-
-def test_split_row_kernels_refuse_sm_80_with_nvrtcs_reason():
-    with pytest.raises(kjit.CompileError, match="__cluster_dims__"):
-        _compile_template("sm_80", SOFTMAX_SPLIT, LOG=False)
-
 
 def test_elementwise_every_strided_rank_and_index_type_compiles():
     f = kjit.elementwise("x * y + s", "x, y", "s", name="test_ranks")

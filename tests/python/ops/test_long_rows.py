@@ -1,25 +1,86 @@
-"""Long rows on a GPU: softmax, log_softmax, layer_norm and rms_norm forward for rows too long for one
-block's registers (kernel_templates/softmax_split.cuh and norm_split.cuh on sm_90 and newer: one row per
-thread-block cluster, 16-byte vectors whatever the row's alignment), against PyTorch in float64 on the same
-inputs; odd lengths (every row starts at another misalignment: the head / tail split), an offset-1 view,
--inf / NaN rows, layer_norm of large-mean rows, that the split kernels really run (torch.profiler), and the
-gradients through the unchanged backward. Rows beyond the split's capacity (8 x 512 x 32 elements) keep the
+"""Long rows: softmax, log_softmax, layer_norm and rms_norm for rows too long for one block's registers
+(kernel_templates/softmax_split.cuh and norm_split.cuh on sm_90 and newer: one row per thread-block cluster,
+16-byte vectors whatever the row's alignment). Rows beyond the split's capacity (8 x 512 x 32 elements) keep the
 streamed softmax; layer_norm refuses them as before.
 
-Tolerances as test_library_gpu.py's (one rounding of the output dtype plus float arithmetic).
+Without a GPU: the split kernels are declared as the ops pack their arguments, and refuse sm_80 (no clusters)
+with NVRTC's reason. On a GPU (the tests marked gpu): the forward against PyTorch in float64 on the same inputs;
+odd lengths (every row starts at another misalignment: the head / tail split), an offset-1 view, -inf / NaN
+rows, layer_norm of large-mean rows, that the split kernels really run (torch.profiler), and the gradients
+through the unchanged backward. Tolerances as ops/test_softmax.py's and ops/test_norms.py's.
 """
 
 import pytest
 import torch
 import torch.nn.functional as F
-from test_library_gpu import DEV, EPS_LN, EPS_RMS, dname, misaligned_like, randn, row_tol, softmax_tol
+from family_helpers import (
+    DEV,
+    EPS_LN,
+    EPS_RMS,
+    check_softmax_of_masked_rows,
+    masked_and_nan_rows,
+    norm_inputs,
+    row_tol,
+    softmax_tol,
+)
+from support import dname, misaligned_like, randn
 
+import kjit
 from kjit import ops
 
-pytestmark = pytest.mark.gpu
+
+# ---- the split kernels' declarations (the kernels the ops compile: ops/test_op_table.py) ---------------------
+
+
+# The long-row kernels split over a thread-block cluster (softmax_split.cuh, norm_split.cuh): sm_90 and newer
+# only (__cluster_dims__ does not compile for sm_80).
+SOFTMAX_SPLIT = ("softmax_split", "softmax_split_forward", dict(T=torch.float32, TPR=256, CL=8, VEC=4, ITEMS=7))
+
+
+NORM_SPLIT = (
+    "norm_split",
+    "norm_split_forward",
+    dict(T=torch.float32, TPR=256, CL=8, VEC=4, ITEMS=7, RMS=False, HAS_W=True, HAS_B=True),
+)
+
+
+def _compile_template(arch, job, **extra):
+    tmpl, kernel, params = job
+    return (
+        kjit.Template.builtin(tmpl)
+        .kernel(kernel, **kjit._core.library_compile_options())
+        .specialize(arch=arch, **params, **extra)
+    )
+
+
+def test_split_row_kernels_are_declared_as_the_ops_pack_them():
+    # python/src/ops/softmax.cpp / norm.cpp pass (x, y, rows, d, chunk) and (x, w, b, y, rows, d, chunk, eps)
+    # with exact C++ types (launch_kernel), and the template arguments in this order.
+    sm = kjit.Template.builtin("softmax_split").kernel("softmax_split_forward")
+    nm = kjit.Template.builtin("norm_split").kernel("norm_split_forward")
+    assert [p[0] for p in sm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "LOG"]
+    assert [p[0] for p in nm.params] == ["T", "TPR", "CL", "VEC", "ITEMS", "RMS", "HAS_W", "HAS_B"]
+    k = _compile_template("sm_90", SOFTMAX_SPLIT, LOG=False)
+    assert [p[2] for p in k.params][2:] == ["long long", "int", "int"]
+    assert [p[1] for p in k.params][:2] == ["pointer"] * 2
+    k = _compile_template("sm_90", NORM_SPLIT)
+    assert [p[2] for p in k.params][4:] == ["long long", "int", "int", "double"]
+    assert [p[1] for p in k.params][:4] == ["pointer"] * 4
+
+
+def test_split_row_kernels_refuse_sm_80_with_nvrtcs_reason():
+    with pytest.raises(kjit.CompileError, match="__cluster_dims__"):
+        _compile_template("sm_80", SOFTMAX_SPLIT, LOG=False)
+
+
+# ---- on a GPU: against PyTorch -----------------------------------------------------------------------------
+
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
 CAPACITY = 8 * 512 * 32  # the split kernels' longest row (and the one-block norm kernel's)
+
 
 # (dtype, d, rows), pairwise over d in {32769, 50257, 65537, 131072, 200003}, the three dtypes and
 # rows in {1, 3, 1335}: every d and dtype, each dtype with each row count.
@@ -51,14 +112,6 @@ def case_id(v):
     return dname(v) if isinstance(v, torch.dtype) else str(v)
 
 
-def norm_inputs(rows, d, dtype, *, misaligned=False):
-    x = randn(rows, d, dtype=dtype, misaligned=misaligned, scale=2.0)
-    x.add_(randn(rows, 1, dtype=dtype))  # a per-row offset (in place: keeps the alignment)
-    w = (1.0 + 0.5 * randn(d)).to(dtype)
-    b = (0.1 * randn(d)).to(dtype)
-    return x, w, b
-
-
 def check_softmax(x):
     for op, ref, log in ((ops.softmax, torch.softmax, False), (ops.log_softmax, torch.log_softmax, True)):
         y = op(x)
@@ -75,11 +128,13 @@ def check_norms(x, w, b, tol=None):
     torch.testing.assert_close(ops.rms_norm(x, w).double(), want.double(), **tol)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d, rows", CASES, ids=case_id)
 def test_long_rows_softmax(dtype, d, rows):
     check_softmax(randn(rows, d, dtype=dtype, scale=3.0))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d, rows", CASES, ids=case_id)
 def test_long_rows_norms(dtype, d, rows):
     x, w, b = norm_inputs(rows, d, dtype)
@@ -98,6 +153,7 @@ def test_long_rows_norms(dtype, d, rows):
         torch.testing.assert_close(ops.rms_norm(x).double(), want.double(), **row_tol(dtype))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=dname)
 def test_long_rows_misaligned_view(dtype):
     # x one element into its buffer: x and y are not 16 bytes apart, so the split reads one element at a
@@ -115,20 +171,14 @@ def test_long_rows_misaligned_view(dtype):
     check_softmax(x3)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("d", [50257, 200003], ids=["split", "streamed"])
 def test_long_rows_masked_and_nan_rows(d):
     # -inf (masked) entries, a row starting with -inf, a fully masked row, a NaN row, a row with one
     # finite element at its end (the tail): as torch.
-    x = randn(6, d, scale=3.0)
-    x[0, ::3] = float("-inf")
-    x[1, : d // 2] = float("-inf")
-    x[2, :] = float("-inf")
-    x[3, d // 2] = float("nan")
+    x = masked_and_nan_rows(6, d)
     x[4, :-1] = float("-inf")
-    for op, ref in ((ops.softmax, torch.softmax), (ops.log_softmax, torch.log_softmax)):
-        y, want = op(x), ref(x, -1)
-        assert torch.equal(torch.isnan(y), torch.isnan(want)), op
-        torch.testing.assert_close(y.nan_to_num(0.0, 0.0, 0.0), want.nan_to_num(0.0, 0.0, 0.0), rtol=1e-5, atol=1e-6)
+    check_softmax_of_masked_rows(x)
     # A NaN in the head (first element) and in the tail (last element) of a row.
     x = randn(2, d, scale=3.0)
     x[0, 0] = float("nan")
@@ -139,6 +189,7 @@ def test_long_rows_masked_and_nan_rows(d):
         assert torch.isnan(ops.layer_norm(x, w)).all() and torch.isnan(ops.rms_norm(x, w)).all()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d", [(F32, 50257), (BF16, 65537)], ids=case_id)
 def test_long_rows_layer_norm_of_a_large_mean(dtype, d):
     # x = 1000 + randn: the variance from (x - mean)^2, not E[x^2] - mean^2 (which would lose it all).
@@ -158,6 +209,7 @@ def kernel_names(fn):
 
 # torch.profiler.profile warns that it "clears events at the end of each cycle" (the events of the one cycle
 # this test records are all it reads): expected here, filtered here (":" cannot be written in the filter).
+@pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle:UserWarning")
 def test_long_rows_run_the_split_kernels():
     if not has_clusters():
@@ -173,6 +225,7 @@ def test_long_rows_run_the_split_kernels():
     assert "split" not in names and "softmax_forward" in names, names
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=dname)
 def test_long_rows_gradients_through_the_backward(dtype):
     # The forward splits; the backward ops are the one-block ones. Autograd gives the backward op's result
@@ -203,6 +256,7 @@ def test_long_rows_gradients_through_the_backward(dtype):
     torch.testing.assert_close(bg.grad.double(), b64.grad, **wtol)
 
 
+@pytest.mark.gpu
 def test_long_rows_gradcheck_float64():
     # Rows of 40001 float64 are split on sm_90 and newer (more than 32 elements per thread in one block;
     # the second row starts one element past a vector boundary: a head and a tail). gradcheck's fast mode
