@@ -12,7 +12,6 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import kjit
 from kjit import ops
@@ -367,97 +366,6 @@ def test_ops_are_the_registered_operators():
 
 
 # ---- Meta tensors: shapes and dtypes (what fake tensors / torch.compile see) ---------------------------------
-
-
-POOL_CONFIGS = [
-    # kernel_size, stride, padding
-    (2, 2, 0),
-    (3, 2, 1),
-    (3, 1, 1),
-    ((2, 3), (1, 2), (1, 1)),
-    ((3, 3), (), 0),  # stride defaults to the kernel size
-    (5, 3, 2),
-    (1, 1, 0),
-]
-
-
-@pytest.mark.parametrize(
-    "shape", [(2, 3, 17, 23), (3, 17, 23), (1, 1, 5, 5), (0, 3, 8, 8)], ids=lambda s: "x".join(map(str, s))
-)
-@pytest.mark.parametrize("config", POOL_CONFIGS, ids=lambda c: str(c).replace(" ", ""))
-def test_meta_pool_output_shapes_follow_torch(shape, config):
-    k, s, p = config
-    torch_stride = s if s != () else None
-    x = meta(*shape)
-    want = F.max_pool2d(x, k, torch_stride, p).shape
-    assert ops.max_pool2d(x, k, s, p).shape == want
-    for cip in (True, False):
-        assert ops.avg_pool2d(x, k, s, p, cip).shape == F.avg_pool2d(x, k, torch_stride, p, count_include_pad=cip).shape
-    g = meta(*want)
-    assert ops.max_pool2d_backward(g, x, k, s, p).shape == shape
-    assert ops.avg_pool2d_backward(g, x, k, s, p, False).shape == shape
-
-
-def test_meta_pool_defaults_and_dtypes():
-    x = meta(2, 3, 16, 16, dtype=torch.bfloat16)
-    y = ops.max_pool2d(x, 2)
-    assert y.shape == (2, 3, 8, 8) and y.dtype == torch.bfloat16
-    assert ops.avg_pool2d(x, [4, 4]).shape == (2, 3, 4, 4)
-    assert ops.avg_pool2d(x, 3, 1, 1).shape == (2, 3, 16, 16)
-
-
-@pytest.mark.parametrize(
-    "call, exc, message",
-    [
-        (
-            lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, 2, 2),
-            ValueError,
-            r"padding \(2, 2\) must be at most half the kernel size \(2, 2\)",
-        ),
-        (
-            lambda: ops.avg_pool2d(meta(1, 1, 8, 8), [3, 2], [1, 1], [1, 2]),
-            ValueError,
-            r"padding \(1, 2\) must be at most half the kernel size \(3, 2\)",
-        ),
-        (
-            lambda: ops.max_pool2d(meta(1, 1, 8, 8), [2, 2, 2]),
-            TypeError,
-            r"kernel_size must be an int or a pair of ints, got \[2, 2, 2\]",
-        ),
-        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 2, [1, 1, 1]), TypeError, r"stride must be an int or a pair of ints"),
-        (lambda: ops.max_pool2d(meta(1, 1, 8, 8), 0), ValueError, r"kernel_size and stride must be >= 1"),
-        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 0), ValueError, r"kernel_size and stride must be >= 1"),
-        (lambda: ops.avg_pool2d(meta(1, 1, 8, 8), 2, 2, -1), ValueError, r"padding >= 0"),
-        (
-            lambda: ops.max_pool2d(meta(1, 1, 2, 2), 3),
-            ValueError,
-            r"the input's spatial size \(2, 2\) is too small for kernel_size \(3, 3\)",
-        ),
-        (
-            lambda: ops.max_pool2d(meta(8, 8), 2),
-            ValueError,
-            r"x must be NCHW or CHW \(4 or 3 dims\), got shape \[8, 8\]",
-        ),
-        (lambda: ops.avg_pool2d(meta(1, 1, 1, 8, 8), 2), ValueError, r"x must be NCHW or CHW"),
-        (
-            lambda: ops.max_pool2d(meta(1, 1, 8, 8, dtype=torch.int32), 2),
-            TypeError,
-            r"x has dtype torch\.int32, which is not supported",
-        ),
-    ],
-)
-def test_pool_parameter_errors(call, exc, message):
-    with pytest.raises(exc, match=message) as info:
-        call()
-    assert isinstance(info.value, kjit.Error)
-
-
-def test_pool_kernel_size_of_the_wrong_type_is_rejected():
-    # A float does not match the schema's int[2]: the dispatcher rejects it before kjit sees it.
-    with pytest.raises((TypeError, RuntimeError), match="kernel_size"):
-        ops.max_pool2d(meta(1, 1, 8, 8), 2.0)
-    with pytest.raises((TypeError, RuntimeError)):
-        ops.avg_pool2d(meta(1, 1, 8, 8), "2")
 
 
 def test_fake_tensor_mode_shapes():
