@@ -86,7 +86,7 @@ if has memcheck; then
   # fails (tests/python/test_cuda_api_errors.py).
   (cd tests/python && PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
     --target-processes all $PY -m pytest -q -p no:cacheprovider -m "not big" -k "${MEMCHECK_K:-not compile and not cuda_graph}" \
-    ${MEMCHECK_FILES:-test_library_gpu.py test_library_sequence_gpu.py} > "$OUT/memcheck.log" 2>&1) || rc=1
+    ${MEMCHECK_FILES:-test_library_gpu.py ops/test_sequence.py} > "$OUT/memcheck.log" 2>&1) || rc=1
   grep -E "^(FAILED|ERROR)|ERROR SUMMARY|Invalid|Program hit" "$OUT/memcheck.log" | sort | uniq -c | head -20
   tail -n 3 "$OUT/memcheck.log"
 fi

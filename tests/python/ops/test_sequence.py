@@ -1,7 +1,11 @@
-"""The sequence ops on a GPU: causal_conv1d and linear_scan against PyTorch references computed in float64
-from the same inputs (F.conv1d with the padding and slicing of a causal conv; a Python loop over time for
-the scan), forward and backward, gradcheck in float64, decoding in chunks through the states, strided and
-misaligned inputs, odd lengths (scalar loads) and the vectorized paths.
+"""The sequence ops: causal_conv1d (a depthwise causal conv of width 2 to 4, optional SiLU, with initial and
+final states) and linear_scan (h[t] = a[t] * h[t-1] + b[t]), and their backward ops.
+
+Without a GPU: Meta shapes and dtypes, and argument errors. On a GPU (the tests marked gpu): against PyTorch
+references computed in float64 from the same inputs (F.conv1d with the padding and slicing of a causal conv; a
+Python loop over time for the scan), forward and backward, gradcheck in float64, decoding in chunks through
+the states, strided and misaligned inputs, odd lengths (scalar loads) and the vectorized paths, inf / NaN,
+the kernels named in the profile and no graph breaks.
 """
 
 import math
@@ -9,22 +13,104 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_library_gpu import DEV, DTYPES, ULP, close, dname, misaligned_like, sum_tol
+from family_helpers import DEV, DTYPES
+from op_table import FLOATING
+from support import close, dname, meta, misaligned_like, rounding_tol, sum_tol, ulp
 
 import kjit
 from kjit import ops
 
-pytestmark = pytest.mark.gpu
+
+# ---- Meta tensors: shapes, dtypes and argument errors -----------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_causal_conv1d_shapes(dtype):
+    for shape in [(2, 5, 17), (5, 17), (3, 4, 1), (0, 4, 9), (2, 4, 0)]:
+        x = meta(*shape, dtype=dtype)
+        d = shape[-2]
+        state = (*shape[:-1], 3)
+        for w in (meta(d, 4, dtype=dtype), meta(d, 1, 4, dtype=dtype)):
+            y, final = ops.causal_conv1d(x, w, meta(d, dtype=dtype), meta(*state, dtype=dtype), "silu")
+            assert (y.shape, final.shape) == (shape, state) and y.dtype == final.dtype == dtype
+            assert y.is_contiguous() and final.is_contiguous()
+            dx, dw, db, dinit = ops.causal_conv1d_backward(x, None, x, w, None, meta(*state, dtype=dtype), "silu")
+            assert (dx.shape, dw.shape, db.shape, dinit.shape) == (shape, w.shape, (0,), state)
+            assert dx.dtype == dw.dtype == dinit.dtype == dtype
+    # Width 2: a state of one step; the Mamba view [B, D, L] of a [L, B, D]-ordered buffer is accepted as it is.
+    y, final = ops.causal_conv1d(meta(8, 2, 6, dtype=dtype).permute(1, 2, 0), meta(6, 2, dtype=dtype))
+    assert (y.shape, final.shape) == ((2, 6, 8), (2, 6, 1)) and y.is_contiguous()
+
+
+def test_causal_conv1d_argument_errors():
+    x = meta(2, 4, 9)
+    with pytest.raises(
+        kjit.ValueError, match=r"^kjit\.ops\.causal_conv1d: the filter width must be 2, 3 or 4.*got 5.*conv1d"
+    ):
+        ops.causal_conv1d(x, meta(4, 5))
+    with pytest.raises(kjit.ValueError, match=r"weight must be \[channels, width\].*channels = 4.*got shape \[3, 4\]"):
+        ops.causal_conv1d(x, meta(3, 4))
+    with pytest.raises(
+        kjit.ValueError, match=r"x must be \[batch, channels, length\] or \[channels, length\], got shape \[9\]"
+    ):
+        ops.causal_conv1d(meta(9), meta(4, 4))
+    with pytest.raises(kjit.ValueError, match=r"initial_state has shape \[2, 4, 2\] but must have shape \[2, 4, 3\]"):
+        ops.causal_conv1d(x, meta(4, 4), None, meta(2, 4, 2))
+    with pytest.raises(kjit.ValueError, match=r"bias has shape \[3\] but must have shape \[4\]"):
+        ops.causal_conv1d(x, meta(4, 4), meta(3))
+    with pytest.raises(kjit.ValueError, match=r"activation must be None or 'silu', got 'gelu'"):
+        ops.causal_conv1d(x, meta(4, 4), activation="gelu")
+    with pytest.raises(kjit.TypeError, match=r"weight has dtype torch\.float64 but x has dtype torch\.float32"):
+        ops.causal_conv1d(x, meta(4, 4, dtype=torch.float64))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.causal_conv1d_backward: grad has shape \[2, 4, 8\]"):
+        ops.causal_conv1d_backward(meta(2, 4, 8), None, x, meta(4, 4), None, None, None)
+    with pytest.raises(kjit.ValueError, match=r"grad_final_state has shape \[2, 4\] but must have shape \[2, 4, 3\]"):
+        ops.causal_conv1d_backward(x, meta(2, 4), x, meta(4, 4), None, None, None)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
+def test_meta_linear_scan_shapes(dtype):
+    state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    for shape in [(7,), (3, 33), (2, 5, 17), (0, 8), (4, 0)]:
+        a, b = meta(*shape, dtype=dtype), meta(*shape, dtype=dtype)
+        for h0 in (None, meta(*shape[:-1], dtype=dtype), meta(*shape[:-1], dtype=torch.float32)):
+            h, last = ops.linear_scan(a, b, h0)
+            assert (h.shape, h.dtype, last.shape, last.dtype) == (shape, dtype, shape[:-1], state_dtype)
+            da, db, dh0 = ops.linear_scan_backward(a, h, a, None, h0)
+            assert (da.shape, db.shape) == (shape, shape) and da.dtype == db.dtype == dtype
+            assert dh0.shape == (shape[:-1] if h0 is not None else (0,))
+            if h0 is not None:
+                assert dh0.dtype == h0.dtype
+        assert ops.linear_scan_backward(a, a, None, meta(*shape[:-1]), None)[0].shape == shape
+    assert ops.linear_scan(meta(6, 4, dtype=dtype).t(), meta(6, 4, dtype=dtype).t())[0].is_contiguous()
+
+
+def test_linear_scan_argument_errors():
+    a = meta(3, 8)
+    with pytest.raises(
+        kjit.ValueError, match=r"^kjit\.ops\.linear_scan: b has shape \[3, 7\] but must have shape \[3, 8\]"
+    ):
+        ops.linear_scan(a, meta(3, 7))
+    with pytest.raises(kjit.TypeError, match=r"b has dtype torch\.float16 but a has dtype torch\.float32"):
+        ops.linear_scan(a, meta(3, 8, dtype=torch.float16))
+    with pytest.raises(
+        kjit.ValueError, match=r"h0 has shape \[8\] but must have shape \[3\] \(a's shape without its last"
+    ):
+        ops.linear_scan(a, a, meta(8))
+    with pytest.raises(kjit.ValueError, match=r"a must have at least one dim"):
+        ops.linear_scan(meta(), meta())
+    with pytest.raises(kjit.TypeError, match=r"a has dtype torch\.int32"):
+        ops.linear_scan(meta(3, 8, dtype=torch.int32), meta(3, 8, dtype=torch.int32))
+    with pytest.raises(kjit.ValueError, match=r"^kjit\.ops\.linear_scan_backward: grad_last has shape \[3, 8\]"):
+        ops.linear_scan_backward(a, a, None, a, None)
+
+
+# ---- on a GPU: causal_conv1d against PyTorch ---------------------------------------------------------------
 
 
 def out_tol(dtype):
     """One rounding of the output dtype, and float arithmetic's absolute error."""
-    if dtype == torch.float64:
-        return dict(rtol=1e-10, atol=1e-12)
-    return dict(rtol=1e-5 if dtype == torch.float32 else ULP[dtype], atol=1e-5 if dtype == torch.float32 else 1e-4)
-
-
-# ============================================== causal_conv1d ==============================================
+    return rounding_tol(dtype, f32=(1e-5, 1e-5), half_atol=1e-4, f64=(1e-10, 1e-12))
 
 
 def conv_ref(x, w, b, init, silu):
@@ -64,6 +150,7 @@ def conv_inputs(shape, W, bias, state, dtype, misaligned=False):
     return x, w, b, s
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-w{c[1]}")
 def test_causal_conv1d_forward_matches_conv1d(case, dtype):
@@ -75,6 +162,7 @@ def test_causal_conv1d_forward_matches_conv1d(case, dtype):
     assert torch.equal(final, f_ref.to(dtype))  # copies of inputs, exactly
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_causal_conv1d_layouts(dtype):
     B, D, L, W = 2, 48, 520, 4
@@ -93,6 +181,7 @@ def test_causal_conv1d_layouts(dtype):
         assert torch.equal(final, f_ref.to(dtype)) and y.is_contiguous()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)
 def test_causal_conv1d_decodes_in_chunks_through_its_state(dtype):
     B, D, L, W = 2, 16, 300, 4
@@ -105,6 +194,7 @@ def test_causal_conv1d_decodes_in_chunks_through_its_state(dtype):
     assert torch.equal(torch.cat(parts, -1), y) and torch.equal(state, final)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 @pytest.mark.parametrize("case", CONV_CASES[:6], ids=lambda c: "x".join(map(str, c[0])) + f"-w{c[1]}")
 def test_causal_conv1d_backward_matches_autograd(case, dtype):
@@ -134,6 +224,7 @@ def test_causal_conv1d_backward_matches_autograd(case, dtype):
         close(got[k], want[k].to(dtype), **sum_tol(dtype, W))
 
 
+@pytest.mark.gpu
 def test_causal_conv1d_gradient_of_one_output_alone_and_determinism():
     x, w, b, s = conv_inputs((3, 5, 67), 4, True, True, torch.float32)
     for t in (x, w, b, s):
@@ -154,6 +245,7 @@ def test_causal_conv1d_gradient_of_one_output_alone_and_determinism():
     assert all(torch.equal(p, q) for p, q in zip(g1, g2))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("W", [2, 4])
 def test_causal_conv1d_gradcheck(W):
     x = torch.randn(2, 3, 11, dtype=torch.float64, device=DEV, requires_grad=True)
@@ -165,6 +257,7 @@ def test_causal_conv1d_gradcheck(W):
     assert torch.autograd.gradcheck(lambda *t: ops.causal_conv1d(*t, None), (short, w, b, s))
 
 
+@pytest.mark.gpu
 def test_causal_conv1d_empty_and_registered_op():
     w = torch.randn(4, 3, device=DEV)
     y, final = ops.causal_conv1d(torch.randn(0, 4, 9, device=DEV), w)
@@ -178,7 +271,7 @@ def test_causal_conv1d_empty_and_registered_op():
     assert all(torch.equal(p, q) for p, q in zip(y1, y2))
 
 
-# =============================================== linear_scan ===============================================
+# ---- on a GPU: linear_scan against a float64 loop ------------------------------------------------------------
 
 
 def scan_ref(a, b, h0=None):
@@ -215,6 +308,7 @@ def scan_tol(dtype, L):
     return t
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES + [torch.float64], ids=dname)
 @pytest.mark.parametrize("rows, L", [(1, 1), (7, 2), (3, 31), (300, 32), (7, 33), (5, 257), (7, 4097), (2, 1000)])
 def test_linear_scan_matches_a_float64_loop(rows, L, dtype):
@@ -228,6 +322,7 @@ def test_linear_scan_matches_a_float64_loop(rows, L, dtype):
         close(last, last_ref.to(last.dtype), **scan_tol(torch.float32 if dtype != torch.float64 else dtype, L))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)
 def test_linear_scan_sign_changes_misaligned_and_batched_shapes(dtype):
     a, b = scan_inputs(9, 64, dtype, decay=False)
@@ -245,6 +340,7 @@ def test_linear_scan_sign_changes_misaligned_and_batched_shapes(dtype):
     close(h3.reshape(6, 1000), h_ref.to(dtype), **scan_tol(dtype, 1000))
 
 
+@pytest.mark.gpu
 def test_linear_scan_inf_and_nan_propagate_as_in_the_loop():
     a, b = scan_inputs(5, 300, torch.float32)
     b[0, 5] = math.inf
@@ -263,6 +359,7 @@ def test_linear_scan_inf_and_nan_propagate_as_in_the_loop():
     close(h[2, :7], h_ref[2, :7].float(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 # (8, 100): float32 chunks of 2 x 128 whose second slice lies past the end.
 @pytest.mark.parametrize("rows, L", [(3, 1), (7, 33), (8, 100), (5, 257), (2, 1000)])
@@ -279,10 +376,10 @@ def test_linear_scan_backward_matches_autograd_of_the_loop(rows, L, dtype):
     hr, lr = scan_ref(ar, br, h0r)
     want = torch.autograd.grad((hr, lr), (ar, br, h0r), (gh.double(), gl.double()), retain_graph=True)
     # db = g sums up to L decaying terms; da = g * h[t-1] (16-bit: h rounded to the dtype).
-    t = sum_tol(dtype, L) if dtype == torch.float32 else dict(rtol=4 * ULP[dtype], atol=1e-2)
+    t = sum_tol(dtype, L) if dtype == torch.float32 else dict(rtol=4 * ulp(dtype), atol=1e-2)
     close(got[1], want[1].to(dtype), **t)
     close(got[0], want[0].to(dtype), **t)
-    close(got[2], want[2].float(), **(t if dtype == torch.float32 else dict(rtol=4 * ULP[dtype], atol=1e-2)))
+    close(got[2], want[2].float(), **(t if dtype == torch.float32 else dict(rtol=4 * ulp(dtype), atol=1e-2)))
     # One output alone: h_last's gradient only, then h's only.
     ga = torch.autograd.grad(last.sum(), (a, b), retain_graph=True)
     wa = torch.autograd.grad(lr.sum(), (ar, br), retain_graph=True)
@@ -290,6 +387,7 @@ def test_linear_scan_backward_matches_autograd_of_the_loop(rows, L, dtype):
     close(ga[0], wa[0].to(dtype), **t)
 
 
+@pytest.mark.gpu
 def test_linear_scan_gradcheck():
     a = torch.empty(3, 37, dtype=torch.float64, device=DEV).uniform_(-1, 1).requires_grad_(True)
     b = torch.randn(3, 37, dtype=torch.float64, device=DEV, requires_grad=True)
@@ -298,6 +396,7 @@ def test_linear_scan_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b: ops.linear_scan(a, b)[0], (a, b))
 
 
+@pytest.mark.gpu
 def test_linear_scan_empty_and_zero_length():
     h0 = torch.randn(3, device=DEV)
     h, last = ops.linear_scan(torch.randn(3, 0, device=DEV), torch.randn(3, 0, device=DEV), h0)
@@ -306,8 +405,12 @@ def test_linear_scan_empty_and_zero_length():
     assert h.shape == (0, 5) and last.shape == (0,)
 
 
+# ---- on a GPU: both in one graph ----------------------------------------------------------------------------
+
+
 # torch.profiler.profile warns that it "clears events at the end of each cycle" (the events of the one cycle
 # this test records are all it reads): expected here, filtered here (":" cannot be written in the filter).
+@pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle:UserWarning")
 def test_kernels_named_in_the_profile_and_no_graph_breaks():
     a, b = scan_inputs(128, 512, torch.float32)
