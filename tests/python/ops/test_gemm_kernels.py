@@ -1,6 +1,7 @@
 """gemm.cuh's gemm_mma launched directly (kjit.Template.builtin("gemm")) against PyTorch: every configuration
 of the file comment, awkward M / N / K, N / K specialized and generic (0), batch 2, strided A / B, C / aux
-with odd row strides and misaligned pointers, every activation, bias, residual, aux, SwiGLU, TF32.
+with odd row strides and misaligned pointers, every activation, bias, residual, aux, SwiGLU, TF32. (The ops
+that plan these kernels, linear / matmul / bmm: ops/test_matmul.py.) Every test needs a GPU.
 
 References are computed in float64 from the same (rounded) inputs: the kernel accumulates in float and
 rounds once to the output dtype, so results may differ by one rounding of the output dtype (rtol) plus the
@@ -16,16 +17,21 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from family_helpers import DEV
+from support import ulp
 
 import kjit
 
 pytestmark = pytest.mark.gpu
 
-DEV = "cuda"
-ULP = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
 HALF_TYPES = [torch.float16, torch.bfloat16]
+
+
 ACTS = {0: lambda z: z, 1: F.relu, 2: F.gelu, 3: lambda z: F.gelu(z, approximate="tanh"), 4: F.silu}
+
+
 SMEM_LIMIT = 48 * 1024
+
 
 CONFIGS = {  # the file comment's, STAGES lowered to fit 48 KB where needed
     "large": dict(BM=128, BN=128, BK=32, WM=2, WN=2, WK=1, STAGES=3),
@@ -35,17 +41,22 @@ CONFIGS = {  # the file comment's, STAGES lowered to fit 48 KB where needed
     "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=3),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
 }
+
+
 SWIGLU_CONFIGS = {
     "swiglu_large": dict(BM=128, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=3),
     "swiglu_large_wn4": dict(BM=128, BN=128, BK=32, WM=2, WN=4, WK=1, STAGES=2),
     "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=2),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
 }
+
+
 TF32_CONFIGS = {
     "medium": dict(BM=64, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=3),
     "small": dict(BM=16, BN=64, BK=32, WM=1, WN=2, WK=4, STAGES=3),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
 }
+
 
 _FAMILY = None
 
@@ -185,7 +196,7 @@ def check_untouched(buffers):
 
 
 def close(actual, expected, dtype, k, what):
-    tol = ULP[dtype] if dtype != torch.float32 else 2.0**-10
+    tol = ulp(dtype) if dtype != torch.float32 else 2.0**-10
     atol = tol + 1e-5 * math.sqrt(k) if dtype != torch.float32 else 4e-3
     torch.testing.assert_close(
         actual.double(), expected.to(dtype).double(), rtol=2 * tol, atol=atol, msg=lambda m: f"{what}: {m}"
@@ -213,6 +224,7 @@ def test_gemm_shapes(name, dtype, n, k, specialize):
 
 
 # ---- epilogues: every activation with bias / residual / aux, batch 2 ----------------------------------------
+
 
 EPILOGUE_CASES = [
     (act, has_bias, has_res, aux)

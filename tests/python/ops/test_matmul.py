@@ -1,23 +1,20 @@
-"""The matrix ops on the GPU against PyTorch: kjit.ops.linear with every epilogue, linear_swiglu, matmul, bmm,
-their gradients, awkward sizes (M in 1, 7, 127, 4097; K not a multiple of the tile or of 8), views that are
-not contiguous or not aligned, CUDA graph capture, and the float32 refusal."""
+"""The matrix ops against PyTorch: kjit.ops.linear with every epilogue (bias, activation, scale, residual),
+linear_swiglu, matmul, bmm, their gradients, awkward sizes (M in 1, 7, 127, 4097; K not a multiple of the tile or
+of 8), views that are not contiguous or not aligned, CUDA graph capture, torch.compile, the float32 refusal
+(TF32 only where allowed), and a tuned choice kept, recorded, warmed and replayed. (gemm.cuh launched
+directly: ops/test_gemm_kernels.py.) Every test needs a GPU."""
 
 import pytest
 import torch
 import torch.nn.functional as F
+from op_table import ACTIVATION_REFS as ACTIVATIONS
+from support import run_python
 
 from kjit import ops
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16]
-ACTIVATIONS = {
-    None: lambda z: z,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-}
 
 
 def tol(dtype):
@@ -214,37 +211,22 @@ print("compiles:", kjit.stats()["compiles"], "sum:", float(y.float().sum()))
 """
 
 
+def _run_workload(script, cache_dir, **env):
+    """Runs the workload script with KJIT_CACHE_DIR=cache_dir, KJIT_TUNE=1 and KJIT_VERBOSE=1, and `env`."""
+    return run_python([str(script)], env={"KJIT_CACHE_DIR": cache_dir, "KJIT_TUNE": "1", "KJIT_VERBOSE": "1", **env})
+
+
 def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
     """KJIT_TUNE=1 times the candidates once and keeps the pick on disk; a new process reuses it without
     timing; KJIT_RECORD records it, `kjit warm` installs it, and a strict process replays it with no compile."""
-    from conftest import run_python
-
     major, minor = torch.cuda.get_device_capability()
     script = tmp_path / "workload.py"
     script.write_text(TUNE_WORKLOAD)
     manifest, cache_a, cache_b = tmp_path / "m.json", tmp_path / "cache-a", tmp_path / "cache-b"
-    tuned = run_python(
-        [str(script)],
-        env={
-            "KJIT_CACHE_DIR": cache_a,
-            "KJIT_TUNE": "1",
-            "KJIT_VERBOSE": "1",
-            "KJIT_RECORD": manifest,
-            "KJIT_CACHE_MODE": None,
-        },
-    )
+    tuned = _run_workload(script, cache_a, KJIT_RECORD=manifest, KJIT_CACHE_MODE=None)
     assert "tuned gemm|" in tuned.stderr, tuned
     assert '"choice"' in manifest.read_text()
-    again = run_python(
-        [str(script)],
-        env={
-            "KJIT_CACHE_DIR": cache_a,
-            "KJIT_TUNE": "1",
-            "KJIT_VERBOSE": "1",
-            "KJIT_RECORD": None,
-            "KJIT_CACHE_MODE": None,
-        },
-    )
+    again = _run_workload(script, cache_a, KJIT_RECORD=None, KJIT_CACHE_MODE=None)
     assert "tuned gemm|" not in again.stderr, again  # found on disk: no timing
     assert again.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
     warm = run_python(
@@ -252,15 +234,6 @@ def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
         env={"KJIT_CACHE_DIR": cache_b, "KJIT_CACHE_MODE": None},
     )
     assert "1 tuned choice installed" in warm.stdout and " 0 failed" in warm.stdout, warm
-    strict = run_python(
-        [str(script)],
-        env={
-            "KJIT_CACHE_DIR": cache_b,
-            "KJIT_CACHE_MODE": "strict",
-            "KJIT_TUNE": "1",
-            "KJIT_VERBOSE": "1",
-            "KJIT_RECORD": None,
-        },
-    )
+    strict = _run_workload(script, cache_b, KJIT_CACHE_MODE="strict", KJIT_RECORD=None)
     assert "compiles: 0" in strict.stdout and "tuned gemm|" not in strict.stderr, strict
     assert strict.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
