@@ -153,6 +153,18 @@ def test_without_a_gpu_one_calm_line_and_never_the_driver_error(demo):
         assert "error" not in text.lower(), text
 
 
+def test_demo_without_a_device_compiles_and_says_what_it_did_not_run(capsys):
+    # In this process, for another target than the module's run: kjit.demo.main itself, on sm_80.
+    if HAS_GPU:
+        pytest.skip("a CUDA device is present: the demo runs the scenarios")
+    from kjit import demo
+
+    assert demo.main(["--arch", "sm_80", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "no GPU here: compiled for sm_80 only (choose with --arch); run on a GPU machine to launch" in out
+    assert "NVIDIA driver" not in out  # torch's driver error is not the demo's message
+
+
 # A cache it could not use (issue 40): an unwritable home. As root, permission bits stop nothing, so the home
 # is a regular file there (the cache cannot be created under it); as a user (CI's nonroot run), a chmod 0555
 # folder, the reviewer's case.
