@@ -5,7 +5,7 @@ are checked numerically: a small float64 evaluator of the AST (below) evaluates 
 its derivative text, and the derivative must match a central finite difference. Every rule is compared
 with torch.autograd at the edge values (0, -0, +-1, +-inf, NaN, 1e-30, -2.5, ties), alone and under an
 inf or NaN gradient, by a float32 evaluation of the derivative text as the kernel computes it (issue 27,
-item 4; test_opcheck_gpu.py runs the same cases compiled on the GPU). Expressions of any length and depth
+item 4; test_elementwise.py runs the same cases compiled on the GPU). Expressions of any length and depth
 are parsed and differentiated under Python's default recursion limit (issue 27, item 10).
 """
 
@@ -482,7 +482,7 @@ def test_output_is_deterministic_across_processes():
 # The derivative text is evaluated as the backward kernel does (`static_cast<C>(kjit_grad * (derivative))`,
 # kjit_grad = 1, C = float): IEEE float32 arithmetic with C++'s types (a literal without `f` is a double, an
 # integer literal an int, `expf` computes in float, `pow(float, float)` too), through numpy. The reference is
-# PyTorch's autograd of the same function on float32 tensors (CPU here; on CUDA in test_opcheck_gpu.py). The
+# PyTorch's autograd of the same function on float32 tensors (CPU here; on CUDA in test_elementwise.py). The
 # rules are read from _derivative.py's own tables, so a rule added without a PyTorch counterpart fails here.
 
 try:
