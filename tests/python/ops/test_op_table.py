@@ -8,7 +8,7 @@ with a row gets them all.
   shapes, dtypes and strides of its Meta kernel (what torch.compile and fake tensors see).
 - Compile (no GPU): for every op, dtype and target (sm_80, sm_90, sm_100), the kernels the op's own planners
   pick for each sample compile, shape-specialized and generic: never a second list of them.
-- On a GPU: every sample against the PyTorch reference, and torch.library.opcheck (test_opcheck_gpu.py).
+- On a GPU: every sample against the PyTorch reference, and torch.library.opcheck (ops/test_opcheck.py).
 The bad-input matrix (test_bad_input.py) generates its op rows from the same table.
 """
 
