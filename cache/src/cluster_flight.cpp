@@ -121,7 +121,7 @@ std::optional<FlightResult> try_produce_once(Store& store, const CacheKey& key, 
         if (!w->lease) break;  // a refused value and nobody at work: compile it (and replace it)
       }
       if (w->unpublished) return made_here(produce());  // its compile failed, or Redis refused its entry
-      if (!w->lease) break;                           // its holder died: try for the lease again
+      if (!w->lease) break;                             // its holder died: try for the lease again
       if (!w->lease_expires || Clock::now() >= give_up) {
         log::warn_once("remote-wait:" + target + ":" + key.hex(),
                        "kjit " + store.describe() + ": " +

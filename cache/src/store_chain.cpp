@@ -80,8 +80,7 @@ std::optional<StoreChain::Hit> StoreChain::get_any(const std::vector<CacheKey>& 
 StoreChain::Hit StoreChain::get_or_produce(const CacheKey& key, const std::string& target,
                                            const std::function<Entry()>& produce, bool share) const {
   // A producer that never declines: there is always a hit.
-  return std::move(*get_or_try_produce(
-      key, target, [&]() -> std::optional<Entry> { return produce(); }, share));
+  return std::move(*get_or_try_produce(key, target, [&]() -> std::optional<Entry> { return produce(); }, share));
 }
 
 std::optional<StoreChain::Hit> StoreChain::get_or_try_produce(const CacheKey& key, const std::string& target,
