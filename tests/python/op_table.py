@@ -351,65 +351,39 @@ class OpSpec:
         return [n.strip() for n in self.tensors.split(",")]
 
 
+def _activation(ref):
+    """The row of an activation op (relu, sigmoid, tanh, silu): x in, x's shape out."""
+    return OpSpec(
+        lambda m: (m.x(*X2),),
+        ref,
+        "x",
+        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
+        plans=ACTIVATION_PLANS,
+    )
+
+
+def _activation_backward(ref):
+    """The row of an activation's backward op: (grad, the saved input or output)."""
+    return OpSpec(
+        lambda m: (m.x(*X2), m.x(*X2)),
+        ref,
+        "grad, saved",
+        first="grad",
+        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
+    )
+
+
 X2 = (4, 6)
 IMG = (1, 2, 6, 6)
 OPS: dict[str, OpSpec] = {
-    "relu": OpSpec(
-        lambda m: (m.x(*X2),),
-        torch.relu,
-        "x",
-        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
-        plans=ACTIVATION_PLANS,
-    ),
-    "relu_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        lambda g, y: A.threshold_backward(g, y, 0),
-        "grad, saved",
-        first="grad",
-        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
-    ),
-    "sigmoid": OpSpec(
-        lambda m: (m.x(*X2),),
-        torch.sigmoid,
-        "x",
-        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
-        plans=ACTIVATION_PLANS,
-    ),
-    "sigmoid_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        A.sigmoid_backward,
-        "grad, saved",
-        first="grad",
-        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
-    ),
-    "tanh": OpSpec(
-        lambda m: (m.x(*X2),),
-        torch.tanh,
-        "x",
-        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
-        plans=ACTIVATION_PLANS,
-    ),
-    "tanh_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        A.tanh_backward,
-        "grad, saved",
-        first="grad",
-        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
-    ),
-    "silu": OpSpec(
-        lambda m: (m.x(*X2),),
-        F.silu,
-        "x",
-        samples=lambda f: [((f.t(7, 33, grad=True),), {}), ((f.t(1000, offset=1),), {})],
-        plans=ACTIVATION_PLANS,
-    ),
-    "silu_backward": OpSpec(
-        lambda m: (m.x(*X2), m.x(*X2)),
-        A.silu_backward,
-        "grad, saved",
-        first="grad",
-        samples=lambda f: [((f.t(7, 33), f.t(7, 33)), {})],
-    ),
+    "relu": _activation(torch.relu),
+    "relu_backward": _activation_backward(lambda g, y: A.threshold_backward(g, y, 0)),
+    "sigmoid": _activation(torch.sigmoid),
+    "sigmoid_backward": _activation_backward(A.sigmoid_backward),
+    "tanh": _activation(torch.tanh),
+    "tanh_backward": _activation_backward(A.tanh_backward),
+    "silu": _activation(F.silu),
+    "silu_backward": _activation_backward(A.silu_backward),
     "gelu": OpSpec(
         lambda m: (m.x(*X2), "tanh"),
         lambda x, a: F.gelu(x, approximate=a),
