@@ -34,7 +34,9 @@ thread_local CompileAheadOnMiss* pending_ahead = nullptr;
 CompileAheadOnMiss::CompileAheadOnMiss(const at::Tensor& x, const void* predict, void (*call)(const void*)) noexcept
     : predict_(predict), outer_(pending_ahead) {
   pending_ahead = this;
-  if (plain_cuda_tensor(x) && x.numel() > 0 && !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python))
+  // A CUDA tensor: never a compile-only plan's meta tensor (plain_cuda_tensor takes those under a plan).
+  if (x.is_cuda() && plain_cuda_tensor(x) && x.numel() > 0 &&
+      !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python))
     call_ = call;
 }
 
