@@ -22,15 +22,7 @@
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::testing::cache_config;
-using kjit::testing::ChildGuard;
-using kjit::testing::files_named;
-using kjit::testing::lock_is_held;
-using kjit::testing::make_entry;
-using kjit::testing::read_file;
-using kjit::testing::same_entry;
-using kjit::testing::TempDir;
-using kjit::testing::wait_exit_code;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 

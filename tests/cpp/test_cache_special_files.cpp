@@ -22,13 +22,7 @@
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::cache::CacheMode;
-using kjit::testing::cache_config;
-using kjit::testing::ChildChecks;
-using kjit::testing::make_entry;
-using kjit::testing::read_file;
-using kjit::testing::TempDir;
-using kjit::testing::WarningCapture;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 
 namespace {

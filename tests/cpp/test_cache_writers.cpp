@@ -23,13 +23,7 @@
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::testing::cache_config;
-using kjit::testing::ChildGuard;
-using kjit::testing::files_named;
-using kjit::testing::make_entry;
-using kjit::testing::TempDir;
-using kjit::testing::WarningCapture;
-using kjit::testing::write_file;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 
 namespace {

@@ -26,9 +26,7 @@ using kjit::TemplateArg;
 using kjit::cache::Manifest;
 using kjit::cache::ManifestArg;
 using kjit::cache::ManifestRecord;
-using kjit::testing::read_file;
-using kjit::testing::TempDir;
-using kjit::testing::write_file;
+using namespace kjit::testing;
 
 kjit::Specialization add_constant(const std::string& dtype, int vec, kjit::CompileOptions o = {}) {
   return kjit::Specialization(

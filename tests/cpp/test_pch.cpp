@@ -23,18 +23,8 @@
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-using kjit::CompiledBinary;
-using kjit::Compiler;
-using kjit::DType;
-using kjit::PchMode;
-using kjit::Settings;
-using kjit::Specialization;
-using kjit::Target;
-using kjit::Template;
-using kjit::TemplateArg;
-using kjit::testing::ScopedEnv;
-using kjit::testing::TempDir;
-using kjit::testing::write_file;
+using namespace kjit;
+using namespace kjit::testing;
 
 namespace {
 

@@ -38,31 +38,9 @@
 #include "engine_support.hpp"
 #include "test_support.hpp"
 
-using kjit::CacheMode;
-using kjit::Engine;
-using kjit::Origin;
-using kjit::Settings;
-using kjit::Specialization;
-using kjit::Target;
-using kjit::cache::CacheKey;
-using kjit::cache::DiskCache;
-using kjit::cache::Entry;
-using kjit::cache::FileLock;
-using kjit::cache::UniqueFd;
-using kjit::testing::cache_config;
-using kjit::testing::ChildChecks;
-using kjit::testing::ChildGuard;
-using kjit::testing::file_mode;
-using kjit::testing::files_named;
-using kjit::testing::files_under;
-using kjit::testing::key_for;
-using kjit::testing::lock_is_held;
-using kjit::testing::make_entry;
-using kjit::testing::read_file;
-using kjit::testing::same_entry;
-using kjit::testing::TempDir;
-using kjit::testing::WarningCapture;
-using kjit::testing::write_file;
+using namespace kjit;
+using namespace kjit::cache;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 namespace layout = kjit::cache::layout;
 
@@ -72,7 +50,6 @@ inline void PrintTo(Origin o, std::ostream* os) { *os << to_string(o); }
 }  // namespace kjit
 using Clock = std::chrono::steady_clock;
 
-using kjit::testing::prepared_origin;
 namespace {
 
 constexpr const char* kTarget = "sm_90";

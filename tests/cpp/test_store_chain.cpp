@@ -18,15 +18,7 @@
 #include "test_support.hpp"
 
 using namespace kjit::cache;
-using kjit::cache::CacheMode;
-using kjit::testing::cache_config;
-using kjit::testing::make_entry;
-using kjit::testing::MapStore;
-using kjit::testing::read_file;
-using kjit::testing::same_entry;
-using kjit::testing::TempDir;
-using kjit::testing::WarningCapture;
-using kjit::testing::write_file;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 
 namespace {
