@@ -20,26 +20,15 @@
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "kjit/template.hpp"
+#include "header_index_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
+using namespace kjit::testing;
 using kjit::cache::HeaderIndex;
-using kjit::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kTag = "kjit test";
-
-class UseIndex {
- public:
-  explicit UseIndex(std::shared_ptr<HeaderIndex> index) { use_header_index(std::move(index)); }
-  ~UseIndex() { use_header_index(nullptr); }
-};
-
-std::shared_ptr<HeaderIndex> index_in(const fs::path& root) {
-  return std::make_shared<HeaderIndex>(root, true, kTag, std::chrono::nanoseconds(0));
-}
 
 Settings settings_for(const TempDir& dir) {
   return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_CACHE_MODE", "readwrite"}});
@@ -51,6 +40,13 @@ constexpr const char* kTemplate =
     "#define PICKED HEADER_OF(picked_by_macro.h)\n"
     "#include PICKED\n"
     "template <int N> __global__ void k(int* out) { out[0] = PICKED_VALUE + N; }\n";
+
+// Writes dir/src/k.cu (kTemplate) and the header only its macro names, and loads k.cu.
+std::shared_ptr<const Template> macro_template(const TempDir& dir) {
+  write_file(dir / "src" / "k.cu", kTemplate);
+  write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
+  return Template::from_file(dir / "src" / "k.cu");
+}
 
 Specialization spec_of(std::shared_ptr<const Template> t) {
   return Specialization(std::move(t), "k", {{"N", TemplateArg::integer(1)}});
@@ -91,12 +87,12 @@ TEST(LearnedIncludes, AreKeptPerScopeByTheContentOfTheIncludingFileAcrossIndexes
   EXPECT_EQ(index->learned(scope).at(sha).size(), 2u);
   EXPECT_EQ(index->learned(scope).at(other), std::vector<std::string>{"<cuda/std/type_traits"});
   // A damaged learned section makes the whole file an empty index (it only ever saves work).
-  kjit::testing::write_file(index->file(), "{\"format\":2,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + scope +
-                                               "\":{\"" + sha + "\":[\"no-quote\"]}}}");
+  write_file(index->file(), "{\"format\":2,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + scope + "\":{\"" +
+                                sha + "\":[\"no-quote\"]}}}");
   EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
   // A file of format 1 (directives by file only, unscoped): an empty index, replaced at the next save.
-  kjit::testing::write_file(
-      index->file(), "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"\\\"x.h\"]}}");
+  write_file(index->file(),
+             "{\"format\":1,\"tag\":\"kjit test\",\"files\":{},\"learned\":{\"" + sha + "\":[\"\\\"x.h\"]}}");
   EXPECT_TRUE(index_in(dir / "cache")->learned(scope).empty());
   EXPECT_TRUE(index_in(dir / "cache")->learned(sha).empty());
 }
@@ -145,15 +141,15 @@ TEST(LearnedIncludes, ProcessesSavingAtOnceLoseNoDirective) {
 TEST(LearnedIncludes, WhatOneTemplateLearnedNeverReKeysAnother) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
-  kjit::testing::write_file(dir / "src" / "common.h", "#include CHOSEN\n");
-  kjit::testing::write_file(dir / "src" / "chosen_a.h", "#define PICKED_VALUE 1\n");
-  kjit::testing::write_file(dir / "src" / "chosen_b.h", "#define PICKED_VALUE 2\n");
+  write_file(dir / "src" / "common.h", "#include CHOSEN\n");
+  write_file(dir / "src" / "chosen_a.h", "#define PICKED_VALUE 1\n");
+  write_file(dir / "src" / "chosen_b.h", "#define PICKED_VALUE 2\n");
   auto text = [](const char* header) {
     return std::string("#define CHOSEN \"") + header + "\"\n#include \"common.h\"\n" +
            "template <int N> __global__ void k(int* out) { out[0] = PICKED_VALUE + N; }\n";
   };
-  kjit::testing::write_file(dir / "src" / "a.cu", text("chosen_a.h"));
-  kjit::testing::write_file(dir / "src" / "b.cu", text("chosen_b.h"));
+  write_file(dir / "src" / "a.cu", text("chosen_a.h"));
+  write_file(dir / "src" / "b.cu", text("chosen_b.h"));
   Engine engine(settings_for(dir));
   const auto a = engine.prepare(spec_of(Template::from_file(dir / "src" / "a.cu")), Target::parse("sm_90"));
   const std::string a_digest = Template::from_file(dir / "src" / "a.cu")->digest();
@@ -178,10 +174,8 @@ TEST(LearnedIncludes, WhatOneTemplateLearnedNeverReKeysAnother) {
 TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByEveryLaterLoad) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
-  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
-  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
   Engine engine(settings_for(dir));
-  auto t = Template::from_file(dir / "src" / "k.cu");
+  auto t = macro_template(dir);
   EXPECT_FALSE(hands(*t, "picked_by_macro.h")) << "the scanner cannot name it: NVRTC has to ask";
   Origin first_origin;
   const auto first = engine.prepare(spec_of(t), Target::parse("sm_90"), &first_origin);
@@ -214,10 +208,8 @@ TEST(LearnedIncludes, AMacroComputedIncludeIsLearnedAtTheFirstCompileAndKeyedByE
 TEST(LearnedIncludes, TheLearningCompileIsKeptUnderTheGrownTemplatesKeyOnly) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
-  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
-  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
   Engine engine(settings_for(dir));
-  auto t = Template::from_file(dir / "src" / "k.cu");
+  auto t = macro_template(dir);
   const cache::CacheKey before = engine.key_for(spec_of(t), Compiler::plan(Target::parse("sm_90")));
   Origin origin;
   const auto first = engine.prepare(spec_of(t), Target::parse("sm_90"), &origin);
@@ -232,13 +224,10 @@ TEST(LearnedIncludes, TheLearningCompileIsKeptUnderTheGrownTemplatesKeyOnly) {
 TEST(LearnedIncludes, EditingAHeaderReachedOnlyThroughAMacroChangesTheKey) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
-  kjit::testing::write_file(dir / "src" / "k.cu", kTemplate);
-  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 1\n");
   Engine engine(settings_for(dir));
   Origin before_origin;
-  const auto before =
-      engine.prepare(spec_of(Template::from_file(dir / "src" / "k.cu")), Target::parse("sm_90"), &before_origin);
-  kjit::testing::write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 2\n");
+  const auto before = engine.prepare(spec_of(macro_template(dir)), Target::parse("sm_90"), &before_origin);
+  write_file(dir / "src" / "picked_by_macro.h", "#define PICKED_VALUE 2\n");
   Engine later(settings_for(dir));
   Origin after_origin;
   const auto after =
@@ -268,7 +257,7 @@ TEST(LearnedIncludes, AnIncludeAMacroComputesThatIsNowhereIsACompileErrorSayingW
 TEST(LearnedIncludes, ANameAMacroComputesNeverTakesAManifestTemplateOutOfItsFolders) {
   TempDir dir;
   UseIndex use(index_in(dir / "cache"));
-  kjit::testing::write_file(dir / "secret.h", "TOP_SECRET_LINE_42 leaked;\n");
+  write_file(dir / "secret.h", "TOP_SECRET_LINE_42 leaked;\n");
   const std::string absolute = (dir / "secret.h").string();
   std::string climbing;
   for (int i = 0; i < 24; ++i) climbing += "../";

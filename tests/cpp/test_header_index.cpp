@@ -20,17 +20,16 @@
 #include "kjit/error.hpp"
 #include "kjit/template.hpp"
 #include "engine_support.hpp"
+#include "header_index_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
 using kjit::cache::FileIdentity;
 using kjit::cache::HeaderFacts;
 using kjit::cache::HeaderIndex;
-using kjit::testing::TempDir;
-using kjit::testing::write_file;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 
-using kjit::testing::prepared_origin;
 namespace {
 
 FileIdentity identity_of(const fs::path& p) {
@@ -43,22 +42,17 @@ HeaderFacts facts(const std::string& bytes, std::vector<std::string> includes = 
   return {cache::to_hex(cache::Sha256::of(bytes)), std::move(includes)};
 }
 
-constexpr const char* kTag = "kjit test";
+constexpr const char* kTag = kjit::testing::kIndexTag;
 
 // An index with a zero racy window: files the test has just written count.
 HeaderIndex index_at(const fs::path& root, bool writable = true) {
   return HeaderIndex(root, writable, kTag, std::chrono::nanoseconds(0));
 }
 
-// Template loads of this test use `index`.
-class UseIndex {
- public:
-  explicit UseIndex(std::shared_ptr<HeaderIndex> index) { use_header_index(std::move(index)); }
-  ~UseIndex() { use_header_index(nullptr); }
-};
-
-std::shared_ptr<HeaderIndex> index_in(const TempDir& dir) {
-  return std::make_shared<HeaderIndex>(dir / "cache", true, kTag, std::chrono::nanoseconds(0));
+// Writes dir/a.cuh ("a\n") and has `index` remember it.
+void remember_a(HeaderIndex& index, const TempDir& dir) {
+  write_file(dir / "a.cuh", "a\n");
+  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
 }
 
 // The index vouches only for files on a local filesystem: where the test's folder is not on one,
@@ -83,16 +77,17 @@ std::shared_ptr<const Template> load_from_index(const TempDir& dir) {
 
 Settings settings_in(const TempDir& dir) { return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}}); }
 
-// kjit's templates folder is `dir` for the scope of the object. The index vouches only for the CUDA
-// toolkit's headers and kjit's own: the tests of its use by template loads put their library there.
-class KjitTemplatesIn {
- public:
-  explicit KjitTemplatesIn(const fs::path& dir) : old_(builtin_templates_dir()) { set_builtin_templates_dir(dir); }
-  ~KjitTemplatesIn() { set_builtin_templates_dir(old_); }
-
- private:
-  fs::path old_;
-};
+// The message of the Error that `f` throws; a failure of the calling test when it throws none.
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "compiled bytes its key does not cover";
+  return "";
+}
 
 // A file written through a shared mapping (MAP_SHARED), kept for the object's life: rewrite() changes its
 // bytes in place, and once its page is dirty a later write changes neither its mtime nor its ctime.
@@ -121,6 +116,24 @@ class SharedMapping {
   int fd_ = -1;
   std::size_t size_ = 0;
   char* data_ = nullptr;
+};
+
+// The tests of the index's use by template loads: the library of write_library in dir/src, loaded with the
+// index of dir/cache. The index vouches only for the CUDA toolkit's headers and kjit's own: a test that needs it
+// to vouch for the library makes dir/src kjit's templates folder (vouch_for_library).
+class HeaderIndexTemplates : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_LOCAL(dir);
+    write_library(dir, "1.0f");
+    use.emplace(index);
+  }
+  void vouch_for_library() { kjit_dir.emplace(dir / "src"); }
+
+  TempDir dir;
+  std::shared_ptr<HeaderIndex> index = index_in(dir / "cache");
+  std::optional<KjitTemplatesIn> kjit_dir;
+  std::optional<UseIndex> use;
 };
 
 }  // namespace
@@ -185,9 +198,8 @@ TEST(HeaderIndex, ANewProcessFindsWhatAnEarlierOneSaved) {
 TEST(HeaderIndex, AReadOnlyIndexNeverWrites) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
-  write_file(dir / "a.cuh", "a\n");
   HeaderIndex index = index_at(dir / "cache", false);
-  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
+  remember_a(index, dir);
   EXPECT_TRUE(index.find((dir / "a.cuh").string(), identity_of(dir / "a.cuh"))) << "still used in memory";
   index.save();
   EXPECT_FALSE(fs::exists(dir / "cache"));
@@ -235,12 +247,8 @@ TEST(HeaderIndex, ADamagedForeignOrOpenFileIsAnEmptyIndexAndIsReplaced) {
   EXPECT_TRUE(index_at(dir / "cache").find(a, id));
 }
 
-TEST(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
+  vouch_for_library();
   reset_header_load_counts();
   auto first = Template::from_file(dir / "src" / "k.cu");
   EXPECT_EQ(header_load_counts().read, 2u);
@@ -258,18 +266,14 @@ TEST(HeaderIndexTemplates, ASecondLoadReadsNoHeaderAndKeepsTheDigest) {
   for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(full->headers()[i].bytes, first->headers()[i].bytes);
   EXPECT_EQ(second->with_bytes(), full) << "read once";
   // A new process (a new index on the same root) reads none either.
-  UseIndex again(index_in(dir));
+  UseIndex again(dir / "cache");
   reset_header_load_counts();
   EXPECT_EQ(Template::from_file(dir / "src" / "k.cu")->digest(), first->digest());
   EXPECT_EQ(header_load_counts().read, 0u);
 }
 
-TEST(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
+  vouch_for_library();
   const std::string before = Template::from_file(dir / "src" / "k.cu")->digest();
   // Same size, new inode (an editor's save-by-rename), and a changed size in place.
   write_file(dir / "src" / "lib" / "b.tmp", "#pragma once\n#define B_VALUE 2.0f\n");
@@ -284,36 +288,23 @@ TEST(HeaderIndexTemplates, AChangedHeaderIsReadAgainAndChangesTheDigest) {
   EXPECT_NE(resized->with_bytes()->headers()[1].bytes.find("3.25f"), std::string::npos);
 }
 
-TEST(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndTheProcessGoesOn) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, AHeaderChangedAfterLoadingIsRefusedAtCompileAndTheProcessGoesOn) {
+  vouch_for_library();
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
   write_file(dir / "src" / "lib" / "b.cuh", "#pragma once\n#define B_VALUE 7.50f\n");  // a new size
   Engine engine(settings_in(dir));
-  try {
-    engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90"));
-    FAIL() << "compiled bytes its key does not cover";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("changed after the template was loaded"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("b.cuh"), std::string::npos) << e.what();
-  }
+  const std::string refused = error_of([&] { engine.prepare(Specialization(lazy, "k", {}), Target::parse("sm_90")); });
+  EXPECT_NE(refused.find("changed after the template was loaded"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("b.cuh"), std::string::npos) << refused;
   // Loading it again compiles the header as it is now.
   auto fresh = Template::from_file(dir / "src" / "k.cu");
   EXPECT_NE(fresh->digest(), lazy->digest());
   EXPECT_EQ(prepared_origin(engine, Specialization(fresh, "k", {}), Target::parse("sm_90")), Origin::Compiled);
 }
 
-TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  auto index = index_in(dir);
-  UseIndex use(index);
+TEST_F(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
+  vouch_for_library();
   const std::string honest = Template::from_file(dir / "src" / "k.cu")->digest();
   // The record of b.cuh claims other bytes (a planted or stale index).
   const fs::path b = fs::weakly_canonical(dir / "src" / "lib" / "b.cuh");
@@ -323,12 +314,8 @@ TEST(HeaderIndexTemplates, AnIndexThatLiesAboutAFileNeverCompilesOtherBytes) {
   EXPECT_THROW(lied_to->with_bytes(), Error) << "and the bytes on disk are refused, not compiled under it";
 }
 
-TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
+  vouch_for_library();
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes());
   Engine engine(settings_in(dir));
@@ -344,11 +331,7 @@ TEST(HeaderIndexTemplates, ACompileFromIndexedHeadersGetsTheirBytes) {
 // Hostile review 3, item 2: a header rewritten through a shared mapping keeps its size, mtime, ctime and
 // inode while its bytes change. The user's own headers are read and hashed at every load, so the key
 // follows the bytes (before: the index vouched for the old bytes, and the old kernel loaded from disk).
-TEST(HeaderIndexTemplates, AUserHeaderChangedThroughASharedMappingChangesTheKey) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, AUserHeaderChangedThroughASharedMappingChangesTheKey) {
   SharedMapping b(dir / "src" / "lib" / "b.cuh");
   b.rewrite("#pragma once\n#define B_VALUE 2.0f\n");  // the first write through the mapping: a new mtime
   const FileIdentity before = identity_of(dir / "src" / "lib" / "b.cuh");
@@ -374,41 +357,28 @@ TEST(HeaderIndexTemplates, AUserHeaderChangedThroughASharedMappingChangesTheKey)
 // The same change to a header the index does vouch for (kjit's own templates, the CUDA toolkit's): the compile
 // refuses bytes its key does not cover, and drops the record, so that loading again reads the file anew
 // (before: every load gave the stale key again, and every compile failed, until `kjit clear`).
-TEST(HeaderIndexTemplates, AVouchedHeaderChangedInPlaceIsDroppedFromTheIndexAtTheCompileThatFindsIt) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  KjitTemplatesIn kjit_dir(dir / "src");
-  UseIndex use(index_in(dir));
+TEST_F(HeaderIndexTemplates, AVouchedHeaderChangedInPlaceIsDroppedFromTheIndexAtTheCompileThatFindsIt) {
+  vouch_for_library();
   SharedMapping b(dir / "src" / "lib" / "b.cuh");
   b.rewrite("#pragma once\n#define B_VALUE 2.0f\n");
   auto lazy = load_from_index(dir);
   ASSERT_FALSE(lazy->holds_bytes()) << "b.cuh is vouched for by the index";
   b.rewrite("#pragma once\n#define B_VALUE 3.0f\n");
-  try {
-    (void)lazy->with_bytes();
-    FAIL() << "compiled bytes its key does not cover";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("changed after the template was loaded"), std::string::npos) << e.what();
-  }
+  const std::string refused = error_of([&] { (void)lazy->with_bytes(); });
+  EXPECT_NE(refused.find("changed after the template was loaded"), std::string::npos) << refused;
   reset_header_load_counts();
   auto fresh = Template::from_file(dir / "src" / "k.cu");
   EXPECT_EQ(header_load_counts().read, 1u) << "b.cuh is read again";
   EXPECT_NE(fresh->digest(), lazy->digest());
   EXPECT_NO_THROW((void)fresh->with_bytes());
   // The record is gone from the file as well: a new process reads it too (and records it anew).
-  UseIndex again(index_in(dir));
+  UseIndex again(dir / "cache");
   reset_header_load_counts();
   EXPECT_EQ(Template::from_file(dir / "src" / "k.cu")->digest(), fresh->digest());
 }
 
 // A user header (outside the CUDA toolkit and kjit's templates) is never recorded in the index.
-TEST(HeaderIndexTemplates, OnlyTheToolkitsAndKjitsHeadersAreRecorded) {
-  TempDir dir;
-  SKIP_UNLESS_LOCAL(dir);
-  write_library(dir, "1.0f");
-  auto index = index_in(dir);
-  UseIndex use(index);
+TEST_F(HeaderIndexTemplates, OnlyTheToolkitsAndKjitsHeadersAreRecorded) {
   write_file(dir / "src" / "f.cu", "#include <cuda_fp16.h>\n#include \"lib/a.cuh\"\n__global__ void k(__half* y) {}\n");
   Template::from_file(dir / "src" / "f.cu");
   ASSERT_GT(index->size(), 0u) << "cuda_fp16.h and what it includes";
@@ -421,9 +391,8 @@ TEST(HeaderIndexTemplates, OnlyTheToolkitsAndKjitsHeadersAreRecorded) {
 TEST(HeaderIndex, ClearingTheCacheRemovesIt) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
-  write_file(dir / "a.cuh", "a\n");
   HeaderIndex index = index_at(dir / "cache");
-  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
+  remember_a(index, dir);
   index.save();
   ASSERT_TRUE(fs::exists(index.file()));
   cache::DiskCacheConfig config;
@@ -435,11 +404,10 @@ TEST(HeaderIndex, ClearingTheCacheRemovesIt) {
 TEST(HeaderIndex, NothingIsWrittenIntoARootOthersMayWriteTo) {
   TempDir dir;
   SKIP_UNLESS_LOCAL(dir);
-  write_file(dir / "a.cuh", "a\n");
   fs::create_directories(dir / "cache");
   ::chmod((dir / "cache").c_str(), 0777);
   HeaderIndex index = index_at(dir / "cache");
-  index.remember((dir / "a.cuh").string(), identity_of(dir / "a.cuh"), facts("a\n"));
+  remember_a(index, dir);
   index.save();
   EXPECT_FALSE(fs::exists(index.file().parent_path())) << "nor is anything created there";
   EXPECT_FALSE(fs::exists(index.file()));

@@ -18,36 +18,14 @@
 #include "kjit/nvrtc_library.hpp"
 #include "kjit/spec_record.hpp"
 #include "kjit/template.hpp"
+#include "header_index_support.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
-using kjit::testing::TempDir;
-using kjit::testing::write_file;
+using namespace kjit::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-class UseIndex {
- public:
-  explicit UseIndex(const fs::path& root)
-      : index_(std::make_shared<cache::HeaderIndex>(root, true, "kjit test", std::chrono::nanoseconds(0))) {
-    use_header_index(index_);
-  }
-  ~UseIndex() { use_header_index(nullptr); }
-
- private:
-  std::shared_ptr<cache::HeaderIndex> index_;
-};
-
-// kjit's templates folder is `dir` for the scope of the object.
-class KjitTemplatesIn {
- public:
-  explicit KjitTemplatesIn(const fs::path& dir) : old_(builtin_templates_dir()) { set_builtin_templates_dir(dir); }
-  ~KjitTemplatesIn() { set_builtin_templates_dir(old_); }
-
- private:
-  fs::path old_;
-};
 
 // A copy of kjit's templates folder, with or without its std/ folder.
 fs::path copy_of_templates(const TempDir& dir, bool with_std) {
@@ -107,6 +85,19 @@ constexpr const char* kCmath =
 
 Specialization spec_of(std::shared_ptr<const Template> t, DType type) {
   return Specialization(std::move(t), "k", {{"T", TemplateArg::type(type)}});
+}
+
+// Prepares `t` in float and in double for each of `archs`, in an engine on dir's cache: each one a compile.
+void expect_compiles_in_float_and_double(const TempDir& dir, const std::shared_ptr<const Template>& t,
+                                         std::initializer_list<const char*> archs) {
+  Engine engine(settings_for(dir));
+  for (const char* arch : archs)
+    for (DType type : {DType::Float32, DType::Float64}) {
+      SCOPED_TRACE(arch);
+      Origin origin;
+      engine.prepare(spec_of(t, type), Target::parse(arch), &origin);
+      EXPECT_EQ(origin, Origin::Compiled);
+    }
 }
 
 }  // namespace
@@ -200,15 +191,8 @@ TEST(StandardHeaders, AThrustComplexKernelCompilesForSm80AndSm90) {
   SKIP_WITHOUT_NVRTC();
   TempDir dir;
   UseIndex use(dir / "cache");
-  Engine engine(settings_for(dir));
   auto t = Template::from_string(kThrustComplex, "thrust_complex.cu");
-  for (const char* arch : {"sm_80", "sm_90"})
-    for (DType type : {DType::Float32, DType::Float64}) {
-      SCOPED_TRACE(arch);
-      Origin origin;
-      engine.prepare(spec_of(t, type), Target::parse(arch), &origin);
-      EXPECT_EQ(origin, Origin::Compiled);
-    }
+  expect_compiles_in_float_and_double(dir, t, {"sm_80", "sm_90"});
   for (const char* name : {"cmath", "complex", "sstream"}) EXPECT_NE(header_named(*t->current(), name), nullptr);
 }
 
@@ -233,13 +217,7 @@ TEST(StandardHeaders, CmathDeviceFunctionsCompileForFloatAndDouble) {
   SKIP_WITHOUT_NVRTC();
   TempDir dir;
   UseIndex use(dir / "cache");
-  Engine engine(settings_for(dir));
-  auto t = Template::from_string(kCmath, "cmath_kernel.cu");
-  for (DType type : {DType::Float32, DType::Float64}) {
-    Origin origin;
-    engine.prepare(spec_of(t, type), Target::parse("sm_90"), &origin);
-    EXPECT_EQ(origin, Origin::Compiled);
-  }
+  expect_compiles_in_float_and_double(dir, Template::from_string(kCmath, "cmath_kernel.cu"), {"sm_90"});
 }
 
 // A template rebuilt from its manifest record (`kjit warm`) may use kjit's templates folder: it keys the same
