@@ -27,10 +27,7 @@ using kjit::testing::ScopedEnv;
 using kjit::testing::TempDir;
 using nlohmann::json;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = kjit::testing::CliRun;
 
 std::size_t count_lines_with(const std::string& text, const std::string& needle) {
   std::istringstream is(text);
@@ -55,21 +52,23 @@ class CliTest : public ::testing::Test {
     args.insert(args.begin(), {"--cache-dir", cache_dir().string()});
     return run_raw(args);
   }
-  static Result run_raw(const std::vector<std::string>& args) {
-    std::ostringstream out, err;
-    Result r;
-    r.code = kjit::cli::run(args, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
-  }
+  static Result run_raw(const std::vector<std::string>& args) { return kjit::testing::cli(args); }
   fs::path cache_dir() const { return dir_ / "cache"; }
+
+  // `kjit compile add_constant --kernel add_constant`, a --param for each of `params`, --arch `arch`, then `more`.
+  Result compile_add(const std::vector<std::string>& params, const std::string& arch,
+                     const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args = {"compile", "add_constant", "--kernel", "add_constant"};
+    for (const auto& p : params) args.insert(args.end(), {"--param", p});
+    args.insert(args.end(), {"--arch", arch});
+    args.insert(args.end(), more.begin(), more.end());
+    return kjit(args);
+  }
 
   // compile add_constant (T, VEC) for `archs` with --json; returns the parsed output.
   json compile_add_constant(const std::string& archs, const std::string& dtype = "float32",
                             const std::string& vec = "4") {
-    Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=" + dtype, "--param",
-                     "VEC=" + vec, "--arch", archs, "--json"});
+    Result r = compile_add({"T=" + dtype, "VEC=" + vec}, archs, {"--json"});
     EXPECT_EQ(r.code, 0) << r.err;
     return json::parse(r.out);
   }
@@ -243,8 +242,7 @@ TEST_F(CliTest, CompileTwoArchsThenHitsTheDisk) {
 }
 
 TEST_F(CliTest, CompileJsonRepeatedArchAndDedup) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float16", "--param", "VEC=8",
-                   "--arch", "sm_90", "--arch", "9.0,sm_80", "--json"});
+  Result r = compile_add({"T=float16", "VEC=8"}, "sm_90", {"--arch", "9.0,sm_80", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["name_expression"], "add_constant<__half, 8>");
@@ -314,8 +312,7 @@ TEST_F(CliTest, CompileUserFileWithIncludeDirOptionsAndEveryParamKind) {
 }
 
 TEST_F(CliTest, IncludeDirForABuiltinIsAnError) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-                   "--arch", "sm_90", "--include", dir_.path().string()});
+  Result r = compile_add({"T=float32", "VEC=4"}, "sm_90", {"--include", dir_.path().string()});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
             "kjit: error: --include applies to template files; 'add_constant' is a built-in template, which "
@@ -324,8 +321,7 @@ TEST_F(CliTest, IncludeDirForABuiltinIsAnError) {
 }
 
 TEST_F(CliTest, UnknownParamListsTheKernelsParameters) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "WIDTH=4",
-                   "--arch", "sm_90"});
+  Result r = compile_add({"T=float32", "WIDTH=4"}, "sm_90");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err,
@@ -334,8 +330,7 @@ TEST_F(CliTest, UnknownParamListsTheKernelsParameters) {
 }
 
 TEST_F(CliTest, BadDtypeListsTheDtypes) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float33", "--param", "VEC=4",
-                   "--arch", "sm_90"});
+  Result r = compile_add({"T=float33", "VEC=4"}, "sm_90");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
             "kjit: error: --param T=float33: template parameter 'T' of kernel 'add_constant' is a type and "
@@ -345,10 +340,7 @@ TEST_F(CliTest, BadDtypeListsTheDtypes) {
 }
 
 TEST_F(CliTest, BadParamValuesSayWhatIsAllowed) {
-  auto compile = [&](const std::string& param) {
-    return kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", param,
-                 "--arch", "sm_90"});
-  };
+  auto compile = [&](const std::string& param) { return compile_add({"T=float32", param}, "sm_90"); };
   Result r = compile("VEC=four");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
@@ -360,7 +352,7 @@ TEST_F(CliTest, BadParamValuesSayWhatIsAllowed) {
   r = compile("VEC=4294967296");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("the value 4294967296 is out of its range"), std::string::npos) << r.err;
-  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "VEC=4", "--arch", "sm_90"});
+  r = compile_add({"VEC=4"}, "sm_90");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
             "kjit: error: kernel 'add_constant' needs template parameter T; its parameters are T (type), "
@@ -385,21 +377,18 @@ TEST_F(CliTest, UnknownKernelAndTemplate) {
 }
 
 TEST_F(CliTest, BadArchListsTheAllowedForms) {
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4",
-                   "--arch", "sm_90,hopper"});
+  Result r = compile_add({"T=float32", "VEC=4"}, "sm_90,hopper");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");  // every --arch is checked before anything is compiled
   EXPECT_EQ(r.err,
             "kjit: error: target 'hopper' is not valid: allowed sm_XY (cubin), sm_XYa (arch-specific cubin), "
             "compute_XY (PTX) or a compute capability such as 9.0; for example sm_90\n");
-  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4", "--arch",
-            "sm_72"});
+  r = compile_add({"T=float32", "VEC=4"}, "sm_72");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" cannot compile for sm_72: it supports sm_75, sm_80, "), std::string::npos) << r.err;
   // An unknown PTX target: the same kind of error, not NVRTC's NVRTC_ERROR_INVALID_OPTION.
-  r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=float32", "--param", "VEC=4", "--arch",
-            "compute_91"});
+  r = compile_add({"T=float32", "VEC=4"}, "compute_91");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: NVRTC ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" cannot compile for compute_91: it supports compute_75, compute_80, "), std::string::npos)
@@ -408,8 +397,7 @@ TEST_F(CliTest, BadArchListsTheAllowedForms) {
 
 TEST_F(CliTest, StrictModeCompileOfAnUncachedSpecializationFails) {
   ScopedEnv strict("KJIT_CACHE_MODE", "strict");
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=int64", "--param", "VEC=2",
-                   "--arch", "sm_90"});
+  Result r = compile_add({"T=int64", "VEC=2"}, "sm_90");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("kjit: error: strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and "
                         "add_constant(T=int64, VEC=2) from template add_constant for sm_90 is not cached",
@@ -420,8 +408,7 @@ TEST_F(CliTest, StrictModeCompileOfAnUncachedSpecializationFails) {
 
 TEST_F(CliTest, CompileInReadonlyModeSaysNothingWasStored) {
   ScopedEnv readonly("KJIT_CACHE_MODE", "readonly");
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=int16", "--param", "VEC=2",
-                   "--arch", "sm_90"});
+  Result r = compile_add({"T=int16", "VEC=2"}, "sm_90");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(count_lines_with(r.out, "  sm_90        compiled  "), 1u) << r.out;
   EXPECT_EQ(r.err, "kjit: warning: the cache is not writable, so nothing compiled now was stored: " +
@@ -682,8 +669,7 @@ TEST_F(CliTest, ADamagedEntryIsRecompiledWithAWarningOnErr) {
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
   kjit::testing::write_file(entry, bytes);
 
-  Result r = kjit({"compile", "add_constant", "--kernel", "add_constant", "--param", "T=uint8", "--param", "VEC=2",
-                   "--arch", "sm_90", "--json"});
+  Result r = compile_add({"T=uint8", "VEC=2"}, "sm_90", {"--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["results"][0]["origin"], "compiled");
   EXPECT_EQ(r.err.rfind("kjit: warning: kjit cache: ignoring damaged entry " + entry.string() + " (", 0), 0u) << r.err;
@@ -783,7 +769,7 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
   EXPECT_EQ(no_kernel.err.rfind("kjit: error: --kernel is required\n\n", 0), 0u) << no_kernel.err;
   EXPECT_NE(no_kernel.err.find("Usage: kjit compile [OPTIONS] TEMPLATE"), std::string::npos) << no_kernel.err;
 
-  Result bad_std = kjit({"compile", "add_constant", "--kernel", "add_constant", "--arch", "sm_90", "--std", "c++11"});
+  Result bad_std = compile_add({}, "sm_90", {"--std", "c++11"});
   EXPECT_EQ(bad_std.code, 2);
   EXPECT_EQ(bad_std.err.rfind("kjit: error: --std: c++11 not in {c++17,c++20}\n", 0), 0u) << bad_std.err;
 

@@ -18,25 +18,18 @@
 #include "kjit/error.hpp"
 #include "kjit/spec_record.hpp"
 #include "child_process.hpp"
+#include "cli_run.hpp"
 #include "engine_support.hpp"
 #include "test_support.hpp"
 
-using kjit::testing::prepared_origin;
+using namespace kjit::testing;
 namespace {
 
 namespace fs = std::filesystem;
 using kjit::TemplateArg;
 using kjit::cache::ManifestRecord;
-using kjit::testing::entries_in;
-using kjit::testing::read_file;
-using kjit::testing::ScopedEnv;
-using kjit::testing::TempDir;
-using kjit::testing::write_file;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = CliRun;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -65,12 +58,7 @@ class WarmTest : public ::testing::Test {
   }
   Result kjit(std::vector<std::string> args) {
     args.insert(args.begin(), {"--cache-dir", cache_dir().string()});
-    std::ostringstream out, err;
-    Result r;
-    r.code = kjit::cli::run(args, out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
+    return kjit::testing::cli(args);
   }
   fs::path manifest() const { return dir_ / "manifest.json"; }
   fs::path cache_dir() const { return dir_ / "cache"; }
