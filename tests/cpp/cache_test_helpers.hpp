@@ -1,6 +1,7 @@
 // Helpers shared by the cache test suites (test_entry, test_disk_cache, test_cache_*).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -114,6 +115,21 @@ inline cache::DiskCacheConfig cache_config(const std::filesystem::path& root,
   c.mode = mode;
   c.lock_timeout_s = 30;
   return c;
+}
+
+// The config of a cache at `root` with one read-only layer (`kjit export`'s output) at `layer`.
+inline cache::DiskCacheConfig with_layer(const std::filesystem::path& root, const std::filesystem::path& layer) {
+  cache::DiskCacheConfig c = cache_config(root);
+  c.layers = {layer};
+  return c;
+}
+
+// Stores `e` (a failure of the calling test if it is not stored) in a fresh cache at `root`; the entry's path for
+// sm_90.
+inline std::filesystem::path stored(const std::filesystem::path& root, const cache::Entry& e) {
+  cache::DiskCache c(cache_config(root));
+  EXPECT_TRUE(c.store(e));
+  return c.entry_path(e.key, "sm_90");
 }
 
 inline unsigned file_mode(const std::filesystem::path& p) {

@@ -37,19 +37,6 @@ void make_fifo(const fs::path& p) {
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0) << p;
 }
 
-// Stores `e` in a fresh cache at `root` and returns the entry's path.
-fs::path stored(const fs::path& root, const Entry& e) {
-  DiskCache c(cache_config(root));
-  EXPECT_TRUE(c.store(e));
-  return c.entry_path(e.key, "sm_90");
-}
-
-DiskCacheConfig with_layer(const fs::path& root, const fs::path& layer) {
-  DiskCacheConfig c = cache_config(root);
-  c.layers = {layer};
-  return c;
-}
-
 }  // namespace
 
 // ---- item 10: a FIFO never blocks -----------------------------------------------------------------

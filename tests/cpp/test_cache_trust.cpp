@@ -23,20 +23,6 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 void set_mode(const fs::path& p, mode_t mode) { ASSERT_EQ(::chmod(p.c_str(), mode), 0) << p; }
 
-// Stores `e` in a fresh cache at `root` and returns the entry's path.
-fs::path stored(const fs::path& root, const Entry& e) {
-  DiskCache c(cache_config(root));
-  EXPECT_TRUE(c.store(e));
-  return c.entry_path(e.key, "sm_90");
-}
-
-// A read-only layer holding `e`, as `kjit export` would leave it (with or without its kjit.lock).
-DiskCacheConfig with_layer(const fs::path& root, const fs::path& layer) {
-  DiskCacheConfig c = cache_config(root);
-  c.layers = {layer};
-  return c;
-}
-
 #define KJIT_NEEDS_ROOT() \
   if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user (chown) needs root"
 
