@@ -89,36 +89,24 @@ pid_t fork_lock_holder(const fs::path& root, const Entry& e) {
 TEST(CacheRace, EightProcessesProduceEachKeyOnce) {
   TempDir dir;
   const fs::path root = dir.path() / "cache", log = dir.path() / "produced.log";
-  std::vector<pid_t> children;
-  for (int p = 0; p < kProcesses; ++p) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int code = 0;
-      try {
-        DiskCache c(cache_config(root));  // each process its own cache object on the same root
-        for (int i = 0; i < kKeys; ++i) {
-          const Entry e = make_entry(seed_of(i), "sm_90", 2000 + i);
-          bool produced = false;
-          const Entry got = c.load_or_produce(
-              e.key, "sm_90",
-              [&] {
-                append_line(log, e.key.hex());
-                std::this_thread::sleep_for(std::chrono::milliseconds(5));
-                return e;
-              },
-              &produced);
-          if (!same_entry(got, e)) code = 1;
-        }
-      } catch (const std::exception& ex) {
-        std::fprintf(stderr, "child %d: %s\n", p, ex.what());
-        code = 2;
-      }
-      ::_exit(code);  // never run the test framework's teardown in a child
+  run_children(kProcesses, [&](int) {
+    int code = 0;
+    DiskCache c(cache_config(root));  // each process its own cache object on the same root
+    for (int i = 0; i < kKeys; ++i) {
+      const Entry e = make_entry(seed_of(i), "sm_90", 2000 + i);
+      bool produced = false;
+      const Entry got = c.load_or_produce(
+          e.key, "sm_90",
+          [&] {
+            append_line(log, e.key.hex());
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            return e;
+          },
+          &produced);
+      if (!same_entry(got, e)) code = 1;
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) EXPECT_EQ(wait_exit_code(pid), 0);  // children end by themselves
+    return code;
+  });
 
   const auto counts = count_lines(log);
   EXPECT_EQ(counts.size(), static_cast<std::size_t>(kKeys));
@@ -140,45 +128,32 @@ TEST(CacheRace, EightProcessesProduceEachKeyOnce) {
 TEST(CacheRace, FailedProducerHandsTheLockToExactlyOneProcess) {
   TempDir dir;
   const fs::path root = dir.path() / "cache", log = dir.path() / "produced.log";
-  std::vector<pid_t> children;
-  for (int p = 0; p < kProcesses; ++p) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int code = 0;
-      try {
-        DiskCache c(cache_config(root));
-        for (int i = 0; i < kKeys; ++i) {
-          const Entry e = make_entry("fail-" + seed_of(i));
-          for (int attempt = 0; attempt < 2; ++attempt) {
-            try {
-              c.load_or_produce(
-                  e.key, "sm_90",
-                  [&] {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(3));
-                    // The first producer of each key fails (the log tells whether one already did).
-                    if (count_lines(log)["fail " + e.key.hex()] == 0) {
-                      append_line(log, "fail " + e.key.hex());
-                      throw std::runtime_error("compile failed");
-                    }
-                    append_line(log, "ok " + e.key.hex());
-                    return e;
-                  },
-                  nullptr);
-              break;
-            } catch (const std::runtime_error&) {
-            }
-          }
+  run_children(kProcesses, [&](int) {
+    DiskCache c(cache_config(root));
+    for (int i = 0; i < kKeys; ++i) {
+      const Entry e = make_entry("fail-" + seed_of(i));
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        try {
+          c.load_or_produce(
+              e.key, "sm_90",
+              [&] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(3));
+                // The first producer of each key fails (the log tells whether one already did).
+                if (count_lines(log)["fail " + e.key.hex()] == 0) {
+                  append_line(log, "fail " + e.key.hex());
+                  throw std::runtime_error("compile failed");
+                }
+                append_line(log, "ok " + e.key.hex());
+                return e;
+              },
+              nullptr);
+          break;
+        } catch (const std::runtime_error&) {
         }
-      } catch (const std::exception& ex) {
-        std::fprintf(stderr, "child %d: %s\n", p, ex.what());
-        code = 2;
       }
-      ::_exit(code);
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) EXPECT_EQ(wait_exit_code(pid), 0);  // children end by themselves
+    return 0;
+  });
   auto counts = count_lines(log);
   for (int i = 0; i < kKeys; ++i) {
     const std::string k = make_entry("fail-" + seed_of(i)).key.hex();

@@ -38,6 +38,7 @@
 #include "kjit/kernel_family.hpp"
 #include "kjit/nvrtc_library.hpp"
 #include "kjit/usable_cpus.hpp"
+#include "manifest_json.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -146,13 +147,7 @@ TEST(ForkSafety, WarmOnSeveralThreadsCompilesEachKernelInAChildProcess) {
          {"args",
           {{{"name", "T"}, {"kind", "type"}, {"value", "float32"}},
            {{"name", "VEC"}, {"kind", "integer"}, {"value", vec}}}},
-         {"options",
-          {{"std", "c++20"},
-           {"fast_math", false},
-           {"line_info", false},
-           {"device_debug", false},
-           {"max_registers", nullptr},
-           {"defines", nlohmann::json::object()}}}});
+         {"options", kjit::testing::default_options_json()}});
   const std::string manifest = (dir / "manifest.json").string();
   {
     std::ofstream f(manifest);

@@ -17,6 +17,8 @@
 #include "kjit/log.hpp"
 #include "kjit/spec_record.hpp"
 #include "kjit/target.hpp"
+#include "child_process.hpp"
+#include "manifest_json.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -120,6 +122,15 @@ TEST(Manifest, JsonRoundTripKeepsEveryFieldAndExactFloats) {
   EXPECT_EQ(kjit::cache::manifest_to_json(back), text);
 }
 
+// The text of a manifest holding `on`, then `off`: two records of different ids.
+std::string manifest_of_two(const ManifestRecord& on, const ManifestRecord& off) {
+  EXPECT_NE(on.id(), off.id());
+  Manifest m;
+  EXPECT_TRUE(m.add(on));
+  EXPECT_TRUE(m.add(off));
+  return kjit::cache::manifest_to_json(m);
+}
+
 // An option added after manifests existed (minimal, fast_compile) is kept by a record and read back into the
 // same options, hence the same key; a record without it has no such field at all, so every record written
 // before the option existed keeps its id. `written` is how the record spells the option's value; a value of
@@ -129,11 +140,7 @@ void expect_recorded_only_when_on(const kjit::CompileOptions& with, const std::s
                                   const std::string& written) {
   const ManifestRecord on = kjit::to_record(add_constant("float32", 4, with));
   const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
-  EXPECT_NE(on.id(), off.id());
-  Manifest m;
-  EXPECT_TRUE(m.add(on));
-  EXPECT_TRUE(m.add(off));
-  const std::string text = kjit::cache::manifest_to_json(m);
+  const std::string text = manifest_of_two(on, off);
   const std::vector<nlohmann::json> lines = json_lines(text);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[1]["record"]["options"][field].dump(), written);
@@ -212,11 +219,7 @@ TEST(Manifest, ArchSpecificIsRecordedOnlyWhenTrueAndReadBack) {
   ManifestRecord on = kjit::to_record(add_constant("float32", 4));
   on.arch_specific = true;
   const ManifestRecord off = kjit::to_record(add_constant("float32", 4));
-  EXPECT_NE(on.id(), off.id());
-  Manifest m;
-  EXPECT_TRUE(m.add(on));
-  EXPECT_TRUE(m.add(off));
-  const std::string text = kjit::cache::manifest_to_json(m);
+  const std::string text = manifest_of_two(on, off);
   const std::vector<nlohmann::json> lines = json_lines(text);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[1]["record"]["arch_specific"], true);
@@ -519,34 +522,18 @@ TEST(Manifest, FourConcurrentProcessesLoseAndDuplicateNothing) {
   TempDir dir("kjit-manifest");
   const fs::path manifest = dir / "m.json";
   constexpr int kProcs = 4;
-  std::vector<pid_t> pids;
-  for (int p = 0; p < kProcs; ++p) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int code = 0;
-      try {
-        kjit::Engine engine(kjit::Settings::from_map(
-            {{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", manifest.string()}}));
-        const kjit::Target sm90 = kjit::Target::parse("sm_90");
-        for (int i = 0; i < 3; ++i) {
-          kjit::CompileOptions own;
-          own.defines = {{"PROC", std::to_string(p)}, {"I", std::to_string(i)}};
-          engine.prepare(add_constant("float32", 1, own), sm90);
-          engine.prepare(add_constant("float32", 1 << i), sm90);
-        }
-      } catch (...) {
-        code = 1;
-      }
-      ::_exit(code);
+  run_children(kProcs, [&](int p) {
+    kjit::Engine engine(
+        kjit::Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_RECORD", manifest.string()}}));
+    const kjit::Target sm90 = kjit::Target::parse("sm_90");
+    for (int i = 0; i < 3; ++i) {
+      kjit::CompileOptions own;
+      own.defines = {{"PROC", std::to_string(p)}, {"I", std::to_string(i)}};
+      engine.prepare(add_constant("float32", 1, own), sm90);
+      engine.prepare(add_constant("float32", 1 << i), sm90);
     }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+    return 0;
+  });
   const Manifest m = kjit::cache::read_manifest(manifest);
   EXPECT_EQ(m.records().size(), static_cast<std::size_t>(kProcs * 3 + 3));
   std::set<std::string> ids;
@@ -681,13 +668,7 @@ nlohmann::json big_record_line(const std::string& sources_id, int n) {
            {{"template", {{"name", "big.cu"}, {"builtin", false}, {"digest", "d"}, {"sources", sources_id}}},
             {"kernel", "k"},
             {"args", {{{"name", "N"}, {"kind", "integer"}, {"value", n}}}},
-            {"options",
-             {{"std", "c++20"},
-              {"fast_math", false},
-              {"line_info", false},
-              {"device_debug", false},
-              {"max_registers", nullptr},
-              {"defines", nlohmann::json::object()}}}}}};
+            {"options", kjit::testing::default_options_json()}}}};
 }
 
 TEST(Manifest, ReadingSharesOneCopyOfTheSourcesAmongItsRecords) {

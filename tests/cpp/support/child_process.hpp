@@ -7,12 +7,14 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -166,6 +168,33 @@ struct ChildRun {
     return result;
   }
 };
+
+// Forks `n` children at once, child i running `body(i)` and exiting with what it returns (2 when it throws,
+// with the exception's message on stderr), and waits for them all: a failure of the calling test for each
+// child that did not exit with 0, and when a fork fails (no more are forked then).
+inline void run_children(int n, const std::function<int(int)>& body) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ADD_FAILURE() << "fork() failed for child " << i;
+      break;
+    }
+    if (pid == 0) {
+      int code = 2;
+      try {
+        code = body(i);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", i, e.what());
+      } catch (...) {
+        std::fprintf(stderr, "child %d: an unknown exception\n", i);
+      }
+      ::_exit(code);  // never run the test framework's teardown in a child
+    }
+    children.push_back(pid);
+  }
+  for (std::size_t i = 0; i < children.size(); ++i) EXPECT_EQ(wait_exit_code(children[i]), 0) << "child " << i;
+}
 
 // Runs `body` in a forked child; its failed checks become failures of the calling test.
 // Use as: KJIT_RUN_IN_CHILD([&](ChildChecks& c) { ... });  (a macro so that a skip skips the caller).
