@@ -180,36 +180,23 @@ TEST(CacheKey, NoAmbiguityAtFieldBoundaries) {
   EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"ab", "c"}; }, [](KeyInputs& k) { k.options = {"a", "bc"}; }));
   EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {"a"}; }, [](KeyInputs& k) { k.options = {"a", ""}; }));
   EXPECT_TRUE(differ([](KeyInputs& k) { k.options = {}; }, [](KeyInputs& k) { k.options = {""}; }));
-  EXPECT_TRUE(differ(
-      [](KeyInputs& k) {
-        k.source = "ab";
-        k.name_expression = "c";
-      },
-      [](KeyInputs& k) {
-        k.source = "a";
-        k.name_expression = "bc";
-      }));
+  // Two string fields, `first` then `second`, set to (a1, a2) and to (b1, b2): the same text split elsewhere.
+  using Field = std::string KeyInputs::*;
+  auto across = [](Field first, Field second, const std::string& a1, const std::string& a2, const std::string& b1,
+                   const std::string& b2) {
+    KeyInputs a = base_inputs(), b = base_inputs();
+    a.*first = a1;
+    a.*second = a2;
+    b.*first = b1;
+    b.*second = b2;
+    return key_of(a) != key_of(b);
+  };
+  EXPECT_TRUE(across(&KeyInputs::source, &KeyInputs::name_expression, "ab", "c", "a", "bc"));
   EXPECT_TRUE(differ([](KeyInputs& k) { k.headers = {{"ab", "c"}}; }, [](KeyInputs& k) { k.headers = {{"a", "bc"}}; }));
   EXPECT_TRUE(differ([](KeyInputs& k) { k.headers = {{"a", "b"}, {"c", "d"}}; },
                      [](KeyInputs& k) { k.headers = {{"a", "bcd"}}; }));
-  EXPECT_TRUE(differ(
-      [](KeyInputs& k) {
-        k.target = "sm_90";
-        k.nvrtc_version = "1";
-      },
-      [](KeyInputs& k) {
-        k.target = "sm_9";
-        k.nvrtc_version = "01";
-      }));
-  EXPECT_TRUE(differ(
-      [](KeyInputs& k) {
-        k.kjit_version = "1";
-        k.source = "x";
-      },
-      [](KeyInputs& k) {
-        k.kjit_version = "";
-        k.source = "1x";
-      }));
+  EXPECT_TRUE(across(&KeyInputs::target, &KeyInputs::nvrtc_version, "sm_90", "1", "sm_9", "01"));
+  EXPECT_TRUE(across(&KeyInputs::kjit_version, &KeyInputs::source, "1", "x", "", "1x"));
 }
 
 TEST(CacheKey, FromHexRoundTripAndErrors) {

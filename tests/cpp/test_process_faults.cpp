@@ -628,6 +628,22 @@ TEST(ProcessFaults, DiskFullDuringGetKeepsTheKernelInMemory) {
 
 // ---- 4. the cache directory deleted while running ------------------------------------------------
 
+namespace {
+
+// After the root went away under `c`: loading `gone` is a miss (not an exception), and `b` is produced.
+void expect_miss_then_produced(DiskCache& c, const Entry& gone, const Entry& b) {
+  std::optional<Entry> got;
+  ASSERT_NO_THROW(got = c.load(gone.key, kTarget));
+  EXPECT_FALSE(got.has_value()) << "the deleted entry is a miss";
+  bool produced = false;
+  Entry back;
+  ASSERT_NO_THROW(back = c.load_or_produce(b.key, kTarget, [&] { return b; }, &produced));
+  EXPECT_TRUE(produced);
+  EXPECT_TRUE(same_entry(back, b));
+}
+
+}  // namespace
+
 // rm -rf of the cache root (and its parent) under a live DiskCache: loads of the deleted entries are
 // misses, the next miss recreates the directories (0700) and stores, also when the root vanishes
 // while the key's lock is held; no warning, no exception.
@@ -641,23 +657,18 @@ TEST(ProcessFaults, CacheRootDeletedUnderARunningCacheIsRecreated) {
   ASSERT_TRUE(c.store(a));
 
   fs::remove_all(outer);
-  std::optional<Entry> got;
-  ASSERT_NO_THROW(got = c.load(a.key, kTarget));
-  EXPECT_FALSE(got.has_value()) << "the deleted entry is a miss";
-  bool produced = false;
-  Entry back;
-  ASSERT_NO_THROW(back = c.load_or_produce(b.key, kTarget, [&] { return b; }, &produced));
-  EXPECT_TRUE(produced);
-  EXPECT_TRUE(same_entry(back, b));
+  ASSERT_NO_FATAL_FAILURE(expect_miss_then_produced(c, a, b));
   EXPECT_TRUE(c.writable());
   const fs::path entry = c.entry_path(b.key, kTarget);
   for (const fs::path& p : {outer, root, root / "v1", root / "v1" / kTarget, entry.parent_path()})
     EXPECT_EQ(file_mode(p), 0700u) << p;
   ASSERT_TRUE(DiskCache(cache_config(root)).load(b.key, kTarget).has_value()) << "stored again";
+  bool produced = false;
   EXPECT_TRUE(c.load_or_produce(a.key, kTarget, [&] { return a; }, &produced).key == a.key);
   EXPECT_TRUE(produced) << "the deleted entry is produced again";
 
   // Deleted while this process holds the key's lock (in the middle of the compile).
+  Entry back;
   ASSERT_NO_THROW(back = c.load_or_produce(
                       d.key, kTarget,
                       [&] {
@@ -715,19 +726,13 @@ TEST(ProcessFaults, CacheRootReplacedByAFileDegradesWithOneWarning) {
   fs::remove_all(root);
   write_file(root, "a regular file where the cache directory was");
 
-  std::optional<Entry> got;
-  ASSERT_NO_THROW(got = c.load(a.key, kTarget));
-  EXPECT_FALSE(got.has_value());
-  bool produced = false;
-  Entry back;
-  ASSERT_NO_THROW(back = c.load_or_produce(b.key, kTarget, [&] { return b; }, &produced));
-  EXPECT_TRUE(produced);
-  EXPECT_TRUE(same_entry(back, b));
+  ASSERT_NO_FATAL_FAILURE(expect_miss_then_produced(c, a, b));
   EXPECT_FALSE(c.writable());
   ASSERT_EQ(warnings.count(), 1u) << warnings.all();
   EXPECT_TRUE(contains(warnings.messages()[0], root.string())) << warnings.all();
   EXPECT_TRUE(contains(warnings.messages()[0], "memory only")) << warnings.all();
-  ASSERT_NO_THROW(back = c.load_or_produce(d.key, kTarget, [&] { return d; }, &produced));
+  bool produced = false;
+  ASSERT_NO_THROW(c.load_or_produce(d.key, kTarget, [&] { return d; }, &produced));
   EXPECT_TRUE(produced);
   EXPECT_FALSE(c.store(d));
   EXPECT_EQ(warnings.count(), 1u) << "warned once: " << warnings.all();

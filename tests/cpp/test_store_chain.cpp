@@ -194,6 +194,13 @@ struct DiskChain {
     chain = StoreChain(std::move(levels));
   }
   void put_in_layer(const Entry& e) { ASSERT_TRUE(DiskCache(cache_config(layer_dir.path())).store(e)); }
+  // Seeds the remote level with `e` and gets it through the chain: a hit of that level (2).
+  void get_from_remote(const Entry& e) {
+    remote->seed(e);
+    auto hit = chain.get(e.key, "sm_90");
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->level, 2u);
+  }
 };
 
 TEST(StoreChainDisk, ALayerHitIsReadInPlaceNotCopied) {
@@ -211,10 +218,7 @@ TEST(StoreChainDisk, ALayerHitIsReadInPlaceNotCopied) {
 TEST(StoreChainDisk, ARemoteHitIsBackfilledIntoTheWritableDisk) {
   DiskChain c;
   const Entry e = make_entry("chain-disk-remote");
-  c.remote->seed(e);
-  auto hit = c.chain.get(e.key, "sm_90");
-  ASSERT_TRUE(hit.has_value());
-  EXPECT_EQ(hit->level, 2u);
+  ASSERT_NO_FATAL_FAILURE(c.get_from_remote(e));
   ASSERT_TRUE(fs::exists(c.disk->entry_path(e.key, "sm_90")));
   // Another process (a new DiskCache on the root) finds it on disk.
   auto again = DiskCache(cache_config(c.root.path())).load(e.key, "sm_90");
@@ -246,10 +250,7 @@ TEST(StoreChainDisk, ADamagedDiskEntryIsAMissAndTheLayerAnswers) {
 TEST(StoreChainDisk, AReadOnlyDiskIsNotBackfilled) {
   DiskChain c(CacheMode::ReadOnly);
   const Entry e = make_entry("chain-disk-readonly");
-  c.remote->seed(e);
-  auto hit = c.chain.get(e.key, "sm_90");
-  ASSERT_TRUE(hit.has_value());
-  EXPECT_EQ(hit->level, 2u);
+  ASSERT_NO_FATAL_FAILURE(c.get_from_remote(e));
   EXPECT_FALSE(fs::exists(c.disk->entry_path(e.key, "sm_90")));
 }
 
