@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "device_buffer.hpp"
+#include "gpu_test.hpp"
 #include "host_half.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/kernel_family.hpp"
@@ -95,15 +96,9 @@ std::string run_spec(const Spec& s, const Kernel& k, CUstream stream, long long 
   }
 }
 
-class GpuThreads : public ::testing::TestWithParam<std::string> {
+class GpuThreads : public kjit::testing::OnDevice<::testing::TestWithParam<std::string>> {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!kjit::testing::have_cuda_device(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    make_primary_context_current(0);
-    dir_ = std::make_unique<TempDir>("kjit-gpu-threads");
-  }
-  std::unique_ptr<TempDir> dir_;
+  TempDir dir_{"kjit-gpu-threads"};
 };
 
 }  // namespace
@@ -111,7 +106,7 @@ class GpuThreads : public ::testing::TestWithParam<std::string> {
 // Thread i starts at key (i % 4) * 2 (threads i and i + 4 miss the same key at once); even threads share
 // one KernelFamily, odd ones make their own (another Template object of the same bytes: same keys).
 TEST_P(GpuThreads, EightThreadsEachOnItsOwnStreamCompileOnceAndComputeRight) {
-  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (*dir_ / "cache").string()}, {"KJIT_CACHE_MODE", GetParam()}}));
+  Engine engine(Settings::from_map({{"KJIT_CACHE_DIR", (dir_ / "cache").string()}, {"KJIT_CACHE_MODE", GetParam()}}));
   auto tmpl = Template::builtin("add_constant");
   KernelFamily shared_family(engine, tmpl, "add_constant");
 

@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <random>
 
+#include "child_process.hpp"
 #include "device_buffer.hpp"
+#include "gpu_test.hpp"
 #include "host_half.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/kernel_family.hpp"
@@ -22,16 +24,14 @@ using kjit::testing::TempDir;
 
 namespace {
 
-class Gpu : public ::testing::Test {
+class Gpu : public kjit::testing::OnDevice<> {
  protected:
   void SetUp() override {
-    std::string why;
-    if (!kjit::testing::have_cuda_device(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    make_primary_context_current(0);
-    dir_ = std::make_unique<TempDir>("kjit-gpu");
-    engine_ = std::make_unique<Engine>(Settings::from_map({{"KJIT_CACHE_DIR", (*dir_ / "cache").string()}}));
+    OnDevice::SetUp();
+    if (IsSkipped()) return;
+    engine_ = std::make_unique<Engine>(Settings::from_map({{"KJIT_CACHE_DIR", (dir_ / "cache").string()}}));
   }
-  std::unique_ptr<TempDir> dir_;
+  TempDir dir_{"kjit-gpu"};
   std::unique_ptr<Engine> engine_;
 };
 
@@ -125,18 +125,10 @@ TEST_F(Gpu, CompiledInOneProcessIsADiskHitInTheNext) {
   ASSERT_EQ(origin, Origin::Compiled);
   family.get({TemplateArg::type(DType::Float32), TemplateArg::integer(4)}, 0, &origin);
   EXPECT_EQ(origin, Origin::Memory);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("KJIT_TEST_DISK_CHILD", (*dir_ / "cache").c_str(), 1);
-    execl("/proc/self/exe", "gpu_test_launch", "--gtest_filter=Gpu.CompiledInOneProcessIsADiskHitInTheNext",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the second process compiled instead of loading from disk";
+  EXPECT_EQ(kjit::testing::rerun_this_test("gpu_test_launch", "Gpu.CompiledInOneProcessIsADiskHitInTheNext",
+                                           "KJIT_TEST_DISK_CHILD", (dir_ / "cache").string()),
+            0)
+      << "the second process compiled instead of loading from disk";
 }
 
 TEST_F(Gpu, LaunchOnANonDefaultStreamIsOrderedOnThatStream) {

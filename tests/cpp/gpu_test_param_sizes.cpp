@@ -12,6 +12,7 @@
 #include "kjit/module.hpp"
 #include "kjit/specialization.hpp"
 #include "kjit/template.hpp"
+#include "gpu_test.hpp"
 #include "param_test_kernels.hpp"
 #include "test_support.hpp"
 
@@ -21,16 +22,13 @@ using kjit::testing::param_test_source;
 
 namespace {
 
-class ParamSizes : public ::testing::Test {
+class ParamSizes : public kjit::testing::OnDevice<> {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!kjit::testing::have_cuda_device(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-    make_primary_context_current(0);
+  // The device's compute capability as the digits of its targets (90 for sm_90).
+  static std::string arch() {
     const ComputeCapability cc = device_compute_capability(0);
-    arch_ = std::to_string(cc.major * 10 + cc.minor);
+    return std::to_string(cc.major * 10 + cc.minor);
   }
-  std::string arch_;
 };
 
 void check_loaded(const std::string& target) {
@@ -54,6 +52,6 @@ void check_loaded(const std::string& target) {
 
 }  // namespace
 
-TEST_F(ParamSizes, KernelsLoadedFromACubinForTheDevice) { check_loaded("sm_" + arch_); }
+TEST_F(ParamSizes, KernelsLoadedFromACubinForTheDevice) { check_loaded("sm_" + arch()); }
 
-TEST_F(ParamSizes, KernelsLoadedFromPtx) { check_loaded("compute_" + arch_); }
+TEST_F(ParamSizes, KernelsLoadedFromPtx) { check_loaded("compute_" + arch()); }

@@ -38,6 +38,12 @@ Settings settings_for(const TempDir& dir, const std::string& mode = "readwrite")
   return Settings::from_map({{"KJIT_CACHE_DIR", (dir / "cache").string()}, {"KJIT_CACHE_MODE", mode}});
 }
 
+// Where Engine::prepare found (or made) kernel k of `t` with T = `type`, for sm_90.
+Origin origin_of_k(Engine& engine, std::shared_ptr<const Template> t, DType type) {
+  return prepared_origin(engine, Specialization(std::move(t), "k", {{"T", TemplateArg::type(type)}}),
+                         Target::parse("sm_90"));
+}
+
 Specialization add_constant(DType t, int vec) {
   return Specialization(Template::builtin("add_constant"), "add_constant",
                         {{"T", TemplateArg::type(t)}, {"VEC", TemplateArg::integer(vec)}});
@@ -217,18 +223,10 @@ TEST(Compile, StrictModeRaisesOnAMissAndNeverLoadsNvrtc) {
     _exit(code);
   }
   TempDir dir;
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("KJIT_TEST_STRICT_CHILD", (dir / "cache").c_str(), 1);
-    execl("/proc/self/exe", "test_compile", "--gtest_filter=Compile.StrictModeRaisesOnAMissAndNeverLoadsNvrtc",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: no error, 11-13: message, 14: other error, 15: NVRTC was loaded";
+  EXPECT_EQ(kjit::testing::rerun_this_test("test_compile", "Compile.StrictModeRaisesOnAMissAndNeverLoadsNvrtc",
+                                           "KJIT_TEST_STRICT_CHILD", (dir / "cache").string()),
+            0)
+      << "10: no error, 11-13: message, 14: other error, 15: NVRTC was loaded";
 }
 
 TEST(Compile, StrictModeFindsWhatReadwriteCompiled) {
@@ -296,9 +294,7 @@ TEST(Compile, ATemplateFromAManifestCannotMakeNvrtcReadFiles) {
   // A recorded template that includes plainly still compiles (and may probe plain names).
   auto ok = Template::from_memory("#include \"h.cuh\"\n#if __has_include(<cuda_fp16.h>)\n#endif\n" + kernel,
                                   (dir / "keys" / "k.cu").string(), {{"h.cuh", "#pragma once\n"}});
-  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, ok, DType::Float32), Origin::Compiled);
 }
 
 namespace {
@@ -422,9 +418,7 @@ TEST(Compile, AManifestTemplateCompileStopsAtTheTimeLimit) {
   EXPECT_LT(s, 60) << "the limit did not stop it";
   // The engine works afterwards.
   auto ok = Template::from_memory(kKernel, "ok.cu", {});
-  EXPECT_EQ(prepared_origin(engine, Specialization(ok, "k", {{"T", TemplateArg::type(DType::Float32)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, ok, DType::Float32), Origin::Compiled);
 }
 
 TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
@@ -441,9 +435,7 @@ TEST(Compile, AnIsolatedCompileStopsAtTheMemoryLimit) {
   EXPECT_NE(msg.find("KJIT_COMPILE_MEMORY"), std::string::npos) << msg;
   // Your own templates still compile in the child (with the CUDA include path) under `always`.
   auto half = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "half.cu");
-  EXPECT_EQ(prepared_origin(engine, Specialization(half, "k", {{"T", TemplateArg::type(DType::Float16)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, half, DType::Float16), Origin::Compiled);
 }
 
 // A name expression kjit rendered with __half / __nv_bfloat16 on a template that does not include the
@@ -462,9 +454,7 @@ TEST(Compile, AHalfSpecializationOfATemplateWithoutCudaFp16SaysWhichIncludeToAdd
   }
   // Included, it compiles.
   auto with = Template::from_string("#include <cuda_fp16.h>\n" + kKernel, "with.cu");
-  EXPECT_EQ(prepared_origin(engine, Specialization(with, "k", {{"T", TemplateArg::type(DType::Float16)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, with, DType::Float16), Origin::Compiled);
 }
 
 // A header included by absolute path from a string template is the user's, not the toolkit's: it is
@@ -477,15 +467,11 @@ TEST(Compile, AHeaderIncludedByAbsolutePathIsTheUsersOwn) {
   ASSERT_EQ(t->headers().size(), 1u);
   EXPECT_FALSE(t->headers()[0].from_cuda);
   Engine engine(settings_for(dir));
-  EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, t, DType::Float32), Origin::Compiled);
   // Rebuilt as a manifest would (its recorded headers only), it compiles too.
   auto rebuilt = Template::from_memory(source, "abs.cu", {{t->headers()[0].include_name, t->headers()[0].bytes}});
   EXPECT_EQ(rebuilt->digest(), t->digest());
-  EXPECT_EQ(prepared_origin(engine, Specialization(rebuilt, "k", {{"T", TemplateArg::type(DType::Int32)}}),
-                            Target::parse("sm_90")),
-            Origin::Compiled);
+  EXPECT_EQ(origin_of_k(engine, rebuilt, DType::Int32), Origin::Compiled);
 }
 
 // A template rebuilt from a manifest compiles with no file access: the CUDA headers it includes are
@@ -499,9 +485,7 @@ TEST(Compile, AManifestTemplateCompilesWithTheCudaHeadersInMemory) {
     SCOPED_TRACE(include);
     auto t = Template::from_memory(include + kKernel, "cuda_headers.cu", {});
     try {
-      EXPECT_EQ(prepared_origin(engine, Specialization(t, "k", {{"T", TemplateArg::type(DType::Float32)}}),
-                                Target::parse("sm_90")),
-                Origin::Compiled);
+      EXPECT_EQ(origin_of_k(engine, t, DType::Float32), Origin::Compiled);
     } catch (const CompileError& e) {
       ADD_FAILURE() << e.what();
     }
@@ -597,9 +581,7 @@ TEST(Compile, WithoutTheFileFilterAManifestTemplateIsRefused) {
     }
     // Your own templates still compile (their headers are kjit's, in memory).
     auto own = Template::from_string(kKernel, "own.cu");
-    c.check(prepared_origin(engine, Specialization(own, "k", {{"T", TemplateArg::type(DType::Int32)}}),
-                            Target::parse("sm_90")) == Origin::Compiled,
-            "own template");
+    c.check(origin_of_k(engine, own, DType::Int32) == Origin::Compiled, "own template");
   });
 }
 

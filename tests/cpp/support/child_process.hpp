@@ -196,6 +196,21 @@ inline void run_children(int n, const std::function<int(int)>& body) {
   for (std::size_t i = 0; i < children.size(); ++i) EXPECT_EQ(wait_exit_code(children[i]), 0) << "child " << i;
 }
 
+// Runs this test binary (`binary`, as its argv[0]) again in a child process, only the test `test` (a
+// --gtest_filter), with `var`=`value` in its environment; the child's exit code as wait_exit_code gives it
+// (-1 when it could not be forked, 127 when it could not be executed).
+inline int rerun_this_test(const char* binary, const std::string& test, const char* var, const std::string& value) {
+  const std::string filter = "--gtest_filter=" + test;
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    ::setenv(var, value.c_str(), 1);
+    ::execl("/proc/self/exe", binary, filter.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return wait_exit_code(pid);
+}
+
 // Runs `body` in a forked child; its failed checks become failures of the calling test.
 // Use as: KJIT_RUN_IN_CHILD([&](ChildChecks& c) { ... });  (a macro so that a skip skips the caller).
 #define KJIT_RUN_IN_CHILD(...)                                                                            \
