@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,7 +13,7 @@
 #include "kjit/cache/disk_cache.hpp"
 #include "kjit/cache/entry.hpp"
 #include "kjit/cache/sha256.hpp"
-#include "kjit/log.hpp"
+#include "log_capture.hpp"
 
 namespace kjit::testing {
 
@@ -58,36 +57,6 @@ inline bool same_metadata(const cache::EntryMetadata& a, const cache::EntryMetad
 inline bool same_entry(const cache::Entry& a, const cache::Entry& b) {
   return a.key == b.key && a.payload == b.payload && same_metadata(a.meta, b.meta);
 }
-
-// Collects warnings for the scope of the object (and keeps them off stderr).
-class WarningCapture {
- public:
-  WarningCapture() {
-    old_ = log::set_warning_sink([this](const std::string& m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      messages_.push_back(m);
-    });
-  }
-  ~WarningCapture() { log::set_warning_sink(std::move(old_)); }
-  WarningCapture(const WarningCapture&) = delete;
-  WarningCapture& operator=(const WarningCapture&) = delete;
-
-  std::vector<std::string> messages() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return messages_;
-  }
-  std::size_t count() const { return messages().size(); }
-  std::string all() const {
-    std::string out;
-    for (const auto& m : messages()) out += m + "\n";
-    return out;
-  }
-
- private:
-  log::Sink old_;
-  mutable std::mutex mu_;
-  std::vector<std::string> messages_;
-};
 
 // Every regular file under `root` (recursively), sorted.
 inline std::vector<std::filesystem::path> files_under(const std::filesystem::path& root) {

@@ -14,6 +14,7 @@
 #include "kjit/log.hpp"
 #include "kjit/settings.hpp"
 #include "engine_support.hpp"
+#include "log_capture.hpp"
 #include "test_support.hpp"
 
 using namespace kjit;
@@ -22,23 +23,16 @@ using kjit::testing::TempDir;
 using kjit::testing::prepared_origin;
 namespace {
 
-// Installs a sink that keeps every event (and the warnings) for the test's lifetime.
-class CapturedLog {
+// Installs a sink that keeps every event (and, as a WarningCapture, the warnings) for the test's lifetime.
+class CapturedLog : public kjit::testing::WarningCapture {
  public:
   CapturedLog() {
     previous_events_ = log::set_event_sink([this](const log::Event& e) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(e);
     });
-    previous_warnings_ = log::set_warning_sink([this](const std::string& m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      warnings_.push_back(m);
-    });
   }
-  ~CapturedLog() {
-    log::set_event_sink(std::move(previous_events_));
-    log::set_warning_sink(std::move(previous_warnings_));
-  }
+  ~CapturedLog() { log::set_event_sink(std::move(previous_events_)); }
   std::vector<log::Event> of_kind(const std::string& kind) const {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<log::Event> out;
@@ -46,17 +40,12 @@ class CapturedLog {
       if (e.kind == kind) out.push_back(e);
     return out;
   }
-  std::vector<std::string> warnings() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return warnings_;
-  }
+  std::vector<std::string> warnings() const { return messages(); }
 
  private:
   mutable std::mutex mu_;
   std::vector<log::Event> events_;
-  std::vector<std::string> warnings_;
   log::EventSink previous_events_;
-  log::Sink previous_warnings_;
 };
 
 Settings settings_for(const TempDir& dir, std::vector<std::pair<std::string, std::string>> more = {}) {
