@@ -61,19 +61,12 @@ int free_port() {
 }
 
 RedisServer::RedisServer(const fs::path& dir, std::vector<std::string> options)
-    : dir_(dir), options_(std::move(options)), port_(free_port()) {
+    : LocalRedis(free_port()), dir_(dir), options_(std::move(options)) {
   fs::create_directories(dir_);
   start();
 }
 
 RedisServer::~RedisServer() { stop(); }
-
-cache::RedisEndpoint RedisServer::endpoint() const {
-  cache::RedisEndpoint e;
-  e.host = "127.0.0.1";
-  e.port = port_;
-  return e;
-}
 
 void RedisServer::start() {
   const fs::path exe = executable();

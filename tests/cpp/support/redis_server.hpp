@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "kjit/cache/remote_config.hpp"
+#include "local_redis.hpp"
 
 namespace kjit::testing {
 
-class RedisServer {
+class RedisServer : public LocalRedis {
  public:
   // The redis-server executable, or empty when none is installed.
   static std::filesystem::path executable();
@@ -30,10 +30,6 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  int port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
-  cache::RedisEndpoint endpoint() const;
-
   // Stops it (SIGTERM, reaped); start() again on the same port.
   void stop();
   void start();
@@ -44,7 +40,6 @@ class RedisServer {
  private:
   std::filesystem::path dir_;
   std::vector<std::string> options_;
-  int port_ = 0;
   pid_t pid_ = -1;
 };
 

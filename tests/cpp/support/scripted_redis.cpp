@@ -78,13 +78,6 @@ ScriptedRedis::~ScriptedRedis() {
   ::close(listen_fd_);
 }
 
-cache::RedisEndpoint ScriptedRedis::endpoint() const {
-  cache::RedisEndpoint e;
-  e.host = "127.0.0.1";
-  e.port = port_;
-  return e;
-}
-
 std::vector<std::string> ScriptedRedis::received() const {
   std::lock_guard<std::mutex> lock(mu_);
   return received_;

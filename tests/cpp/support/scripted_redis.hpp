@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "kjit/cache/remote_config.hpp"
+#include "local_redis.hpp"
 
 namespace kjit::testing {
 
-class ScriptedRedis {
+class ScriptedRedis : public LocalRedis {
  public:
   struct Answer {
     std::string now;      // sent at once
@@ -34,10 +34,6 @@ class ScriptedRedis {
   ~ScriptedRedis();
   ScriptedRedis(const ScriptedRedis&) = delete;
   ScriptedRedis& operator=(const ScriptedRedis&) = delete;
-
-  int port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
-  cache::RedisEndpoint endpoint() const;
   // The names of the commands received so far, in order.
   std::vector<std::string> received() const;
 
@@ -55,7 +51,6 @@ class ScriptedRedis {
   Script script_;
   std::chrono::steady_clock::duration max_connection_;
   int listen_fd_ = -1;
-  int port_ = 0;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
   std::vector<std::string> received_;
