@@ -134,6 +134,11 @@ namespace {
 // A folder another user can reach (TempDir is 0700): the modes below it decide what they may read.
 void open_to_all(const fs::path& p) { ASSERT_EQ(::chmod(p.c_str(), 0755), 0) << p; }
 
+// A temporary folder opened to all (open_to_all).
+struct OpenTempDir : TempDir {
+  OpenTempDir() { open_to_all(path()); }
+};
+
 // Drops the (child) process to nobody for good; a failed check when it cannot.
 bool become_nobody(ChildChecks& c) {
   return c.check(::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0,
@@ -157,8 +162,7 @@ TEST(SpecialFiles, AnExportOthersCannotReadIsNotReadableNotDamaged) {
   // `kjit export` run as root made the layer owner-only (0700 folders, 0600 files); the job runs as
   // another user.
   KJIT_NEEDS_ROOT();
-  TempDir dir;
-  open_to_all(dir.path());
+  OpenTempDir dir;
   const Entry e = make_entry("special-unreadable-export"), second = make_entry("special-unreadable-export-2");
   const fs::path layer = dir / "layer";
   const fs::path path = stored(layer, e);
@@ -185,8 +189,7 @@ TEST(SpecialFiles, AnExportOthersCannotReadIsNotReadableNotDamaged) {
 TEST(SpecialFiles, AnUnreadableEntryInTheUsersOwnRootIsNotReadableNotDamaged) {
   // An entry of nobody's root that nobody cannot open (here: root made it 0600 and root's own).
   KJIT_NEEDS_ROOT();
-  TempDir dir;
-  open_to_all(dir.path());
+  OpenTempDir dir;
   const fs::path root = dir / "nobody-cache";
   const Entry e = make_entry("special-unreadable-own");
   const fs::path path = stored(root, e);  // as root: root's file (0600) in folders root made
@@ -208,8 +211,7 @@ TEST(SpecialFiles, AnUnusableRootIsWarnedAboutOnceNotPerLookup) {
   // KJIT_CACHE_DIR names a folder this user may neither write nor read (another user's 0700 cache).
   // The engine looks up two keys per kernel and target (cubin and PTX) before it compiles.
   KJIT_NEEDS_ROOT();
-  TempDir dir;
-  open_to_all(dir.path());
+  OpenTempDir dir;
   const fs::path root = dir / "roots-cache";
   const Entry cubin = make_entry("special-unusable-root-cubin"), ptx = make_entry("special-unusable-root-ptx");
   stored(root, cubin);
@@ -271,8 +273,7 @@ TEST(SpecialFiles, AStrictDeployedCacheOthersCannotReadSaysHowToOpenIt) {
   // The root itself, in strict mode, is a deployed cache (baked by root): the advice is to open it to
   // readers, not to take it over; and strict mode says the miss is a miss.
   KJIT_NEEDS_ROOT();
-  TempDir dir;
-  open_to_all(dir.path());
+  OpenTempDir dir;
   const Entry e = make_entry("special-unreadable-strict");
   const fs::path deployed = dir / "deployed";
   const fs::path path = stored(deployed, e);

@@ -47,6 +47,14 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
                                        << err;
 }
 
+// Whether `r` ended with exit code `code` and its stderr starts with `start`.
+::testing::AssertionResult failed_starting(const Result& r, int code, const std::string& start) {
+  if (r.code == code && starts_with(r.err, start)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "exit code " << r.code << " (expected " << code << "), stderr:\n"
+                                       << r.err << "\nexpected it to start with:\n"
+                                       << start;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream is(text);
@@ -307,11 +315,9 @@ TEST_F(CliTest, CompileUserFileWithIncludeDirOptionsAndEveryParamKind) {
 
   // Without --include the header is not found: NVRTC's error, with the source line.
   Result missing = kjit(args);
-  EXPECT_EQ(missing.code, 1);
-  EXPECT_TRUE(starts_with(missing.err,
-                          "kjit: error: NVRTC could not compile scale(T=float64, N=7, FLIP=true, F=1.5) "
-                          "from template scale.cu for sm_90"))
-      << missing.err;
+  EXPECT_TRUE(failed_starting(missing, 1,
+                              "kjit: error: NVRTC could not compile scale(T=float64, N=7, FLIP=true, F=1.5) "
+                              "from template scale.cu for sm_90"));
   EXPECT_NE(missing.err.find("open source file \"twice.cuh\""), std::string::npos) << missing.err;
   EXPECT_NE(missing.err.find(" >    1 | #include \"twice.cuh\""), std::string::npos) << missing.err;
   const std::string hint =
@@ -371,8 +377,7 @@ TEST_F(CliTest, UnknownKernelAndTemplate) {
                           "kjit: error: template 'add_constant' has no __global__ kernel named 'add' (it declares: "
                           "add_constant)\n"));
   r = kjit({"compile", "no_such_template", "--kernel", "k", "--arch", "sm_90"});
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(starts_with(r.err, "kjit: error: there is no built-in template 'no_such_template' in ")) << r.err;
+  EXPECT_TRUE(failed_starting(r, 1, "kjit: error: there is no built-in template 'no_such_template' in "));
   EXPECT_NE(r.err.find("(available: add_constant, "), std::string::npos) << r.err;
   const fs::path missing = dir_ / "missing.cu";
   r = kjit({"compile", missing.string(), "--kernel", "k", "--arch", "sm_90"});
@@ -388,13 +393,11 @@ TEST_F(CliTest, BadArchListsTheAllowedForms) {
             "kjit: error: target 'hopper' is not valid: allowed sm_XY (cubin), sm_XYa (arch-specific cubin), "
             "compute_XY (PTX) or a compute capability such as 9.0; for example sm_90\n");
   r = compile_add({"T=float32", "VEC=4"}, "sm_72");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(starts_with(r.err, "kjit: error: NVRTC ")) << r.err;
+  EXPECT_TRUE(failed_starting(r, 1, "kjit: error: NVRTC "));
   EXPECT_NE(r.err.find(" cannot compile for sm_72: it supports sm_75, sm_80, "), std::string::npos) << r.err;
   // An unknown PTX target: the same kind of error, not NVRTC's NVRTC_ERROR_INVALID_OPTION.
   r = compile_add({"T=float32", "VEC=4"}, "compute_91");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(starts_with(r.err, "kjit: error: NVRTC ")) << r.err;
+  EXPECT_TRUE(failed_starting(r, 1, "kjit: error: NVRTC "));
   EXPECT_NE(r.err.find(" cannot compile for compute_91: it supports compute_75, compute_80, "), std::string::npos)
       << r.err;
 }
@@ -402,11 +405,9 @@ TEST_F(CliTest, BadArchListsTheAllowedForms) {
 TEST_F(CliTest, StrictModeCompileOfAnUncachedSpecializationFails) {
   ScopedEnv strict("KJIT_CACHE_MODE", "strict");
   Result r = compile_add({"T=int64", "VEC=2"}, "sm_90");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(starts_with(r.err,
-                          "kjit: error: strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and "
-                          "add_constant(T=int64, VEC=2) from template add_constant for sm_90 is not cached"))
-      << r.err;
+  EXPECT_TRUE(failed_starting(r, 1,
+                              "kjit: error: strict cache mode (KJIT_CACHE_MODE=strict) never compiles, and "
+                              "add_constant(T=int64, VEC=2) from template add_constant for sm_90 is not cached"));
 }
 
 TEST_F(CliTest, CompileInReadonlyModeSaysNothingWasStored) {
@@ -712,8 +713,7 @@ TEST_F(CliTest, PruneAndClearRefuseOutsideReadwriteMode) {
                           "KJIT_CACHE_MODE or set it to readwrite to prune " +
                               cache_dir().string() + "\n"));
   r = kjit({"clear", "--yes"});
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(starts_with(r.err, "kjit: error: clear changes nothing in cache mode readonly")) << r.err;
+  EXPECT_TRUE(failed_starting(r, 1, "kjit: error: clear changes nothing in cache mode readonly"));
 }
 
 TEST_F(CliTest, ClearNeedsYes) {
@@ -723,8 +723,7 @@ TEST_F(CliTest, ClearNeedsYes) {
 
   compile_add_constant("sm_80,sm_90");
   Result refused = kjit({"clear"});
-  EXPECT_EQ(refused.code, 1);
-  EXPECT_TRUE(starts_with(refused.err, "kjit: error: clear would remove 2 entries (")) << refused.err;
+  EXPECT_TRUE(failed_starting(refused, 1, "kjit: error: clear would remove 2 entries ("));
   EXPECT_NE(refused.err.find(") from " + cache_dir().string() + "; run `kjit clear --yes` to confirm\n"),
             std::string::npos)
       << refused.err;
@@ -760,36 +759,28 @@ TEST_F(CliTest, UsageErrorsExitTwoWithMessageAndUsage) {
   EXPECT_NE(none.err.find("Usage: kjit [OPTIONS] SUBCOMMAND"), std::string::npos) << none.err;
 
   Result unknown = kjit({"frobnicate"});
-  EXPECT_EQ(unknown.code, 2);
-  EXPECT_TRUE(starts_with(unknown.err,
-                          "kjit: error: unknown command 'frobnicate' (commands: info, compile, warm, export, "
-                          "prefetch, ls, verify, prune, clear)\n\nkjit " KJIT_VERSION ": "))
-      << unknown.err;
+  EXPECT_TRUE(failed_starting(unknown, 2,
+                              "kjit: error: unknown command 'frobnicate' (commands: info, compile, warm, export, "
+                              "prefetch, ls, verify, prune, clear)\n\nkjit " KJIT_VERSION ": "));
 
   Result no_kernel = kjit({"compile", "add_constant", "--arch", "sm_90"});
-  EXPECT_EQ(no_kernel.code, 2);
-  EXPECT_TRUE(starts_with(no_kernel.err, "kjit: error: --kernel is required\n\n")) << no_kernel.err;
+  EXPECT_TRUE(failed_starting(no_kernel, 2, "kjit: error: --kernel is required\n\n"));
   EXPECT_NE(no_kernel.err.find("Usage: kjit compile [OPTIONS] TEMPLATE"), std::string::npos) << no_kernel.err;
 
   Result bad_std = compile_add({}, "sm_90", {"--std", "c++11"});
-  EXPECT_EQ(bad_std.code, 2);
-  EXPECT_TRUE(starts_with(bad_std.err, "kjit: error: --std: c++11 not in {c++17,c++20}\n")) << bad_std.err;
+  EXPECT_TRUE(failed_starting(bad_std, 2, "kjit: error: --std: c++11 not in {c++17,c++20}\n"));
 
   Result bad_size = kjit({"prune", "--max-bytes", "10X"});
-  EXPECT_EQ(bad_size.code, 2);
-  EXPECT_TRUE(starts_with(bad_size.err,
-                          "kjit: error: --max-bytes: value '10X' is not valid: allowed a byte count with "
-                          "an optional K, M or G suffix (powers of 1024), e.g. 500M or 2G\n\n"))
-      << bad_size.err;
+  EXPECT_TRUE(failed_starting(bad_size, 2,
+                              "kjit: error: --max-bytes: value '10X' is not valid: allowed a byte count with "
+                              "an optional K, M or G suffix (powers of 1024), e.g. 500M or 2G\n\n"));
   EXPECT_NE(bad_size.err.find("Usage: kjit prune [OPTIONS]"), std::string::npos) << bad_size.err;
 
   // An unset variable (`kjit verify --dir "$EXPORT"`) used to check the user's own cache and exit 0.
   Result empty_dir = kjit({"verify", "--dir", ""});
-  EXPECT_EQ(empty_dir.code, 2);
-  EXPECT_TRUE(starts_with(empty_dir.err,
-                          "kjit: error: --dir: an empty path is not allowed (an unset variable?); give the "
-                          "exported cache's folder\n"))
-      << empty_dir.err;
+  EXPECT_TRUE(failed_starting(empty_dir, 2,
+                              "kjit: error: --dir: an empty path is not allowed (an unset variable?); give the "
+                              "exported cache's folder\n"));
   Result empty_lock = kjit({"verify", "--lock", ""});
   EXPECT_EQ(empty_lock.code, 2);
   EXPECT_NE(empty_lock.err.find("--lock: an empty path is not allowed"), std::string::npos) << empty_lock.err;

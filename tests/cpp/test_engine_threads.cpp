@@ -47,6 +47,7 @@ const std::vector<Spec> kSpecs = {
 };
 const int kKeys = static_cast<int>(kSpecs.size());
 
+using kjit::testing::run_together;
 using kjit::testing::StartLine;
 
 struct Result {
@@ -281,23 +282,17 @@ TEST(EngineThreads, EightThreadsMissingABrokenKernelEachGetTheCompileError) {
   KernelFamily family(engine, broken, "broken");
   const Target sm90 = Target::parse("sm_90");
   std::vector<std::string> got(kThreads);
-  StartLine start(kThreads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      const TemplateArg arg = TemplateArg::type(DType::Float32);
-      try {
-        engine.prepare(family.specialization(&arg, 1), sm90);
-        got[i] = "no error";
-      } catch (const CompileError& e) {
-        got[i] = e.log().find("undefined_symbol") != std::string::npos ? "CompileError" : "log: " + e.log();
-      } catch (const std::exception& e) {
-        got[i] = std::string("another error: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  run_together(kThreads, [&](int i) {
+    const TemplateArg arg = TemplateArg::type(DType::Float32);
+    try {
+      engine.prepare(family.specialization(&arg, 1), sm90);
+      got[i] = "no error";
+    } catch (const CompileError& e) {
+      got[i] = e.log().find("undefined_symbol") != std::string::npos ? "CompileError" : "log: " + e.log();
+    } catch (const std::exception& e) {
+      got[i] = std::string("another error: ") + e.what();
+    }
+  });
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(got[i], "CompileError") << "thread " << i;
   EXPECT_EQ(engine.stats().compiles, 0u);
   EXPECT_EQ(count_files(dir / "cache", ".kjit"), 0u);
@@ -316,38 +311,32 @@ TEST(EngineThreads, HotPathTableUnderConcurrentRememberAndFind) {
   constexpr int kDevices = 4, kVecs = 16;
   std::vector<std::string> errors(kThreads);
   std::vector<std::uint64_t> family_ids(kThreads);
-  StartLine start(kThreads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      KernelFamily family(engine, tmpl, "add_constant");  // interned: the same id in every thread
-      family_ids[i] = engine.family_id(*tmpl, "add_constant", {});
-      for (int pass = 0; pass < 50; ++pass) {
-        for (int d = 0; d < kDevices; ++d) {
-          for (int v = 0; v < kVecs; ++v) {
-            const TemplateArg args[] = {TemplateArg::type(DType::Float32), TemplateArg::integer(v)};
-            if (auto hit = family.find(args, 2, d)) {
-              if (hit->meta.name_expression != "vec=" + std::to_string(v) + " device=" + std::to_string(d))
-                errors[i] = "find returned another entry: " + hit->meta.name_expression;
-              continue;
-            }
-            if ((v + d + i) % 2) continue;  // half of the threads write each slot
-            SpecKey key;
-            key.family = family_ids[i];
-            key.device = d;
-            key.nargs = 2;
-            key.args[0] = args[0].word();
-            key.args[1] = args[1].word();
-            auto loaded = std::make_shared<SpecializedKernel>();
-            loaded->meta.name_expression = "vec=" + std::to_string(v) + " device=" + std::to_string(d);
-            engine.remember(key, std::move(loaded));
+  run_together(kThreads, [&](int i) {
+    KernelFamily family(engine, tmpl, "add_constant");  // interned: the same id in every thread
+    family_ids[i] = engine.family_id(*tmpl, "add_constant", {});
+    for (int pass = 0; pass < 50; ++pass) {
+      for (int d = 0; d < kDevices; ++d) {
+        for (int v = 0; v < kVecs; ++v) {
+          const TemplateArg args[] = {TemplateArg::type(DType::Float32), TemplateArg::integer(v)};
+          if (auto hit = family.find(args, 2, d)) {
+            if (hit->meta.name_expression != "vec=" + std::to_string(v) + " device=" + std::to_string(d))
+              errors[i] = "find returned another entry: " + hit->meta.name_expression;
+            continue;
           }
+          if ((v + d + i) % 2) continue;  // half of the threads write each slot
+          SpecKey key;
+          key.family = family_ids[i];
+          key.device = d;
+          key.nargs = 2;
+          key.args[0] = args[0].word();
+          key.args[1] = args[1].word();
+          auto loaded = std::make_shared<SpecializedKernel>();
+          loaded->meta.name_expression = "vec=" + std::to_string(v) + " device=" + std::to_string(d);
+          engine.remember(key, std::move(loaded));
         }
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+  });
   for (const auto& e : errors) EXPECT_TRUE(e.empty()) << e;
   for (int i = 1; i < kThreads; ++i) EXPECT_EQ(family_ids[i], family_ids[0]);
   KernelFamily family(engine, tmpl, "add_constant");

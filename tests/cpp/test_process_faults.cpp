@@ -143,6 +143,12 @@ CacheScan scan_cache(const fs::path& root) {
   return s;
 }
 
+// Every test of the suite works in a fresh temporary directory.
+class ProcessFaults : public ::testing::Test {
+ protected:
+  TempDir dir;
+};
+
 // A seed for the random kill points, shown when a test fails.
 unsigned fresh_seed() { return std::random_device{}(); }
 
@@ -199,8 +205,7 @@ bool wait_for_lock_file(const fs::path& root, double timeout_s) {
 // the whole window (NVRTC load, compile under the lock, write, rename). Afterwards no lock is held,
 // every visible entry is valid, and this process compiles the same key at once (KJIT_LOCK_TIMEOUT=1:
 // a lock left held would make it throw).
-TEST(ProcessFaults, EngineKilledAtRandomPointsOfARealCompile) {
-  TempDir dir;
+TEST_F(ProcessFaults, EngineKilledAtRandomPointsOfARealCompile) {
   const unsigned seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -281,8 +286,7 @@ TEST(ProcessFaults, EngineKilledAtRandomPointsOfARealCompile) {
 // The child is killed while it certainly holds the per-key lock (inside produce, during a real NVRTC
 // compile): the lock file stays but nobody holds it, no entry is visible unless it was published, and
 // the next process compiles (or loads) the key without waiting.
-TEST(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
-  TempDir dir;
+TEST_F(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
   const fs::path root = dir.path() / "cache";
   const unsigned seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -368,8 +372,7 @@ TEST(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
 // process loads the entry at once (a hit takes no lock, so it neither waits nor warns), the orphaned
 // lock file is never mistaken for a held lock, and prune removes it. Found by CI: the random kills of
 // the test above landed in this window once.
-TEST(ProcessFaults, PublishedThenKilledBeforeItsLockWasRemoved) {
-  TempDir dir;
+TEST_F(ProcessFaults, PublishedThenKilledBeforeItsLockWasRemoved) {
   const fs::path root = dir.path() / "cache";
   const CacheKey key = key_for("faults-published-then-killed");
   const Entry entry = make_entry("faults-published-then-killed", kTarget, 4096);
@@ -422,8 +425,7 @@ TEST(ProcessFaults, PublishedThenKilledBeforeItsLockWasRemoved) {
 // appears (mid-write), at a random time, or at a random time after it completed a publish (between or
 // inside later writes and renames). Every visible entry is always complete and valid, a load gives
 // either a miss or the right entry, leftover temp files are never entries, and prune removes them.
-TEST(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
-  TempDir dir;
+TEST_F(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
   const fs::path root = dir.path() / "cache";
   const unsigned seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -526,8 +528,7 @@ TEST(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
 // middle of write(); one warning says so, the compiled result is still returned, nothing partial
 // (entry, temp file, lock file) is left, and later requests neither warn again nor write.
 // (DiskCacheFaults.WriteFailingMidway covers DiskCache::store alone.)
-TEST(ProcessFaults, DiskFullDuringARealCompileAndStore) {
-  TempDir dir;
+TEST_F(ProcessFaults, DiskFullDuringARealCompileAndStore) {
   const fs::path root = dir.path() / "cache";
   KJIT_RUN_IN_CHILD([&](ChildChecks& c) {
     ::signal(SIGXFSZ, SIG_IGN);
@@ -593,11 +594,10 @@ class FileSizeLimit {
 // The same with Engine::get (which loads the module, so it needs a GPU; it runs in this process, as
 // CUDA cannot be used in a child forked after the driver was initialized): the kernel compiled while
 // the store failed is kept in memory, and a second request does not compile again.
-TEST(ProcessFaults, DiskFullDuringGetKeepsTheKernelInMemory) {
+TEST_F(ProcessFaults, DiskFullDuringGetKeepsTheKernelInMemory) {
   std::string why;
   if (!kjit::testing::have_cuda_device(&why))
     GTEST_SKIP() << "needs a CUDA device (Engine::get loads modules): " << why;
-  TempDir dir;
   const fs::path root = dir.path() / "cache";
   const Target target = kjit::device_target(0);
   Engine engine(settings_for(root));
@@ -647,8 +647,7 @@ void expect_miss_then_produced(DiskCache& c, const Entry& gone, const Entry& b) 
 // rm -rf of the cache root (and its parent) under a live DiskCache: loads of the deleted entries are
 // misses, the next miss recreates the directories (0700) and stores, also when the root vanishes
 // while the key's lock is held; no warning, no exception.
-TEST(ProcessFaults, CacheRootDeletedUnderARunningCacheIsRecreated) {
-  TempDir dir;
+TEST_F(ProcessFaults, CacheRootDeletedUnderARunningCacheIsRecreated) {
   const fs::path outer = dir.path() / "outer", root = outer / "cache";
   WarningCapture warnings;
   DiskCache c(short_lock_config(root));
@@ -693,8 +692,7 @@ TEST(ProcessFaults, CacheRootDeletedUnderARunningCacheIsRecreated) {
 
 // The same through a running Engine with real compiles: after rm -rf the kernel is recompiled (a disk
 // miss), stored again under a recreated 0700 root, and a new process finds it.
-TEST(ProcessFaults, CacheRootDeletedUnderARunningEngine) {
-  TempDir dir;
+TEST_F(ProcessFaults, CacheRootDeletedUnderARunningEngine) {
   const fs::path root = dir.path() / "cache";
   WarningCapture warnings;
   Engine engine(settings_for(root));
@@ -715,8 +713,7 @@ TEST(ProcessFaults, CacheRootDeletedUnderARunningEngine) {
 
 // When the root cannot come back (a file now stands where it was), the running cache degrades to
 // memory with one warning; nothing throws at the caller and loads are misses.
-TEST(ProcessFaults, CacheRootReplacedByAFileDegradesWithOneWarning) {
-  TempDir dir;
+TEST_F(ProcessFaults, CacheRootReplacedByAFileDegradesWithOneWarning) {
   const fs::path root = dir.path() / "cache";
   WarningCapture warnings;
   DiskCache c(short_lock_config(root));
@@ -804,8 +801,7 @@ std::vector<std::pair<fs::path, std::string>> snapshot(const fs::path& root) {
 // A populated cache on a read-only mount (a real one: root ignores permission bits): a readwrite
 // DiskCache and Engine load the existing entries, compile misses in memory after one warning each,
 // never throw, and the tree is left exactly as it was.
-TEST(ProcessFaults, CacheOnAReadOnlyMount) {
-  TempDir dir;
+TEST_F(ProcessFaults, CacheOnAReadOnlyMount) {
   const fs::path mount_point = dir.path() / "ro", root = mount_point / "cache";
   const Entry a = make_entry("faults-ro-a"), b = make_entry("faults-ro-b");
   ASSERT_TRUE(DiskCache(cache_config(root)).store(a));

@@ -6,29 +6,30 @@
 
 namespace kjit::testing {
 
+// How a type converts to and from float on the host: a cast, except for the CUDA half types.
+template <typename T>
+struct HostFloat {
+  static float to(T v) { return static_cast<float>(v); }
+  static T from(float v) { return static_cast<T>(v); }
+};
+template <>
+struct HostFloat<__half> {
+  static float to(__half v) { return __half2float(v); }
+  static __half from(float v) { return __float2half(v); }
+};
+template <>
+struct HostFloat<__nv_bfloat16> {
+  static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __nv_bfloat16 from(float v) { return __float2bfloat16(v); }
+};
+
 template <typename T>
 float to_f(T v) {
-  return static_cast<float>(v);
-}
-template <>
-inline float to_f(__half v) {
-  return __half2float(v);
-}
-template <>
-inline float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
+  return HostFloat<T>::to(v);
 }
 template <typename T>
 T from_f(float v) {
-  return static_cast<T>(v);
-}
-template <>
-inline __half from_f(float v) {
-  return __float2half(v);
-}
-template <>
-inline __nv_bfloat16 from_f(float v) {
-  return __float2bfloat16(v);
+  return HostFloat<T>::from(v);
 }
 
 }  // namespace kjit::testing

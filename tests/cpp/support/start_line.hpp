@@ -2,7 +2,10 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace kjit::testing {
 
@@ -24,5 +27,17 @@ class StartLine {
   std::condition_variable cv_;
   int left_;
 };
+
+// Runs `body(i)` on `n` threads (i = 0..n-1) that start together, and joins them.
+inline void run_together(int n, const std::function<void(int)>& body) {
+  StartLine start(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      body(i);
+    });
+  for (auto& t : threads) t.join();
+}
 
 }  // namespace kjit::testing
