@@ -50,38 +50,20 @@ std::map<std::string, int> count_lines(const fs::path& log) {
   return counts;
 }
 
-// Forks a child that takes the lock of `e` (inside produce), writes one byte to `ready`, and then
-// blocks until it is killed.
+// Forks a child that takes the lock of `e` (inside produce) and then blocks until it is killed; its pid
+// once it holds the lock, -1 when it does not get there.
 pid_t fork_lock_holder(const fs::path& root, const Entry& e) {
-  int fds[2];
-  if (::pipe(fds) != 0) return -1;
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      DiskCache c(cache_config(root));
-      c.load_or_produce(
-          e.key, "sm_90",
-          [&]() -> Entry {
-            char x = 'L';
-            if (::write(fds[1], &x, 1) != 1) ::_exit(3);
-            for (;;) ::pause();
-          },
-          nullptr);
-    } catch (...) {
-    }
-    ::_exit(2);
-  }
-  ::close(fds[1]);
-  char x = 0;
-  const bool ready = ::read(fds[0], &x, 1) == 1 && x == 'L';
-  ::close(fds[0]);
-  if (!ready) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    return -1;
-  }
-  return pid;
+  return fork_until_ready([&](const std::function<bool()>& locked) {
+    DiskCache c(cache_config(root));
+    c.load_or_produce(
+        e.key, "sm_90",
+        [&]() -> Entry {
+          if (!locked()) ::_exit(3);
+          for (;;) ::pause();
+        },
+        nullptr);
+    return 2;
+  });
 }
 
 }  // namespace

@@ -297,33 +297,18 @@ TEST_F(ProcessFaults, KilledWhileHoldingTheLockDuringARealCompile) {
     const CacheKey key = key_for("faults-lock-held-" + std::to_string(i));
     const fs::path lock = layout::lock_path(root, key, kTarget);
     const fs::path entry = layout::entry_path(root, key, kTarget);
-    int ready[2];
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(ready[0]);
-      try {
-        DiskCache c(short_lock_config(root));
-        c.load_or_produce(
-            key, kTarget,
-            [&] {
-              char x = 'L';
-              if (::write(ready[1], &x, 1) != 1) ::_exit(3);
-              return compile_entry(key, 4);
-            },
-            nullptr);
-      } catch (...) {
-        ::_exit(2);
-      }
-      ::_exit(0);
-    }
-    ChildGuard child(pid);
-    ::close(ready[1]);
-    char x = 0;
-    const bool in_produce = ::read(ready[0], &x, 1) == 1 && x == 'L';
-    ::close(ready[0]);
-    ASSERT_TRUE(in_produce) << "the child reached produce()";
+    ChildGuard child(fork_until_ready([&](const std::function<bool()>& in_produce) {
+      DiskCache c(short_lock_config(root));
+      c.load_or_produce(
+          key, kTarget,
+          [&] {
+            if (!in_produce()) ::_exit(3);
+            return compile_entry(key, 4);
+          },
+          nullptr);
+      return 0;
+    }));
+    ASSERT_GT(child.pid(), 0) << "the child reached produce()";
     ASSERT_TRUE(lock_is_held(lock)) << "the child holds the per-key lock while it compiles";
     // The first kill comes at once; the others at random points of a compile.
     const double at_ms = i == 0 ? 0 : std::uniform_real_distribution<double>(0, compile_ms)(rng);
@@ -447,24 +432,14 @@ TEST_F(ProcessFaults, KilledMidWriteLeavesOnlyCompleteEntries) {
                   : mode == AtRandom ? " (kill at " + std::to_string(at_ms) + " ms)"
                                      : " (kill " + std::to_string(at_ms) + " ms after a publish)"));
     const auto before = entry_files(root);
-    int ready[2];
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(ready[0]);
+    ChildGuard child(fork_until_ready([&](const std::function<bool()>& started) -> int {
       DiskCache c(cache_config(root));
-      char x = 'R';
-      if (::write(ready[1], &x, 1) != 1) ::_exit(3);
+      if (!started()) ::_exit(3);
       for (int n = 0;; ++n)  // until killed
         if (!c.store(expected[static_cast<std::size_t>((n + i) % kKeys)])) ::_exit(4);
-    }
-    ChildGuard child(pid);
-    ::close(ready[1]);
-    char x = 0;
-    const bool started = ::read(ready[0], &x, 1) == 1;
-    ::close(ready[0]);
-    ASSERT_TRUE(started);
+    }));
+    ASSERT_GT(child.pid(), 0) << "the writer started";
+    const pid_t pid = child.pid();
     const auto published = [&] {
       for (const auto& f : entry_files(root))
         if (!before.count(f)) return true;

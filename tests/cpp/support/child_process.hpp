@@ -169,6 +169,46 @@ struct ChildRun {
   }
 };
 
+// Forks a child that runs `body(say_ready)` and exits with what `body` returns (2 when it throws); in the
+// child, say_ready() tells the parent that it got where the test wants it (false when it cannot: the
+// child should then _exit). Returns the child's pid once it has said so, or -1 when it could not be forked
+// or ended (or failed to say so) first, then reaped.
+inline pid_t fork_until_ready(const std::function<int(const std::function<bool()>& say_ready)>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    const int fd = fds[1];
+    int code = 2;
+    try {
+      code = body([fd] {
+        const char x = 'R';
+        return ::write(fd, &x, 1) == 1;
+      });
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  char x = 0;
+  ssize_t n;
+  do n = ::read(fds[0], &x, 1);
+  while (n < 0 && errno == EINTR);
+  ::close(fds[0]);
+  if (n != 1) {
+    ::kill(pid, SIGKILL);
+    wait_exit_code(pid);
+    return -1;
+  }
+  return pid;
+}
+
 // Forks `n` children at once, child i running `body(i)` and exiting with what it returns (2 when it throws,
 // with the exception's message on stderr), and waits for them all: a failure of the calling test for each
 // child that did not exit with 0, and when a fork fails (no more are forked then).
