@@ -23,29 +23,20 @@ using kjit::testing::TempDir;
 using kjit::testing::prepared_origin;
 namespace {
 
-// Installs a sink that keeps every event (and, as a WarningCapture, the warnings) for the test's lifetime.
-class CapturedLog : public kjit::testing::WarningCapture {
+// Keeps every event and warning for the test's lifetime.
+class CapturedLog {
  public:
-  CapturedLog() {
-    previous_events_ = log::set_event_sink([this](const log::Event& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(e);
-    });
-  }
-  ~CapturedLog() { log::set_event_sink(std::move(previous_events_)); }
   std::vector<log::Event> of_kind(const std::string& kind) const {
-    std::lock_guard<std::mutex> lock(mu_);
     std::vector<log::Event> out;
-    for (const auto& e : events_)
+    for (const auto& e : events_.kept())
       if (e.kind == kind) out.push_back(e);
     return out;
   }
-  std::vector<std::string> warnings() const { return messages(); }
+  std::vector<std::string> warnings() const { return warnings_.messages(); }
 
  private:
-  mutable std::mutex mu_;
-  std::vector<log::Event> events_;
-  log::EventSink previous_events_;
+  kjit::testing::EventCapture events_;
+  kjit::testing::WarningCapture warnings_;
 };
 
 Settings settings_for(const TempDir& dir, std::vector<std::pair<std::string, std::string>> more = {}) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -12,34 +13,45 @@
 
 namespace kjit::testing {
 
-// Collects warnings for the scope of the object (and keeps them off stderr).
-class WarningCapture {
+// Keeps every `T` that a kjit::log sink installed by `Set` (log::set_warning_sink, log::set_event_sink)
+// receives, for the scope of the object; the previous sink is back after it.
+template <typename T, std::function<void(const T&)> (*Set)(std::function<void(const T&)>)>
+class SinkCapture {
  public:
-  WarningCapture() {
-    old_ = log::set_warning_sink([this](const std::string& m) {
+  SinkCapture() {
+    old_ = Set([this](const T& x) {
       std::lock_guard<std::mutex> lock(mu_);
-      messages_.push_back(m);
+      kept_.push_back(x);
     });
   }
-  ~WarningCapture() { log::set_warning_sink(std::move(old_)); }
-  WarningCapture(const WarningCapture&) = delete;
-  WarningCapture& operator=(const WarningCapture&) = delete;
+  ~SinkCapture() { Set(std::move(old_)); }
+  SinkCapture(const SinkCapture&) = delete;
+  SinkCapture& operator=(const SinkCapture&) = delete;
 
-  std::vector<std::string> messages() const {
+  std::vector<T> kept() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return messages_;
+    return kept_;
   }
+
+ private:
+  std::function<void(const T&)> old_;
+  mutable std::mutex mu_;
+  std::vector<T> kept_;
+};
+
+// The structured events (log::Event) given in the scope of the object.
+using EventCapture = SinkCapture<log::Event, &log::set_event_sink>;
+
+// Collects warnings for the scope of the object (and keeps them off stderr).
+class WarningCapture : public SinkCapture<std::string, &log::set_warning_sink> {
+ public:
+  std::vector<std::string> messages() const { return kept(); }
   std::size_t count() const { return messages().size(); }
   std::string all() const {
     std::string out;
     for (const auto& m : messages()) out += m + "\n";
     return out;
   }
-
- private:
-  log::Sink old_;
-  mutable std::mutex mu_;
-  std::vector<std::string> messages_;
 };
 
 // Whether exactly one warning was given, saying `part` (the warnings shown when not).
