@@ -297,6 +297,37 @@ pid_t fork_a_compiling_child(unsigned watchdog_s) {
   }
 }
 
+// A thread that compiles slow kernels in-process, one after another, until stopped (or destroyed):
+// `started` counts the compiles begun, `compiled` the ones ended; `error` says why one failed.
+class CompilingThread {
+ public:
+  CompilingThread() : thread_([this] { run(); }) {}
+  ~CompilingThread() { stop(); }
+  void stop() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::atomic<int> started{0}, compiled{0};
+  std::string error;
+
+ private:
+  void run() {
+    try {
+      for (int salt = 1; !done_.load(); ++salt) {
+        started.fetch_add(1);
+        if (!run_nvrtc_without_files(job_of(slow_kernel(salt)), false, "a kernel").ok()) error = "a compile failed";
+        compiled.fetch_add(1);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: it starts once the counters are there
+};
+
 std::string how_it_ended(int status) {
   if (WIFSIGNALED(status))
     return WTERMSIG(status) == SIGALRM ? "hung (killed by its watchdog)"
@@ -314,24 +345,13 @@ TEST(ForkSafety, AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles
   if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
   const NvrtcOutcome first = run_nvrtc_without_files(job_of(slow_kernel(0)), false, "the first kernel");
   ASSERT_TRUE(first.ok()) << first.status_text << "\n" << first.log;  // NVRTC started
-  std::atomic<bool> done{false};
-  std::atomic<int> compiled{0};
-  std::string error;
-  std::thread compiler([&] {
-    try {
-      for (int salt = 1; !done.load(); ++salt) {
-        if (!run_nvrtc_without_files(job_of(slow_kernel(salt)), false, "a kernel").ok()) error = "a compile failed";
-        compiled.fetch_add(1);
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  });
+  CompilingThread compiler;
   std::mt19937 rng(12345);
   for (int i = 0; i < 12; ++i) {
     // Right after one compile ended, so that the next one is under way, plus a little jitter.
-    const int seen = compiled.load();
-    while (compiled.load() == seen && error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int seen = compiler.compiled.load();
+    while (compiler.compiled.load() == seen && compiler.error.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
     const pid_t pid = fork_a_compiling_child(30);
     ASSERT_GT(pid, 0);
@@ -339,9 +359,8 @@ TEST(ForkSafety, AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << i << " " << how_it_ended(status);
   }
-  done.store(true);
-  compiler.join();
-  EXPECT_TRUE(error.empty()) << error;
+  compiler.stop();
+  EXPECT_TRUE(compiler.error.empty()) << compiler.error;
 }
 
 // The window behind the test above's rare hang (9 runs in 75 on a loaded machine): the worker thread that
@@ -399,23 +418,12 @@ TEST(ForkSafety, AChildForkedPastTheWaitRefusesToCompileInsteadOfHanging) {
   kjit::testing::ScopedEnv timeout("KJIT_COMPILE_TIMEOUT", "0.05");
   const NvrtcOutcome first = run_nvrtc_without_files(job_of(slow_kernel(0)), false, "the first kernel");
   ASSERT_TRUE(first.ok()) << first.status_text << "\n" << first.log;
-  std::atomic<bool> done{false};
-  std::atomic<int> started{0};
-  std::string error;
-  std::thread compiler([&] {
-    try {
-      for (int salt = 1; !done.load(); ++salt) {
-        started.fetch_add(1);
-        if (!run_nvrtc_without_files(job_of(slow_kernel(salt)), false, "a kernel").ok()) error = "a compile failed";
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  });
+  CompilingThread compiler;
   int refused = 0;
   for (int i = 0; i < 6 && refused < 2; ++i) {
-    const int seen = started.load();
-    while (started.load() == seen && error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int seen = compiler.started.load();
+    while (compiler.started.load() == seen && compiler.error.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const pid_t pid = fork_a_compiling_child(30);
     ASSERT_GT(pid, 0);
@@ -425,9 +433,8 @@ TEST(ForkSafety, AChildForkedPastTheWaitRefusesToCompileInsteadOfHanging) {
         << "child " << i << " " << how_it_ended(status);
     refused += WEXITSTATUS(status) == 2;
   }
-  done.store(true);
-  compiler.join();
-  EXPECT_TRUE(error.empty()) << error;
+  compiler.stop();
+  EXPECT_TRUE(compiler.error.empty()) << compiler.error;
   EXPECT_GT(refused, 0) << "no fork landed inside a compile";
   EXPECT_FALSE(forked_during_a_compile()) << "the parent is not affected";
 }
