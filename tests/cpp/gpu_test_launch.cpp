@@ -19,12 +19,11 @@
 #include "test_support.hpp"
 
 using namespace kjit;
-using kjit::testing::DeviceBuffer;
-using kjit::testing::TempDir;
+using namespace kjit::testing;
 
 namespace {
 
-class Gpu : public kjit::testing::OnDevice<> {
+class Gpu : public OnDevice<> {
  protected:
   void SetUp() override {
     OnDevice::SetUp();
@@ -39,9 +38,6 @@ unsigned blocks_for(long long n, int vec) {
   long long items = n / vec + 1;
   return static_cast<unsigned>(std::min<long long>((items + 255) / 256, 4096));
 }
-
-using kjit::testing::from_f;
-using kjit::testing::to_f;
 
 template <typename T>
 void check_add_constant(Engine& engine, DType dt, long long n, int vec, float c) {
@@ -125,8 +121,8 @@ TEST_F(Gpu, CompiledInOneProcessIsADiskHitInTheNext) {
   ASSERT_EQ(origin, Origin::Compiled);
   family.get({TemplateArg::type(DType::Float32), TemplateArg::integer(4)}, 0, &origin);
   EXPECT_EQ(origin, Origin::Memory);
-  EXPECT_EQ(kjit::testing::rerun_this_test("gpu_test_launch", "Gpu.CompiledInOneProcessIsADiskHitInTheNext",
-                                           "KJIT_TEST_DISK_CHILD", (dir_ / "cache").string()),
+  EXPECT_EQ(rerun_this_test("gpu_test_launch", "Gpu.CompiledInOneProcessIsADiskHitInTheNext", "KJIT_TEST_DISK_CHILD",
+                            (dir_ / "cache").string()),
             0)
       << "the second process compiled instead of loading from disk";
 }

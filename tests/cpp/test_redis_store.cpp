@@ -180,6 +180,14 @@ class RedisStoreTest : public ::testing::Test {
     return c.command(args);
   }
   long long dbsize() const { return redis({"DBSIZE"}).integer; }
+  // Puts the entries of seeds `prefix` 0, 1, 2 into Redis; their lookups for sm_90 in `asks`.
+  void put_three(const std::string& prefix, std::vector<std::pair<cache::CacheKey, std::string>>* asks) const {
+    for (int i = 0; i < 3; ++i) {
+      const cache::Entry e = make_entry(prefix + std::to_string(i));
+      ASSERT_TRUE(machine()->put(e));
+      asks->emplace_back(e.key, "sm_90");
+    }
+  }
   // The connections the server has accepted since it started (INFO stats), this one included.
   long long connections_received() const {
     const std::string info = redis({"INFO", "stats"}).str;
@@ -570,11 +578,7 @@ TEST_F(RedisStoreTest, ALeaseIsReleasedOnlyByItsHolder) {
 
 TEST_F(RedisStoreTest, GetManyFetchesEveryRequestInOneRoundTrip) {
   std::vector<std::pair<cache::CacheKey, std::string>> asks;
-  for (int i = 0; i < 3; ++i) {
-    const cache::Entry e = make_entry("remote-many-" + std::to_string(i));
-    ASSERT_TRUE(machine()->put(e));
-    asks.emplace_back(e.key, "sm_90");
-  }
+  ASSERT_NO_FATAL_FAILURE(put_three("remote-many-", &asks));
   asks.emplace_back(testing::key_for("remote-many-absent"), "sm_90");
   const cache::FetchedMany got = machine()->get_many(asks);
   ASSERT_TRUE(got.ok()) << got.error;
@@ -588,11 +592,7 @@ TEST_F(RedisStoreTest, AnMgetRefusedByRedisIsAnErrorNotMisses) {
   // An ACL user with every permission kjit needs but +mget (a likely slip): the values are there, and
   // the lookup must say it was refused, not that they are missing.
   std::vector<std::pair<cache::CacheKey, std::string>> asks;
-  for (int i = 0; i < 3; ++i) {
-    const cache::Entry e = make_entry("remote-noperm-" + std::to_string(i));
-    ASSERT_TRUE(machine()->put(e));
-    asks.emplace_back(e.key, "sm_90");
-  }
+  ASSERT_NO_FATAL_FAILURE(put_three("remote-noperm-", &asks));
   redis({"ACL", "SETUSER", "kjit", "on", ">kjit-password", "~kjit:*", "+get", "+set", "+exists", "+eval", "+del",
          "+pexpire", "+pttl", "+ping"});
   cache::RemoteConfig c = config();
