@@ -34,6 +34,12 @@ Field row(std::string name, Kind kind, std::string flag, std::string cli, std::s
   return f;
 }
 
+// A row written in every manifest record, at its default too (json_at_default).
+Field in_every_record(Field f) {
+  f.json_at_default = true;
+  return f;
+}
+
 // The options, in the order of the canonical list: the key of every specialization compiled so far
 // depends on this order and on each flag's spelling. The first four and max_registers and defines are
 // written in every manifest record (json_at_default); a field added later must not be.
@@ -43,17 +49,17 @@ std::vector<Field> builtin_fields() {
   std_.choices = {"c++17", "c++20"};
   std_.flag_at_default = std_.json_at_default = std_.python_default_none = true;
   out.push_back(member(&CompileOptions::std, std_));
-  Field fast_math = row("fast_math", Kind::Bool, "--use_fast_math", "--fast-math", "", "Compile with --use_fast_math");
-  fast_math.json_at_default = true;
-  out.push_back(member(&CompileOptions::fast_math, fast_math));
-  Field line_info = row("line_info", Kind::Bool, "--generate-line-info", "--line-info", "",
-                        "Line tables for profilers and sanitizers (NVRTC's --generate-line-info)");
-  line_info.json_at_default = true;
-  out.push_back(member(&CompileOptions::line_info, line_info));
-  Field device_debug = row("device_debug", Kind::Bool, "--device-debug", "--device-debug", "",
-                           "Device debug information, optimizations off (NVRTC's --device-debug, -G)");
-  device_debug.json_at_default = true;
-  out.push_back(member(&CompileOptions::device_debug, device_debug));
+  out.push_back(
+      member(&CompileOptions::fast_math, in_every_record(row("fast_math", Kind::Bool, "--use_fast_math", "--fast-math",
+                                                             "", "Compile with --use_fast_math"))));
+  out.push_back(
+      member(&CompileOptions::line_info,
+             in_every_record(row("line_info", Kind::Bool, "--generate-line-info", "--line-info", "",
+                                 "Line tables for profilers and sanitizers (NVRTC's --generate-line-info)"))));
+  out.push_back(
+      member(&CompileOptions::device_debug,
+             in_every_record(row("device_debug", Kind::Bool, "--device-debug", "--device-debug", "",
+                                 "Device debug information, optimizations off (NVRTC's --device-debug, -G)"))));
   out.push_back(member(&CompileOptions::minimal,
                        row("minimal", Kind::Bool, "--minimal", "--minimal", "",
                            "NVRTC's lean front end (--minimal): no textures/surfaces, no device-side CUDA runtime or "
@@ -74,12 +80,10 @@ std::vector<Field> builtin_fields() {
                             "choice");
   max_registers.min = 16;
   max_registers.max = 255;
-  max_registers.json_at_default = true;
-  out.push_back(member(&CompileOptions::max_registers, max_registers));
-  Field defines = row("defines", Kind::Defines, "-D", "--define", "NAME[=VALUE]",
-                      "Preprocessor macro (repeatable); a bare NAME is NAME=1");
-  defines.json_at_default = true;
-  out.push_back(member(&CompileOptions::defines, defines));
+  out.push_back(member(&CompileOptions::max_registers, in_every_record(max_registers)));
+  out.push_back(
+      member(&CompileOptions::defines, in_every_record(row("defines", Kind::Defines, "-D", "--define", "NAME[=VALUE]",
+                                                           "Preprocessor macro (repeatable); a bare NAME is NAME=1"))));
   return out;
 }
 

@@ -49,16 +49,19 @@ void StatsBook::set_kernel_limit(std::size_t limit) {
   kernel_limit_ = limit;
 }
 
+void StatsBook::count_for_kernel(const std::string& name_expression, std::uint64_t KernelStats::* count,
+                                 double KernelStats::* ms_total, double ms) {
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  KernelStats& k = kernel_for(name_expression);
+  ++(k.*count);
+  k.*ms_total += ms;
+}
+
 void StatsBook::compiled(const Specialization& spec, const cache::CacheKey& key, const cache::EntryMetadata& meta,
                          double ms) {
   compiles_.fetch_add(1);
   compile_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
-  {
-    std::lock_guard<std::mutex> lock(kernels_mu_);
-    KernelStats& k = kernel_for(spec.name_expression());
-    ++k.compiles;
-    k.compile_ms += ms;
-  }
+  count_for_kernel(spec.name_expression(), &KernelStats::compiles, &KernelStats::compile_ms, ms);
   log::Event e = entry_event(log::Level::Info, "compile", spec, key, meta, Origin::Compiled, ms);
   e.message = "compiled " + spec.describe() + " for " + meta.target + " in " + std::to_string(ms) + " ms (key " +
               e.key.substr(0, 16) + ")";
@@ -75,12 +78,7 @@ void StatsBook::loaded(const Specialization& spec, const cache::CacheKey& key, c
     disk_hits_.fetch_add(1);
     disk_load_us_.fetch_add(static_cast<std::uint64_t>(ms * 1000));
   }
-  {
-    std::lock_guard<std::mutex> lock(kernels_mu_);
-    KernelStats& k = kernel_for(spec.name_expression());
-    ++k.disk_loads;
-    k.load_ms += ms;
-  }
+  count_for_kernel(spec.name_expression(), &KernelStats::disk_loads, &KernelStats::load_ms, ms);
   // A remote hit is news (a compile saved by the deployment): Info; a disk hit is routine: Debug.
   log::Event e = entry_event(remote ? log::Level::Info : log::Level::Debug, remote ? "remote_load" : "disk_load", spec,
                              key, meta, origin, ms);

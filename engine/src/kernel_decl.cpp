@@ -47,6 +47,15 @@ std::vector<Token> tokenize(const std::string& source) {
   };
   bool line_start = true;
   std::size_t i = 0, n = s.size();
+  // From the "/*" at i to just past its "*/", counting the lines inside.
+  auto skip_block_comment = [&] {
+    i += 2;
+    while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
+      if (s[i] == '\n') ++line;
+      ++i;
+    }
+    i += 2;
+  };
   while (i < n) {
     char c = s[i];
     if (c == '\n') {
@@ -62,12 +71,7 @@ std::vector<Token> tokenize(const std::string& source) {
     if (c == '#' && line_start) {  // preprocessor directive (continuations are spliced already)
       while (i < n && s[i] != '\n') {
         if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') {  // a comment inside the directive: skip it
-          i += 2;
-          while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
-            if (s[i] == '\n') ++line;
-            ++i;
-          }
-          i += 2;
+          skip_block_comment();
           continue;
         }
         ++i;
@@ -80,12 +84,7 @@ std::vector<Token> tokenize(const std::string& source) {
       continue;
     }
     if (c == '/' && i + 1 < n && s[i + 1] == '*') {
-      i += 2;
-      while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
-        if (s[i] == '\n') ++line;
-        ++i;
-      }
-      i += 2;
+      skip_block_comment();
       continue;
     }
     if (c == '"' || c == '\'') {

@@ -3,8 +3,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "kjit/cache/file_read.hpp"
 #include "kjit/cache/store_registry.hpp"
@@ -105,6 +107,16 @@ const char* allowed_of(const char* var) {
   for (const auto& s : setting_registry())
     if (std::string(s.name) == var) return s.allowed;
   return "?";
+}
+
+// The value of a setting that is one of a few spellings: what `value` names among `choices`; any other
+// value is bad_value, with `hint`.
+template <typename T>
+T choice(const char* var, const std::string& value, std::initializer_list<std::pair<const char*, T>> choices,
+         const char* hint) {
+  for (const auto& [spelling, v] : choices)
+    if (value == spelling) return v;
+  bad_value(var, value, allowed_of(var), hint);
 }
 
 // A path setting as an absolute path, resolved against the current directory now: settings are read
@@ -234,15 +246,10 @@ static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
                      std::to_string(c.secret.size()) + " bytes: allowed at least " +
                      std::to_string(cache::kMinRemoteSecretBytes) +
                      " bytes. Use a long random secret, e.g. the output of `openssl rand -hex 32`");
-  if (auto v = nonempty("KJIT_REMOTE_CACHE_MODE")) {
-    if (*v == "readwrite")
-      c.mode = cache::RemoteMode::ReadWrite;
-    else if (*v == "read")
-      c.mode = cache::RemoteMode::Read;
-    else
-      bad_value("KJIT_REMOTE_CACHE_MODE", *v, allowed_of("KJIT_REMOTE_CACHE_MODE"),
-                "Unset it for the default (readwrite).");
-  }
+  if (auto v = nonempty("KJIT_REMOTE_CACHE_MODE"))
+    c.mode = choice<cache::RemoteMode>("KJIT_REMOTE_CACHE_MODE", *v,
+                                       {{"readwrite", cache::RemoteMode::ReadWrite}, {"read", cache::RemoteMode::Read}},
+                                       "Unset it for the default (readwrite).");
   if (auto v = nonempty("KJIT_REMOTE_CACHE_TIMEOUT"))
     c.timeout_s = parse_seconds("KJIT_REMOTE_CACHE_TIMEOUT", *v, "Example: KJIT_REMOTE_CACHE_TIMEOUT=0.5.");
   if (auto v = nonempty("KJIT_REMOTE_CACHE_LEASE")) {
@@ -278,18 +285,13 @@ Settings Settings::from_lookup(const Lookup& get) {
     s.cache_dir_source = "default (no HOME)";
   }
 
-  if (auto v = nonempty("KJIT_CACHE_MODE")) {
-    if (*v == "readwrite")
-      s.cache_mode = CacheMode::ReadWrite;
-    else if (*v == "readonly")
-      s.cache_mode = CacheMode::ReadOnly;
-    else if (*v == "strict")
-      s.cache_mode = CacheMode::Strict;
-    else if (*v == "off")
-      s.cache_mode = CacheMode::Off;
-    else
-      bad_value("KJIT_CACHE_MODE", *v, allowed_of("KJIT_CACHE_MODE"), "Unset it for the default (readwrite).");
-  }
+  if (auto v = nonempty("KJIT_CACHE_MODE"))
+    s.cache_mode = choice<CacheMode>("KJIT_CACHE_MODE", *v,
+                                     {{"readwrite", CacheMode::ReadWrite},
+                                      {"readonly", CacheMode::ReadOnly},
+                                      {"strict", CacheMode::Strict},
+                                      {"off", CacheMode::Off}},
+                                     "Unset it for the default (readwrite).");
   if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths("KJIT_CACHE_PATH", *v);
   if (auto v = nonempty("KJIT_CACHE_MAX_BYTES")) {
     try {
@@ -311,25 +313,14 @@ Settings Settings::from_lookup(const Lookup& get) {
   if (auto v = nonempty("KJIT_TEMPLATES_DIR")) s.templates_dir = absolute_path("KJIT_TEMPLATES_DIR", *v);
   if (auto v = nonempty("KJIT_LOCK_TIMEOUT"))
     s.lock_timeout_s = parse_seconds("KJIT_LOCK_TIMEOUT", *v, "Example: KJIT_LOCK_TIMEOUT=60.");
-  if (auto v = nonempty("KJIT_COMPILE_ISOLATION")) {
-    if (*v == "untrusted")
-      s.compile_isolation = CompileIsolation::Untrusted;
-    else if (*v == "always")
-      s.compile_isolation = CompileIsolation::Always;
-    else
-      bad_value("KJIT_COMPILE_ISOLATION", *v, allowed_of("KJIT_COMPILE_ISOLATION"),
-                "Unset it for the default (untrusted).");
-  }
-  if (auto v = nonempty("KJIT_PCH")) {
-    if (*v == "auto")
-      s.pch = PchMode::Auto;
-    else if (*v == "on")
-      s.pch = PchMode::On;
-    else if (*v == "off")
-      s.pch = PchMode::Off;
-    else
-      bad_value("KJIT_PCH", *v, allowed_of("KJIT_PCH"), "Unset it for the default (auto).");
-  }
+  if (auto v = nonempty("KJIT_COMPILE_ISOLATION"))
+    s.compile_isolation =
+        choice<CompileIsolation>("KJIT_COMPILE_ISOLATION", *v,
+                                 {{"untrusted", CompileIsolation::Untrusted}, {"always", CompileIsolation::Always}},
+                                 "Unset it for the default (untrusted).");
+  if (auto v = nonempty("KJIT_PCH"))
+    s.pch = choice<PchMode>("KJIT_PCH", *v, {{"auto", PchMode::Auto}, {"on", PchMode::On}, {"off", PchMode::Off}},
+                            "Unset it for the default (auto).");
   if (auto v = nonempty("KJIT_COMPILE_TIMEOUT"))
     s.compile_timeout_s = parse_seconds("KJIT_COMPILE_TIMEOUT", *v, "Example: KJIT_COMPILE_TIMEOUT=600.");
   if (auto v = nonempty("KJIT_COMPILE_MEMORY")) {
@@ -341,22 +332,11 @@ Settings Settings::from_lookup(const Lookup& get) {
     }
   }
   s.remote_cache = remote_cache_of(nonempty);
-  if (auto v = nonempty("KJIT_PRELOAD_COMPILER")) {
-    if (*v == "1")
-      s.preload_compiler = true;
-    else if (*v == "0")
-      s.preload_compiler = false;
-    else
-      bad_value("KJIT_PRELOAD_COMPILER", *v, allowed_of("KJIT_PRELOAD_COMPILER"), "Unset it for the default (1).");
-  }
-  if (auto v = nonempty("KJIT_TUNE")) {
-    if (*v == "1")
-      s.tune = true;
-    else if (*v == "0")
-      s.tune = false;
-    else
-      bad_value("KJIT_TUNE", *v, allowed_of("KJIT_TUNE"), "Unset it for the default (0: no timing).");
-  }
+  if (auto v = nonempty("KJIT_PRELOAD_COMPILER"))
+    s.preload_compiler =
+        choice<bool>("KJIT_PRELOAD_COMPILER", *v, {{"1", true}, {"0", false}}, "Unset it for the default (1).");
+  if (auto v = nonempty("KJIT_TUNE"))
+    s.tune = choice<bool>("KJIT_TUNE", *v, {{"1", true}, {"0", false}}, "Unset it for the default (0: no timing).");
   if (auto v = nonempty("KJIT_LIBRARY_FAST_COMPILE")) {
     if (!CompileOptions::is_fast_compile_level(*v))
       bad_value("KJIT_LIBRARY_FAST_COMPILE", *v, allowed_of("KJIT_LIBRARY_FAST_COMPILE"),

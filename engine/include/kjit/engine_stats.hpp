@@ -64,6 +64,9 @@ class StatsBook {
 
  private:
   KernelStats& kernel_for(const std::string& name_expression);  // under kernels_mu_
+  // One more `count` of the kernel's, and `ms` more of its `ms_total`.
+  void count_for_kernel(const std::string& name_expression, std::uint64_t KernelStats::* count,
+                        double KernelStats::* ms_total, double ms);
 
   mutable std::mutex kernels_mu_;
   std::unordered_map<std::string, KernelStats> kernels_;
