@@ -91,12 +91,19 @@ TEST(Compile, SecondPrepareIsADiskHitWithTheSameKey) {
   EXPECT_EQ(second.stats().disk_hits, 1u);
 }
 
+namespace {
+
+// add_constant<float, vec> prepared for `target` by an engine on dir's cache.
+std::shared_ptr<const SpecializedKernel> prepared(const TempDir& dir, int vec, const std::string& target) {
+  Engine engine(settings_for(dir));
+  return engine.prepare(add_constant(DType::Float32, vec), Target::parse(target));
+}
+
+}  // namespace
+
 TEST(Compile, PtxTarget) {
   TempDir dir;
-  Engine engine(settings_for(dir));
-  Origin p_origin;
-  const auto p = engine.prepare(add_constant(DType::Float32, 1), Target::parse("compute_90"), &p_origin);
-  EXPECT_EQ(p->meta.output, cache::OutputKind::Ptx);
+  EXPECT_EQ(prepared(dir, 1, "compute_90")->meta.output, cache::OutputKind::Ptx);
 }
 
 TEST(Compile, ErrorCarriesLogLineAndOptions) {
@@ -179,9 +186,7 @@ TEST(Compile, UnknownPtxTargetIsAValueErrorBeforeNvrtc) {
 
 TEST(Compile, NewerThanNvrtcFallsBackToPtxAndSaysSo) {
   TempDir dir;
-  Engine engine(settings_for(dir));
-  Origin p_origin;
-  const auto p = engine.prepare(add_constant(DType::Float32, 4), Target::parse("sm_990"), &p_origin);
+  const auto p = prepared(dir, 4, "sm_990");
   EXPECT_EQ(p->meta.output, cache::OutputKind::Ptx);
   EXPECT_EQ(p->meta.requested_target, "sm_990");
   EXPECT_EQ(p->meta.target.rfind("compute_", 0), 0u);
