@@ -146,16 +146,25 @@ std::vector<fs::path> split_paths(const char* var, const std::string& value) {
   return out;
 }
 
-long parse_int(const char* var, const std::string& value, long lo, long hi, const char* hint) {
+// `value` read whole as a number by `parse` (std::stol, std::stod, which say in `pos` where they stopped) and
+// accepted by `ok`; any other value is bad_value, with `hint`.
+template <typename Parse, typename Ok>
+auto parse_number(const char* var, const std::string& value, const char* hint, Parse parse, Ok ok) {
   std::size_t pos = 0;
-  long n = 0;
+  decltype(parse(value, &pos)) n{};
   try {
-    n = std::stol(value, &pos);
+    n = parse(value, &pos);
   } catch (const std::exception&) {
     bad_value(var, value, allowed_of(var), hint);
   }
-  if (pos != value.size() || n < lo || n > hi) bad_value(var, value, allowed_of(var), hint);
+  if (pos != value.size() || !ok(n)) bad_value(var, value, allowed_of(var), hint);
   return n;
+}
+
+long parse_int(const char* var, const std::string& value, long lo, long hi, const char* hint) {
+  return parse_number(
+      var, value, hint, [](const std::string& s, std::size_t* pos) { return std::stol(s, pos); },
+      [&](long n) { return n >= lo && n <= hi; });
 }
 
 }  // namespace
@@ -187,15 +196,9 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what, 
 
 // Seconds: a number > 0 (and <= 1e7).
 static double parse_seconds(const char* var, const std::string& v, const char* hint) {
-  std::size_t pos = 0;
-  double t = 0;
-  try {
-    t = std::stod(v, &pos);
-  } catch (const std::exception&) {
-    bad_value(var, v, allowed_of(var), hint);
-  }
-  if (pos != v.size() || !(t > 0) || t > 1e7) bad_value(var, v, allowed_of(var), hint);
-  return t;
+  return parse_number(
+      var, v, hint, [](const std::string& s, std::size_t* pos) { return std::stod(s, pos); },
+      [](double t) { return t > 0 && t <= 1e7; });
 }
 
 // KJIT_REMOTE_CACHE and its companions; nullopt when KJIT_REMOTE_CACHE is not set.
