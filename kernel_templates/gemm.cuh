@@ -127,6 +127,19 @@ __host__ __device__ constexpr int smem_bytes(int stages, int bm, int bnt, int bk
                                                                              : (wk - 1) * red * 4;
 }
 
+// f(s, i, j, q) for register q of every accumulator fragment (s, i, j) of a warp, fully unrolled.
+template <int SETS, int MI, int NI, typename F>
+__device__ __forceinline__ void for_each_acc(F f) {
+#pragma unroll
+  for (int s = 0; s < SETS; ++s)
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) f(s, i, j, q);
+}
+
 // The most m16 slabs (a divisor of MI) the epilogue can stage at once in SMEM bytes, SLAB bytes each.
 template <int MI, int SLAB, int SMEM>
 __host__ __device__ constexpr int slabs_per_pass() {
@@ -234,14 +247,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   };
 
   float acc[SETS][MI][NI][4];
-#pragma unroll
-  for (int s = 0; s < SETS; ++s)
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NI; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[s][i][j][q] = 0.f;
+  g::for_each_acc<SETS, MI, NI>([&](int s, int i, int j, int q) { acc[s][i][j][q] = 0.f; });
 
   // ldmatrix lanes: A x4 = rows 0-15 of the m16 tile at chunks (2 ks, 2 ks + 1); B x4 = two n8 tiles.
   const int a_row = wm * WTM + (lane & 15), a_half = lane >> 4;
@@ -324,28 +330,14 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     auto slot = [&](int w, int s, int i, int j, int q) {
       return ((((w * SETS + s) * MI + i) * NI + j) * 4 + q) * GROUP_THREADS + gt;
     };
-    if (kg > 0) {
-#pragma unroll
-      for (int s = 0; s < SETS; ++s)
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) red[slot(kg - 1, s, i, j, q)] = acc[s][i][j][q];
-    }
+    if (kg > 0)
+      g::for_each_acc<SETS, MI, NI>(
+          [&](int s, int i, int j, int q) { red[slot(kg - 1, s, i, j, q)] = acc[s][i][j][q]; });
     __syncthreads();
     if (kg == 0) {
 #pragma unroll
       for (int w = 0; w < WK - 1; ++w)
-#pragma unroll
-        for (int s = 0; s < SETS; ++s)
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-              for (int q = 0; q < 4; ++q) acc[s][i][j][q] += red[slot(w, s, i, j, q)];
+        g::for_each_acc<SETS, MI, NI>([&](int s, int i, int j, int q) { acc[s][i][j][q] += red[slot(w, s, i, j, q)]; });
     }
     __syncthreads();  // red is read before group 0 stages its outputs over it
     if (kg > 0) return;
