@@ -76,6 +76,15 @@ __device__ __forceinline__ C row_reduce(C v, Op op) {
   return v;
 }
 
+// v = f(v) for every element of the registers v of a row (masked ones included).
+template <typename C, int ITEMS, int VEC, typename F>
+__device__ __forceinline__ void transform_all(C (&v)[ITEMS][VEC], F f) {
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[it][k] = f(v[it][k]);
+}
+
 // A row held in registers: v[it][k] is element (it * TPR + threadIdx.x) * VEC + k.
 template <typename T, int TPR, int VEC, int ITEMS>
 struct RowRegs {
@@ -103,10 +112,7 @@ struct RowRegs {
   // v = f(v) for every element held (masked ones included).
   template <typename F>
   __device__ __forceinline__ void transform(F f) {
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it)
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) v[it][k] = f(v[it][k]);
+    transform_all(v, f);
   }
 
   // op over the valid elements of this thread, each passed through f first.

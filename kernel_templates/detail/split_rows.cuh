@@ -73,10 +73,7 @@ struct SplitRegs {
   // v = f(v) for every element held (masked ones included).
   template <typename F>
   __device__ __forceinline__ void transform(F f) {
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it)
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) v[it][k] = f(v[it][k]);
+    transform_all(v, f);
     edge = f(edge);
   }
 
