@@ -25,6 +25,25 @@
 
 #include "detail/rows.cuh"
 
+namespace kjit_norm {
+
+// The mean (0 for RMS, whose variance is the mean of x^2) and the biased variance of a row, from this
+// thread's registers `v` of it (a thread past the last row: `live` false, zeros); every thread of the block
+// takes part in the reductions.
+template <bool RMS, int TPR, int ROWS, typename Regs, typename A>
+__device__ __forceinline__ void moments(const Regs& v, bool live, int d, A inv_d, A& mean, A& var) {
+  const kjit_rows::Sum sum_op;
+  mean = A(0);
+  if constexpr (!RMS) {
+    mean = live ? v.fold(d, sum_op, [](A e, int, int) { return e; }) : A(0);
+    mean = kjit_rows::row_reduce<TPR, ROWS>(mean, sum_op) * inv_d;
+  }
+  var = live ? v.fold(d, sum_op, [&](A e, int, int) { return (e - mean) * (e - mean); }) : A(0);
+  var = kjit_rows::row_reduce<TPR, ROWS>(var, sum_op) * inv_d;
+}
+
+}  // namespace kjit_norm
+
 template <typename T, int TPR, int ROWS, int VEC, int ITEMS, int D, bool RMS, bool HAS_W, bool HAS_B,
           bool RESIDUAL = false>
 __global__ void __launch_bounds__(TPR* ROWS)
@@ -33,7 +52,6 @@ __global__ void __launch_bounds__(TPR* ROWS)
   using A = kjit_detail::acc_t<T>;
   static_assert(ITEMS > 0, "norm rows live in registers");
   const int d = D > 0 ? D : d_runtime;
-  const kjit_rows::Sum sum_op;
   kjit_rows::RowRegs<T, TPR, VEC, ITEMS> wv, bv;
   if constexpr (HAS_W) wv.load(w, d, A(0));
   if constexpr (HAS_B) bv.load(b, d, A(0));
@@ -64,13 +82,8 @@ __global__ void __launch_bounds__(TPR* ROWS)
         }
       }
     }
-    A mean = A(0);
-    if constexpr (!RMS) {
-      mean = live ? v.fold(d, sum_op, [](A e, int, int) { return e; }) : A(0);
-      mean = kjit_rows::row_reduce<TPR, ROWS>(mean, sum_op) * inv_d;
-    }
-    A var = live ? v.fold(d, sum_op, [&](A e, int, int) { return (e - mean) * (e - mean); }) : A(0);
-    var = kjit_rows::row_reduce<TPR, ROWS>(var, sum_op) * inv_d;
+    A mean, var;
+    kjit_norm::moments<RMS, TPR, ROWS>(v, live, d, inv_d, mean, var);
     if (!live) continue;
     const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
     kjit_rows::store_regs<T, TPR, VEC, ITEMS>(y + off, d, [&](int it, int k) {
@@ -111,13 +124,8 @@ __global__ void __launch_bounds__(TPR* ROWS)
       xv.load(x + off, d, A(0));
       gv.load(g + off, d, A(0));
     }
-    A mean = A(0);
-    if constexpr (!RMS) {
-      mean = live ? xv.fold(d, sum_op, [](A e, int, int) { return e; }) : A(0);
-      mean = kjit_rows::row_reduce<TPR, ROWS>(mean, sum_op) * inv_d;
-    }
-    A var = live ? xv.fold(d, sum_op, [&](A e, int, int) { return (e - mean) * (e - mean); }) : A(0);
-    var = kjit_rows::row_reduce<TPR, ROWS>(var, sum_op) * inv_d;
+    A mean, var;
+    kjit_norm::moments<RMS, TPR, ROWS>(xv, live, d, inv_d, mean, var);
     const A rstd = A(1) / sqrt(var + static_cast<A>(eps));
     // xhat and wg in place: xv <- xhat, gv stays g (wg computed on the fly).
 #pragma unroll
