@@ -201,6 +201,15 @@ static double parse_seconds(const char* var, const std::string& v, const char* h
       [](double t) { return t > 0 && t <= 1e7; });
 }
 
+// A byte count > 0 with an optional K, M or G suffix (parse_byte_size); any other value is bad_value, with `hint`.
+static std::uint64_t parse_bytes(const char* var, const std::string& v, const char* hint) {
+  try {
+    return parse_byte_size(v, var, false);
+  } catch (const ValueError&) {
+    bad_value(var, v, allowed_of(var), hint);
+  }
+}
+
 // KJIT_REMOTE_CACHE and its companions; nullopt when KJIT_REMOTE_CACHE is not set.
 template <typename Get>
 static std::optional<cache::RemoteConfig> remote_cache_of(const Get& nonempty) {
@@ -296,14 +305,9 @@ Settings Settings::from_lookup(const Lookup& get) {
                                       {"off", CacheMode::Off}},
                                      "Unset it for the default (readwrite).");
   if (auto v = nonempty("KJIT_CACHE_PATH")) s.cache_layers = split_paths("KJIT_CACHE_PATH", *v);
-  if (auto v = nonempty("KJIT_CACHE_MAX_BYTES")) {
-    try {
-      s.cache_max_bytes = parse_byte_size(*v, "KJIT_CACHE_MAX_BYTES", false);
-    } catch (const ValueError&) {
-      bad_value("KJIT_CACHE_MAX_BYTES", *v, allowed_of("KJIT_CACHE_MAX_BYTES"),
-                "Example: KJIT_CACHE_MAX_BYTES=2G. Unset it for no limit.");
-    }
-  }
+  if (auto v = nonempty("KJIT_CACHE_MAX_BYTES"))
+    s.cache_max_bytes =
+        parse_bytes("KJIT_CACHE_MAX_BYTES", *v, "Example: KJIT_CACHE_MAX_BYTES=2G. Unset it for no limit.");
   if (auto v = nonempty("KJIT_RECORD")) s.record_path = absolute_path("KJIT_RECORD", *v);
   if (auto v = nonempty("KJIT_INCLUDE_PATH")) s.include_dirs = split_paths("KJIT_INCLUDE_PATH", *v);
   if (auto v = nonempty("KJIT_CUDA_HOME"))
@@ -326,14 +330,9 @@ Settings Settings::from_lookup(const Lookup& get) {
                             "Unset it for the default (auto).");
   if (auto v = nonempty("KJIT_COMPILE_TIMEOUT"))
     s.compile_timeout_s = parse_seconds("KJIT_COMPILE_TIMEOUT", *v, "Example: KJIT_COMPILE_TIMEOUT=600.");
-  if (auto v = nonempty("KJIT_COMPILE_MEMORY")) {
-    try {
-      s.compile_memory_bytes = parse_byte_size(*v, "KJIT_COMPILE_MEMORY", false);
-    } catch (const ValueError&) {
-      bad_value("KJIT_COMPILE_MEMORY", *v, allowed_of("KJIT_COMPILE_MEMORY"),
-                "Example: KJIT_COMPILE_MEMORY=16G. Unset it for the default (8G).");
-    }
-  }
+  if (auto v = nonempty("KJIT_COMPILE_MEMORY"))
+    s.compile_memory_bytes =
+        parse_bytes("KJIT_COMPILE_MEMORY", *v, "Example: KJIT_COMPILE_MEMORY=16G. Unset it for the default (8G).");
   s.remote_cache = remote_cache_of(nonempty);
   if (auto v = nonempty("KJIT_PRELOAD_COMPILER"))
     s.preload_compiler =
