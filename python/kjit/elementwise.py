@@ -167,10 +167,11 @@ _COMPLEX_SCALAR_HINT = (
     "; a complex value is two real scalars: pass its parts (e.g. re=v.real, im=v.imag) and write "
     "C(re, im) in the expression"
 )
-_MAX_INPUTS = 32  # ElementwiseFn::kMaxInputs (a derivative takes the gradient and every input: up to 31 inputs)
-# One C++ expression on one line: no statement, block, comment or preprocessor token in any spelling
-# (the digraphs %: and %:%: are #, ??= the trigraph of #).
-_NOT_AN_EXPRESSION = (";", "{", "}", "#", "//", "/*", "%:", "??=", "<%", "%>", "\n", "\r", "\\")
+# The rules of a definition, stated once in C++ (python/src/ops/elementwise/function.hpp), which checks a saved
+# spec by them too: at most this many inputs (a derivative takes the gradient and every input: up to 31 inputs),
+# and one C++ expression on one line (no statement, block, comment or preprocessor token in any spelling).
+_MAX_INPUTS = _C.ElementwiseFunction.max_inputs
+_NOT_AN_EXPRESSION = _C.ElementwiseFunction.not_an_expression
 
 
 def _names(value, what: str) -> tuple[str, ...]:
@@ -463,16 +464,6 @@ class Elementwise:
                 )
         return tensors, scalars, out
 
-    @staticmethod
-    def _options(out_dtype: torch.dtype) -> dict:
-        # kjit's own kernels' options (the lean front end), as a call's kernels get them in C++
-        # (python/src/ops/elementwise/function.cpp); 16-bit results: kjit_math's exp_ uses the hardware exp (far below
-        # one rounding of the result).
-        options = _core.library_compile_options()
-        if out_dtype in _HALF:
-            options["defines"] = {**options["defines"], "KJIT_FAST_EXP": "1"}
-        return options
-
     def compile(
         self,
         *,
@@ -512,14 +503,13 @@ class Elementwise:
         mask = (out_dtype in _COMPLEX) | (compute in _COMPLEX) << 1
         for i, d in enumerate(dtypes):
             mask |= (d in _COMPLEX) << (2 + i)
-        t = self.template(tuple(float(v) for v in specialized_values))
+        # The family a call of this result dtype and rank uses (its template and compile options: C++ decides).
+        family = self._fn.kernel_family([float(v) for v in specialized_values], rank, out_dtype)
         if rank == 0:
-            return t.kernel("kjit_elementwise", **self._options(out_dtype)).specialize(
+            return family.specialize(
                 arch=arch, TO=real(out_dtype), C=real(compute), VEC=vec, TAIL=tail, I=index, kjit_cx=mask, **params
             )
-        return t.kernel(f"kjit_elementwise_strided{rank}", **self._options(out_dtype)).specialize(
-            arch=arch, TO=real(out_dtype), C=real(compute), I=index, kjit_cx=mask, **params
-        )
+        return family.specialize(arch=arch, TO=real(out_dtype), C=real(compute), I=index, kjit_cx=mask, **params)
 
     def __repr__(self) -> str:
         return f"kjit.elementwise({self.name!r}: {self.expr!r})"

@@ -13,6 +13,8 @@ class ElementwiseFunction:
     """
     The compiled side of a kjit.elementwise function (one per spec, kept).
     """
+    max_inputs: typing.ClassVar[int] = 32
+    not_an_expression: typing.ClassVar[tuple] = (';', '{', '}', '#', '//', '/*', '%:', '??=', '<%', '%>', '\n', '\r', '\\')
     def __init__(self, spec: str) -> None:
         ...
     def call(self, *inputs: typing.Any, **kwargs: typing.Any) -> torch.Tensor | None:
@@ -21,6 +23,10 @@ class ElementwiseFunction:
         """
     def compute(self, inputs: collections.abc.Sequence[torch.Tensor], scalars: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], out: torch.Tensor | None = None) -> torch.Tensor:
         ...
+    def kernel_family(self, specialized_values: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], rank: typing.SupportsInt | typing.SupportsIndex, out_dtype: torch.dtype) -> kjit._core.KernelFamily:
+        """
+        The KernelFamily a call with a result of out_dtype uses (rank 0: flat; 1-6: strided), with its options
+        """
     def source(self, specialized_values: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> str:
         ...
     def template(self, specialized_values: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> kjit._core.Template:

@@ -147,11 +147,26 @@ void bind_elementwise(py::module_& m) {
           [](const PyElementwise& f, const std::vector<double>& values) { return PyTemplate{f.fn->tmpl(values)}; },
           py::arg("specialized_values"))
       .def(
+          "kernel_family",
+          [](const PyElementwise& f, const std::vector<double>& values, int rank, at::ScalarType out_dtype) {
+            const KernelFamily& fam = f.fn->kernel_family(values, rank, out_dtype);
+            // The function keeps its families for the process: a view, not an owner.
+            return PyFamily{std::shared_ptr<const KernelFamily>(std::shared_ptr<const KernelFamily>(), &fam)};
+          },
+          py::arg("specialized_values"), py::arg("rank"), py::arg("out_dtype"),
+          "The KernelFamily a call with a result of out_dtype uses (rank 0: flat; 1-6: strided), with its options")
+      .def(
           "compute",
           [](const PyElementwise& f, const std::vector<at::Tensor>& inputs, const std::vector<double>& scalars,
              const std::optional<at::Tensor>& out) { return f.fn->call(inputs, scalars, out ? &*out : nullptr); },
           py::arg("inputs"), py::arg("scalars"), py::arg("out") = py::none());
   add_fast_method(cls, &call_def);
+  // The rules a definition is checked with, stated once (function.hpp).
+  cls.attr("max_inputs") = ops::ElementwiseFn::kMaxInputs;
+  py::tuple not_an_expression(std::size(ops::ElementwiseFn::kNotAnExpression));
+  for (std::size_t i = 0; i < std::size(ops::ElementwiseFn::kNotAnExpression); ++i)
+    not_an_expression[i] = py::str(ops::ElementwiseFn::kNotAnExpression[i]);
+  cls.attr("not_an_expression") = not_an_expression;
 }
 
 }  // namespace kjit::python

@@ -145,11 +145,11 @@ struct ArgPack {
 
 // A spec may come from a saved graph rather than kjit/elementwise.py: the same rules as at definition.
 void check_expression(const std::string& expr, const std::string& what) {
-  static const char* const kNot[] = {";", "{", "}", "#", "//", "/*", "%:", "?\?=", "<%", "%>", "\n", "\r", "\\"};
-  for (const char* tok : kNot)
+  for (const char* tok : ElementwiseFn::kNotAnExpression)
     if (expr.find(tok) != std::string::npos)
       throw ValueError("kjit.elementwise: " + what + " '" + expr +
-                       "' must be one C++ expression (no ';', braces, comments or preprocessor lines) on one line");
+                       "' must be one C++ expression (no ';', braces, comments or preprocessor lines) on one line: no "
+                       "line breaks, backslashes, '#' or its digraphs and trigraph ('%:', '<%', '%>', '?\?=')");
 }
 void check_name(const std::string& n) {
   const bool ok =
@@ -368,6 +368,14 @@ const ElementwiseFn::Compiled& ElementwiseFn::compiled(const std::vector<double>
 
 std::shared_ptr<const Template> ElementwiseFn::tmpl(const std::vector<double>& values) const {
   return compiled(values).tmpl;
+}
+
+const KernelFamily& ElementwiseFn::kernel_family(const std::vector<double>& specialized_values, int rank,
+                                                 at::ScalarType out_dtype) const {
+  if (rank < 0 || rank > kMaxRank)
+    throw ValueError(repr_ + ": rank must be 0 (the flat kernel) to " + std::to_string(kMaxRank) + ", got " +
+                     std::to_string(rank));
+  return family(compiled(specialized_values), rank, is_half(out_dtype));
 }
 
 const KernelFamily& ElementwiseFn::family(const Compiled& c, int rank, bool fast_exp) const {

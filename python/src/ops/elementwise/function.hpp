@@ -78,6 +78,12 @@ class ElementwiseFn {
   // and every input, so a function of up to 31 inputs has derivative kernels.
   static constexpr int kMaxInputs = 32;
 
+  // What an expression (and a derivative's) must not hold: it is one C++ expression on one line, never a
+  // statement, block, comment or preprocessor line, in any spelling (the digraphs %: and %:%: are #, ??=
+  // the trigraph of #). kjit/elementwise.py checks a definition with this list, the spec parser a saved one.
+  static constexpr const char* kNotAnExpression[] = {
+      ";", "{", "}", "#", "//", "/*", "%:", "?\?=", "<%", "%>", "\n", "\r", "\\"};
+
   explicit ElementwiseFn(ElementwiseSpec spec);
 
   const ElementwiseSpec& spec() const noexcept { return spec_; }
@@ -89,6 +95,10 @@ class ElementwiseFn {
   std::string source(const std::vector<double>& specialized_values) const;
   // The Template of that source (one per tuple of values, kept).
   std::shared_ptr<const Template> tmpl(const std::vector<double>& specialized_values) const;
+  // The kernel family a call with a result of `out_dtype` uses (rank 0: the flat kernel; 1..kMaxRank the
+  // strided ones): the template of those values with the call's compile options. Kept for the process.
+  const KernelFamily& kernel_family(const std::vector<double>& specialized_values, int rank,
+                                    at::ScalarType out_dtype) const;
 
   // The result dtype for inputs of these dtypes.
   at::ScalarType result_dtype(c10::ArrayRef<at::Tensor> inputs) const;
