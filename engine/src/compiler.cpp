@@ -12,6 +12,7 @@
 #include <string_view>
 #include <sstream>
 
+#include "kjit/cache/file_read.hpp"
 #include "kjit/cache/sha256.hpp"
 #include "kjit/compile_sandbox.hpp"
 #include "kjit/error.hpp"
@@ -143,6 +144,24 @@ std::vector<std::string> unopened_includes(const std::string& log) {
     }
   }
   return out;
+}
+
+// Whether kjit's <iosfwd> stand-in (kernel_templates/std/iosfwd) is one of the template's headers: some header
+// names a stream header (<sstream>, <ostream>, <iosfwd>), so the library declares host stream operators. NVRTC
+// then gets it pre-included, ahead of the source: a library may include its stream header only outside NVRTC and
+// still declare those operators (CCCL 3.2's thrust/complex.h skips <sstream> under NVRTC, yet
+// thrust/detail/complex/stream.h declares operator<< on std::basic_ostream), and the declarations must parse.
+// The stand-in is a header of the template already, so its bytes are in the key; it only declares, never defines.
+// Known by its digest: a template rebuilt from a manifest holds the stand-in in memory, as recorded.
+bool pre_includes_stream_declarations(const Template& t) {
+  static const std::string stand_in = [] {
+    const cache::FileRead r = cache::read_regular_file(builtin_templates_dir() / "std" / "iosfwd", 1 << 20);
+    return r.ok() ? cache::to_hex(cache::Sha256::of(r.bytes)) : std::string();
+  }();
+  if (stand_in.empty()) return false;
+  for (const Header& h : t.headers())
+    if (h.include_name == "iosfwd" && h.sha256 == stand_in) return true;
+  return false;
 }
 
 // A name such as 'vector' (no folder, no extension): a C++ standard library header, of which NVRTC ships
@@ -300,6 +319,7 @@ CompiledBinary Compiler::compile(const Specialization& given, const CompilePlan&
     // an include kjit's scanner did not see (a macro, an odd spelling) cannot reach a file either.
     std::vector<std::string> flags = spec.options().nvrtc_flags(plan.actual);
     flags.push_back("--no-source-include");
+    if (pre_includes_stream_declarations(t)) flags.push_back("--pre-include=iosfwd");
     for (const auto& flag : type_macros(spec)) flags.push_back(flag);
     job = NvrtcJob{};
     job.source = t.source();

@@ -267,15 +267,23 @@ def test_the_recorder_writes_the_architecture_of_an_arch_specific_record(tmp_pat
 # A template that includes thrust, whose headers compute an include from a macro: compiles learn it. A
 # strict run that ships only the exported folder (a KJIT_CACHE_PATH layer over an empty cache) must key
 # the template as the recording run did, so the folder carries what was learned (its header index).
-THRUST = """
-#include <thrust/iterator/detail/device_system_tag.h>
+# A template that includes a library header whose own include kjit's scanner cannot see (its name comes from a
+# macro: CUTLASS's `#include CUDA_STD_HEADER(cstdint)`): the compile learns it. Which headers compute their
+# includes without a hint changes between library versions: CUDA 13.0's thrust/iterator/detail/device_system_tag.h
+# does, 13.2's has a hint; CUTLASS 4.x's cutlass/uint256.h does.
+LEARNS_AN_INCLUDE = """
+#include <cutlass/uint256.h>
 template <int N> __global__ void k(int* out) { out[0] = N; }
 """
 
 
 def test_an_export_ships_learned_includes_so_a_strict_run_finds_the_kernel(tmp_path, run_kjit, run_py):
-    src = tmp_path / "thrust_tag.cu"
-    src.write_text(THRUST)
+    import kjit
+
+    if not kjit._core.toolkit().get("cutlass"):
+        pytest.skip("CUTLASS's headers are not installed: pip install nvidia-cutlass (.ci/python_env.sh installs it)")
+    src = tmp_path / "learns_an_include.cu"
+    src.write_text(LEARNS_AN_INCLUDE)
     manifest = tmp_path / "manifest.json"
     run_py(
         f"""

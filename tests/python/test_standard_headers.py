@@ -59,6 +59,28 @@ def test_a_thrust_complex_kernel_compiles_for_sm80_and_sm90():
             assert k.origin in ("compiled", "disk", "memory")
 
 
+# A library that includes its stream header only outside NVRTC, yet declares a host stream operator wherever it
+# is compiled, as CCCL 3.2's thrust/complex.h does (it skips <sstream> under NVRTC; thrust/detail/complex/
+# stream.h declares operator<< on std::basic_ostream): kjit pre-includes its <iosfwd> stand-in, a header of the
+# template already, so the declaration parses.
+STREAM_SKIPPED_UNDER_NVRTC = """
+#if !defined(__CUDACC_RTC__)
+#include <sstream>
+#endif
+struct Pair { float a, b; };
+template <class CharT, class Traits>
+std::basic_ostream<CharT, Traits>& operator<<(std::basic_ostream<CharT, Traits>& os, const Pair& p);
+__global__ void pair_sum(const Pair* p, float* out) { out[0] = p[0].a + p[0].b; }
+"""
+
+
+def test_a_stream_operator_declared_where_the_stream_header_is_skipped_under_nvrtc_compiles():
+    t = kjit.Template(STREAM_SKIPPED_UNDER_NVRTC, name="stream_skipped.cu")
+    assert "iosfwd" in t.headers
+    for arch in ("sm_80", "sm_90"):
+        assert t.kernel("pair_sum").specialize(arch=arch).origin in ("compiled", "disk", "memory")
+
+
 def test_cmath_device_functions_compile_for_float_and_double():
     family = kjit.Template(CMATH, name="cmath_kernel.cu").kernel("real_math")
     for dtype in (torch.float32, torch.float64):
