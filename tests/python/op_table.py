@@ -373,6 +373,28 @@ def _activation_backward(ref):
     )
 
 
+def _norm_backward_row(rms):
+    """The row of layer_norm_backward / rms_norm_backward: (grad, x, weight, has_bias, eps); layer_norm's has
+    a bias, rms_norm's none."""
+    has_b = not rms
+    eps = 1e-6 if rms else 1e-5
+    return OpSpec(
+        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), has_b, eps),
+        _norm_backward_ref(rms),
+        "grad, x, weight",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(7, 1000), f.t(7, 1000), f.t(1000), has_b, 1e-5), {}),
+            ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 50257), f.t(64, 50257), f.t(50257), has_b, 1e-5), {}, {}),
+            ((f.t(16, 4096), f.t(16, 4096), f.t(4096), has_b, 1e-5), {}, {}),
+        ],
+    )
+
+
 X2 = (4, 6)
 IMG = (1, 2, 6, 6)
 OPS: dict[str, OpSpec] = {
@@ -439,21 +461,7 @@ OPS: dict[str, OpSpec] = {
         ],
         plans=lambda f: [((f.t(64, d), f.t(d), f.t(d)), {}, {}) for d in NORM_ROWS] + [((f.t(64, 50257),), {}, {})],
     ),
-    "layer_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), True, 1e-5),
-        _norm_backward_ref(False),
-        "grad, x, weight",
-        special="nan",
-        tol=1e-4,
-        samples=lambda f: [
-            ((f.t(7, 1000), f.t(7, 1000), f.t(1000), True, 1e-5), {}),
-            ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
-        ],
-        plans=lambda f: [
-            ((f.t(64, 50257), f.t(64, 50257), f.t(50257), True, 1e-5), {}, {}),
-            ((f.t(16, 4096), f.t(16, 4096), f.t(4096), True, 1e-5), {}, {}),
-        ],
-    ),
+    "layer_norm_backward": _norm_backward_row(rms=False),
     "rms_norm": OpSpec(
         lambda m: (m.x(4, 8), m.w(8), 1e-6),
         _rms_ref,
@@ -462,21 +470,7 @@ OPS: dict[str, OpSpec] = {
         samples=lambda f: [((f.t(7, 1000, grad=True), f.t(1000, grad=True)), {}), ((f.t(5, 33, grad=True),), {})],
         plans=lambda f: [((f.t(64, d), f.t(d)), {}, {}) for d in NORM_ROWS] + [((f.t(64, 50257),), {}, {})],
     ),
-    "rms_norm_backward": OpSpec(
-        lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), False, 1e-6),
-        _norm_backward_ref(True),
-        "grad, x, weight",
-        special="nan",
-        tol=1e-4,
-        samples=lambda f: [
-            ((f.t(7, 1000), f.t(7, 1000), f.t(1000), False, 1e-5), {}),
-            ((f.t(5, 33), f.t(5, 33), None, False, 1e-5), {}),
-        ],
-        plans=lambda f: [
-            ((f.t(64, 50257), f.t(64, 50257), f.t(50257), False, 1e-5), {}, {}),
-            ((f.t(16, 4096), f.t(16, 4096), f.t(4096), False, 1e-5), {}, {}),
-        ],
-    ),
+    "rms_norm_backward": _norm_backward_row(rms=True),
     "add_layer_norm": OpSpec(
         lambda m: (m.x(4, 8), m.x(4, 8), m.w(8), m.w(8), 1e-5),
         _add_norm_ref(False),
