@@ -430,8 +430,11 @@ std::string seconds(double s) {
 // dlopen finds it loaded) before any compile that may open no file. Failing that, one compile here.
 void load_what_nvrtc_reads_once() {
   static std::once_flag once;
+  // No compile child forked mid-dlopen or mid-compile. Held before call_once, not in it: a thread that waits
+  // there for a fork would keep every other caller waiting in call_once, the compiler preload among them,
+  // which holds the gate already, and the fork waits for the preload.
+  auto gate = hold_off_forks();
   std::call_once(once, [] {
-    auto gate = hold_off_forks();  // no compile child forked mid-dlopen or mid-compile
     const std::string name = "libnvrtc-builtins.so." + NvrtcLibrary::get().version();
     if (::dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
     const fs::path beside = cuda_toolkit().nvrtc_library.parent_path() / name;
@@ -733,7 +736,6 @@ NvrtcOutcome run_nvrtc_in_child(const NvrtcJob& job, const CompileBounds& bounds
 }
 
 NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const std::string& what) {
-  load_what_nvrtc_reads_once();
   // NVRTC's precompiled header is a file in job.pch_dir: only there may NVRTC open files, through a
   // supervisor on this thread (pch_supervise). Never for a template from a manifest.
   const bool pch = !job.pch_dir.empty() && !untrusted;
@@ -748,6 +750,7 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
   // on them forever (ForkSafety.AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles, 9 runs in
   // 75 on a loaded machine). join() returns only once the worker has run them.
   auto no_fork_until_joined = hold_off_forks();
+  load_what_nvrtc_reads_once();
   int stop[2] = {-1, -1};  // the worker's end of the compile wakes the supervisor
   if (pch && ::pipe2(stop, O_CLOEXEC) != 0) stop[0] = stop[1] = -1;
   std::mutex mu;
@@ -778,10 +781,10 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
         out.sandbox_note = note;
         return;
       }
-      // The worker's own hold too (it waits for nothing: this thread's caller holds the gate): a fork that
+      // The worker's own hold too, lent by its caller's (a waiting fork waits for this thread): a fork that
       // NVRTC made on this thread would otherwise wait for that hold, which waits for this thread, until
       // KJIT_COMPILE_TIMEOUT.
-      auto no_fork_now = hold_off_forks();
+      auto no_fork_now = hold_off_forks_beside(no_fork_until_joined);
       out = run_nvrtc(*run);
       out.sandbox_note = note;
     } catch (...) {

@@ -16,11 +16,14 @@ namespace kjit {
 namespace {
 
 // Readers: in-process NVRTC calls. Writer: a fork (kjit's own compile child, or any fork() while the
-// atfork handlers run). Readers are let in whenever no writer holds the gate.
+// atfork handlers run). A fork waits for the readers in flight, and no new reader starts while one waits
+// (only holds that the readers in flight wait for: a thread's nested hold, a compile's worker), so that
+// compiles that follow or overlap one another cannot keep a fork waiting until its limit.
 struct Gate {
   std::mutex mu;
   std::condition_variable changed;  // made anew in a forked child
   int readers = 0;
+  int forks_waiting = 0;  // forks waiting for the readers to end (at most KJIT_COMPILE_TIMEOUT)
   bool writer = false;
   double fork_wait_s = 300;  // KJIT_COMPILE_TIMEOUT, read when the handlers were installed
 };
@@ -58,11 +61,15 @@ void before_fork() {
     const auto deadline =
         std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(g.fork_wait_s));
-    if (g.changed.wait_until(lock, deadline, [&] { return !g.writer && g.readers == 0; })) {
+    ++g.forks_waiting;
+    const bool free = g.changed.wait_until(lock, deadline, [&] { return !g.writer && g.readers == 0; });
+    --g.forks_waiting;
+    if (free) {
       g.writer = true;
       t_took_writer = true;
     } else {
       t_fork_case = ForkCase::OutlastedTheWait;
+      g.changed.notify_all();  // the holds that waited for this fork go on
     }
   }
   // No thread inside: the gate's mutex stays locked across the fork, so that no hold starts or ends
@@ -119,6 +126,15 @@ void install_fork_handlers() {
   (void)installed;
 }
 
+// One more shared hold on this thread (the gate's mutex held): none is started while a fork waits for
+// the holds in flight, but a thread's nested hold, and a hold lent by a holder (hold_off_forks_beside).
+void start_a_hold(std::unique_lock<std::mutex>& lock, bool wait_for_forks) {
+  Gate& g = gate();
+  if (wait_for_forks) g.changed.wait(lock, [&] { return !g.writer && g.forks_waiting == 0; });
+  ++g.readers;
+  ++t_holds;
+}
+
 // One shared hold of this thread ends; the last one lets a waiting fork go.
 void end_a_hold() noexcept {
   Gate& g = gate();
@@ -170,9 +186,17 @@ ForkHold hold_off_forks() {
   Gate& g = gate();
   std::unique_lock<std::mutex> lock(g.mu);
   // A thread that holds the gate already is a reader: it must not wait for a fork that waits for it.
-  if (t_holds == 0) g.changed.wait(lock, [&] { return !g.writer; });
-  ++g.readers;
-  ++t_holds;
+  start_a_hold(lock, t_holds == 0);
+  ForkHold h;
+  h.held_ = true;
+  return h;
+}
+
+ForkHold hold_off_forks_beside(const ForkHold& caller) {
+  if (!caller.held_) return hold_off_forks();
+  Gate& g = gate();
+  std::unique_lock<std::mutex> lock(g.mu);
+  start_a_hold(lock, false);  // `caller` is held: no fork has the gate, and a waiting one waits for this thread
   ForkHold h;
   h.held_ = true;
   return h;
@@ -185,9 +209,8 @@ bool try_hold_off_forks_on_this_thread() noexcept {
   // try_lock: a fork's prepare handler keeps the mutex across the fork, and may meanwhile wait for the
   // preload's own fork handler, which waits for this thread.
   std::unique_lock<std::mutex> lock(g.mu, std::try_to_lock);
-  if (!lock.owns_lock() || g.writer) return false;
-  ++g.readers;
-  ++t_holds;
+  if (!lock.owns_lock() || g.writer || g.forks_waiting > 0) return false;
+  start_a_hold(lock, false);
   t_preload_hold = true;
   return true;
 }
@@ -203,7 +226,9 @@ ForkGateExclusive::ForkGateExclusive() {
   refuse_if_forked_during_a_compile();
   Gate& g = gate();
   std::unique_lock<std::mutex> lock(g.mu);
+  ++g.forks_waiting;
   g.changed.wait(lock, [&] { return !g.writer && g.readers == 0; });
+  --g.forks_waiting;
   g.writer = true;
   t_exclusive = true;
 }

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <mutex>
 #include <random>
 #include <fstream>
 #include <set>
@@ -437,4 +438,55 @@ TEST(ForkSafety, AChildForkedPastTheWaitRefusesToCompileInsteadOfHanging) {
   EXPECT_TRUE(compiler.error.empty()) << compiler.error;
   EXPECT_GT(refused, 0) << "no fork landed inside a compile";
   EXPECT_FALSE(forked_during_a_compile()) << "the parent is not affected";
+}
+
+// The starvation behind ForkSafety.AForkWhileAnotherThreadCompilesInProcessMakesAChildThatCompiles's hang on a
+// 16-CPU machine (an H200's host, 2026-12-01: still running after 100 s where it takes 8 s on 2 CPUs): a fork
+// waited for a moment with no compile in flight, and holds that began after it were let in, so threads that
+// compile one kernel after another (`kjit warm -j 2`, two Python threads, or one thread that takes the gate
+// again before the woken fork gets the gate's mutex) kept it waiting until KJIT_COMPILE_TIMEOUT, and then it
+// made a child that refuses to compile. A waiting fork now goes before any hold that starts after it. Here
+// two threads hold the gate in turns that overlap, so that it is never free: every fork still waits only
+// for the holds in flight.
+TEST(ForkSafety, AForkIsNotStarvedByCompilesThatOverlap) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  if (NvrtcLibrary::loaded()) GTEST_SKIP() << "needs a process of its own (as ctest runs it): the wait is read once";
+  kjit::testing::ScopedEnv timeout("KJIT_COMPILE_TIMEOUT", "2");  // a starved fork gives up after 2 s
+  std::atomic<bool> stop{false};
+  std::atomic<int> holds{0};
+  std::mutex error_mu;
+  std::string error;
+  auto hold_in_turns = [&] {
+    try {
+      while (!stop.load()) {
+        auto h = hold_off_forks();  // the next hold begins as soon as this one ends
+        holds.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      error = e.what();
+    }
+  };
+  std::thread first(hold_in_turns);
+  while (holds.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the second's turns begin halfway through the first's
+  std::thread second(hold_in_turns);
+  while (holds.load() < 3) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  for (int i = 0; i < 3; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) _exit(forked_during_a_compile() ? 3 : 0);
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "fork " << i << ": "
+        << (WIFEXITED(status) && WEXITSTATUS(status) == 3
+                ? "waited the whole KJIT_COMPILE_TIMEOUT for a moment when no thread held the gate"
+                : how_it_ended(status));
+  }
+  stop.store(true);
+  first.join();
+  second.join();
+  EXPECT_TRUE(error.empty()) << error;
 }

@@ -9,13 +9,15 @@
 //  - kjit's own compile children are forked under the gate held exclusively (ForkGateExclusive);
 //  - every other fork(), by any thread or library, waits in a pthread_atfork handler (installed with the
 //    first hold) until the compiles in flight have ended, at most KJIT_COMPILE_TIMEOUT, and no compile
-//    starts until the fork is made.
+//    starts until the fork is made (so that compiles that follow or overlap one another cannot keep it
+//    waiting until that limit).
 // A fork that could not wait for them (it outlasted that limit, or the forking thread holds the gate
 // itself) makes a child whose NVRTC may be stopped mid-call: that child refuses to compile, with an
 // Error that says why and what to do, instead of hanging. Loading kernels (memory, disk, remote) works.
 //
-// Readers are let in while readers hold the gate, even when a fork waits for it: the compiler preload
-// holds it across several steps and waits for a compile on another thread of its own.
+// Holds that the holds in flight wait for are let in while a fork waits: a thread's nested holds (the
+// compiler preload holds the gate across several steps, compiles among them) and the hold that a compile
+// lends the worker thread it joins (hold_off_forks_beside).
 #pragma once
 
 namespace kjit {
@@ -33,12 +35,17 @@ class ForkHold {
 
  private:
   friend ForkHold hold_off_forks();
+  friend ForkHold hold_off_forks_beside(const ForkHold& caller);
   bool held_ = false;
 };
 
 // Held (shared) around every in-process NVRTC call, so that no fork happens while one runs. Throws Error
 // in a child forked while another thread was inside NVRTC (see above).
 ForkHold hold_off_forks();
+// A shared hold for a thread that the holder of `caller` waits for (a compile's worker, joined while
+// `caller` is held): taken on that thread at once, never waiting for a fork, which waits for `caller` and
+// so for this thread. hold_off_forks() when `caller` holds nothing.
+ForkHold hold_off_forks_beside(const ForkHold& caller);
 // The gate held shared by this thread across several steps, taken only if that needs no wait (false: a
 // compile child is being forked): the compiler preload's. Meanwhile this thread's hold_off_forks() returns
 // at once, holding nothing more.
