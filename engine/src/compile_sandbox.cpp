@@ -35,6 +35,7 @@
 
 #include <nvrtc.h>
 
+#include "kjit/cache/unique_fd.hpp"
 #include "kjit/cuda_toolkit.hpp"
 #include "kjit/error.hpp"
 #include "kjit/nvrtc_library.hpp"
@@ -751,8 +752,11 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
   // 75 on a loaded machine). join() returns only once the worker has run them.
   auto no_fork_until_joined = hold_off_forks();
   load_what_nvrtc_reads_once();
-  int stop[2] = {-1, -1};  // the worker's end of the compile wakes the supervisor
-  if (pch && ::pipe2(stop, O_CLOEXEC) != 0) stop[0] = stop[1] = -1;
+  // The worker's end of the compile wakes the supervisor; the pipe is closed however this ends (a thread
+  // that cannot be started included).
+  int pipe_fds[2] = {-1, -1};
+  if (pch && ::pipe2(pipe_fds, O_CLOEXEC) != 0) pipe_fds[0] = pipe_fds[1] = -1;
+  const cache::UniqueFd stop_read(pipe_fds[0]), stop_write(pipe_fds[1]);
   std::mutex mu;
   std::condition_variable cv;
   int listener = -2;  // -2: not known yet; -1: no supervisor (the compile runs without the PCH)
@@ -763,7 +767,7 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
       std::string note;
       NvrtcJob without_pch;
       const NvrtcJob* run = &job;
-      const bool supervised = pch && stop[0] >= 0 && forbid_files(filter, &fd).empty();
+      const bool supervised = pch && stop_read && forbid_files(filter, &fd).empty();
       if (!supervised) {
         if (pch) {  // no supervisor: the plain filter, and NVRTC is not asked for a PCH it could not write
           without_pch = job.without_pch();
@@ -796,7 +800,7 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
         if (listener == -2) listener = -1;
         cv.notify_one();
       }
-      if (stop[1] >= 0) (void)::write(stop[1], "x", 1);
+      if (stop_write) (void)::write(stop_write.get(), "x", 1);
     }
   });
   if (pch) {
@@ -807,13 +811,11 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
       fd = listener;
     }
     if (fd >= 0) {
-      pch_supervise(fd, stop[0], job.pch_dir);
+      pch_supervise(fd, stop_read.get(), job.pch_dir);
       ::close(fd);
     }
   }
   worker.join();
-  for (int fd : stop)
-    if (fd >= 0) ::close(fd);
   if (error) std::rethrow_exception(error);
   if (untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
   return out;

@@ -22,7 +22,8 @@
 
 namespace kjit {
 
-// A shared hold of the gate (move-only); empty when the thread held it already.
+// A shared hold of the gate (move-only; empty once released or moved from). A thread may hold it more than
+// once (nested holds): only its first waits for a fork.
 class ForkHold {
  public:
   ForkHold() = default;
