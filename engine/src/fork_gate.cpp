@@ -101,6 +101,7 @@ void after_fork_in_child() {
   // Only this thread lives on here: its own holds are the gate's readers, and the condition variable
   // that other threads waited on (their waits are left in its counters) is made anew in place.
   g.readers = t_holds;
+  g.forks_waiting = 0;  // the threads that waited to fork are the parent's
   g.writer = false;
   new (&g.changed) std::condition_variable;
   t_exclusive = false;

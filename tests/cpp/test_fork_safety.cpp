@@ -490,3 +490,41 @@ TEST(ForkSafety, AForkIsNotStarvedByCompilesThatOverlap) {
   second.join();
   EXPECT_TRUE(error.empty()) << error;
 }
+
+// Two forks wait for one hold: the first made inherits the other's wait in the gate's count of waiting
+// forks, and a child that kept it would wait forever for a fork of a thread it does not have before its
+// first compile. Each child here takes the gate under a watchdog.
+TEST(ForkSafety, AChildIsNotHeldBackByForksItsParentWasWaitingFor) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  std::promise<void> holding, release;
+  std::thread holder([&] {
+    auto h = hold_off_forks();
+    holding.set_value();
+    release.get_future().wait();
+  });
+  holding.get_future().wait();
+  auto fork_a_child_that_holds = [] {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(10);
+      try {
+        auto h = hold_off_forks();
+      } catch (...) {
+        _exit(1);
+      }
+      _exit(0);
+    }
+    return pid;
+  };
+  auto a = std::async(std::launch::async, fork_a_child_that_holds);
+  auto b = std::async(std::launch::async, fork_a_child_that_holds);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both forks wait for the holder
+  release.set_value();
+  holder.join();
+  for (pid_t pid : {a.get(), b.get()}) {
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child " << how_it_ended(status);
+  }
+}
