@@ -435,7 +435,7 @@ void load_what_nvrtc_reads_once() {
   // there for a fork would keep every other caller waiting in call_once, the compiler preload among them,
   // which holds the gate already, and the fork waits for the preload.
   auto gate = hold_off_forks();
-  std::call_once(once, [] {
+  std::call_once(once, [&gate] {
     const std::string name = "libnvrtc-builtins.so." + NvrtcLibrary::get().version();
     if (::dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE)) return;
     const fs::path beside = cuda_toolkit().nvrtc_library.parent_path() / name;
@@ -447,10 +447,11 @@ void load_what_nvrtc_reads_once() {
     warm.want_cubin = false;
     // On a thread of its own, joined under the gate: a thread that compiled runs NVRTC's thread-exit
     // clean-up when it ends (see run_nvrtc_without_files), and this caller may end at any later time,
-    // holding nothing.
+    // holding nothing. The thread holds the gate lent by this one's, as a compile's worker does.
     std::exception_ptr error;
     std::thread([&] {
       try {
+        auto held = hold_off_forks_beside(gate);
         run_nvrtc(warm);
       } catch (...) {
         error = std::current_exception();
@@ -803,6 +804,7 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
       if (stop_write) (void)::write(stop_write.get(), "x", 1);
     }
   });
+  std::exception_ptr supervisor_error;  // kept until the worker is joined (a joinable thread must not be dropped)
   if (pch) {
     int fd;
     {
@@ -811,11 +813,16 @@ NvrtcOutcome run_nvrtc_without_files(const NvrtcJob& job, bool untrusted, const 
       fd = listener;
     }
     if (fd >= 0) {
-      pch_supervise(fd, stop_read.get(), job.pch_dir);
-      ::close(fd);
+      const cache::UniqueFd listening(fd);  // closed first: the worker's file requests then fail, not wait
+      try {
+        pch_supervise(fd, stop_read.get(), job.pch_dir);
+      } catch (...) {
+        supervisor_error = std::current_exception();
+      }
     }
   }
   worker.join();
+  if (supervisor_error) std::rethrow_exception(supervisor_error);
   if (error) std::rethrow_exception(error);
   if (untrusted && !out.sandbox_note.empty()) refuse_unfiltered(what, out.sandbox_note);
   return out;

@@ -46,6 +46,12 @@ thread_local bool t_took_writer = false;
 // Set in a child forked while another thread was inside NVRTC (and inherited by its own children).
 ForkCase g_inherited = ForkCase::Clean;
 
+// Until when a fork waits for the compiles in flight, from now (KJIT_COMPILE_TIMEOUT).
+std::chrono::steady_clock::time_point fork_deadline(const Gate& g) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(g.fork_wait_s));
+}
+
 void before_fork() {
   Gate& g = gate();
   std::unique_lock<std::mutex> lock(g.mu);
@@ -58,11 +64,8 @@ void before_fork() {
     // child gets that state.
     if (g.readers > t_holds) t_fork_case = ForkCase::MadeByACompilingThread;
   } else {
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(g.fork_wait_s));
     ++g.forks_waiting;
-    const bool free = g.changed.wait_until(lock, deadline, [&] { return !g.writer && g.readers == 0; });
+    const bool free = g.changed.wait_until(lock, fork_deadline(g), [&] { return !g.writer && g.readers == 0; });
     --g.forks_waiting;
     if (free) {
       g.writer = true;
@@ -227,9 +230,16 @@ ForkGateExclusive::ForkGateExclusive() {
   refuse_if_forked_during_a_compile();
   Gate& g = gate();
   std::unique_lock<std::mutex> lock(g.mu);
+  // Compiles that start after this wait go after it, for KJIT_COMPILE_TIMEOUT at most: a compile in flight
+  // that outlasts that (in-process ones cannot be stopped) holds back this compile child, not every other.
+  const auto free = [&] { return !g.writer && g.readers == 0; };
   ++g.forks_waiting;
-  g.changed.wait(lock, [&] { return !g.writer && g.readers == 0; });
+  const bool in_time = g.changed.wait_until(lock, fork_deadline(g), free);
   --g.forks_waiting;
+  if (!in_time) {
+    g.changed.notify_all();
+    g.changed.wait(lock, free);
+  }
   g.writer = true;
   t_exclusive = true;
 }

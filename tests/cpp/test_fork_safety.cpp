@@ -528,3 +528,32 @@ TEST(ForkSafety, AChildIsNotHeldBackByForksItsParentWasWaitingFor) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child " << how_it_ended(status);
   }
 }
+
+// kjit's own compile child waits for the compiles in flight too, and compiles that start meanwhile go after
+// it, but only for KJIT_COMPILE_TIMEOUT: an in-process compile that outlasts it (none can be stopped) holds
+// back that one child, not every compile of the process.
+TEST(ForkSafety, ACompileChildThatWaitsPastTheLimitNoLongerHoldsBackOtherCompiles) {
+  if (!compile_children_are_safe()) GTEST_SKIP() << "no fork from threads under a sanitizer";
+  if (NvrtcLibrary::loaded()) GTEST_SKIP() << "needs a process of its own (as ctest runs it): the wait is read once";
+  kjit::testing::ScopedEnv timeout("KJIT_COMPILE_TIMEOUT", "0.3");
+  std::atomic<bool> long_compile_running{true}, other_compile_ran_beside_it{false};
+  std::promise<void> holding;
+  std::thread long_compile([&] {
+    auto h = hold_off_forks();
+    holding.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    long_compile_running.store(false);
+  });
+  holding.get_future().wait();
+  std::thread child_forker([] { ForkGateExclusive gate; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the compile child waits for the long compile
+  std::thread other_compile([&] {
+    auto h = hold_off_forks();  // goes after the compile child for 0.3 s at most
+    other_compile_ran_beside_it.store(long_compile_running.load());
+  });
+  other_compile.join();
+  long_compile.join();
+  child_forker.join();
+  EXPECT_TRUE(other_compile_ran_beside_it.load())
+      << "a compile waited for a compile child that waited for a compile in flight longer than KJIT_COMPILE_TIMEOUT";
+}

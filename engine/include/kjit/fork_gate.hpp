@@ -48,8 +48,8 @@ ForkHold hold_off_forks();
 // so for this thread. hold_off_forks() when `caller` holds nothing.
 ForkHold hold_off_forks_beside(const ForkHold& caller);
 // The gate held shared by this thread across several steps, taken only if that needs no wait (false: a
-// compile child is being forked): the compiler preload's. Meanwhile this thread's hold_off_forks() returns
-// at once, holding nothing more.
+// compile child is being forked, or a fork waits): the compiler preload's. Meanwhile this thread's
+// hold_off_forks() returns at once, as a nested hold.
 bool try_hold_off_forks_on_this_thread() noexcept;
 void stop_holding_off_forks_on_this_thread() noexcept;
 
