@@ -49,18 +49,13 @@ import torch.nn.functional as F
 import kjit
 from kjit import ops
 from op_table import BF16, FLOAT_ALLOWED, IMG, OPS, U8_ALLOWED, Maker, check_op
+from support import COMPLEX_HALF_IS_EXPERIMENTAL, ORIGINS
 
 gpu = pytest.mark.gpu
 big = pytest.mark.big
 no_gpu_here = pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU error: this machine has a GPU")
 multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
-ORIGINS = ("compiled", "disk", "memory")
-# torch's warning when a case makes a complex32 tensor (to check that kjit refuses it): expected there, so
-# filtered there (never globally), not shown in the run's summary as if something were wrong.
-COMPLEX_HALF_IS_EXPERIMENTAL = pytest.mark.filterwarnings(
-    "ignore:ComplexHalf support is experimental and many operators don't support it yet:UserWarning"
-)
 ADD = kjit.Template.builtin("add_constant").kernel("add_constant")
 RGB = kjit.Template.builtin("rgb_to_gray").kernel("rgb_to_gray")
 FMA = kjit.elementwise("x * y * s", "x, y", "s", name="bad_input_fma")

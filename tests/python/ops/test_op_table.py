@@ -24,11 +24,11 @@ import torch
 
 import kjit
 from kjit import ops
+from family_helpers import ARCHS
 from op_table import OPS, plans, samples
+from support import ORIGINS, dname
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-ARCHS = ("sm_80", "sm_90", "sm_100")
-ORIGINS = ("compiled", "disk", "memory")
 # The ops that are not rows: kjit::elementwise runs kjit.elementwise functions (tested with them).
 NOT_ROWS = {"elementwise"}
 
@@ -38,7 +38,7 @@ def registered_ops() -> set[str]:
 
 
 def _id(name, dtype):
-    return f"{name}-{str(dtype).split('.')[-1]}"
+    return f"{name}-{dname(dtype)}"
 
 
 def _bound(name, args, kwargs):
@@ -113,6 +113,15 @@ def test_the_cuda_function_shapes_its_outputs_as_the_meta_kernel_does(name, dtyp
             assert (got.shape, got.dtype, got.stride()) == (want.shape, want.dtype, want.stride()), (name, args)
 
 
+# The ops on the GEMM (python/src/ops/matmul.cpp), whose 16-bit calls take gemm_sm90.cuh's kernel on sm_90.
+_WGMMA_OPS = {f"{op}{part}" for op in ("linear", "linear_swiglu") for part in ("", "_aux", "_backward")} | {
+    "matmul",
+    "matmul_backward",
+    "bmm",
+    "bmm_backward",
+}
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name, dtype", PLAN_CASES, ids=[_id(*c) for c in PLAN_CASES])
 def test_the_kernels_the_planners_pick_compile(name, dtype, arch, tf32):
@@ -127,7 +136,11 @@ def test_the_kernels_the_planners_pick_compile(name, dtype, arch, tf32):
         assert kernels, f"{name}: the plan of {args} ({options}) compiled nothing"
         for k in kernels:
             assert k["origin"] in ORIGINS, k
-            assert k["target"] in (arch, arch + "a"), k  # sm_90a: the wgmma GEMM
+            wgmma = k["name_expression"].startswith("gemm_wgmma<")
+            assert k["target"] == (arch + "a" if wgmma else arch), k  # the wgmma GEMM: sm_90a only
+    # The matrix ops in 16 bits take the TMA + wgmma GEMM on sm_90 at the sizes their plans name: it compiles.
+    if arch == "sm_90" and dtype in (torch.float16, torch.bfloat16) and name in _WGMMA_OPS:
+        assert any(k["name_expression"].startswith("gemm_wgmma<") for ks in planned for k in ks), name
 
 
 # ---- on a GPU: every sample against PyTorch -----------------------------------------------------------------
