@@ -95,6 +95,7 @@ std::unique_ptr<DriverLibrary> DriverLibrary::load() {
   KJIT_LOAD(cuMemcpyHtoD, 3020);
   KJIT_LOAD(cuMemcpyDtoH, 3020);
   KJIT_LOAD(cuMemsetD8, 3020);
+  KJIT_LOAD(cuMemsetD32Async, 3020);
   KJIT_LOAD(cuEventCreate, 2000);
   KJIT_LOAD(cuEventDestroy, 4000);
   KJIT_LOAD(cuEventRecord, 2000);

@@ -67,13 +67,12 @@ __device__ __forceinline__ float2 load_pair(const T* p, bool both) {
   return r;
 }
 
-// Finishes and stores the outputs (m, n) and (m, n + 1) of a plain GEMM from accumulators a0, a1.
-// Columns at or past n_limit and rows at or past m_limit are not written.
+// The finished outputs (m, n) and (m, n + 1) of a plain GEMM from accumulators a0, a1 (the second only
+// when `both`: column n + 1 exists): bias, AUX's store of the pre-activation, activation, residual. The
+// caller has checked that row m and column n exist; the kernel stores the result (store_pair, or through
+// shared memory and a TMA store).
 template <typename T, int ACT, bool HAS_BIAS, bool HAS_RESIDUAL, bool AUX>
-__device__ __forceinline__ void finish_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n, int m_limit,
-                                            int n_limit, float a0, float a1) {
-  if (m >= m_limit || n >= n_limit) return;
-  const bool both = n + 1 < n_limit;
+__device__ __forceinline__ float2 finish_values(const Epilogue<T>& e, int m, int n, bool both, float a0, float a1) {
   float z0 = e.scale * a0, z1 = e.scale * a1;
   if constexpr (HAS_BIAS) {
     const float2 b = load_pair(e.bias + n, both);
@@ -87,16 +86,14 @@ __device__ __forceinline__ void finish_pair(const Epilogue<T>& e, T* c, long lon
     o0 += r.x;
     o1 += r.y;
   }
-  store_pair(c + m * ldc + n, both, o0, o1);
+  return make_float2(o0, o1);
 }
 
-// The SwiGLU form: g0, g1 the gate accumulators, u0, u1 the up ones of outputs (m, n), (m, n + 1);
-// n_limit is N (the output width).
+// The SwiGLU form of finish_values: g0, g1 the gate accumulators, u0, u1 the up ones of outputs (m, n),
+// (m, n + 1); n_limit is N (the output width: AUX's up half starts there).
 template <typename T, bool HAS_RESIDUAL, bool AUX>
-__device__ __forceinline__ void finish_swiglu_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n, int m_limit,
-                                                   int n_limit, float g0, float g1, float u0, float u1) {
-  if (m >= m_limit || n >= n_limit) return;
-  const bool both = n + 1 < n_limit;
+__device__ __forceinline__ float2 finish_swiglu_values(const Epilogue<T>& e, int m, int n, int n_limit, bool both,
+                                                       float g0, float g1, float u0, float u1) {
   const float zg0 = e.scale * g0, zg1 = e.scale * g1, zu0 = e.scale * u0, zu1 = e.scale * u1;
   if constexpr (AUX) {
     T* row = e.aux + m * e.ld_aux;
@@ -109,7 +106,28 @@ __device__ __forceinline__ void finish_swiglu_pair(const Epilogue<T>& e, T* c, l
     o0 += r.x;
     o1 += r.y;
   }
-  store_pair(c + m * ldc + n, both, o0, o1);
+  return make_float2(o0, o1);
+}
+
+// Finishes and stores the outputs (m, n) and (m, n + 1) of a plain GEMM from accumulators a0, a1.
+// Columns at or past n_limit and rows at or past m_limit are not written.
+template <typename T, int ACT, bool HAS_BIAS, bool HAS_RESIDUAL, bool AUX>
+__device__ __forceinline__ void finish_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n, int m_limit,
+                                            int n_limit, float a0, float a1) {
+  if (m >= m_limit || n >= n_limit) return;
+  const bool both = n + 1 < n_limit;
+  const float2 o = finish_values<T, ACT, HAS_BIAS, HAS_RESIDUAL, AUX>(e, m, n, both, a0, a1);
+  store_pair(c + m * ldc + n, both, o.x, o.y);
+}
+
+// The SwiGLU form of finish_pair.
+template <typename T, bool HAS_RESIDUAL, bool AUX>
+__device__ __forceinline__ void finish_swiglu_pair(const Epilogue<T>& e, T* c, long long ldc, int m, int n, int m_limit,
+                                                   int n_limit, float g0, float g1, float u0, float u1) {
+  if (m >= m_limit || n >= n_limit) return;
+  const bool both = n + 1 < n_limit;
+  const float2 o = finish_swiglu_values<T, HAS_RESIDUAL, AUX>(e, m, n, n_limit, both, g0, g1, u0, u1);
+  store_pair(c + m * ldc + n, both, o.x, o.y);
 }
 
 }  // namespace kjit_gemm

@@ -199,6 +199,8 @@ def gemm_sm90_manifest(path, arch=90):
         ("BM", "integer", 128),
         ("BN", "integer", 128),
         ("STAGES", "integer", 4),
+        ("PINGPONG", "bool", False),
+        ("TMA_STORE", "bool", True),
         ("ACT", "integer", 0),
         ("HAS_BIAS", "bool", False),
         ("HAS_RESIDUAL", "bool", False),

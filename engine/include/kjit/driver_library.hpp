@@ -55,6 +55,7 @@ class DriverLibrary {
   KJIT_CU_FN(cuMemcpyHtoD, 3020);
   KJIT_CU_FN(cuMemcpyDtoH, 3020);
   KJIT_CU_FN(cuMemsetD8, 3020);
+  KJIT_CU_FN(cuMemsetD32Async, 3020);  // zeroes the split-K GEMM's arrival counters on its stream
   KJIT_CU_FN(cuEventCreate, 2000);
   KJIT_CU_FN(cuEventDestroy, 4000);
   KJIT_CU_FN(cuEventRecord, 2000);

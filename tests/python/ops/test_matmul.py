@@ -4,6 +4,8 @@ of 8), views that are not contiguous or not aligned, CUDA graph capture, torch.c
 (TF32 only where allowed), and a tuned choice kept, recorded, warmed and replayed. (gemm.cuh launched
 directly: ops/test_gemm_kernels.py.) Every test needs a GPU."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -237,3 +239,84 @@ def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
     strict = _run_workload(script, cache_b, KJIT_CACHE_MODE="strict", KJIT_RECORD=None)
     assert "compiles: 0" in strict.stdout and "tuned gemm|" not in strict.stderr, strict
     assert strict.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
+
+
+# ---- every configuration of the sm_90 GEMM -------------------------------------------------------------------
+
+# gemm.cpp's wgmma candidates by name (a name that is not one makes the op warn "names no configuration", which
+# the test refuses): the plain kernels', and the SwiGLU kernels' (paired with them in turn).
+WGMMA_PLAIN = [
+    "wgmma-pingpong:64x256:s4",
+    "wgmma-pingpong:128x128:s5",
+    "wgmma-pingpong:64x192:s5",
+    "wgmma-pingpong:64x128:s8",
+    "wgmma:128x256:s3",
+    "wgmma:128x192:s4",
+    "wgmma:128x128:s6",
+    "wgmma:64x128:s8",
+    "wgmma:64x64:s8",
+]
+WGMMA_GATED = ["wgmma-pingpong:64x128:s4", "wgmma:128x128:s4", "wgmma:128x64:s6", "wgmma:64x128:s5"]
+
+# Every case on the wgmma kernel (M > 16): tiles cut at M, N and K; N = 203 stores from registers (rows not
+# 16-byte aligned for the TMA store); 100 x 264 x 2048 splits K (few tiles, many k-tiles); each epilogue; the pre-activation kept (aux) where gradients are wanted;
+# SwiGLU; a batch (bmm). Prints one line per case: its name and whether it matched.
+CONFIG_WORKLOAD = """
+import torch, torch.nn.functional as F
+from kjit import ops
+torch.manual_seed(0)
+dt = torch.bfloat16
+def rnd(*s, scale=1.0):
+    return (torch.randn(*s, device="cuda") * scale).to(dt)
+def check(name, got, want):
+    err = (got.float() - want).abs().max().item()
+    ok = torch.allclose(got.float(), want, atol=4e-2, rtol=3e-2)
+    print("case", name, "ok" if ok else f"MISMATCH max error {err:.4g}")
+for m, n, k in ((300, 200, 72), (1000, 520, 1032), (17, 203, 200), (4500, 384, 264), (100, 264, 2048)):
+    x, w, b, r = rnd(m, k), rnd(n, k, scale=k ** -0.5), rnd(n), rnd(m, n)
+    z = x.float() @ w.float().T
+    check(f"plain {m}x{n}x{k}", ops.linear(x, w), z)
+    check(f"bias+gelu {m}x{n}x{k}", ops.linear(x, w, b, activation="gelu"), F.gelu(z + b.float()))
+    check(f"scale+residual {m}x{n}x{k}", ops.linear(x, w, scale=0.5, residual=r), 0.5 * z + r.float())
+    xg = x.clone().requires_grad_()
+    y = ops.linear(xg, w, b, activation="silu")  # the forward that keeps its pre-activation (aux)
+    check(f"silu with grad {m}x{n}x{k}", y.detach(), F.silu(z + b.float()))
+    y.float().sum().backward()
+    check(f"silu dx {m}x{n}x{k}", xg.grad, (torch.sigmoid(z + b.float()) * (1 + (z + b.float()) * (1 - torch.sigmoid(z + b.float())))) @ w.float())
+    wgu = rnd(2 * n, k, scale=k ** -0.5)
+    zg, zu = (x.float() @ wgu.float().T).chunk(2, dim=-1)
+    check(f"swiglu {m}x{n}x{k}", ops.linear_swiglu(x, wgu), F.silu(zg) * zu)
+a, bb = rnd(3, 130, 64), rnd(3, 64, 136, scale=0.125)
+check("bmm 3x130x136x64", ops.bmm(a, bb), a.float() @ bb.float())
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.parametrize("round_", range(len(WGMMA_PLAIN)), ids=lambda i: WGMMA_PLAIN[i])
+def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
+    """Each configuration of the sm_90 GEMM, made the tuned choice of every GEMM of a workload (its keys
+    recorded by a first run, their values replaced, `kjit warm` installing them), runs every case right."""
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        pytest.skip("the wgmma kernel runs on sm_90 only")
+    script, manifest = tmp_path / "workload.py", tmp_path / "m.json"
+    script.write_text(CONFIG_WORKLOAD)
+    run_python([str(script)], env={"KJIT_CACHE_DIR": tmp_path / "cache-a", "KJIT_RECORD": manifest})
+    lines = []
+    for line in manifest.read_text().splitlines():
+        entry = json.loads(line)
+        if "choice" in entry:
+            gated = "epi=swiglu" in entry["choice"]["key"]
+            entry["choice"]["value"] = WGMMA_GATED[round_ % len(WGMMA_GATED)] if gated else WGMMA_PLAIN[round_]
+            lines.append(json.dumps(entry))
+        elif "record" not in entry:  # the header; the kernels are compiled by the run below
+            lines.append(line)
+    assert len(lines) > 1, manifest.read_text()
+    manifest.write_text("\n".join(lines) + "\n")
+    cache = tmp_path / "cache-b"
+    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", "sm_90"], env={"KJIT_CACHE_DIR": cache})
+    assert " 0 failed" in warm.stdout, warm
+    run = run_python([str(script)], env={"KJIT_CACHE_DIR": cache, "KJIT_TUNE": None})
+    assert "names no configuration" not in run.stderr, run
+    cases = [line for line in run.stdout.splitlines() if line.startswith("case ")]
+    assert len(cases) == 31 and all(line.endswith(" ok") for line in cases), run.stdout

@@ -9,6 +9,10 @@
 #include <tuple>
 #include <vector>
 
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+
 #include "kjit/choices.hpp"
 #include "kjit/driver_library.hpp"
 #include "kjit/log.hpp"
@@ -70,28 +74,39 @@ bool gemm_operand_ok(const at::Tensor& t) {
 
 namespace {
 
-// A tile configuration. wgmma: BM x BN tiles, BK 64, STAGES. mma.sync: also BK and the warp layout
-// WM x WN x WK (WK > 1 splits K inside the block: the small-M form).
+// A tile configuration. wgmma: BM x BN tiles, BK 64, STAGES, and the consumers' schedule (cooperative on
+// a tile, or ping-pong: gemm_sm90.cuh). mma.sync: also BK and the warp layout WM x WN x WK (WK > 1 splits
+// K inside the block: the small-M form).
 struct Config {
   bool wgmma;
   int bm, bn, bk, wm, wn, wk, stages;
+  bool pingpong = false;
+  // wgmma: how fast its tiles run, relative to the fastest configuration's, with a light epilogue (none or a
+  // bias) and a heavy one (an activation, a residual, the pre-activation kept): measured on an H200
+  // (bench/gemm_tiles.py; bench/results/2026-12-02-H200-gemm_tiles.md), the heuristic's weights.
+  double light = 0, heavy = 0;
   std::string name() const {
-    std::string s = std::string(wgmma ? "wgmma:" : "mma:") + std::to_string(bm) + "x" + std::to_string(bn);
+    std::string s = std::string(wgmma ? (pingpong ? "wgmma-pingpong:" : "wgmma:") : "mma:") + std::to_string(bm) + "x" +
+                    std::to_string(bn);
     if (!wgmma)
       s += "x" + std::to_string(bk) + ":w" + std::to_string(wm) + "x" + std::to_string(wn) + "x" + std::to_string(wk);
     return s + ":s" + std::to_string(stages);
   }
 };
 
-// The candidates of each kernel (all fit 227 KB of shared memory).
+// The candidates of each kernel: all fit 227 KB of shared memory with the output tiles of the TMA store
+// (wgmma_shared_bytes), the ping-pong ones first.
 const std::vector<Config>& wgmma_configs(bool swiglu) {
-  static const std::vector<Config> plain = {{true, 128, 256, 64, 0, 0, 0, 4},
-                                            {true, 128, 192, 64, 0, 0, 0, 5},
-                                            {true, 128, 128, 64, 0, 0, 0, 6},
-                                            {true, 64, 128, 64, 0, 0, 0, 8},
-                                            {true, 64, 64, 64, 0, 0, 0, 8}};
-  static const std::vector<Config> gated = {
-      {true, 128, 128, 64, 0, 0, 0, 4}, {true, 128, 64, 64, 0, 0, 0, 6}, {true, 64, 128, 64, 0, 0, 0, 5}};
+  static const std::vector<Config> plain = {
+      {true, 64, 256, 64, 0, 0, 0, 4, true, 0.91, 0.87},  {true, 128, 128, 64, 0, 0, 0, 5, true, 0.955, 0.89},
+      {true, 64, 192, 64, 0, 0, 0, 5, true, 0.865, 0.84}, {true, 64, 128, 64, 0, 0, 0, 8, true, 0.72, 0.72},
+      {true, 128, 256, 64, 0, 0, 0, 3, false, 1.0, 0.8},  {true, 128, 192, 64, 0, 0, 0, 4, false, 0.985, 0.8},
+      {true, 128, 128, 64, 0, 0, 0, 6, false, 0.94, 0.8}, {true, 64, 128, 64, 0, 0, 0, 8, false, 0.82, 0.72},
+      {true, 64, 64, 64, 0, 0, 0, 8, false, 0.56, 0.5}};
+  static const std::vector<Config> gated = {{true, 64, 128, 64, 0, 0, 0, 4, true, 0.97, 0.97},
+                                            {true, 128, 128, 64, 0, 0, 0, 4, false, 1.0, 1.0},
+                                            {true, 128, 64, 64, 0, 0, 0, 6, false, 0.945, 0.945},
+                                            {true, 64, 128, 64, 0, 0, 0, 5, false, 0.88, 0.88}};
   return swiglu ? gated : plain;
 }
 const std::vector<Config>& mma_configs() {
@@ -113,22 +128,69 @@ constexpr std::int64_t kSmallM = 16;
 // takes the same bytes per row.
 int tile_k(const Config& c, const Gemm& g) { return g.dtype == at::ScalarType::Float ? c.bk / 2 : c.bk; }
 
+// Whether the wgmma kernel can store C by TMA: 16-byte aligned rows (and matrices of a batch).
+bool tma_store_ok(const Gemm& g) {
+  if (reinterpret_cast<std::uintptr_t>(g.c.ptr) % 16 || g.c.ld % 8) return false;
+  return g.batch == 1 || g.c.batch % 8 == 0;
+}
+
+// The wgmma kernel's consumer warpgroups (gemm_sm90.cuh's gemm_consumers).
+int wgmma_consumers(const Config& c) { return c.pingpong ? 2 : c.bm / 64; }
+
 unsigned shared_bytes(const Config& c, const Gemm& g) {
   const std::int64_t elem = g.dtype == at::ScalarType::Float ? 4 : 2, b_tiles = g.swiglu ? 2 : 1;
-  if (c.wgmma) return static_cast<unsigned>(1024 + c.stages * (c.bm + c.bn * b_tiles) * 64 * elem);
+  if (c.wgmma) {
+    const std::int64_t out = tma_store_ok(g) ? (c.pingpong ? 2 : 1) * c.bm * c.bn * elem : 0;
+    return static_cast<unsigned>(1024 + c.stages * (c.bm + c.bn * b_tiles) * 64 * elem + out);
+  }
   const std::int64_t pipe = c.stages * (c.bm + c.bn * b_tiles) * tile_k(c, g) * elem;
   const std::int64_t reduce = c.wk > 1 ? (c.wk - 1) * c.bm * c.bn * b_tiles * 4 : 0;
   return static_cast<unsigned>(std::max(pipe, reduce));
 }
 
-// Relative cost of a configuration: the tiles of the waves it runs, weighted by how efficiently a tile
-// of its size runs (small tiles reread more of A and B per output).
+// Split-K (wgmma): a tile's k-tiles in `splits` parts of ceil(k_tiles / splits) each, on as many blocks;
+// each part's fp32 accumulators go to a workspace and the last part to finish adds them up (in part order:
+// the same sum whichever finishes last) and runs the epilogue. kMaxSplits parts at most; a part costs
+// about kSplitCost k-tiles more (its accumulators written and read back).
+constexpr int kMaxSplits = 8;
+constexpr double kSplitCost = 4;
+
+// Relative time of `splits` parts per tile: the waves of parts, each ceil(k_tiles / splits) k-tiles long
+// (plus the fix-up's), and the last part's reading of every part's accumulators.
+double split_time(std::int64_t tiles, std::int64_t k_tiles, int splits, int sms) {
+  const std::int64_t waves = cdiv(tiles * splits, sms);
+  const double part = static_cast<double>(cdiv(k_tiles, splits)) + (splits > 1 ? kSplitCost : 0);
+  return static_cast<double>(waves) * part + (splits > 1 ? 0.5 * kSplitCost * splits : 0);
+}
+
+// The parts per tile of a wgmma configuration: more than one only where the tiles leave multiprocessors
+// idle (fewer tiles than them, or a last wave mostly empty) and splitting K saves a tenth of the time.
+int split_k(const Config& c, const Gemm& g, int sms) {
+  if (!c.wgmma) return 1;
+  const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch, k_tiles = cdiv(g.k, 64);
+  int best = 1;
+  double best_time = split_time(tiles, k_tiles, 1, sms);
+  for (int s = 2; s <= kMaxSplits && cdiv(k_tiles, s) >= 8; ++s) {
+    if ((s - 1) * cdiv(k_tiles, s) >= k_tiles) continue;  // a part past K altogether
+    const double t = split_time(tiles, k_tiles, s, sms);
+    if (t < 0.9 * best_time && (best == 1 || t < best_time)) best = s, best_time = t;
+  }
+  return best;
+}
+
+// Relative cost of a configuration: the tiles of the waves it runs (their parts, split-K), weighted by
+// how efficiently a tile of its size runs (wgmma: measured, by epilogue; mma.sync: small tiles reread more
+// of A and B per output).
 double estimate(const Config& c, const Gemm& g, int sms) {
-  const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch;
-  const std::int64_t waves = cdiv(tiles, sms);
+  const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch, k_tiles = cdiv(g.k, 64);
   const double area = static_cast<double>(c.bm) * c.bn;
+  if (c.wgmma) {
+    const bool heavy = g.act != Activation::None || g.residual.ptr || g.aux.ptr;
+    const double time = split_time(tiles, k_tiles, split_k(c, g, sms), sms) / static_cast<double>(k_tiles);
+    return time * area / (heavy ? c.heavy : c.light);
+  }
   const double efficiency = area >= 128 * 256 ? 1.0 : area >= 128 * 128 ? 0.92 : area >= 64 * 128 ? 0.8 : 0.62;
-  return static_cast<double>(waves) * area / efficiency;
+  return static_cast<double>(cdiv(tiles, sms)) * area / efficiency;
 }
 
 bool uses_wgmma(const Gemm& g, int device) {
@@ -151,7 +213,6 @@ Config heuristic(const Gemm& g, int device) {
   const Config* best = &all[0];
   double best_cost = std::numeric_limits<double>::max();
   for (const Config& c : all) {
-    if (c.bn == 192) continue;  // a tuning candidate only (its waves rarely beat 256 or 128 in this model)
     const double cost = estimate(c, g, sms);
     if (cost < best_cost) best_cost = cost, best = &c;
   }
@@ -189,6 +250,7 @@ Config time_candidates(const char* op, const Gemm& g, int device, const LaunchCo
   d.check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
   Config best = fallback;
   float best_ms = std::numeric_limits<float>::max();
+  std::string timings;  // "name time, ..." for the log
   constexpr int kRuns = 5;
   for (const Config& c : candidates(g, device)) {
     try {
@@ -200,6 +262,7 @@ Config time_candidates(const char* op, const Gemm& g, int device, const LaunchCo
       float ms = 0;
       d.check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
       if (ms < best_ms) best_ms = ms, best = c;
+      timings += (timings.empty() ? "" : ", ") + c.name() + " " + std::to_string(1000.0 * ms / kRuns) + " us";
     } catch (const Error& e) {
       log::warn_once("gemm-tune:" + c.name() + ":" + e.what(),
                      std::string(op) + ": tuning left out the GEMM configuration " + c.name() + ": " + e.what());
@@ -207,6 +270,8 @@ Config time_candidates(const char* op, const Gemm& g, int device, const LaunchCo
   }
   d.cuEventDestroy(start);
   d.cuEventDestroy(stop);
+  log::info(1, std::string(op) + ": timed M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) +
+                   " K=" + std::to_string(g.k) + " (default " + fallback.name() + "): " + timings);
   return best;
 }
 
@@ -274,29 +339,80 @@ const KernelFamily& mma_family() {
   return f;
 }
 
-// A CUtensorMap of one operand: {K, rows, batch} elements, a {64, box_rows, 1} box, 128-byte swizzle.
+// A CUtensorMap, and what it was encoded from: a 3-D tensor of 16-bit elements {inner, rows, batch} with
+// row and batch strides in bytes, a box of {64, box_rows, 1}, 128-byte swizzle.
 struct alignas(64) TensorMap {
   CUtensorMap map;
 };
-TensorMap tensor_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
+struct TensorMapKey {
+  const void* ptr;
+  std::uint64_t dims[3], strides[2];
+  std::uint32_t box_rows;
+  bool bf16;
+  bool operator==(const TensorMapKey& o) const {
+    return ptr == o.ptr && std::equal(dims, dims + 3, o.dims) && std::equal(strides, strides + 2, o.strides) &&
+           box_rows == o.box_rows && bf16 == o.bf16;
+  }
+};
+
+// The descriptor for `key`, encoded by the driver, or the same one encoded before on this thread: the last
+// few are kept (a descriptor is a function of its key alone), so that a model's GEMMs, whose weights and
+// (through the caching allocator) activations come back at the same addresses, encode none per call.
+// The reference is good until this thread's next call. ValueError naming `what` if the driver refuses.
+const TensorMap& cached_tensor_map(const char* op, const TensorMapKey& key, const char* what) {
+  struct Entry {
+    TensorMapKey key;
+    TensorMap map;
+  };
+  constexpr std::size_t kSlots = 16;
+  thread_local std::array<Entry, kSlots> slots{};
+  thread_local std::size_t used = 0, next = 0;
+  for (std::size_t i = 0; i < used; ++i)
+    if (slots[i].key == key) return slots[i].map;
   const DriverLibrary& d = DriverLibrary::get();
   TensorMap t{};
-  const std::int64_t elem = 2;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(g.k), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(g.batch)};
-  const std::int64_t batch_stride = x.batch ? x.batch : x.ld * rows;
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(x.ld * elem), static_cast<cuuint64_t>(batch_stride * elem)};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t box[3] = {64, key.box_rows, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = d.cuTensorMapEncodeTiled(
-      &t.map, g.dtype == at::ScalarType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      3, const_cast<void*>(x.ptr), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      &t.map, key.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+      const_cast<void*>(key.ptr), key.dims, key.strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    fail_value(op, "the driver refused a TMA descriptor of a [" + std::to_string(rows) + ", " + std::to_string(g.k) +
-                       "] operand with row stride " + std::to_string(x.ld) + " (" + d.error_name(r) +
-                       "); pass contiguous tensors");
-  return t;
+    fail_value(op, std::string("the driver refused a TMA descriptor of ") + what + " [" + std::to_string(key.dims[1]) +
+                       ", " + std::to_string(key.dims[0]) + "] with row stride " + std::to_string(key.strides[0] / 2) +
+                       " (" + d.error_name(r) + "); pass contiguous tensors");
+  Entry& e = slots[next];
+  e.key = key;
+  e.map = t;
+  next = (next + 1) % kSlots;
+  used = std::max(used, next == 0 ? kSlots : next);
+  return e.map;
+}
+
+// An operand's descriptor: {K, rows, batch} elements, a {64, box_rows, 1} box.
+const TensorMap& operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
+  const std::int64_t batch_stride = x.batch ? x.batch : x.ld * rows;
+  return cached_tensor_map(
+      op,
+      {x.ptr,
+       {static_cast<std::uint64_t>(g.k), static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(g.batch)},
+       {static_cast<std::uint64_t>(x.ld * 2), static_cast<std::uint64_t>(batch_stride * 2)},
+       static_cast<std::uint32_t>(box_rows),
+       g.dtype == at::ScalarType::BFloat16},
+      "an operand");
+}
+
+// C's descriptor for the TMA store: {N, M, batch} elements, a {64, 64, 1} box.
+const TensorMap& output_map(const char* op, const Gemm& g) {
+  const std::int64_t batch_stride = g.batch > 1 ? g.c.batch : g.c.ld * g.m;
+  return cached_tensor_map(
+      op,
+      {g.c.ptr,
+       {static_cast<std::uint64_t>(g.n), static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.batch)},
+       {static_cast<std::uint64_t>(g.c.ld * 2), static_cast<std::uint64_t>(batch_stride * 2)},
+       64,
+       g.dtype == at::ScalarType::BFloat16},
+      "the output");
 }
 
 // The template arguments shared by both kernels after their tile parameters.
@@ -323,6 +439,10 @@ std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
     args.push_back(int_arg(c.wk));
   }
   args.push_back(int_arg(c.stages));
+  if (c.wgmma) {
+    args.push_back(bool_arg(c.pingpong));
+    args.push_back(bool_arg(tma_store_ok(g)));
+  }
   epilogue_args(g, args);
   return args;
 }
@@ -352,12 +472,34 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   float scale = g.scale;
   if (!k->kernel) return;  // a compile-only plan: no descriptors to encode, nothing to launch
   if (c.wgmma) {
-    cfg.block.x = 128 * (c.bm / 64 + 1);
-    TensorMap ta = tensor_map(op, g, g.a, g.m, c.bm);
-    TensorMap tb = tensor_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
+    cfg.block.x = 128 * (wgmma_consumers(c) + 1);
+    const TensorMap& ta = operand_map(op, g, g.a, g.m, c.bm);
+    const TensorMap& tb = operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
+    const TensorMap& tc = tma_store_ok(g) ? output_map(op, g) : ta;  // not read without the TMA store
     int batch = static_cast<int>(g.batch);
-    launch_kernel(*k, cfg, ta.map, tb.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux, batch_res,
-                  batch_aux, scale, batch);
+    // Split-K's workspace: every part's fp32 accumulators, then an arrival counter per consumer's rows of
+    // a tile, zeroed on the stream; from PyTorch's caching allocator (stream-ordered, and captured
+    // with the launch into a CUDA graph's pool).
+    int splits = split_k(c, g, sm_count(device));
+    float* partials = nullptr;
+    int* arrivals = nullptr;
+    at::Tensor workspace;
+    if (splits > 1) {
+      const std::int64_t slots = tiles * (c.pingpong ? 1 : wgmma_consumers(c));
+      const std::int64_t floats = tiles * splits * c.bm * c.bn * (g.swiglu ? 2 : 1);
+      workspace = at::empty({floats + slots}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
+      if (ctx.stream != c10::cuda::getCurrentCUDAStream(device).stream())
+        c10::cuda::CUDACachingAllocator::recordStream(workspace.storage().data_ptr(),
+                                                      c10::cuda::getStreamFromExternal(ctx.stream, device));
+      partials = workspace.data_ptr<float>();
+      arrivals = reinterpret_cast<int*>(partials + floats);
+      const DriverLibrary& d = DriverLibrary::get();
+      d.check(d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(arrivals), 0, static_cast<size_t>(slots), ctx.stream),
+              "cuMemsetD32Async");
+      cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(tiles * splits, sm_count(device)));
+    }
+    launch_kernel(*k, cfg, ta.map, tb.map, tc.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux,
+                  batch_res, batch_aux, scale, batch, splits, partials, arrivals);
   } else {
     cfg.block.x = 32 * c.wm * c.wn * c.wk;
     const void* ap = g.a.ptr;
