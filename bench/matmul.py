@@ -22,9 +22,9 @@ dynamic=False, compiled once per point before timing (torch._dynamo.reset() befo
 compile budget (COMPILE_BUDGET_S; the rest skip it with that reason).
 
 Ratios are speeds: kjit TFLOP/s over the peer's (above 1: kjit faster). The targets are computed, never
-asserted (summary(), verdicts()): vs cuBLAS, over the LLM shapes with M >= 128, median >= 0.95x and none
-under 0.85x; at M <= 16 median >= 1.0x; the fused gelu at M >= 2048 (median) >= 1.15x eager and >= 1.2x
-torch.compile; swiglu (median over its points) >= 1.25x eager.
+asserted (summary(), verdicts()): vs cuBLAS, over the LLM shapes with M >= 128, median >= 1.0x and none
+under 0.92x; at M <= 16 none under 1.0x; the fused gelu none under 1.10x eager and 1.10x torch.compile at
+any M; swiglu (median over its points) >= 1.25x eager.
 
 Compile time (compile_probe): in a fresh process (torch and kjit imported, CUDA up, kjit's first compile of
 the process paid by an add_constant before the clock) with KJIT_CACHE_DIR and CUDA_CACHE_PATH at empty
@@ -62,18 +62,17 @@ CONTENDERS = {
 }
 RATIO_KEYS = {"cuBLAS": "kjit_over_cublas", "eager": "kjit_over_eager", "torch.compile": "kjit_over_compiled"}
 TARGETS = {
-    "cublas_median_min": 0.95,
-    "cublas_min": 0.85,
-    "small_m_median_min": 1.0,
-    "gelu_eager_min": 1.15,
-    "gelu_compiled_min": 1.2,
+    "cublas_median_min": 1.0,
+    "cublas_min": 0.92,
+    "small_m_min": 1.0,
+    "gelu_eager_min": 1.10,
+    "gelu_compiled_min": 1.10,
     "swiglu_eager_min": 1.25,
     "first_call_max_s": 1.5,
     "second_tile_max_s": 0.8,
 }
 LARGE_M = 128  # "M >= 128": the LLM shapes of the cuBLAS median and minimum
 SMALL_M = 16  # "M <= 16": decode
-FUSED_M = 2048  # "M >= 2048": the fused gelu target
 L2_FACTOR = 2
 INNER = 10
 TIMING = {False: dict(warmup=10, reps=20), True: dict(warmup=5, reps=10)}
@@ -152,13 +151,13 @@ def _spread(pts: list[dict], key: str) -> dict | None:
 def summary(sec: dict) -> dict:
     """The figures of the targets, from the points: {"cublas_large_m": spread of kjit / cuBLAS over the LLM
     shapes with M >= LARGE_M, "cublas_small_m": the same for M <= SMALL_M, "square": kjit / cuBLAS at
-    8192^3 or None, "gelu_eager", "gelu_compiled": spreads at M >= FUSED_M, "swiglu_eager",
+    8192^3 or None, "gelu_eager", "gelu_compiled": spreads over every gelu point, "swiglu_eager",
     "swiglu_compiled": spreads over every swiglu point, "compile": the compile probe's two figures (s) or
     None, "kjit_failed": points without a kjit figure, "points": how many}; a spread is {median, min, min_at,
     n} or None."""
     pts = sec.get("points") or []
     plain = [p for p in pts if p.get("kind") == "plain" and not is_square(p)]
-    gelu = [p for p in pts if p.get("kind") == "gelu" and p["m"] >= FUSED_M]
+    gelu = [p for p in pts if p.get("kind") == "gelu"]
     swiglu = [p for p in pts if p.get("kind") == "swiglu"]
     square = next((p.get("kjit_over_cublas") for p in pts if p.get("kind") == "plain" and is_square(p)), None)
     return {
@@ -221,21 +220,21 @@ def verdicts(sec: dict) -> list[dict]:
         f"at {big['min_at']}" if big else "",
     )
     at_least(
-        f"kjit / cuBLAS median >= {t['small_m_median_min']:.2f}x (M <= {SMALL_M})",
+        f"kjit / cuBLAS none under {t['small_m_min']:.2f}x (M <= {SMALL_M})",
         s["cublas_small_m"],
-        "median",
-        t["small_m_median_min"],
+        "min",
+        t["small_m_min"],
     )
     at_least(
-        f"fused gelu: kjit / eager median >= {t['gelu_eager_min']:.2f}x (M >= {FUSED_M})",
+        f"fused gelu: kjit / eager none under {t['gelu_eager_min']:.2f}x (every M)",
         s["gelu_eager"],
-        "median",
+        "min",
         t["gelu_eager_min"],
     )
     at_least(
-        f"fused gelu: kjit / torch.compile median >= {t['gelu_compiled_min']:.2f}x (M >= {FUSED_M})",
+        f"fused gelu: kjit / torch.compile none under {t['gelu_compiled_min']:.2f}x (every M)",
         s["gelu_compiled"],
-        "median",
+        "min",
         t["gelu_compiled_min"],
     )
     at_least(

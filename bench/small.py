@@ -4,8 +4,9 @@ torch.compile of the same eager function, in the same run.
 Ops (rows x 4096 elements; max_pool2d on NCHW [rows, 4, 32, 32], the same element count): softmax,
 log_softmax, layer_norm (weight and bias), rms_norm (weight), add_rms_norm and add_layer_norm (a residual
 of x's shape; eager: ``h = x + r`` then the norm, two kernels), silu, gelu, sum(dim=-1), amax(dim=-1), the
-kjit.elementwise function ``silu(x) * s`` called with s=0.5 (eager: ``F.silu(x) * 0.5``, two kernels) and
-max_pool2d 2x2 stride 2. Rows 1, 8, 64, 512, 4096 in bfloat16 and float32 (--quick: rows 1, 64, 4096 in
+kjit.elementwise function ``silu(x) * s`` called with s=0.5 (eager: ``F.silu(x) * 0.5``, two kernels),
+max_pool2d 2x2 stride 2 and linear (x [rows, 4096] @ w [4096, 4096].T against F.linear: at rows 1 and 8 the
+cost of a decode GEMM's call). Rows 1, 8, 64, 512, 4096 in bfloat16 and float32 (--quick: rows 1, 64, 4096 in
 bfloat16).
 
 Each contender's result is checked against eager PyTorch once, then timed as microseconds per call of
@@ -46,8 +47,10 @@ OPS = (
     "amax(dim=-1)",
     "silu(x) * s",
     "max_pool2d 2x2 s2",
+    "linear",
 )
 POOL = "max_pool2d 2x2 s2"
+LINEAR = "linear"  # x [rows, COLS] @ w [COLS, COLS].T: at rows 1 and 8 the decode GEMM's per-call cost
 CONTENDERS = ("kjit", "eager", "torch.compile")
 PEERS = ("eager", "torch.compile")
 RATIO_KEYS = {"eager": "kjit_over_eager", "torch.compile": "kjit_over_compiled"}
@@ -163,9 +166,16 @@ def _ops() -> dict:
     has_rms = hasattr(F, "rms_norm")
     rms_eager = (lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)) if has_rms else None
 
-    def op(kjit_fn, eager, weights=0, ref=None, missing=None, residual=False):
+    def op(kjit_fn, eager, weights=0, ref=None, missing=None, residual=False, weight_shape=(COLS,), dtypes=None):
         return dict(
-            kjit=kjit_fn, eager=eager, weights=weights, ref=ref or eager, eager_missing=missing, residual=residual
+            kjit=kjit_fn,
+            eager=eager,
+            weights=weights,
+            ref=ref or eager,
+            eager_missing=missing,
+            residual=residual,
+            weight_shape=weight_shape,
+            **({"dtypes": dtypes} if dtypes else {}),
         )
 
     def add_rms_eager(x, r, w):
@@ -216,6 +226,8 @@ def _ops() -> dict:
         "amax(dim=-1)": op(lambda x: kjit.ops.amax(x, -1), lambda x: torch.amax(x, -1)),
         "silu(x) * s": op(lambda x: silu_s(x, s=0.5), lambda x: F.silu(x) * 0.5),
         POOL: op(lambda x: kjit.ops.max_pool2d(x, 2, 2), lambda x: F.max_pool2d(x, 2, 2)),
+        # 16-bit only: float32 runs as TF32 only where the user allows it (docs/ops.md).
+        LINEAR: op(kjit.ops.linear, F.linear, weights=1, weight_shape=(COLS, COLS), dtypes=("bfloat16",)),
     }
 
 
@@ -246,7 +258,14 @@ def measure(
     shape = input_shape(name, rows)
     x = torch.randn(shape, device="cuda", dtype=dtype)
     residual = (torch.randn(shape, device="cuda", dtype=dtype),) if op.get("residual") else ()
-    inputs = (x,) + residual + tuple(torch.randn(COLS, device="cuda", dtype=dtype) for _ in range(op["weights"]))
+    # Weights of [COLS] (norms), or the [COLS, COLS] weight of linear, scaled so that outputs are O(1).
+    shape_w = op.get("weight_shape", (COLS,))
+    w_scale = COLS**-0.5 if len(shape_w) == 2 else 1.0
+    inputs = (
+        (x,)
+        + residual
+        + tuple(torch.randn(shape_w, device="cuda", dtype=dtype) * w_scale for _ in range(op["weights"]))
+    )
     point: dict = {"op": name, "dtype": dtype_name, "rows": rows, "shape": list(shape), "us": {}, "skipped": {}}
     ref = op["ref"](*inputs)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
@@ -334,6 +353,8 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
     for rows in rows_list:
         for dtype_name in dtypes:
             for name in OPS:
+                if dtype_name not in ops[name].get("dtypes", dtypes):
+                    continue
                 try:
                     p = measure(
                         name, ops[name], dtype_name, rows, timing=timing, compile_skip=compile_skip, budget=budget
