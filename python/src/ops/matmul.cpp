@@ -167,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   at::Tensor y = new_empty(out_shape, x);
   std::vector<std::int64_t> aux_shape = out_shape;
   aux_shape.back() = weight.size(0);
-  at::Tensor z = aux ? new_empty(aux_shape, x) : new_empty({0}, x);
+  at::Tensor z = aux ? new_empty(aux_shape, x) : at::Tensor();  // undefined without aux: its callers drop it
   const std::int64_t kdim = x.size(-1), n = out_shape.back();
   const std::int64_t m = kdim ? x.numel() / kdim : (n ? y.numel() / n : 0);
   if (y.numel() == 0) return {y, z};
