@@ -259,7 +259,9 @@ WGMMA_PLAIN = [
 WGMMA_GATED = ["wgmma-pingpong:64x128:s4", "wgmma:128x128:s4", "wgmma:128x64:s6", "wgmma:64x128:s5"]
 
 # Every case on the wgmma kernel (M > 16): tiles cut at M, N and K; N = 203 stores from registers (rows not
-# 16-byte aligned for the TMA store); 100 x 264 x 2048 splits K (few tiles, many k-tiles); each epilogue; the pre-activation kept (aux) where gradients are wanted;
+# 16-byte aligned for the TMA store); 100 x 264 x 2048 splits K (few tiles, many k-tiles); 20000 rows give
+# every block of every configuration several tiles (ping-pong's hand-over, the ring and the output tile
+# reused across tiles); each epilogue; the pre-activation kept (aux) where gradients are wanted;
 # SwiGLU; a batch (bmm). Prints one line per case: its name and whether it matched.
 CONFIG_WORKLOAD = """
 import torch, torch.nn.functional as F
@@ -272,7 +274,7 @@ def check(name, got, want):
     err = (got.float() - want).abs().max().item()
     ok = torch.allclose(got.float(), want, atol=4e-2, rtol=3e-2)
     print("case", name, "ok" if ok else f"MISMATCH max error {err:.4g}")
-for m, n, k in ((300, 200, 72), (1000, 520, 1032), (17, 203, 200), (4500, 384, 264), (100, 264, 2048)):
+for m, n, k in ((300, 200, 72), (1000, 520, 1032), (17, 203, 200), (4500, 384, 264), (100, 264, 2048), (20000, 512, 256)):
     x, w, b, r = rnd(m, k), rnd(n, k, scale=k ** -0.5), rnd(n), rnd(m, n)
     z = x.float() @ w.float().T
     check(f"plain {m}x{n}x{k}", ops.linear(x, w), z)
@@ -319,4 +321,15 @@ def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
     run = run_python([str(script)], env={"KJIT_CACHE_DIR": cache, "KJIT_TUNE": None})
     assert "names no configuration" not in run.stderr, run
     cases = [line for line in run.stdout.splitlines() if line.startswith("case ")]
-    assert len(cases) == 31 and all(line.endswith(" ok") for line in cases), run.stdout
+    assert len(cases) == 37 and all(line.endswith(" ok") for line in cases), run.stdout
+
+
+def test_many_gemms_in_turn_each_use_their_own_operands():
+    """Twenty layers' weights in turn on one activation, twice (more TMA descriptors than the per-thread
+    cache keeps; the activation's a hit while each weight's a miss): every output is its own layer's."""
+    x, _, _, _ = operands(300, 256, 256, torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ws = [(torch.randn(256, 256, device="cuda", generator=g) / 16).to(torch.bfloat16) for _ in range(20)]
+    for _ in range(2):
+        for w in ws:
+            torch.testing.assert_close(ops.linear(x, w).float(), reference(x, w), **tol(torch.bfloat16))

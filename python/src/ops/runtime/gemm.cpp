@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <ATen/ops/empty.h>
-#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "kjit/choices.hpp"
@@ -355,11 +355,12 @@ struct TensorMapKey {
   }
 };
 
-// The descriptor for `key`, encoded by the driver, or the same one encoded before on this thread: the last
-// few are kept (a descriptor is a function of its key alone), so that a model's GEMMs, whose weights and
-// (through the caching allocator) activations come back at the same addresses, encode none per call.
-// The reference is good until this thread's next call. ValueError naming `what` if the driver refuses.
-const TensorMap& cached_tensor_map(const char* op, const TensorMapKey& key, const char* what) {
+// The descriptor for `key`, encoded by the driver, or a copy of the same one encoded before on this thread:
+// the last few are kept (a descriptor is a function of its key alone), so that a model's GEMMs, whose
+// weights and (through the caching allocator) activations come back at the same addresses, encode none
+// per call. A copy, never a reference into the ring: a launch takes three, and a miss overwrites the
+// oldest slot, which an earlier hit of the same launch may be. ValueError naming `what` if the driver refuses.
+TensorMap cached_tensor_map(const char* op, const TensorMapKey& key, const char* what) {
   struct Entry {
     TensorMapKey key;
     TensorMap map;
@@ -390,7 +391,7 @@ const TensorMap& cached_tensor_map(const char* op, const TensorMapKey& key, cons
 }
 
 // An operand's descriptor: {K, rows, batch} elements, a {64, box_rows, 1} box.
-const TensorMap& operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
+TensorMap operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
   const std::int64_t batch_stride = x.batch ? x.batch : x.ld * rows;
   return cached_tensor_map(
       op,
@@ -403,7 +404,7 @@ const TensorMap& operand_map(const char* op, const Gemm& g, const GemmMatrix& x,
 }
 
 // C's descriptor for the TMA store: {N, M, batch} elements, a {64, 64, 1} box.
-const TensorMap& output_map(const char* op, const Gemm& g) {
+TensorMap output_map(const char* op, const Gemm& g) {
   const std::int64_t batch_stride = g.batch > 1 ? g.c.batch : g.c.ld * g.m;
   return cached_tensor_map(
       op,
@@ -473,13 +474,14 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   if (!k->kernel) return;  // a compile-only plan: no descriptors to encode, nothing to launch
   if (c.wgmma) {
     cfg.block.x = 128 * (wgmma_consumers(c) + 1);
-    const TensorMap& ta = operand_map(op, g, g.a, g.m, c.bm);
-    const TensorMap& tb = operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
-    const TensorMap& tc = tma_store_ok(g) ? output_map(op, g) : ta;  // not read without the TMA store
+    const TensorMap ta = operand_map(op, g, g.a, g.m, c.bm);
+    const TensorMap tb = operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
+    const TensorMap tc = tma_store_ok(g) ? output_map(op, g) : ta;  // not read without the TMA store
     int batch = static_cast<int>(g.batch);
     // Split-K's workspace: every part's fp32 accumulators, then an arrival counter per consumer's rows of
-    // a tile, zeroed on the stream; from PyTorch's caching allocator (stream-ordered, and captured
-    // with the launch into a CUDA graph's pool).
+    // a tile, zeroed on the stream; from PyTorch's caching allocator for the launch's stream (ordered
+    // after that stream's earlier work with the memory, and captured with the launch into a CUDA graph's
+    // pool).
     int splits = split_k(c, g, sm_count(device));
     float* partials = nullptr;
     int* arrivals = nullptr;
@@ -487,10 +489,10 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
     if (splits > 1) {
       const std::int64_t slots = tiles * (c.pingpong ? 1 : wgmma_consumers(c));
       const std::int64_t floats = tiles * splits * c.bm * c.bn * (g.swiglu ? 2 : 1);
-      workspace = at::empty({floats + slots}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
-      if (ctx.stream != c10::cuda::getCurrentCUDAStream(device).stream())
-        c10::cuda::CUDACachingAllocator::recordStream(workspace.storage().data_ptr(),
-                                                      c10::cuda::getStreamFromExternal(ctx.stream, device));
+      {
+        const c10::cuda::CUDAStreamGuard on_launch_stream(c10::cuda::getStreamFromExternal(ctx.stream, device));
+        workspace = at::empty({floats + slots}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
+      }
       partials = workspace.data_ptr<float>();
       arrivals = reinterpret_cast<int*>(partials + floats);
       const DriverLibrary& d = DriverLibrary::get();
