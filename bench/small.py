@@ -175,7 +175,7 @@ def _ops() -> dict:
             eager_missing=missing,
             residual=residual,
             weight_shape=weight_shape,
-            **({"dtypes": dtypes} if dtypes else {}),
+            dtypes=dtypes,
         )
 
     def add_rms_eager(x, r, w):
@@ -353,7 +353,7 @@ def run(quick: bool, peer_versions: dict | None = None, log=None) -> dict:
     for rows in rows_list:
         for dtype_name in dtypes:
             for name in OPS:
-                if dtype_name not in ops[name].get("dtypes", dtypes):
+                if dtype_name not in (ops[name]["dtypes"] or dtypes):
                     continue
                 try:
                     p = measure(

@@ -390,30 +390,28 @@ TensorMap cached_tensor_map(const char* op, const TensorMapKey& key, const char*
   return e.map;
 }
 
-// An operand's descriptor: {K, rows, batch} elements, a {64, box_rows, 1} box.
-TensorMap operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
-  const std::int64_t batch_stride = x.batch ? x.batch : x.ld * rows;
+// The descriptor of a matrix of g's dtype: {inner, rows, batch} elements, row and batch strides in
+// elements, a {64, box_rows, 1} box.
+TensorMap matrix_map(const char* op, const Gemm& g, const void* ptr, std::int64_t inner, std::int64_t rows,
+                     std::int64_t ld, std::int64_t batch_stride, int box_rows, const char* what) {
   return cached_tensor_map(
       op,
-      {x.ptr,
-       {static_cast<std::uint64_t>(g.k), static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(g.batch)},
-       {static_cast<std::uint64_t>(x.ld * 2), static_cast<std::uint64_t>(batch_stride * 2)},
+      {ptr,
+       {static_cast<std::uint64_t>(inner), static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(g.batch)},
+       {static_cast<std::uint64_t>(ld * 2), static_cast<std::uint64_t>(batch_stride * 2)},
        static_cast<std::uint32_t>(box_rows),
        g.dtype == at::ScalarType::BFloat16},
-      "an operand");
+      what);
+}
+
+// An operand's descriptor: {K, rows, batch} elements, a {64, box_rows, 1} box.
+TensorMap operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows, int box_rows) {
+  return matrix_map(op, g, x.ptr, g.k, rows, x.ld, x.batch ? x.batch : x.ld * rows, box_rows, "an operand");
 }
 
 // C's descriptor for the TMA store: {N, M, batch} elements, a {64, 64, 1} box.
 TensorMap output_map(const char* op, const Gemm& g) {
-  const std::int64_t batch_stride = g.batch > 1 ? g.c.batch : g.c.ld * g.m;
-  return cached_tensor_map(
-      op,
-      {g.c.ptr,
-       {static_cast<std::uint64_t>(g.n), static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.batch)},
-       {static_cast<std::uint64_t>(g.c.ld * 2), static_cast<std::uint64_t>(batch_stride * 2)},
-       64,
-       g.dtype == at::ScalarType::BFloat16},
-      "the output");
+  return matrix_map(op, g, g.c.ptr, g.n, g.m, g.c.ld, g.batch > 1 ? g.c.batch : g.c.ld * g.m, 64, "the output");
 }
 
 // The template arguments shared by both kernels after their tile parameters.
