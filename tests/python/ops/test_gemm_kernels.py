@@ -40,6 +40,8 @@ CONFIGS = {  # the file comment's, STAGES lowered to fit 48 KB where needed
     "medium_wide": dict(BM=64, BN=128, BK=32, WM=2, WN=2, WK=1, STAGES=4),
     "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=3),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
+    "small_deep": dict(BM=16, BN=16, BK=128, WM=1, WN=1, WK=8, STAGES=5),
+    "small_deep_wide": dict(BM=16, BN=64, BK=128, WM=1, WN=2, WK=8, STAGES=2),
 }
 
 
@@ -48,6 +50,7 @@ SWIGLU_CONFIGS = {
     "swiglu_large_wn4": dict(BM=128, BN=128, BK=32, WM=2, WN=4, WK=1, STAGES=2),
     "small": dict(BM=16, BN=64, BK=64, WM=1, WN=2, WK=4, STAGES=2),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
+    "small_deep": dict(BM=16, BN=16, BK=128, WM=1, WN=1, WK=8, STAGES=3),
 }
 
 
@@ -55,6 +58,7 @@ TF32_CONFIGS = {
     "medium": dict(BM=64, BN=64, BK=32, WM=2, WN=2, WK=1, STAGES=3),
     "small": dict(BM=16, BN=64, BK=32, WM=1, WN=2, WK=4, STAGES=3),
     "small_narrow": dict(BM=16, BN=32, BK=64, WM=1, WN=2, WK=8, STAGES=3),
+    "small_deep": dict(BM=16, BN=16, BK=64, WM=1, WN=1, WK=8, STAGES=5),
 }
 
 

@@ -241,10 +241,11 @@ def test_tuned_choice_is_kept_recorded_warmed_and_replayed_strictly(tmp_path):
     assert strict.stdout.split("sum:")[1] == tuned.stdout.split("sum:")[1]
 
 
-# ---- every configuration of the sm_90 GEMM -------------------------------------------------------------------
+# ---- every configuration of each GEMM kernel ------------------------------------------------------------------
 
-# gemm.cpp's wgmma candidates by name (a name that is not one makes the op warn "names no configuration", which
-# the test refuses): the plain kernels', and the SwiGLU kernels' (paired with them in turn).
+# gemm.cpp's candidates by name (a name that is not one makes the op warn "names no configuration", which the
+# tests refuse): the sm_90 kernel's plain and SwiGLU configurations (paired with them in turn), and the
+# mma.sync kernel's for M <= 16 (decode; every architecture).
 WGMMA_PLAIN = [
     "wgmma-pingpong:64x256:s4",
     "wgmma-pingpong:128x128:s5",
@@ -257,23 +258,38 @@ WGMMA_PLAIN = [
     "wgmma:64x64:s8",
 ]
 WGMMA_GATED = ["wgmma-pingpong:64x128:s4", "wgmma:128x128:s4", "wgmma:128x64:s6", "wgmma:64x128:s5"]
+SMALL_M = [
+    "mma:16x64x128:w1x2x8:s4",
+    "mma:16x32x128:w1x2x8:s6",
+    "mma:16x16x128:w1x1x8:s8",
+    "mma:16x16x128:w1x1x8:s12",
+    "mma:16x64x64:w1x2x4:s6",
+    "mma:16x32x64:w1x2x8:s6",
+    "mma:16x16x64:w1x1x8:s6",
+]
+
+# The workloads print one line per case: its name and whether it matched.
+CONFIG_WORKLOAD_HEAD = """
+import torch, torch.nn.functional as F
+from kjit import ops
+torch.manual_seed(0)
+dt = torch.bfloat16
+def rnd(*s, scale=1.0, dtype=dt):
+    return (torch.randn(*s, device="cuda") * scale).to(dtype)
+def check(name, got, want, atol=4e-2, rtol=3e-2):
+    err = (got.float() - want).abs().max().item()
+    ok = torch.allclose(got.float(), want, atol=atol, rtol=rtol)
+    print("case", name, "ok" if ok else f"MISMATCH max error {err:.4g}")
+"""
 
 # Every case on the wgmma kernel (M > 16): tiles cut at M, N and K; N = 203 stores from registers (rows not
 # 16-byte aligned for the TMA store); 100 x 264 x 2048 splits K (few tiles, many k-tiles); 20000 rows give
 # every block of every configuration several tiles (ping-pong's hand-over, the ring and the output tile
 # reused across tiles); each epilogue; the pre-activation kept (aux) where gradients are wanted;
-# SwiGLU; a batch (bmm). Prints one line per case: its name and whether it matched.
-CONFIG_WORKLOAD = """
-import torch, torch.nn.functional as F
-from kjit import ops
-torch.manual_seed(0)
-dt = torch.bfloat16
-def rnd(*s, scale=1.0):
-    return (torch.randn(*s, device="cuda") * scale).to(dt)
-def check(name, got, want):
-    err = (got.float() - want).abs().max().item()
-    ok = torch.allclose(got.float(), want, atol=4e-2, rtol=3e-2)
-    print("case", name, "ok" if ok else f"MISMATCH max error {err:.4g}")
+# SwiGLU; a batch (bmm).
+CONFIG_WORKLOAD = (
+    CONFIG_WORKLOAD_HEAD
+    + """
 for m, n, k in ((300, 200, 72), (1000, 520, 1032), (17, 203, 200), (4500, 384, 264), (100, 264, 2048), (20000, 512, 256)):
     x, w, b, r = rnd(m, k), rnd(n, k, scale=k ** -0.5), rnd(n), rnd(m, n)
     z = x.float() @ w.float().T
@@ -292,36 +308,79 @@ a, bb = rnd(3, 130, 64), rnd(3, 64, 136, scale=0.125)
 check("bmm 3x130x136x64", ops.bmm(a, bb), a.float() @ bb.float())
 torch.cuda.synchronize()
 """
+)
+
+# Every case on the small-M kernel (M <= 16): M of 1, 5 and 16; N cut at every tile width (203, 1000) and
+# wide enough for every block count (4104); K cut at the 128-deep tile (72, 2056) and long (11008: every
+# stage of the pipeline reused); each epilogue; SwiGLU; float32 as TF32; a batch (bmm).
+SMALL_M_WORKLOAD = (
+    CONFIG_WORKLOAD_HEAD
+    + """
+for m, n, k in ((1, 203, 72), (5, 1000, 2056), (16, 4104, 264), (1, 520, 11008), (16, 264, 11008)):
+    x, w, b, r = rnd(m, k), rnd(n, k, scale=k ** -0.5), rnd(n), rnd(m, n)
+    z = x.float() @ w.float().T
+    check(f"plain {m}x{n}x{k}", ops.linear(x, w), z)
+    check(f"bias+gelu {m}x{n}x{k}", ops.linear(x, w, b, activation="gelu"), F.gelu(z + b.float()))
+    check(f"scale+residual {m}x{n}x{k}", ops.linear(x, w, scale=0.5, residual=r), 0.5 * z + r.float())
+    wgu = rnd(2 * n, k, scale=k ** -0.5)
+    zg, zu = (x.float() @ wgu.float().T).chunk(2, dim=-1)
+    check(f"swiglu {m}x{n}x{k}", ops.linear_swiglu(x, wgu), F.silu(zg) * zu)
+torch.backends.cuda.matmul.allow_tf32 = True
+xf, wf = rnd(7, 1032, dtype=torch.float32), rnd(300, 1032, scale=1032 ** -0.5, dtype=torch.float32)
+check("tf32 7x300x1032", ops.linear(xf, wf), xf @ wf.T, atol=1e-2, rtol=1e-2)
+a, bb = rnd(3, 5, 64), rnd(3, 64, 136, scale=0.125)
+check("bmm 3x5x136x64", ops.bmm(a, bb), a.float() @ bb.float())
+torch.cuda.synchronize()
+"""
+)
 
 
-@pytest.mark.parametrize("round_", range(len(WGMMA_PLAIN)), ids=lambda i: WGMMA_PLAIN[i])
-def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
-    """Each configuration of the sm_90 GEMM, made the tuned choice of every GEMM of a workload (its keys
-    recorded by a first run, their values replaced, `kjit warm` installing them), runs every case right."""
-    major, minor = torch.cuda.get_device_capability()
-    if (major, minor) != (9, 0):
-        pytest.skip("the wgmma kernel runs on sm_90 only")
+def _run_with_every_choice(tmp_path, workload, choose, arch):
+    """Runs `workload` with every GEMM's tuned choice replaced by choose(key) (its keys recorded by a
+    first run, their values replaced, `kjit warm` installing them); returns its case lines."""
     script, manifest = tmp_path / "workload.py", tmp_path / "m.json"
-    script.write_text(CONFIG_WORKLOAD)
+    script.write_text(workload)
     run_python([str(script)], env={"KJIT_CACHE_DIR": tmp_path / "cache-a", "KJIT_RECORD": manifest})
     lines = []
     for line in manifest.read_text().splitlines():
         entry = json.loads(line)
         if "choice" in entry:
-            gated = "epi=swiglu" in entry["choice"]["key"]
-            entry["choice"]["value"] = WGMMA_GATED[round_ % len(WGMMA_GATED)] if gated else WGMMA_PLAIN[round_]
+            entry["choice"]["value"] = choose(entry["choice"]["key"])
             lines.append(json.dumps(entry))
         elif "record" not in entry:  # the header; the kernels are compiled by the run below
             lines.append(line)
     assert len(lines) > 1, manifest.read_text()
     manifest.write_text("\n".join(lines) + "\n")
     cache = tmp_path / "cache-b"
-    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", "sm_90"], env={"KJIT_CACHE_DIR": cache})
+    warm = run_python(["-m", "kjit", "warm", str(manifest), "--arch", arch], env={"KJIT_CACHE_DIR": cache})
     assert " 0 failed" in warm.stdout, warm
     run = run_python([str(script)], env={"KJIT_CACHE_DIR": cache, "KJIT_TUNE": None})
     assert "names no configuration" not in run.stderr, run
-    cases = [line for line in run.stdout.splitlines() if line.startswith("case ")]
-    assert len(cases) == 37 and all(line.endswith(" ok") for line in cases), run.stdout
+    return [line for line in run.stdout.splitlines() if line.startswith("case ")]
+
+
+@pytest.mark.parametrize("round_", range(len(WGMMA_PLAIN)), ids=lambda i: WGMMA_PLAIN[i])
+def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
+    """Each configuration of the sm_90 GEMM, made the tuned choice of every GEMM of a workload, runs every
+    case right."""
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        pytest.skip("the wgmma kernel runs on sm_90 only")
+
+    def choose(key):
+        return WGMMA_GATED[round_ % len(WGMMA_GATED)] if "epi=swiglu" in key else WGMMA_PLAIN[round_]
+
+    cases = _run_with_every_choice(tmp_path, CONFIG_WORKLOAD, choose, "sm_90")
+    assert len(cases) == 37 and all(line.endswith(" ok") for line in cases), cases
+
+
+@pytest.mark.parametrize("config", SMALL_M)
+def test_every_small_m_configuration_matches_torch(tmp_path, config):
+    """Each configuration of the small-M (decode) GEMM, made the tuned choice of every GEMM of a workload
+    whose M is at most 16, runs every case right."""
+    major, minor = torch.cuda.get_device_capability()
+    cases = _run_with_every_choice(tmp_path, SMALL_M_WORKLOAD, lambda key: config, f"sm_{major}{minor}")
+    assert len(cases) == 22 and all(line.endswith(" ok") for line in cases), cases
 
 
 def test_many_gemms_in_turn_each_use_their_own_operands():

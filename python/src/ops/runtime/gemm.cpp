@@ -114,11 +114,16 @@ const std::vector<Config>& mma_configs() {
       {false, 128, 128, 32, 2, 2, 1, 4}, {false, 64, 128, 32, 2, 2, 1, 4}, {false, 64, 64, 32, 2, 2, 1, 4}};
   return all;
 }
-// Small M (decode): 16 rows, the weight streamed through 6 stages by WK warp groups splitting K; narrower
-// tiles make more blocks (the weight read needs every multiprocessor streaming).
+// Small M (decode): 16 rows, the weight streamed through a STAGES-deep pipeline by WK warp groups splitting
+// K; narrower tiles make more blocks (the weight read needs every multiprocessor streaming). A decode GEMM is
+// bound by the bytes of weight in flight per multiprocessor: the deep forms (BK 128, 64-96 KB of pipeline)
+// keep about twice as many as the shallow ones (BK 64, 24-36 KB) and are listed first, the heuristic's pick
+// for each width; the shallow ones stay candidates for tuning.
 const std::vector<Config>& small_m_configs() {
-  static const std::vector<Config> all = {
-      {false, 16, 64, 64, 1, 2, 4, 6}, {false, 16, 32, 64, 1, 2, 8, 6}, {false, 16, 16, 64, 1, 1, 8, 6}};
+  static const std::vector<Config> all = {{false, 16, 64, 128, 1, 2, 8, 4}, {false, 16, 32, 128, 1, 2, 8, 6},
+                                          {false, 16, 16, 128, 1, 1, 8, 8}, {false, 16, 16, 128, 1, 1, 8, 12},
+                                          {false, 16, 64, 64, 1, 2, 4, 6},  {false, 16, 32, 64, 1, 2, 8, 6},
+                                          {false, 16, 16, 64, 1, 1, 8, 6}};
   return all;
 }
 
@@ -205,10 +210,13 @@ const std::vector<Config>& candidates(const Gemm& g, int device) {
 Config heuristic(const Gemm& g, int device) {
   const int sms = sm_count(device);
   const auto& all = candidates(g, device);
-  if (g.m <= kSmallM) {  // the widest tile that still gives every multiprocessor a block
-    for (const Config& c : all)
+  if (g.m <= kSmallM) {  // the first listed of the widest tile that still gives every multiprocessor a block
+    const Config* narrowest = &all[0];
+    for (const Config& c : all) {
       if (cdiv(g.n, c.bn) * g.batch >= sms) return c;
-    return all.back();
+      if (c.bn < narrowest->bn) narrowest = &c;
+    }
+    return *narrowest;
   }
   const Config* best = &all[0];
   double best_cost = std::numeric_limits<double>::max();
