@@ -7,7 +7,7 @@ Sections (one module each): overhead (CPU cost per cached call), first_call (emp
 bandwidth (GB/s of the kernel library over a size sweep, plus the reference table), recompile (what a
 changing scalar costs), small (time per call of the library ops at small and medium sizes against
 eager PyTorch and torch.compile, with the targets of DESIGN section 8), matmul (TFLOP/s of kjit.ops.linear
-and kjit.ops.linear_swiglu in bf16 against cuBLAS, eager and torch.compile at LLM shapes, and the compile
+and kjit.ops.linear_swiglu in bf16 against cuBLAS, eager and torch.compile at LLM shapes, linear's backward, and the compile
 time of their first calls, with their targets), sequence (causal_conv1d and linear_scan against eager, torch.compile,
 the Python loop and a copy of the same bytes, with their targets), library_headers (compiles of kernels
 on CUB, thrust, libcu++ and CuTe, NVRTC's precompiled header off and on; compile-only, it also runs without

@@ -10,9 +10,13 @@ Three parts, every point checked against the eager result before it is timed:
           that function, M in {16, 2048, 8192}, the same (N, K);
   swiglu  kjit.ops.linear_swiglu(x, w_gate_up) vs eager F.silu(F.linear(x, wg)) * F.linear(x, wu) (two
           GEMMs) vs torch.compile of that function, M in {16, 2048, 8192}, the same (N, K) with F = N
-          (w_gate_up [2F, K] = torch.cat([wg, wu])).
+          (w_gate_up [2F, K] = torch.cat([wg, wu]));
+  backward  the backward of kjit.ops.linear(x, w) (dX and dW, torch.autograd.grad of a forward built once,
+          its graph retained) vs eager F.linear's (cuBLAS) vs torch.compile(F.linear)'s compiled backward,
+          M in {2048, 8192}, the same (N, K).
 
-TFLOP/s = 2 * M * N * K / time (swiglu: 2 * M * 2F * K, both GEMMs; epilogues are not counted). Time per
+TFLOP/s = 2 * M * N * K / time (swiglu: 2 * M * 2F * K, both GEMMs; backward: 4 * M * N * K, dX and dW;
+epilogues are not counted). Time per
 call: CUDA events around INNER back-to-back calls, median over `reps` batches after `warmup` calls (as
 stats.gpu_ms). L2: each contender cycles through enough copies of its operands (x, weights, bias) that
 they span at least L2_FACTOR times the GPU's L2 cache, so that no call finds its weights in L2 from the
@@ -24,7 +28,7 @@ compile budget (COMPILE_BUDGET_S; the rest skip it with that reason).
 Ratios are speeds: kjit TFLOP/s over the peer's (above 1: kjit faster). The targets are computed, never
 asserted (summary(), verdicts()): vs cuBLAS, over the LLM shapes with M >= 128, median >= 1.0x and none
 under 0.92x; at M <= 16 none under 1.0x; the fused gelu none under 1.10x eager and 1.10x torch.compile at
-any M; swiglu (median over its points) >= 1.25x eager.
+any M; swiglu (median over its points) >= 1.25x eager; the backward none under 1.0x eager.
 
 Compile time (compile_probe): in a fresh process (torch and kjit imported, CUDA up, kjit's first compile of
 the process paid by an add_constant before the clock) with KJIT_CACHE_DIR and CUDA_CACHE_PATH at empty
@@ -52,13 +56,15 @@ DTYPE = "bfloat16"
 NK = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))
 M_PLAIN = (1, 16, 128, 2048, 8192)
 M_FUSED = (16, 2048, 8192)
+M_BACKWARD = (2048, 8192)
 SQUARE = 8192
-KINDS = ("plain", "gelu", "swiglu")
+KINDS = ("plain", "gelu", "swiglu", "backward")
 # Contenders by kind; the first peer is the one of the kind's main ratio.
 CONTENDERS = {
     "plain": ("kjit", "cuBLAS", "torch.compile"),
     "gelu": ("kjit", "eager", "torch.compile"),
     "swiglu": ("kjit", "eager", "torch.compile"),
+    "backward": ("kjit", "eager", "torch.compile"),
 }
 RATIO_KEYS = {"cuBLAS": "kjit_over_cublas", "eager": "kjit_over_eager", "torch.compile": "kjit_over_compiled"}
 TARGETS = {
@@ -68,6 +74,7 @@ TARGETS = {
     "gelu_eager_min": 1.10,
     "gelu_compiled_min": 1.10,
     "swiglu_eager_min": 1.25,
+    "backward_eager_min": 1.0,
     "first_call_max_s": 1.5,
     "second_tile_max_s": 0.8,
 }
@@ -89,17 +96,20 @@ def points(quick: bool) -> list[dict]:
         return [{"kind": "plain", "m": m, "n": n, "k": k} for m in (16, 2048) for n, k in NK[:2]] + [
             {"kind": "gelu", "m": 2048, "n": 4096, "k": 4096},
             {"kind": "swiglu", "m": 2048, "n": 11008, "k": 4096},
+            {"kind": "backward", "m": 2048, "n": 4096, "k": 4096},
         ]
     out = [{"kind": "plain", "m": SQUARE, "n": SQUARE, "k": SQUARE}]
     out += [{"kind": "plain", "m": m, "n": n, "k": k} for m in M_PLAIN for n, k in NK]
     for kind in ("gelu", "swiglu"):
         out += [{"kind": kind, "m": m, "n": n, "k": k} for m in M_FUSED for n, k in NK]
+    out += [{"kind": "backward", "m": m, "n": n, "k": k} for m in M_BACKWARD for n, k in NK]
     return out
 
 
 def flops(kind: str, m: int, n: int, k: int) -> int:
-    """Floating-point operations of one call: 2 M N K (swiglu: N = F, two GEMMs: 2 M 2F K)."""
-    return 2 * m * n * k * (2 if kind == "swiglu" else 1)
+    """Floating-point operations of one call: 2 M N K (swiglu: N = F, two GEMMs: 2 M 2F K; backward: dX and
+    dW, 4 M N K)."""
+    return 2 * m * n * k * (2 if kind in ("swiglu", "backward") else 1)
 
 
 def tflops(nflops: float, ms: float) -> float:
@@ -152,13 +162,15 @@ def summary(sec: dict) -> dict:
     """The figures of the targets, from the points: {"cublas_large_m": spread of kjit / cuBLAS over the LLM
     shapes with M >= LARGE_M, "cublas_small_m": the same for M <= SMALL_M, "square": kjit / cuBLAS at
     8192^3 or None, "gelu_eager", "gelu_compiled": spreads over every gelu point, "swiglu_eager",
-    "swiglu_compiled": spreads over every swiglu point, "compile": the compile probe's two figures (s) or
+    "swiglu_compiled": spreads over every swiglu point, "backward_eager", "backward_compiled": the same over
+    every backward point, "compile": the compile probe's two figures (s) or
     None, "kjit_failed": points without a kjit figure, "points": how many}; a spread is {median, min, min_at,
     n} or None."""
     pts = sec.get("points") or []
     plain = [p for p in pts if p.get("kind") == "plain" and not is_square(p)]
     gelu = [p for p in pts if p.get("kind") == "gelu"]
     swiglu = [p for p in pts if p.get("kind") == "swiglu"]
+    backward = [p for p in pts if p.get("kind") == "backward"]
     square = next((p.get("kjit_over_cublas") for p in pts if p.get("kind") == "plain" and is_square(p)), None)
     return {
         "points": len(pts),
@@ -169,6 +181,8 @@ def summary(sec: dict) -> dict:
         "gelu_compiled": _spread(gelu, "kjit_over_compiled"),
         "swiglu_eager": _spread(swiglu, "kjit_over_eager"),
         "swiglu_compiled": _spread(swiglu, "kjit_over_compiled"),
+        "backward_eager": _spread(backward, "kjit_over_eager"),
+        "backward_compiled": _spread(backward, "kjit_over_compiled"),
         "compile": compile_figures(sec.get("compile")),
         "kjit_failed": sum(1 for p in pts if _median_ms(p, "kjit") is None),
     }
@@ -243,6 +257,12 @@ def verdicts(sec: dict) -> list[dict]:
         "median",
         t["swiglu_eager_min"],
     )
+    at_least(
+        f"backward (dX + dW): kjit / eager none under {t['backward_eager_min']:.2f}x (every M)",
+        s["backward_eager"],
+        "min",
+        t["backward_eager_min"],
+    )
     c = s["compile"] or {}
     first = c.get("first_s")
     add(
@@ -310,9 +330,27 @@ def gpu_ms_rotating(fn, copies: int, warmup: int, reps: int, inner: int = INNER)
     return stats.summarize(times)
 
 
+def backward_of(forward):
+    """fn(x, w, dy) -> (dX, dW): the backward alone of forward(x, w) (built on the first call for these
+    operands, its graph retained, so that every later call times torch.autograd.grad only)."""
+    import torch
+
+    graphs: dict = {}
+
+    def run(x, w, dy):
+        y = graphs.get(id(x))
+        if y is None:
+            y = graphs[id(x)] = forward(x, w)
+        return torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+
+    return run
+
+
 def _functions():
-    """{kind: (kjit(*ops), eager(*ops))}: ops are (x, w, b) for plain / gelu, (x, w_gate_up, wg, wu) for
-    swiglu (wg and wu are views of w_gate_up's halves)."""
+    """{kind: (kjit(*ops), eager(*ops), compiled(torch_compile))}: ops are (x, w, b) for plain / gelu,
+    (x, w_gate_up, wg, wu) for swiglu (wg and wu are views of w_gate_up's halves), (x, w, dy) for backward;
+    compiled(torch.compile) makes the torch.compile contender (of the eager function; for backward, of the
+    forward, whose compiled backward is timed)."""
     import torch.nn.functional as F
 
     import kjit
@@ -320,14 +358,34 @@ def _functions():
     def swiglu_eager(x, w_gate_up, wg, wu):
         return F.silu(F.linear(x, wg)) * F.linear(x, wu)
 
+    def compiled_of(fn):
+        return lambda torch_compile: torch_compile(fn, dynamic=False)
+
+    plain = lambda x, w, b: F.linear(x, w)  # noqa: E731
+    gelu = lambda x, w, b: F.gelu(F.linear(x, w, b))  # noqa: E731
     return {
-        "plain": (lambda x, w, b: kjit.ops.linear(x, w), lambda x, w, b: F.linear(x, w)),
-        "gelu": (
-            lambda x, w, b: kjit.ops.linear(x, w, b, activation="gelu"),
-            lambda x, w, b: F.gelu(F.linear(x, w, b)),
+        "plain": (lambda x, w, b: kjit.ops.linear(x, w), plain, compiled_of(plain)),
+        "gelu": (lambda x, w, b: kjit.ops.linear(x, w, b, activation="gelu"), gelu, compiled_of(gelu)),
+        "swiglu": (
+            lambda x, w_gate_up, wg, wu: kjit.ops.linear_swiglu(x, w_gate_up),
+            swiglu_eager,
+            compiled_of(swiglu_eager),
         ),
-        "swiglu": (lambda x, w_gate_up, wg, wu: kjit.ops.linear_swiglu(x, w_gate_up), swiglu_eager),
+        "backward": (
+            backward_of(kjit.ops.linear),
+            backward_of(F.linear),
+            lambda torch_compile: backward_of(torch_compile(F.linear, dynamic=False)),
+        ),
     }
+
+
+def flat(out):
+    """A contender's result as one float tensor (the backward's (dX, dW) concatenated) to compare."""
+    import torch
+
+    if isinstance(out, (tuple, list)):
+        return torch.cat([t.float().flatten() for t in out])
+    return out.float()
 
 
 def _operands(kind: str, m: int, n: int, k: int, copies: int) -> list[tuple]:
@@ -340,6 +398,9 @@ def _operands(kind: str, m: int, n: int, k: int, copies: int) -> list[tuple]:
         if kind == "swiglu":
             w = torch.randn(2 * n, k, device="cuda", dtype=dt) * k**-0.5
             out.append((x, w, w[:n], w[n:]))
+        elif kind == "backward":  # leaves that want gradients; dy scaled so that dW is O(1)
+            w = (torch.randn(n, k, device="cuda", dtype=dt) * k**-0.5).requires_grad_()
+            out.append((x.requires_grad_(), w, torch.randn(m, n, device="cuda", dtype=dt) * m**-0.5))
         else:
             w = torch.randn(n, k, device="cuda", dtype=dt) * k**-0.5
             out.append((x, w, torch.randn(n, device="cuda", dtype=dt) * 0.1))
@@ -347,7 +408,9 @@ def _operands(kind: str, m: int, n: int, k: int, copies: int) -> list[tuple]:
 
 
 def _operand_bytes(kind: str, m: int, n: int, k: int) -> int:
-    """Bytes one call reads and writes (x, weights, bias, output), bf16."""
+    """Bytes one call reads and writes (x, weights, bias, output; backward: dy, x and w, dX and dW), bf16."""
+    if kind == "backward":
+        return 2 * (m * n + 2 * m * k + 2 * n * k)
     nw = 2 * n if kind == "swiglu" else n
     return 2 * (m * k + nw * k + m * n + (0 if kind == "swiglu" else n))
 
@@ -361,13 +424,13 @@ def measure(
     kind, m, n, k = p["kind"], p["m"], p["n"], p["k"]
     copies = copies_for_l2(_operand_bytes(kind, m, n, k), l2_bytes)
     ops = _operands(kind, m, n, k, copies)
-    kjit_fn, eager_fn = fns[kind]
+    kjit_fn, eager_fn, compiled_fn = fns[kind]
     point: dict = {**p, "dtype": DTYPE, "copies": copies, "ms": {}, "skipped": {}}
-    ref = eager_fn(*ops[0]).float()
+    ref = flat(eager_fn(*ops[0]))
 
     def admit(contender, fn) -> bool:
         try:
-            torch.testing.assert_close(fn(*ops[0]).float(), ref, **TOL)
+            torch.testing.assert_close(flat(fn(*ops[0])), ref, **TOL)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001  (a contender that fails is reported, never fatal)
             point["skipped"][contender] = f"failed: {error_text(e)}"
@@ -384,7 +447,7 @@ def measure(
             import torch._dynamo
 
             torch._dynamo.reset()  # a fresh compile per point: no recompile limit, no stale guards
-            compiled = torch.compile(eager_fn, dynamic=False)
+            compiled = compiled_fn(torch.compile)
             compiled(*ops[0])  # compiles here, outside the timed region
             torch.cuda.synchronize()
             contenders["torch.compile"] = compiled
@@ -508,11 +571,11 @@ def run(quick: bool, peer_versions: dict | None = None, log=None, save=None) -> 
     if missing:  # a kjit without the matrix ops: the section says so
         sec["error"] = f"this kjit has no kjit.ops.{', kjit.ops.'.join(missing)}"
         return sec
-    fns = _functions()
     t0 = time.perf_counter()
     for p in points(quick):
         try:
-            r = measure(p, fns, timing=timing, compile_skip=compile_skip, budget=budget, l2_bytes=l2)
+            # Functions made anew per point: the backward's keep the graphs they built (freed with them).
+            r = measure(p, _functions(), timing=timing, compile_skip=compile_skip, budget=budget, l2_bytes=l2)
         except Exception as e:  # noqa: BLE001  (e.g. out of memory: the point is reported)
             r = {**p, "dtype": DTYPE, "ms": {}, "error": error_text(e)}
             torch.cuda.empty_cache()

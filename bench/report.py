@@ -621,6 +621,9 @@ def matmul_summary_lines(sec: dict) -> list[str]:
         out.append(f"- kjit / cuBLAS at {matmul.SQUARE}^3: {s['square']:.2f}x (no target)")
     if s["swiglu_compiled"]:
         out.append(f"- swiglu: kjit / torch.compile median {s['swiglu_compiled']['median']:.2f}x (no target)")
+    if s["backward_compiled"]:
+        b = s["backward_compiled"]
+        out.append(f"- backward: kjit / torch.compile median {b['median']:.2f}x, min {b['min']:.2f}x (no target)")
     if s["kjit_failed"]:
         out.append(f"- kjit has no figure at {s['kjit_failed']} of {s['points']} points")
     return out
@@ -633,7 +636,7 @@ def _matmul_md(sec: dict) -> list[str]:
         [
             f"## Matrix ops ({sec.get('dtype', matmul.DTYPE)}, TFLOP/s)",
             "",
-            f"TFLOP/s = 2 M N K / time (swiglu: 2 M 2F K); time: median of {sec.get('reps')} CUDA-event timings of "
+            f"TFLOP/s = 2 M N K / time (swiglu: 2 M 2F K; backward: 4 M N K, dX and dW); time: median of {sec.get('reps')} CUDA-event timings of "
             f"{sec.get('inner', matmul.INNER)} back-to-back calls after {sec.get('warmup')} warm-up calls, each "
             f"contender cycling through copies of its operands spanning >= {sec.get('l2_factor', matmul.L2_FACTOR)}x "
             f"the L2 ({(sec.get('l2_bytes') or 0) / MIB:.0f} MiB): no call finds its weights in L2. torch.compile: "
@@ -653,6 +656,7 @@ def _matmul_md(sec: dict) -> list[str]:
         "plain": "GEMM: kjit.ops.linear(x, w) vs F.linear (cuBLAS)",
         "gelu": 'Fused bias + gelu: kjit.ops.linear(x, w, b, activation="gelu") vs F.gelu(F.linear(x, w, b))',
         "swiglu": "Gated MLP: kjit.ops.linear_swiglu(x, w_gate_up) vs F.silu(F.linear(x, wg)) * F.linear(x, wu)",
+        "backward": "Backward (dX + dW) of kjit.ops.linear(x, w) vs F.linear's (cuBLAS) and torch.compile(F.linear)'s",
     }
     for kind in matmul.KINDS:
         pts = [p for p in points if p.get("kind") == kind]

@@ -1052,7 +1052,8 @@ def _mm_point(kind, m, n, k, **ms):
 
 def synthetic_matmul() -> dict:
     """Plain: kjit at 0.9x (M >= 128, but one at 0.8x) and 1.1x (M <= 16) of cuBLAS; gelu 1.0x eager and
-    torch.compile at M = 16, 1.2x / 1.1x at M = 2048; swiglu 1.3x eager; the compile probe 1.2 s then 0.9 s."""
+    torch.compile at M = 16, 1.2x / 1.1x at M = 2048; swiglu 1.3x eager; the backward 0.95x eager and 1.05x
+    torch.compile; the compile probe 1.2 s then 0.9 s."""
     pts = [_mm_point("plain", 8192, 8192, 8192, kjit=1.0, cublas=0.95, compiled=0.96)]
     for m in (1, 16):
         pts += [_mm_point("plain", m, 4096, 4096, kjit=1.0, cublas=1.1, compiled=1.5)]
@@ -1062,6 +1063,7 @@ def synthetic_matmul() -> dict:
         _mm_point("plain", 128, 11008, 4096, kjit=1.0, cublas=0.8, compiled=0.85),
         _mm_point("gelu", 16, 4096, 4096, kjit=1.0, eager=1.0, compiled=1.0),
         _mm_point("gelu", 2048, 4096, 4096, kjit=1.0, eager=1.2, compiled=1.1),
+        _mm_point("backward", 2048, 4096, 4096, kjit=1.0, eager=0.95, compiled=1.05),
         _mm_point("swiglu", 2048, 11008, 4096, kjit=1.0, eager=1.3, compiled=None),
         {
             "kind": "swiglu",
@@ -1114,7 +1116,7 @@ def test_matmul_points_flops_and_section():
 
     assert "matmul" in SECTIONS and "matmul" not in __import__("kjit.bench").bench.COMPILE_ONLY
     full = matmul.points(False)
-    assert len(full) == 1 + 5 * 4 + 2 * 3 * 4
+    assert len(full) == 1 + 5 * 4 + 2 * 3 * 4 + 2 * 4
     assert full[0] == {"kind": "plain", "m": 8192, "n": 8192, "k": 8192}
     assert {(p["n"], p["k"]) for p in full if p["kind"] == "swiglu"} == set(matmul.NK)
     assert sorted({p["m"] for p in full if p["kind"] == "plain"}) == [1, 16, 128, 2048, 8192]
@@ -1122,6 +1124,10 @@ def test_matmul_points_flops_and_section():
     quick = matmul.points(True)
     assert len(quick) < 10 and {p["kind"] for p in quick} == set(matmul.KINDS)
     assert matmul.flops("plain", 2, 3, 5) == 60 and matmul.flops("swiglu", 2, 3, 5) == 120
+    assert matmul.flops("backward", 2, 3, 5) == 120  # dX and dW
+    assert {(p["m"], p["n"], p["k"]) for p in full if p["kind"] == "backward"} == {
+        (m, n, k) for m in matmul.M_BACKWARD for n, k in matmul.NK
+    }
     assert matmul.tflops(2 * 8192**3, 1.0) == pytest.approx(1099.511627776)
     assert matmul.where(full[0]) == "plain M=8192 N=8192 K=8192"
 
@@ -1180,7 +1186,7 @@ def test_matmul_summary_and_verdicts():
 
     sec = synthetic_matmul()["matmul"]
     s = matmul.summary(sec)
-    assert s["points"] == 10 and s["kjit_failed"] == 1
+    assert s["points"] == 11 and s["kjit_failed"] == 1
     assert s["cublas_large_m"]["median"] == pytest.approx(0.9) and s["cublas_large_m"]["n"] == 3
     assert s["cublas_large_m"]["min"] == pytest.approx(0.8)
     assert s["cublas_large_m"]["min_at"] == "plain M=128 N=11008 K=4096"
@@ -1189,6 +1195,7 @@ def test_matmul_summary_and_verdicts():
     assert s["gelu_eager"]["min"] == pytest.approx(1.0) and s["gelu_eager"]["min_at"] == "gelu M=16 N=4096 K=4096"
     assert s["gelu_compiled"]["median"] == pytest.approx(1.05)
     assert s["swiglu_eager"]["median"] == pytest.approx(1.3) and s["swiglu_compiled"] is None
+    assert s["backward_eager"]["min"] == pytest.approx(0.95) and s["backward_compiled"]["median"] == pytest.approx(1.05)
     assert s["compile"] == {"first_s": 1.2, "first_compiles": 1, "second_s": 0.9, "second_compiles": 1}
     v = {x["target"]: (x["met"], x["value"]) for x in matmul.verdicts(sec)}
     assert v["kjit / cuBLAS median >= 1.00x (LLM shapes, M >= 128)"] == (False, pytest.approx(0.9))
@@ -1197,6 +1204,7 @@ def test_matmul_summary_and_verdicts():
     assert v["fused gelu: kjit / eager none under 1.10x (every M)"] == (False, pytest.approx(1.0))
     assert v["fused gelu: kjit / torch.compile none under 1.10x (every M)"] == (False, pytest.approx(1.0))
     assert v["swiglu: kjit / eager median >= 1.25x"] == (True, pytest.approx(1.3))
+    assert v["backward (dX + dW): kjit / eager none under 1.00x (every M)"] == (False, pytest.approx(0.95))
     assert v["first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s"] == (True, 1.2)
     assert v["another tile configuration of the same (N, K) <= 0.8 s"] == (False, 0.9)
     texts = [matmul.verdict_text(x) for x in matmul.verdicts(sec)]
@@ -1207,6 +1215,7 @@ def test_matmul_summary_and_verdicts():
         "missed (1.00x)",
         "missed (1.00x)",
         "met (1.30x)",
+        "missed (0.95x)",
         "met (1.200 s)",
         "missed (0.900 s)",
     ]
@@ -1242,7 +1251,10 @@ def test_matmul_markdown_and_behind():
     assert "- swiglu: kjit / eager median >= 1.25x: **met (1.30x)**" in md
     assert "- first call of kjit.ops.linear, new (N, K), empty cache <= 1.5 s: **met (1.200 s)** (1 compile(s))" in md
     assert "- kjit / cuBLAS at 8192^3: 0.95x (no target)" in md
-    assert "- kjit has no figure at 1 of 10 points" in md
+    assert "- kjit has no figure at 1 of 11 points" in md
+    assert "- backward (dX + dW): kjit / eager none under 1.00x (every M): **missed (0.95x)**" in md
+    assert "- backward: kjit / torch.compile median 1.05x, min 1.05x (no target)" in md
+    assert "### Backward (dX + dW) of kjit.ops.linear(x, w)" in md
     assert (
         "| M | N | K | kjit TFLOP/s | cuBLAS TFLOP/s | torch.compile TFLOP/s | kjit / cuBLAS | kjit / torch.compile |"
     ) in md
@@ -1260,6 +1272,31 @@ def test_matmul_markdown_and_behind():
         "14.4 TFLOP/s for cuBLAS)"
     ) in behind
     assert "matmul: TFLOP/s: plain M=16 " not in behind
+
+
+def test_matmul_backward_times_the_backward_alone():
+    """backward_of builds its forward once per operands and returns torch.autograd.grad's dX and dW each call
+    (the graph retained); flat() puts them in one tensor to compare."""
+    import torch
+    import torch.nn.functional as F
+
+    from kjit.bench import matmul
+
+    calls = []
+
+    def forward(x, w):
+        calls.append(1)
+        return F.linear(x, w)
+
+    x, w, dy = torch.randn(5, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.randn(5, 4)
+    run = matmul.backward_of(forward)
+    for _ in range(3):
+        dx, dw = run(x, w, dy)
+    assert len(calls) == 1
+    torch.testing.assert_close(dx, dy @ w.detach())
+    torch.testing.assert_close(dw, dy.T @ x.detach())
+    assert matmul.flat((dx, dw)).shape == (5 * 3 + 4 * 3,) and matmul.flat(dx).dtype == torch.float32
+    assert matmul._operand_bytes("backward", 5, 4, 3) == 2 * (5 * 4 + 2 * 5 * 3 + 2 * 4 * 3)
 
 
 def test_matmul_report_round_trip_and_no_gpu(tmp_path, capsys):
