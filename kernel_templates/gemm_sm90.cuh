@@ -14,6 +14,12 @@
 // n_runtime / k_runtime. M is always a runtime argument. TMA_STORE false (C's rows not 16-byte aligned)
 // stores from registers instead, and tma_c is not read.
 //
+// A_MN / B_MN: the operand is read in place from its transpose, M- / N-major: A^T [K, M] (B^T [K, N]) with
+// M (N) contiguous, as the backward's GEMMs have their saved tensors (dX = dY @ W reads W [N_fwd, K_fwd] as
+// an N-major B; dW = dY^T @ X reads dY and X as an M-major A and an N-major B). Its tensor map is {M (N), K,
+// batch} with a box of {64, 64, 1}: a stage holds BM / 64 (BN / 64) such boxes of 64 k-rows, 8 KB apart,
+// which wgmma reads transposed (imm-trans-a / -b), 16 k-rows (2 KB) per k-step. Not with SWIGLU.
+//
 // Two schedules of the consumer warpgroups over a block's tiles:
 // - cooperative (PINGPONG false): BM / 64 consumers share each BM x BN tile, 64 rows each;
 // - ping-pong (PINGPONG true): two consumers take turns, each a whole BM x BN tile of its own (tiles
@@ -78,9 +84,13 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TmaDesc* map, unsig
 }
 
 // The wgmma descriptor of a K-major tile of rows of 64 16-bit elements (128 bytes) with 128-byte swizzle:
-// 8-row groups 1024 bytes apart (stride byte offset), swizzle mode 1.
+// 8-row groups 1024 bytes apart (stride byte offset), swizzle mode 1. MN: an M- / N-major tile of boxes of 64
+// k-rows of 64 16-bit elements (TMA's 128-byte swizzle): 8-k-row groups 1024 bytes apart (stride byte
+// offset), boxes of the next 64 M / N 8 KB apart (leading byte offset).
+template <bool MN = false>
 __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) {
-  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | ((MN ? 512ull : 1ull) << 16) | (64ull << 32) |
+         (1ull << 62);
 }
 
 // Named barriers of some warps of the block (id 1-15; 0 is __syncthreads): `count` threads in all, a
@@ -143,7 +153,7 @@ __host__ __device__ constexpr int gemm_consumers() {
 }
 
 template <typename T, int N, int K, int BM, int BN, int STAGES, bool PINGPONG, bool TMA_STORE, int ACT, bool HAS_BIAS,
-          bool HAS_RESIDUAL, bool AUX, bool SWIGLU>
+          bool HAS_RESIDUAL, bool AUX, bool SWIGLU, bool A_MN = false, bool B_MN = false>
 __global__ void __launch_bounds__(128 * (gemm_consumers<PINGPONG, BM>() + 1), 1)
     gemm_wgmma(const __grid_constant__ kjit_sm90::TmaDesc tma_a, const __grid_constant__ kjit_sm90::TmaDesc tma_b,
                const __grid_constant__ kjit_sm90::TmaDesc tma_c, T* __restrict__ c, int m, int n_runtime, int k_runtime,
@@ -154,6 +164,7 @@ __global__ void __launch_bounds__(128 * (gemm_consumers<PINGPONG, BM>() + 1), 1)
   static_assert(BM == 64 || BM == 128, "BM is 64 or 128");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN is 64, 128, 192 or 256");
   static_assert(STAGES >= 2, "at least two stages");
+  static_assert(!(SWIGLU && (A_MN || B_MN)), "SWIGLU reads K-major operands");
   constexpr int BK = 64;  // one 128-byte swizzle row of 16-bit elements
   constexpr int CONSUMERS = gemm_consumers<PINGPONG, BM>();
   constexpr int ROWS = PINGPONG ? BM : 64;  // rows of a tile one consumer computes
@@ -205,8 +216,21 @@ __global__ void __launch_bounds__(128 * (gemm_consumers<PINGPONG, BM>() + 1), 1)
           if (round > 0) kjit_sm90::barrier_wait(empty0 + 8 * s, (round - 1) & 1);
           const unsigned full_s = full0 + 8 * s, dst = base + s * STAGE_BYTES;
           kjit_sm90::barrier_expect_bytes(full_s, STAGE_BYTES);
-          kjit_sm90::tma_load(dst, &tma_a, full_s, k0 + kt * BK, tl.m0, tl.z);
-          kjit_sm90::tma_load(dst + A_BYTES, &tma_b, full_s, k0 + kt * BK, tl.n0, tl.z);
+          const int kc = k0 + kt * BK;
+          if constexpr (A_MN) {  // BM / 64 boxes of {64 rows of A, 64 k}, 8 KB each
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j)
+              kjit_sm90::tma_load(dst + j * 8192, &tma_a, full_s, tl.m0 + 64 * j, kc, tl.z);
+          } else {
+            kjit_sm90::tma_load(dst, &tma_a, full_s, kc, tl.m0, tl.z);
+          }
+          if constexpr (B_MN) {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j)
+              kjit_sm90::tma_load(dst + A_BYTES + j * 8192, &tma_b, full_s, tl.n0 + 64 * j, kc, tl.z);
+          } else {
+            kjit_sm90::tma_load(dst + A_BYTES, &tma_b, full_s, kc, tl.n0, tl.z);
+          }
           if constexpr (SWIGLU)
             kjit_sm90::tma_load(dst + A_BYTES + B_BYTES, &tma_b, full_s, k0 + kt * BK, n + tl.n0, tl.z);
           if (++s == STAGES) s = 0, ++round;
@@ -251,11 +275,15 @@ __global__ void __launch_bounds__(128 * (gemm_consumers<PINGPONG, BM>() + 1), 1)
       kjit_wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
-        const unsigned long long db = kjit_sm90::smem_descriptor(b_tile + kk * 32);
+        // A k-step is 16 elements of a K-major row (32 bytes) or 16 k-rows of an M- / N-major box (2 KB); a
+        // 64-row MMA's A is the next 64 rows (K-major) or the next box (M-major): 8 KB either way.
+        constexpr unsigned A_STEP = A_MN ? 2048 : 32, B_STEP = B_MN ? 2048 : 32;
+        const unsigned long long db = kjit_sm90::smem_descriptor<B_MN>(b_tile + kk * B_STEP);
 #pragma unroll
         for (int j = 0; j < MMAS_M; ++j) {
-          const unsigned long long da = kjit_sm90::smem_descriptor(a_tile + j * 64 * BK * sizeof(T) + kk * 32);
-          kjit_wgmma::Mma<T, BN>::run(acc[j], da, db, 1);
+          const unsigned long long da =
+              kjit_sm90::smem_descriptor<A_MN>(a_tile + j * 64 * BK * sizeof(T) + kk * A_STEP);
+          kjit_wgmma::Mma<T, BN, A_MN, B_MN>::run(acc[j], da, db, 1);
           if constexpr (SWIGLU)
             kjit_wgmma::Mma<T, BN>::run(acc_up[j], da, kjit_sm90::smem_descriptor(b_tile + B_BYTES + kk * 32), 1);
         }

@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma.mma_async, sm_90a) through inline PTX: D[64 x N] (+)= A[64 x 16] * B[16 x N]^T
-// with A and B in shared memory (K-major, 128-byte swizzle, described by `desc_a` / `desc_b`) and D in
-// registers, fp32 accumulate. One wrapper per N kjit's sm_90 GEMM uses; `accumulate` = 0 overwrites D.
+// with A and B in shared memory (128-byte swizzle, described by `desc_a` / `desc_b`; K-major, or M- / N-major
+// where TA / TB: PTX's imm-trans-a / imm-trans-b) and D in registers, fp32 accumulate. One wrapper per N
+// kjit's sm_90 GEMM uses; `accumulate` = 0 overwrites D.
 // PTX has no register ranges and an asm statement no operand packs: the register lists and the operand
 // lists are built by the macros below (each N's from the one before), and #undef'd at the end.
 #pragma once
@@ -9,7 +10,7 @@
 
 namespace kjit_wgmma {
 
-template <typename T, int N>
+template <typename T, int N, bool TA = false, bool TB = false>
 struct Mma;
 
 // "%0, %1, ..., %R-1": the R accumulator registers of a 64 x N wgmma (R = N / 2).
@@ -36,27 +37,28 @@ struct Mma;
 #define KJIT_WGMMA_D_128 KJIT_WGMMA_D_64, KJIT_WGMMA_D8(32), KJIT_WGMMA_D8(40), KJIT_WGMMA_D8(48), KJIT_WGMMA_D8(56)
 #define KJIT_WGMMA_D_192 KJIT_WGMMA_D_128, KJIT_WGMMA_D8(64), KJIT_WGMMA_D8(72), KJIT_WGMMA_D8(80), KJIT_WGMMA_D8(88)
 #define KJIT_WGMMA_D_256 KJIT_WGMMA_D_192, KJIT_WGMMA_D8(96), KJIT_WGMMA_D8(104), KJIT_WGMMA_D8(112), KJIT_WGMMA_D8(120)
-// Mma<T, N>: AB is the PTX type of A and B ("bf16", "f16"), R = N / 2 the accumulators; the operands after
-// them are %R (desc_a), %R+1 (desc_b) and %R+2 (accumulate), spelled out as DESC_A, DESC_B and SCALE_D.
-#define KJIT_WGMMA_MMA(T, AB, N, R, DESC_A, DESC_B, SCALE_D)                                                        \
-  template <>                                                                                                       \
-  struct Mma<T, N> {                                                                                                \
+// Mma<T, N, TA, TB>: AB is the PTX type of A and B ("bf16", "f16"), R = N / 2 the accumulators; the operands
+// after them are %R (desc_a), %R+1 (desc_b), %R+2 (accumulate), %R+3 and %R+4 (the transposes, immediates),
+// spelled out as DESC_A, DESC_B, SCALE_D, TNSP_A and TNSP_B.
+#define KJIT_WGMMA_MMA(T, AB, N, R, DESC_A, DESC_B, SCALE_D, TNSP_A, TNSP_B)                                        \
+  template <bool TA, bool TB>                                                                                       \
+  struct Mma<T, N, TA, TB> {                                                                                        \
     static __device__ __forceinline__ void run(float (&d)[R], unsigned long long desc_a, unsigned long long desc_b, \
                                                int accumulate) {                                                    \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D                                                      \
                    ", 0;\n"                                                                                         \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." AB "." AB " {" KJIT_WGMMA_REGS_##N             \
-                   "}, " DESC_A ", " DESC_B ", p, 1, 1, 0, 0;\n}\n"                                                 \
+                   "}, " DESC_A ", " DESC_B ", p, 1, 1, " TNSP_A ", " TNSP_B ";\n}\n"                               \
                    : KJIT_WGMMA_D_##N                                                                               \
-                   : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                                    \
+                   : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA ? 1 : 0), "n"(TB ? 1 : 0));                  \
     }                                                                                                               \
   };
 // The four N of kjit's sm_90 GEMM for one element type.
-#define KJIT_WGMMA_MMAS(T, AB)                        \
-  KJIT_WGMMA_MMA(T, AB, 64, 32, "%32", "%33", "%34")  \
-  KJIT_WGMMA_MMA(T, AB, 128, 64, "%64", "%65", "%66") \
-  KJIT_WGMMA_MMA(T, AB, 192, 96, "%96", "%97", "%98") \
-  KJIT_WGMMA_MMA(T, AB, 256, 128, "%128", "%129", "%130")
+#define KJIT_WGMMA_MMAS(T, AB)                                       \
+  KJIT_WGMMA_MMA(T, AB, 64, 32, "%32", "%33", "%34", "%35", "%36")   \
+  KJIT_WGMMA_MMA(T, AB, 128, 64, "%64", "%65", "%66", "%67", "%68")  \
+  KJIT_WGMMA_MMA(T, AB, 192, 96, "%96", "%97", "%98", "%99", "%100") \
+  KJIT_WGMMA_MMA(T, AB, 256, 128, "%128", "%129", "%130", "%131", "%132")
 
 #ifdef KJIT_DETAIL_BFLOAT16
 KJIT_WGMMA_MMAS(__nv_bfloat16, "bf16")
