@@ -25,7 +25,7 @@ import torch
 import kjit
 from kjit import ops
 from family_helpers import ARCHS
-from op_table import OPS, plans, samples
+from op_table import OPS, Factory, plans, samples
 from support import ORIGINS, dname
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -141,6 +141,36 @@ def test_the_kernels_the_planners_pick_compile(name, dtype, arch, tf32):
     # The matrix ops in 16 bits take the TMA + wgmma GEMM on sm_90 at the sizes their plans name: it compiles.
     if arch == "sm_90" and dtype in (torch.float16, torch.bfloat16) and name in _WGMMA_OPS:
         assert any(k["name_expression"].startswith("gemm_wgmma<") for ks in planned for k in ks), name
+
+
+def _gemm_mma_shared_bytes(name_expression):
+    """gemm.cuh's formula (its file comment) from a gemm_mma<T, N, K, BM, BN, BK, WM, WN, WK, STAGES, ACT,
+    HAS_BIAS, HAS_RESIDUAL, AUX, SWIGLU> name expression."""
+    args = [a.strip() for a in name_expression[len("gemm_mma<") : -1].split(",")]
+    item = 4 if args[0] == "float" else 2
+    bm, bn, bk, wk, stages = (int(args[i]) for i in (3, 4, 5, 8, 9))
+    sets = 2 if args[14] == "true" else 1
+    return max(stages * (bm + bn * sets) * bk * item, (wk - 1) * bm * bn * sets * 4 if wk > 1 else 0)
+
+
+@pytest.mark.parametrize(
+    "arch, limit", [("sm_86", 99 * 1024), ("sm_89", 99 * 1024), ("sm_120", 99 * 1024), ("sm_80", 163 * 1024)]
+)
+@pytest.mark.parametrize("name", ["linear", "linear_swiglu"])
+def test_the_gemm_planner_keeps_to_the_shared_memory_of_the_architecture(arch, limit, name):
+    """The decode GEMM's tile, planned for GPUs whose blocks may opt in to 99 KB (or 163 KB) of shared memory:
+    every M <= 16 and width of N (each tile width the heuristic picks from), SwiGLU's doubled B tile
+    included, every candidate tuning would time too, within the limit (not a launch the driver refuses)."""
+    f = Factory("meta", torch.bfloat16)
+    for m in (1, 16):
+        for n in (512, 3000, 6000, 12000, 20000):
+            w = f.t(2 * n if name == "linear_swiglu" else n, 4096)
+            for candidates in (False, True):
+                _, kernels = _plan(name, (f.t(m, 4096), w), {}, arch, compile=False, candidates=candidates)
+                exprs = [k["name_expression"] for k in kernels if k["name_expression"].startswith("gemm_mma<")]
+                assert exprs, (name, m, n, kernels)
+                for e in exprs:
+                    assert _gemm_mma_shared_bytes(e) <= limit, (arch, m, n, e)
 
 
 # ---- on a GPU: every sample against PyTorch -----------------------------------------------------------------

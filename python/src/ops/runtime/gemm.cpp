@@ -117,8 +117,8 @@ const std::vector<Config>& mma_configs() {
 // Small M (decode): 16 rows, the weight streamed through a STAGES-deep pipeline by WK warp groups splitting
 // K; narrower tiles make more blocks (the weight read needs every multiprocessor streaming). A decode GEMM is
 // bound by the bytes of weight in flight per multiprocessor: the deep forms (BK 128, 64-96 KB of pipeline)
-// keep about twice as many as the shallow ones (BK 64, 24-36 KB) and are listed first, the heuristic's pick
-// for each width; the shallow ones stay candidates for tuning.
+// keep 1.2-2.8x the weight bytes in flight of the shallow ones (BK 64, 24-60 KB; 2.8x at 16 columns) and are
+// listed first, the heuristic's pick for each width; the shallow ones stay candidates for tuning.
 const std::vector<Config>& small_m_configs() {
   static const std::vector<Config> all = {{false, 16, 64, 128, 1, 2, 8, 4}, {false, 16, 32, 128, 1, 2, 8, 6},
                                           {false, 16, 16, 128, 1, 1, 8, 8}, {false, 16, 16, 128, 1, 1, 8, 12},
@@ -202,14 +202,24 @@ bool uses_wgmma(const Gemm& g, int device) {
   return target_of(device).arch == 90 && g.m > kSmallM && g.dtype != at::ScalarType::Float;
 }
 
-const std::vector<Config>& candidates(const Gemm& g, int device) {
-  if (g.m <= kSmallM) return small_m_configs();
-  return uses_wgmma(g, device) ? wgmma_configs(g.swiglu) : mma_configs();
+// The configurations of the kernel `g` runs on whose shared memory the device grants (sm_86 / sm_89 / sm_120
+// opt in to 99 KB a block: not the deep small-M tiles of SwiGLU), in their order.
+std::vector<Config> candidates(const Gemm& g, int device) {
+  const std::vector<Config>& all =
+      g.m <= kSmallM ? small_m_configs() : (uses_wgmma(g, device) ? wgmma_configs(g.swiglu) : mma_configs());
+  const unsigned limit = max_shared_optin(device);
+  std::vector<Config> out;
+  for (const Config& c : all)
+    if (shared_bytes(c, g) <= limit) out.push_back(c);
+  return out;
 }
 
 Config heuristic(const Gemm& g, int device) {
   const int sms = sm_count(device);
-  const auto& all = candidates(g, device);
+  const std::vector<Config> all = candidates(g, device);
+  if (all.empty())
+    throw LaunchError("no GEMM tile configuration fits the " + std::to_string(max_shared_optin(device)) +
+                      " bytes of shared memory a block of this GPU may use");
   if (g.m <= kSmallM) {  // the first listed of the widest tile that still gives every multiprocessor a block
     const Config* narrowest = &all[0];
     for (const Config& c : all) {

@@ -69,6 +69,44 @@ int sm_count(int device) {
   return n;
 }
 
+namespace {
+// The opt-in limit of shared memory per block by architecture (the CUDA C++ programming guide's technical
+// specifications per compute capability): 227 KB on 9.x / 10.x, 163 KB on 8.0 / 8.7, 99 KB on 8.6 / 8.9 /
+// 12.x, 64 KB on 7.5, 96 KB on 7.0 / 7.2.
+unsigned shared_optin_of_arch(int arch) {
+  switch (arch) {
+    case 70:
+    case 72: return 96 * 1024;
+    case 75: return 64 * 1024;
+    case 80:
+    case 87: return 163 * 1024;
+    case 86:
+    case 89: return 99 * 1024;
+    default: break;
+  }
+  if (arch >= 120) return 99 * 1024;
+  if (arch >= 90) return 227 * 1024;
+  return 48 * 1024;
+}
+}  // namespace
+
+unsigned max_shared_optin(int device) {
+  if (device == kPlanDevice) return shared_optin_of_arch(PlanScope::require().target().arch);
+  check_sm_device(device);
+  static std::array<std::atomic<unsigned>, kMaxSmDevices> limits{};
+  unsigned v = limits[device].load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  const DriverLibrary& d = DriverLibrary::get();
+  CUdevice dev = 0;
+  int n = 0;
+  d.check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  d.check(d.cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+          "cuDeviceGetAttribute");
+  v = n > 0 ? static_cast<unsigned>(n) : 48u * 1024u;
+  limits[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
 const Target& target_of(int device) {
   if (device == kPlanDevice) return PlanScope::require().target();
   return device_target(device);

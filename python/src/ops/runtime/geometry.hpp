@@ -32,6 +32,10 @@ void override_sm_count(int device, int count);
 // The architecture the op's kernels are for: the device's (read from the driver once per device), or a
 // compile-only plan's (plan.hpp). Ops ask this, never kjit::device_target, so that a plan sees its target.
 const Target& target_of(int device);
+// The most dynamic shared memory one block may opt in to on the device (the driver's
+// CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, read once per device), or, for a compile-only plan,
+// on a GPU of its target's architecture (the CUDA programming guide's table by compute capability).
+unsigned max_shared_optin(int device);
 // Resident blocks of 256 threads a grid-stride launch fills: 8 per multiprocessor.
 inline std::int64_t max_blocks(int device) { return static_cast<std::int64_t>(sm_count(device)) * 8; }
 
