@@ -1276,7 +1276,7 @@ def test_matmul_markdown_and_behind():
 
 def test_matmul_backward_times_the_backward_alone():
     """backward_of builds its forward once per operands and returns torch.autograd.grad's dX and dW each call
-    (the graph retained); flat() puts them in one tensor to compare."""
+    (the graph retained); parts() gives them as float tensors to compare one by one."""
     import torch
     import torch.nn.functional as F
 
@@ -1295,7 +1295,9 @@ def test_matmul_backward_times_the_backward_alone():
     assert len(calls) == 1
     torch.testing.assert_close(dx, dy @ w.detach())
     torch.testing.assert_close(dw, dy.T @ x.detach())
-    assert matmul.flat((dx, dw)).shape == (5 * 3 + 4 * 3,) and matmul.flat(dx).dtype == torch.float32
+    got = matmul.parts((dx, dw.bfloat16()))
+    assert [t.shape for t in got] == [(5, 3), (4, 3)] and all(t.dtype == torch.float32 for t in got)
+    assert len(matmul.parts(dx)) == 1
     assert matmul._operand_bytes("backward", 5, 4, 3) == 2 * (5 * 4 + 2 * 5 * 3 + 2 * 4 * 3)
 
 
