@@ -18,6 +18,15 @@ ROW_SIZES = [1, 7, 768, 1000, 4096, 8192, 50257]  # rows of softmax / reductions
 EPS_LN, EPS_RMS = 1e-5, 1e-6
 
 
+def gemm_mma_shared_bytes(item, bm, bn, bk, wk, stages, swiglu):
+    """gemm.cuh's dynamic shared memory (its file comment's formula): the pipeline's stages, or the K groups'
+    reduction (WK > 1) where that is larger; `item` bytes per element, B's tile doubled for SwiGLU."""
+    sets = 2 if swiglu else 1
+    pipe = stages * (bm + bn * sets) * bk * item
+    red = (wk - 1) * bm * bn * sets * 4 if wk > 1 else 0
+    return max(pipe, red)
+
+
 def check_floating_templates_compile(kernels, arch, dtype):
     """Each (template, kernel) of `kernels`, a built-in of parameters T and VEC, compiles for `arch` in `dtype`
     with 16-byte vectors."""

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from family_helpers import DEV
+from family_helpers import DEV, gemm_mma_shared_bytes
 from support import ulp
 
 import kjit
@@ -74,11 +74,8 @@ def family():
 
 def smem_bytes(dtype, cfg, swiglu):
     """The file comment's formula."""
-    sets = 2 if swiglu else 1
     item = torch.empty((), dtype=dtype).element_size()
-    pipe = cfg["STAGES"] * (cfg["BM"] + cfg["BN"] * sets) * cfg["BK"] * item
-    red = (cfg["WK"] - 1) * cfg["BM"] * cfg["BN"] * sets * 4 if cfg["WK"] > 1 else 0
-    return max(pipe, red)
+    return gemm_mma_shared_bytes(item, cfg["BM"], cfg["BN"], cfg["BK"], cfg["WK"], cfg["STAGES"], swiglu)
 
 
 def padded(batch, rows, cols, dtype, ld, offset, fill):

@@ -24,7 +24,7 @@ import torch
 
 import kjit
 from kjit import ops
-from family_helpers import ARCHS
+from family_helpers import ARCHS, gemm_mma_shared_bytes
 from op_table import OPS, Factory, plans, samples
 from support import ORIGINS, dname
 
@@ -144,13 +144,11 @@ def test_the_kernels_the_planners_pick_compile(name, dtype, arch, tf32):
 
 
 def _gemm_mma_shared_bytes(name_expression):
-    """gemm.cuh's formula (its file comment) from a gemm_mma<T, N, K, BM, BN, BK, WM, WN, WK, STAGES, ACT,
-    HAS_BIAS, HAS_RESIDUAL, AUX, SWIGLU> name expression."""
+    """gemm.cuh's shared memory of a gemm_mma<T, N, K, BM, BN, BK, WM, WN, WK, STAGES, ACT, HAS_BIAS,
+    HAS_RESIDUAL, AUX, SWIGLU> name expression."""
     args = [a.strip() for a in name_expression[len("gemm_mma<") : -1].split(",")]
-    item = 4 if args[0] == "float" else 2
     bm, bn, bk, wk, stages = (int(args[i]) for i in (3, 4, 5, 8, 9))
-    sets = 2 if args[14] == "true" else 1
-    return max(stages * (bm + bn * sets) * bk * item, (wk - 1) * bm * bn * sets * 4 if wk > 1 else 0)
+    return gemm_mma_shared_bytes(4 if args[0] == "float" else 2, bm, bn, bk, wk, stages, args[14] == "true")
 
 
 @pytest.mark.parametrize(
