@@ -10,11 +10,12 @@
 //
 // The epilogue runs in the GEMM's registers. For the backward, the forward of a call that wants gradients
 // also writes the pre-activation (linear_aux / linear_swiglu_aux: the GEMM's AUX output), from which the
-// backward ops take PyTorch's own activation derivatives; dX and dW are GEMMs on the same kernels (their
-// transposed operands made K-contiguous by a copy, the layout the kernels read).
+// backward ops take PyTorch's own activation derivatives; dX and dW are GEMMs on the same kernels, which on
+// sm_90 read their transposed operands (W for dX, dY and X for dW) in place, M- / N-major (gemm.hpp).
 //
-// Operands the kernels cannot read directly (K not a multiple of 8, rows not 16-byte aligned, a last dim
-// that is not contiguous) are copied into one they can (K padded with zeros): correct for every view.
+// Operands the kernels cannot read directly (K not a multiple of 8, rows not 16-byte aligned, neither dim
+// contiguous, or a transpose's view where the kernel reads K-major operands only) are copied into one they
+// can (K-major, K padded with zeros): correct for every view.
 #include <ATen/Context.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/mul.h>
@@ -51,14 +52,6 @@ void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t) {
   check_dtype(op, arg, t, kMatrixTypes);
 }
 
-// An operand the kernels read: `t` [rows, K] (or [B, rows, K]) itself when they can, else a contiguous copy
-// with K padded with zeros to `k_padded`.
-at::Tensor readable(const at::Tensor& t, std::int64_t k_padded) {
-  if (t.size(-1) == k_padded && gemm_operand_ok(t)) return t;
-  at::Tensor c = t.contiguous();
-  if (k_padded != t.size(-1)) c = at::constant_pad_nd(c, {0, k_padded - t.size(-1)}, 0);
-  return c;
-}
 std::int64_t padded_k(std::int64_t k) { return std::max<std::int64_t>(8, cdiv(k, 8) * 8); }
 
 GemmMatrix matrix(const at::Tensor& t) {
@@ -69,20 +62,36 @@ GemmMatrix matrix(const at::Tensor& t) {
   return m;
 }
 
+// An operand t [rows, K] (or [B, rows, K]) of `g` (its dtype, sizes, K padded, k_rows and epilogue set) as g's
+// kernel reads it: `t` itself where it can (K-major, or M- / N-major, a transpose's view, where the kernel
+// reads those in place: the backward's and matmul's operands), else a contiguous K-major copy with K padded
+// with zeros to g.k, kept alive in `held`.
+GemmMatrix operand(const Gemm& g, int device, const at::Tensor& t, at::Tensor& held) {
+  held = t;  // a reshape's copy included
+  const bool k_major = t.size(-1) == g.k && gemm_operand_ok(t);
+  if (!k_major && gemm_mn_operand_ok(t) && gemm_reads_mn_major(g, device))
+    return GemmMatrix{t.const_data_ptr(), t.stride(-1), t.dim() == 3 ? t.stride(0) : 0, true};
+  if (!k_major) {
+    held = t.contiguous();
+    if (g.k != t.size(-1)) held = at::constant_pad_nd(held, {0, g.k - t.size(-1)}, 0);
+  }
+  return matrix(held);
+}
+
 // C = A @ B.T for A [M, K] / [Bt, M, K] and B [N, K] / [Bt, N, K] of any strides: a fresh contiguous C.
 at::Tensor mm_tn(const char* op, const at::Tensor& a, const at::Tensor& b, int device, const LaunchContext& ctx) {
   const bool batched = a.dim() == 3;
-  const std::int64_t k = padded_k(a.size(-1));
-  const at::Tensor ar = readable(a, k), br = readable(b, k);
   at::Tensor c = batched ? new_empty({a.size(0), a.size(1), b.size(-2)}, a) : new_empty({a.size(0), b.size(0)}, a);
   Gemm g;
   g.dtype = a.scalar_type();
   g.batch = batched ? a.size(0) : 1;
   g.m = a.size(-2);
   g.n = b.size(-2);
-  g.k = k;
-  g.a = matrix(ar);
-  g.b = matrix(br);
+  g.k = padded_k(a.size(-1));
+  g.k_rows = a.size(-1);
+  at::Tensor a_held, b_held;
+  g.a = operand(g, device, a, a_held);
+  g.b = operand(g, device, b, b_held);
   g.c = matrix(c);
   run_gemm(op, g, device, ctx);
   return c;
@@ -171,24 +180,23 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   const std::int64_t kdim = x.size(-1), n = out_shape.back();
   const std::int64_t m = kdim ? x.numel() / kdim : (n ? y.numel() / n : 0);
   if (y.numel() == 0) return {y, z};
-  const std::int64_t k = padded_k(kdim);
-  const at::Tensor x2 = readable(x.reshape({m, kdim}), k);
-  const at::Tensor w2 = readable(weight, k);
   const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
   const std::optional<at::Tensor> r = residual ? std::optional<at::Tensor>(residual->contiguous()) : std::nullopt;
   Gemm g;
   g.dtype = x.scalar_type();
   g.m = m;
   g.n = n;
-  g.k = k;
-  g.a = matrix(x2);
-  g.b = matrix(w2);
+  g.k = padded_k(kdim);
+  g.k_rows = kdim;
+  g.swiglu = swiglu;
+  at::Tensor x_held, w_held;
+  g.a = operand(g, device, x.reshape({m, kdim}), x_held);
+  g.b = operand(g, device, weight, w_held);
   g.c = {y.const_data_ptr(), n, 0};
   if (r) g.residual = {r->const_data_ptr(), n, 0};
   if (aux) g.aux = {z.const_data_ptr(), weight.size(0), 0};
   g.bias = b ? b->const_data_ptr() : nullptr;
   g.act = act;
-  g.swiglu = swiglu;
   g.scale = static_cast<float>(scale);
   LaunchContext ctx(device);
   run_gemm(op, g, device, ctx);

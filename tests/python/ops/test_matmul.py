@@ -286,7 +286,9 @@ def check(name, got, want, atol=4e-2, rtol=3e-2):
 # 16-byte aligned for the TMA store); 100 x 264 x 2048 splits K (few tiles, many k-tiles); 20000 rows give
 # every block of every configuration several tiles (ping-pong's hand-over, the ring and the output tile
 # reused across tiles); each epilogue; the pre-activation kept (aux) where gradients are wanted;
-# SwiGLU; a batch (bmm).
+# SwiGLU; a batch (bmm). The backward's dX and dW and matmul read operands M- / N-major in place: K of 17
+# rows (the TMA box past them reads zeros) beside a K-major operand padded to 24, 20000 rows of K split
+# (dW: 8 tiles), a batch, 40 rows (fewer than a box's 64).
 CONFIG_WORKLOAD = (
     CONFIG_WORKLOAD_HEAD
     + """
@@ -301,11 +303,25 @@ for m, n, k in ((300, 200, 72), (1000, 520, 1032), (17, 203, 200), (4500, 384, 2
     check(f"silu with grad {m}x{n}x{k}", y.detach(), F.silu(z + b.float()))
     y.float().sum().backward()
     check(f"silu dx {m}x{n}x{k}", xg.grad, (torch.sigmoid(z + b.float()) * (1 + (z + b.float()) * (1 - torch.sigmoid(z + b.float())))) @ w.float())
+    # The backward's GEMMs read W (dX) and dY and X (dW) in place from their transposes (N- / M-major).
+    x2, w2, dy = x.clone().requires_grad_(), w.clone().requires_grad_(), rnd(m, n, scale=m ** -0.5)
+    dx, dw = torch.autograd.grad(ops.linear(x2, w2), (x2, w2), dy)
+    check(f"dx {m}x{n}x{k}", dx, dy.float() @ w.float())
+    check(f"dw {m}x{n}x{k}", dw, dy.float().T @ x.float())
     wgu = rnd(2 * n, k, scale=k ** -0.5)
     zg, zu = (x.float() @ wgu.float().T).chunk(2, dim=-1)
     check(f"swiglu {m}x{n}x{k}", ops.linear_swiglu(x, wgu), F.silu(zg) * zu)
 a, bb = rnd(3, 130, 64), rnd(3, 64, 136, scale=0.125)
 check("bmm 3x130x136x64", ops.bmm(a, bb), a.float() @ bb.float())
+ag, bg, dy = a.clone().requires_grad_(), bb.clone().requires_grad_(), rnd(3, 130, 136, scale=130 ** -0.5)
+da, db = torch.autograd.grad(ops.bmm(ag, bg), (ag, bg), dy)
+check("bmm da 3x130x136x64", da, dy.float() @ bb.float().transpose(1, 2))
+check("bmm db 3x130x136x64", db, a.float().transpose(1, 2) @ dy.float())
+# matmul's b [K, N] is an N-major B; a dW of 40 rows (M narrower than the 64 of a TMA box).
+a, bm = rnd(2, 150, 264), rnd(264, 200, scale=264 ** -0.5)
+check("matmul 300x200x264", ops.matmul(a, bm), a.float() @ bm.float())
+x, w, dy = rnd(300, 72), rnd(40, 72).requires_grad_(), rnd(300, 40, scale=300 ** -0.5)
+check("dw 300x40x72", torch.autograd.grad(ops.linear(x, w), w, dy)[0], dy.float().T @ x.float())
 torch.cuda.synchronize()
 """
 )
@@ -371,7 +387,7 @@ def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
         return WGMMA_GATED[round_ % len(WGMMA_GATED)] if "epi=swiglu" in key else WGMMA_PLAIN[round_]
 
     cases = _run_with_every_choice(tmp_path, CONFIG_WORKLOAD, choose, "sm_90")
-    assert len(cases) == 37 and all(line.endswith(" ok") for line in cases), cases
+    assert len(cases) == 53 and all(line.endswith(" ok") for line in cases), cases
 
 
 @pytest.mark.parametrize("config", SMALL_M)

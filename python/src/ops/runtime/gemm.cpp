@@ -72,6 +72,12 @@ bool gemm_operand_ok(const at::Tensor& t) {
   return true;
 }
 
+bool gemm_mn_operand_ok(const at::Tensor& t) {
+  if (t.dim() < 2 || t.stride(-2) != 1 || t.stride(-1) <= 0 || t.stride(-1) % 8) return false;
+  if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16) return false;
+  return t.dim() == 2 || t.size(0) == 1 || t.stride(0) % 8 == 0;
+}
+
 namespace {
 
 // A tile configuration. wgmma: BM x BN tiles, BK 64, STAGES, and the consumers' schedule (cooperative on
@@ -202,6 +208,8 @@ bool uses_wgmma(const Gemm& g, int device) {
   return target_of(device).arch == 90 && g.m > kSmallM && g.dtype != at::ScalarType::Float;
 }
 
+bool mn_operands(const Gemm& g) { return g.a.mn_major || g.b.mn_major; }
+
 // The configurations of the kernel `g` runs on whose shared memory the device grants (sm_86 / sm_89 / sm_120
 // opt in to 99 KB a block: not the deep small-M tiles of SwiGLU), in their order.
 std::vector<Config> candidates(const Gemm& g, int device) {
@@ -254,7 +262,8 @@ std::string choice_key(const Gemm& g, int device) {
   if (g.swiglu) epi = std::string("swiglu") + (g.residual.ptr ? "+residual" : "") + (g.aux.ptr ? "+aux" : "");
   return "gemm|" + target_of(device).str() + "|" + c10::toString(g.dtype) + "|N=" + std::to_string(g.n) +
          "|K=" + std::to_string(g.k) + "|batch=" + (g.batch > 1 ? "many" : "1") + "|epi=" + epi +
-         "|m<=" + std::to_string(m_bucket(g.m));
+         "|m<=" + std::to_string(m_bucket(g.m)) +
+         (mn_operands(g) ? std::string("|major=") + (g.a.mn_major ? "m" : "k") + (g.b.mn_major ? "n" : "k") : "");
 }
 
 void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx);
@@ -297,7 +306,8 @@ Config time_candidates(const char* op, const Gemm& g, int device, const LaunchCo
 // choice, else (KJIT_TUNE=1, not strict, not capturing a CUDA graph) the fastest candidate, timed now and
 // stored, else the heuristic's.
 Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
-  using Memo = std::tuple<int, int, std::int64_t, std::int64_t, bool, int, bool, bool, bool, bool, std::int64_t>;
+  using Memo =
+      std::tuple<int, int, std::int64_t, std::int64_t, bool, int, bool, bool, bool, bool, std::int64_t, bool, bool>;
   static std::mutex mu;
   static std::map<Memo, Config> memo;
   const Memo m{device,
@@ -310,7 +320,9 @@ Config pick(const char* op, const Gemm& g, int device, const LaunchContext& ctx)
                g.residual.ptr != nullptr,
                g.aux.ptr != nullptr,
                g.swiglu,
-               m_bucket(g.m)};
+               m_bucket(g.m),
+               g.a.mn_major,
+               g.b.mn_major};
   // A compile-only plan (plan.hpp) picks as a GPU of its target would, each time (its target and count
   // differ from one plan to the next), and neither tunes nor records.
   const bool planning = device == kPlanDevice;
@@ -427,6 +439,13 @@ TensorMap operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::i
   return matrix_map(op, g, x.ptr, g.k, rows, x.ld, x.batch ? x.batch : x.ld * rows, box_rows, "an operand");
 }
 
+// An M- / N-major operand's descriptor: {rows, K, batch} elements (rows contiguous, ld apart), a {64, 64, 1}
+// box: gemm_sm90.cuh loads BM / 64 (BN / 64) of them a stage. K is the rows the operand holds (g.k_rows).
+TensorMap mn_operand_map(const char* op, const Gemm& g, const GemmMatrix& x, std::int64_t rows) {
+  const std::int64_t k = g.k_rows ? g.k_rows : g.k;
+  return matrix_map(op, g, x.ptr, rows, k, x.ld, x.batch ? x.batch : x.ld * k, 64, "an operand");
+}
+
 // C's descriptor for the TMA store: {N, M, batch} elements, a {64, 64, 1} box.
 TensorMap output_map(const char* op, const Gemm& g) {
   return matrix_map(op, g, g.c.ptr, g.n, g.m, g.c.ld, g.batch > 1 ? g.c.batch : g.c.ld * g.m, 64, "the output");
@@ -461,10 +480,17 @@ std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
     args.push_back(bool_arg(tma_store_ok(g)));
   }
   epilogue_args(g, args);
+  if (mn_operands(g)) {  // A_MN, B_MN (defaults false: the K-major kernels keep their names)
+    args.push_back(bool_arg(g.a.mn_major));
+    args.push_back(bool_arg(g.b.mn_major));
+  }
   return args;
 }
 
 void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx) {
+  if (mn_operands(g) && !c.wgmma)  // the callers ask gemm_reads_mn_major, whose kernels are all wgmma
+    throw LaunchError(std::string(op) + ": an M- / N-major operand for the mma.sync GEMM " + c.name() +
+                      " (a kjit bug: it reads K-major operands only)");
   const std::vector<TemplateArg> targs = template_args(c, g);
   const auto k =
       kernel_for(c.wgmma ? wgmma_family() : mma_family(), targs.data(), targs.size(), device, ctx.compile_forbidden);
@@ -490,8 +516,9 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   if (!k->kernel) return;  // a compile-only plan: no descriptors to encode, nothing to launch
   if (c.wgmma) {
     cfg.block.x = 128 * (wgmma_consumers(c) + 1);
-    const TensorMap ta = operand_map(op, g, g.a, g.m, c.bm);
-    const TensorMap tb = operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
+    const TensorMap ta = g.a.mn_major ? mn_operand_map(op, g, g.a, g.m) : operand_map(op, g, g.a, g.m, c.bm);
+    const TensorMap tb =
+        g.b.mn_major ? mn_operand_map(op, g, g.b, g.n) : operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
     const TensorMap tc = tma_store_ok(g) ? output_map(op, g) : ta;  // not read without the TMA store
     int batch = static_cast<int>(g.batch);
     // Split-K's workspace: every part's fp32 accumulators, then an arrival counter per consumer's rows of
@@ -529,6 +556,8 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
 }
 
 }  // namespace
+
+bool gemm_reads_mn_major(const Gemm& g, int device) { return uses_wgmma(g, device) && !g.swiglu; }
 
 void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx) {
   if (g.dtype != at::ScalarType::BFloat16 && g.dtype != at::ScalarType::Half && g.dtype != at::ScalarType::Float)

@@ -25,16 +25,22 @@ Activation parse_activation(const char* op, const std::optional<c10::string_view
 const char* activation_name(Activation a);
 
 // A matrix of the GEMM: rows of contiguous elements, `ld` elements apart; `batch` elements between
-// matrices of a batch (0 for one matrix shared by the whole batch).
+// matrices of a batch (0 for one matrix shared by the whole batch). An operand is K-major (A [M, K], B [N, K]:
+// rows of K) or, with mn_major, read in place from its transpose (A^T [K, M], B^T [K, N]: rows of M or N,
+// `ld` apart), the layout the backward's GEMMs have their saved tensors in; only where gemm_reads_mn_major.
 struct GemmMatrix {
   const void* ptr = nullptr;
   std::int64_t ld = 0;
   std::int64_t batch = 0;
+  bool mn_major = false;
 };
 
 struct Gemm {
   at::ScalarType dtype = at::ScalarType::BFloat16;  // of A, B, C and the epilogue's tensors (Float: TF32)
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  // K as an M- / N-major operand holds it (its rows of K; the kernel reads zeros past them): k is padded to a
+  // multiple of 8 where a K-major operand was, which the M- / N-major one is not. 0: k.
+  std::int64_t k_rows = 0;
   GemmMatrix a;                // [M, K]
   GemmMatrix b;                // [N, K] ([2N, K] for SwiGLU: gate rows, then up rows)
   GemmMatrix c;                // [M, N], written
@@ -60,6 +66,16 @@ void check_gemm_sizes(const char* op, const c10::SymInt& m, const c10::SymInt& n
 // What A and B must satisfy (the kernels read them 16 bytes at a time, through TMA on sm_90): K a multiple
 // of 8, 16-byte aligned data, row and batch strides multiples of 8 elements.
 bool gemm_operand_ok(const at::Tensor& t);
+
+// Whether the kernel `g` runs on (by its dtype, M, SwiGLU and the device's architecture) reads M- / N-major
+// operands in place: gemm_sm90.cuh's (sm_90, 16-bit, M > 16, not SwiGLU). Elsewhere such an operand is copied
+// K-major.
+bool gemm_reads_mn_major(const Gemm& g, int device);
+
+// What an M- / N-major operand t [rows, K] (or [B, rows, K]) must satisfy to be read in place (through TMA):
+// rows contiguous (stride(-2) 1), rows of K 16-byte aligned (stride(-1) a multiple of 8) in 16-byte aligned
+// data, and matrices of a batch a multiple of 8 elements apart.
+bool gemm_mn_operand_ok(const at::Tensor& t);
 
 // Plans and launches `g` on ctx.stream (every pointer on `device`). `op` names the caller in errors.
 void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx);
