@@ -22,6 +22,8 @@ __device__ __forceinline__ float erf_(float x) { return erff(x); }
 __device__ __forceinline__ double erf_(double x) { return ::erf(x); }
 __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
 __device__ __forceinline__ double tanh_(double x) { return ::tanh(x); }
+__device__ __forceinline__ float log1p_(float x) { return log1pf(x); }
+__device__ __forceinline__ double log1p_(double x) { return ::log1p(x); }
 
 // Complex values (kjit.elementwise with torch.complex64 / complex128): sigmoid, silu and tanh_ work through
 // these (PyTorch has them for complex too); the arithmetic and the other functions are kjit_complex's.
@@ -79,6 +81,8 @@ KJIT_MATH_NO_COMPLEX(gelu, (kjit_complex::complex<T>))
 KJIT_MATH_NO_COMPLEX(gelu_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
 KJIT_MATH_NO_COMPLEX(gelu_tanh, (kjit_complex::complex<T>))
 KJIT_MATH_NO_COMPLEX(gelu_tanh_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(mish, (kjit_complex::complex<T>))
+KJIT_MATH_NO_COMPLEX(mish_backward, (kjit_complex::complex<T>, kjit_complex::complex<T>))
 #undef KJIT_MATH_NO_COMPLEX
 
 // NaN propagates as in PyTorch: relu(NaN) = NaN, and the gradient through a NaN output is g (threshold_backward).
@@ -146,6 +150,19 @@ __device__ __forceinline__ C gelu_tanh_backward(C g, C x) {
   const C t = tanh_(kBeta * (x + kKappa * x2 * x));
   const C dinner = kBeta * (C(1) + C(3) * kKappa * x2);
   return g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
+}
+
+// mish(x) = x * tanh(softplus(x)), softplus(x) = log(1 + exp(x)), as PyTorch's F.mish (no threshold: past
+// exp's range exp(x) is inf and tanh(inf) = 1, so mish(x) = x). Its derivative:
+// tanh(softplus(x)) + x * sigmoid(x) * (1 - tanh(softplus(x))^2), PyTorch's mish_backward.
+template <typename C>
+__device__ __forceinline__ C mish(C x) {
+  return x * tanh_(log1p_(exp_(x)));
+}
+template <typename C>
+__device__ __forceinline__ C mish_backward(C g, C x) {
+  const C t = tanh_(log1p_(exp_(x)));
+  return g * (t + x * sigmoid(x) * (C(1) - t * t));
 }
 
 }  // namespace kjit_math

@@ -26,7 +26,7 @@ has them, so that kjit agrees with torch.autograd at 0, -0, +-1, +-inf and NaN, 
 - exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, tanh, erf, in each spelling
   (float `expf`, overloaded `exp`, kjit_math `exp_`; the derivative uses the same family): PyTorch's
   formulas, e.g. expm1: g * (expm1(u) + 1), log2: g / (u * ln 2), sqrt: g / (2 * sqrt(u)).
-- fabs/abs: g * sgn(u), sgn 0 at 0 and at NaN. relu, sigmoid, silu, gelu, gelu_tanh: kjit_math's
+- fabs/abs: g * sgn(u), sgn 0 at 0 and at NaN. relu, sigmoid, silu, mish, gelu, gelu_tanh: kjit_math's
   *_backward(g, ...), PyTorch's kernels (relu: threshold_backward, 0 where relu(u) <= 0 even for an
   inf or NaN g, and g at a NaN u).
 - pow(a, b): d/da = (b == 0 ? 0 : g * (b * pow(a, b - 1))), a mask of the gradient (0 where the exponent
@@ -606,6 +606,7 @@ _UNARY_RULES = {  # base -> the gradient of u from (differentiator, the call, u,
     "relu": lambda D, c, u, g, F: Call("relu_backward", (D.as_c(g, g), D.as_c(c, u))),
     "sigmoid": lambda D, c, u, g, F: Call("sigmoid_backward", (D.as_c(g, g), D.as_c(c, u))),
     "silu": lambda D, c, u, g, F: Call("silu_backward", (D.as_c(g, g), D.as_c(u, u))),
+    "mish": lambda D, c, u, g, F: Call("mish_backward", (D.as_c(g, g), D.as_c(u, u))),
     "gelu": lambda D, c, u, g, F: Call("gelu_backward", (D.as_c(g, g), D.as_c(u, u))),
     "gelu_tanh": lambda D, c, u, g, F: Call("gelu_tanh_backward", (D.as_c(g, g), D.as_c(u, u))),
 }
@@ -682,7 +683,7 @@ _FLOAT_FAMILY = {
     "fmin",
 }
 _KJIT_FAMILY = {"exp", "log", "erf", "tanh"}  # kjit_math::exp_ and friends
-_TEMPLATES = {"relu", "sigmoid", "silu", "gelu", "gelu_tanh"}
+_TEMPLATES = {"relu", "sigmoid", "silu", "mish", "gelu", "gelu_tanh"}
 _FUNCTIONS = {  # every function name kjit differentiates -> (its rule, its family: 'std', 'float', 'kjit')
     **{base: (base, "std") for base in (*_UNARY_RULES, *_BINARY_RULES)},
     "abs": ("fabs", "std"),

@@ -6,7 +6,7 @@
 The expression is C++ over the named inputs and scalars, evaluated in the compute type ``C``: float
 for float16 / bfloat16 results, otherwise the result dtype itself; with a complex input and a real
 ``dtype=``, complex128 where the result or an input is 64-bit, else complex64. The functions of
-``kernel_templates/math.cuh`` are available (relu, sigmoid, silu, gelu, gelu_tanh, their ``*_backward``,
+``kernel_templates/math.cuh`` are available (relu, sigmoid, silu, mish, gelu, gelu_tanh, their ``*_backward``,
 exp_, log_, erf_, tanh_; real, imag, conj, angle) besides CUDA's own math functions (expf, tanhf, ...).
 
 Complex tensors (torch.complex64, torch.complex128) compute with ``kernel_templates/detail/complex.cuh``:

@@ -352,7 +352,7 @@ class OpSpec:
 
 
 def _activation(ref):
-    """The row of an activation op (relu, sigmoid, tanh, silu): x in, x's shape out."""
+    """The row of an activation op (relu, sigmoid, tanh, silu, mish): x in, x's shape out."""
     return OpSpec(
         lambda m: (m.x(*X2),),
         ref,
@@ -406,6 +406,8 @@ OPS: dict[str, OpSpec] = {
     "tanh_backward": _activation_backward(A.tanh_backward),
     "silu": _activation(F.silu),
     "silu_backward": _activation_backward(A.silu_backward),
+    "mish": _activation(F.mish),
+    "mish_backward": _activation_backward(A.mish_backward),
     "gelu": OpSpec(
         lambda m: (m.x(*X2), "tanh"),
         lambda x, a: F.gelu(x, approximate=a),

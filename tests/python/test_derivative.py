@@ -40,6 +40,15 @@ def _sigmoid(x):
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def _mish(x):
+    return x * math.tanh(math.log1p(math.exp(x)))
+
+
+def _mish_backward(g, x):
+    t = math.tanh(math.log1p(math.exp(x)))
+    return g * (t + x * _sigmoid(x) * (1.0 - t * t))
+
+
 def _gelu(x):
     return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
 
@@ -94,6 +103,8 @@ FUNCTIONS = {
     "tanh_backward": lambda g, y: g * (1.0 - y * y),
     "silu": lambda x: x * _sigmoid(x),
     "silu_backward": lambda g, x: g * _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
+    "mish": _mish,
+    "mish_backward": _mish_backward,
     "gelu": _gelu,
     "gelu_backward": _gelu_backward,
     "gelu_tanh": _gelu_tanh,
@@ -358,6 +369,7 @@ CASES = [
     ("gelu(x) + gelu_tanh(y)", ANY),
     ("gelu(x) * gelu_tanh(x) * silu(x)", ANY),
     ("sigmoid(x * y) - silu(y)", ANY),
+    ("mish(x) * y + mish(y * 2.0)", ANY),
     ("exp(x) * log(y) + exp_(y)", POSITIVE),
     ("log1pf(x * x) + expm1f(y)", ANY),
     ("exp2f(x) * log2f(y) + log10(y)", POSITIVE),
@@ -574,6 +586,11 @@ def _f32_silu_backward(C, g, x):
     return g * s * (C(1) + x * (C(1) - s))
 
 
+def _f32_mish_backward(C, g, x):
+    t = np.tanh(np.log1p(np.exp(x)))
+    return g * (t + x * _f32_sigmoid(C, x) * (C(1) - t * t))
+
+
 if np is not None:
     _MATH = {
         "exp": np.exp,
@@ -608,6 +625,8 @@ if np is not None:
         "sigmoid_backward": _template(lambda C, g, y: g * y * (C(1) - y)),
         "silu": _template(lambda C, x: x / (C(1) + np.exp(-x))),
         "silu_backward": _template(_f32_silu_backward),
+        "mish": _template(lambda C, x: x * np.tanh(np.log1p(np.exp(x)))),
+        "mish_backward": _template(_f32_mish_backward),
         "gelu": _template(_f32_gelu),
         "gelu_backward": _template(_f32_gelu_backward),
         "gelu_tanh": _template(_f32_gelu_tanh),
@@ -707,6 +726,7 @@ if torch is not None:
         "relu": torch.relu,
         "sigmoid": torch.sigmoid,
         "silu": F.silu,
+        "mish": F.mish,
         "gelu": F.gelu,
         "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
         # A constant argument becomes a tensor: torch.pow(x, 0.5) with a Python float computes sqrt(x) (and -0.5

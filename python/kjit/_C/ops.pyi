@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'mish', 'mish_backward', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -138,6 +138,14 @@ def max_pool2d_backward(grad: torch.Tensor, x: torch.Tensor, kernel_size: collec
 def mean(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """
     torch.ops.kjit.mean (mean(Tensor x, int dim=-1, bool keepdim=False) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def mish(x: torch.Tensor) -> torch.Tensor:
+    """
+    torch.ops.kjit.mish (mish(Tensor x) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def mish_backward(grad: torch.Tensor, saved: torch.Tensor) -> torch.Tensor:
+    """
+    torch.ops.kjit.mish_backward (mish_backward(Tensor grad, Tensor saved) -> Tensor), called directly when nothing needs the dispatcher.
     """
 def outer(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """

@@ -1,7 +1,7 @@
-// Activations and their backward: relu, sigmoid, tanh, silu, gelu (approximate 'none' or 'tanh'), each an
+// Activations and their backward: relu, sigmoid, tanh, silu, mish, gelu (approximate 'none' or 'tanh'), each an
 // elementwise function of kernel_templates/math.cuh (ElementwiseFn): inputs of any shape and layout
 // (strided views are read through their strides); the result is contiguous, of the input's dtype. relu,
-// sigmoid and tanh differentiate through their output, gelu and silu through their input, as PyTorch's
+// sigmoid and tanh differentiate through their output, gelu, silu and mish through their input, as PyTorch's
 // kernels do: <name>_backward(grad, saved).
 #include <ATen/ops/empty.h>
 
@@ -14,7 +14,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-enum class Act { Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh };
+enum class Act { Relu, Sigmoid, Tanh, Silu, Mish, Gelu, GeluTanh };
 
 struct ActInfo {
   const char* name;           // the op, and the elementwise function's name
@@ -32,6 +32,7 @@ constexpr ActInfo info(Act a) {
       return {"sigmoid", "kjit.ops.sigmoid", "kjit.ops.sigmoid_backward", "sigmoid(x)", "sigmoid_backward(g, y)", true};
     case Act::Tanh: return {"tanh", "kjit.ops.tanh", "kjit.ops.tanh_backward", "tanh_(x)", "tanh_backward(g, y)", true};
     case Act::Silu: return {"silu", "kjit.ops.silu", "kjit.ops.silu_backward", "silu(x)", "silu_backward(g, x)", false};
+    case Act::Mish: return {"mish", "kjit.ops.mish", "kjit.ops.mish_backward", "mish(x)", "mish_backward(g, x)", false};
     case Act::Gelu: return {"gelu", "kjit.ops.gelu", "kjit.ops.gelu_backward", "gelu(x)", "gelu_backward(g, x)", false};
     default:
       return {"gelu_tanh",    "kjit.ops.gelu_tanh",       "kjit.ops.gelu_tanh_backward",
@@ -89,7 +90,7 @@ at::Tensor backward_meta(const char* op, const at::Tensor& grad, const at::Tenso
   return at::empty_symint(saved.sym_sizes(), saved.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
-// The unary activations (one argument): relu, sigmoid, tanh, silu.
+// The unary activations (one argument): relu, sigmoid, tanh, silu, mish.
 template <Act A>
 at::Tensor unary_cuda(const at::Tensor& x) {
   return forward<A>(info(A).op, x);
@@ -178,6 +179,7 @@ KJIT_UNARY_ACTIVATION(relu, Act::Relu)
 KJIT_UNARY_ACTIVATION(sigmoid, Act::Sigmoid)
 KJIT_UNARY_ACTIVATION(tanh, Act::Tanh)
 KJIT_UNARY_ACTIVATION(silu, Act::Silu)
+KJIT_UNARY_ACTIVATION(mish, Act::Mish)
 KJIT_OP(gelu, "gelu(Tensor x, str approximate='none') -> Tensor", gelu_cuda, gelu_meta);
 KJIT_OP(gelu_backward, "gelu_backward(Tensor grad, Tensor x, str approximate='none') -> Tensor", gelu_backward_cuda,
         gelu_backward_meta);

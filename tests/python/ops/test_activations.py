@@ -1,4 +1,4 @@
-"""The activation ops: relu, sigmoid, tanh, silu and gelu (exact and tanh-approximated), and their backward ops.
+"""The activation ops: relu, sigmoid, tanh, silu, mish and gelu (exact and tanh-approximated), and their backward ops.
 
 Without a GPU: Meta shapes and dtypes. On a GPU (the tests marked gpu): the forward against PyTorch in float64
 on the same inputs (sizes 1 to 4097, misaligned, transposed, 3-D, empty), the backward ops against their
@@ -19,7 +19,7 @@ from kjit import ops
 # ---- Meta tensors: shapes and dtypes (what fake tensors / torch.compile see) ------------------------------
 
 
-UNARY = ["relu", "sigmoid", "tanh", "silu", "gelu"]
+UNARY = ["relu", "sigmoid", "tanh", "silu", "mish", "gelu"]
 
 
 @pytest.mark.parametrize("dtype", FLOATING, ids=lambda d: str(d).split(".")[-1])
@@ -45,6 +45,7 @@ TORCH_ACT = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "silu": F.silu,
+    "mish": F.mish,
     "gelu": lambda t: F.gelu(t),
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
 }

@@ -24,12 +24,12 @@ from kjit import ops
 
 def test_ops_are_the_registered_operators():
     names = (
-        "relu sigmoid tanh silu gelu sum mean amax amin softmax log_softmax layer_norm rms_norm add_layer_norm "
+        "relu sigmoid tanh silu mish gelu sum mean amax amin softmax log_softmax layer_norm rms_norm add_layer_norm "
         "add_rms_norm max_pool2d avg_pool2d causal_conv1d linear_scan add_constant rgb_to_gray outer outer_backward "
         "fused_update"
     ).split()
     backward = (
-        "relu sigmoid tanh silu gelu softmax log_softmax layer_norm rms_norm add_layer_norm add_rms_norm max_pool2d "
+        "relu sigmoid tanh silu mish gelu softmax log_softmax layer_norm rms_norm add_layer_norm add_rms_norm max_pool2d "
         "avg_pool2d causal_conv1d linear_scan"
     ).split()
     for name in names + [f"{n}_backward" for n in backward]:
