@@ -54,11 +54,15 @@ void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t) {
 
 std::int64_t padded_k(std::int64_t k) { return std::max<std::int64_t>(8, cdiv(k, 8) * 8); }
 
+// Elements between the matrices of a batch of t [B, rows, cols] (0 for one matrix: a batch of one's stride
+// is never read, and may be anything).
+std::int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0; }
+
 GemmMatrix matrix(const at::Tensor& t) {
   GemmMatrix m;
   m.ptr = t.const_data_ptr();
   m.ld = t.dim() >= 2 ? t.stride(-2) : t.size(-1);
-  m.batch = t.dim() == 3 ? t.stride(0) : 0;
+  m.batch = batch_stride(t);
   return m;
 }
 
@@ -70,7 +74,7 @@ GemmMatrix operand(const Gemm& g, int device, const at::Tensor& t, at::Tensor& h
   held = t;  // a reshape's copy included
   const bool k_major = t.size(-1) == g.k && gemm_operand_ok(t);
   if (!k_major && gemm_mn_operand_ok(t) && gemm_reads_mn_major(g, device))
-    return GemmMatrix{t.const_data_ptr(), t.stride(-1), t.dim() == 3 ? t.stride(0) : 0, true};
+    return GemmMatrix{t.const_data_ptr(), t.stride(-1), batch_stride(t), true};
   if (!k_major) {
     held = t.contiguous();
     if (g.k != t.size(-1)) held = at::constant_pad_nd(held, {0, g.k - t.size(-1)}, 0);

@@ -126,6 +126,17 @@ def test_operands_the_kernel_cannot_read_in_place_are_copied_k_major():
         ("mma", False, False),
         ("wgmma", True, True),
     ]
+    # One matrix broadcast over a batch (batch stride 0; a TMA map has no stride-0 dim): copied, in the
+    # forward and for the backward's broadcast gradient.
+    b1 = meta(1, 64, 136).expand(3, 64, 136)
+    assert planned_layouts("bmm", (meta(3, 130, 64), b1)) == [("wgmma", False, False)]
+    grad = meta(1, 130, 136).expand(3, 130, 136)
+    assert planned_layouts("bmm_backward", (grad, meta(3, 130, 64), meta(3, 64, 136))) == [
+        ("wgmma", False, False),
+        ("wgmma", True, False),
+    ]
+    # K = 0 (a transposed weight [N, 0]): nothing to read in place.
+    assert planned_layouts("linear", (meta(300, 0), meta(5, 48)[:0].t())) == [("wgmma", False, False)]
     # Other architectures and float32 (TF32): the mma.sync kernel, K-major.
     assert (
         planned_layouts("linear_backward", (meta(300, 200), x, w, None, None, 1.0, False), arch="sm_80")

@@ -101,6 +101,28 @@ def test_matmul_and_bmm(dtype):
     torch.testing.assert_close(ops.matmul(a2, b2).float(), a2.float() @ b2.float(), **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_broadcast_batches_single_batches_and_empty_k(dtype):
+    """bmm of one matrix broadcast over the batch (batch stride 0), and the backward of a sum over the batch
+    (its gradient such a broadcast): copied, never read as a batch of distinct matrices; a batch of one whose
+    batch stride is no multiple of 8 (never read); a transposed weight of K = 0 (the output is the bias)."""
+    a = torch.randn(3, 130, 64, device="cuda", dtype=dtype)
+    b1 = (torch.randn(1, 64, 136, device="cuda") / 8).to(dtype)
+    torch.testing.assert_close(ops.bmm(a, b1.expand(3, 64, 136)).float(), a.float() @ b1.float(), **tol(dtype))
+    wsum = torch.randn(130, 136, device="cuda", dtype=dtype)
+    ag, bg = a.clone().requires_grad_(), b1.expand(3, 64, 136).clone().requires_grad_()
+    (ops.bmm(ag, bg).sum(0).float() * wsum.float()).sum().backward()  # grad: wsum broadcast, batch stride 0
+    g = wsum.float().expand(3, 130, 136)
+    torch.testing.assert_close(ag.grad.float(), g @ b1.float().transpose(1, 2), atol=8e-2, rtol=5e-2)
+    torch.testing.assert_close(bg.grad.float(), a.float().transpose(1, 2) @ g, atol=8e-2, rtol=5e-2)
+    ap = torch.randn(130, 64, 1, device="cuda", dtype=dtype).permute(2, 0, 1)  # [1, 130, 64], strides (1, 64, 1)
+    bp = (torch.randn(64, 136, 1, device="cuda") / 8).to(dtype).permute(2, 0, 1)
+    torch.testing.assert_close(ops.bmm(ap, bp).float(), ap.float() @ bp.float(), **tol(dtype))
+    x, bias = torch.randn(300, 0, device="cuda", dtype=dtype), torch.randn(48, device="cuda", dtype=dtype)
+    w = torch.randn(5, 48, device="cuda", dtype=dtype)[:0].t()  # [48, 0], strides (1, 48)
+    torch.testing.assert_close(ops.linear(x, w, bias), bias.expand(300, 48))
+
+
 def _grads(fn, *tensors):
     ts = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = fn(*ts)
@@ -317,6 +339,14 @@ ag, bg, dy = a.clone().requires_grad_(), bb.clone().requires_grad_(), rnd(3, 130
 da, db = torch.autograd.grad(ops.bmm(ag, bg), (ag, bg), dy)
 check("bmm da 3x130x136x64", da, dy.float() @ bb.float().transpose(1, 2))
 check("bmm db 3x130x136x64", db, a.float().transpose(1, 2) @ dy.float())
+# The forward's epilogues with a transposed weight (N-major B) and a transposed x (M-major A), both read in
+# place, and both at once where the pre-activation is kept (aux).
+x, w, b, r = rnd(1000, 1032), rnd(520, 1032, scale=1032 ** -0.5), rnd(520), rnd(1000, 520)
+wt, xt = w.t().contiguous().t(), x.t().contiguous().t()
+z = x.float() @ w.float().T
+check("bias+gelu w^T 1000x520x1032", ops.linear(x, wt, b, activation="gelu"), F.gelu(z + b.float()))
+check("scale+residual x^T 1000x520x1032", ops.linear(xt, w, scale=0.5, residual=r), 0.5 * z + r.float())
+check("silu with grad x^T w^T 1000x520x1032", ops.linear(xt.clone().requires_grad_(), wt, b, activation="silu").detach(), F.silu(z + b.float()))
 # matmul's b [K, N] is an N-major B; a dW of 40 rows (M narrower than the 64 of a TMA box).
 a, bm = rnd(2, 150, 264), rnd(264, 200, scale=264 ** -0.5)
 check("matmul 300x200x264", ops.matmul(a, bm), a.float() @ bm.float())
@@ -387,7 +417,7 @@ def test_every_wgmma_configuration_matches_torch(tmp_path, round_):
         return WGMMA_GATED[round_ % len(WGMMA_GATED)] if "epi=swiglu" in key else WGMMA_PLAIN[round_]
 
     cases = _run_with_every_choice(tmp_path, CONFIG_WORKLOAD, choose, "sm_90")
-    assert len(cases) == 53 and all(line.endswith(" ok") for line in cases), cases
+    assert len(cases) == 56 and all(line.endswith(" ok") for line in cases), cases
 
 
 @pytest.mark.parametrize("config", SMALL_M)

@@ -67,15 +67,15 @@ const char* activation_name(Activation a) {
 bool gemm_operand_ok(const at::Tensor& t) {
   if (t.size(-1) % 8 || t.stride(-1) != 1) return false;
   if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16) return false;
-  for (std::int64_t d = 0; d + 1 < t.dim(); ++d)
-    if (t.stride(d) % 8 && t.size(d) > 1) return false;
+  for (std::int64_t d = 0; d + 1 < t.dim(); ++d)  // a broadcast (stride 0) dim: copied
+    if (t.size(d) > 1 && (t.stride(d) % 8 || t.stride(d) <= 0)) return false;
   return true;
 }
 
 bool gemm_mn_operand_ok(const at::Tensor& t) {
-  if (t.dim() < 2 || t.stride(-2) != 1 || t.stride(-1) <= 0 || t.stride(-1) % 8) return false;
+  if (t.dim() < 2 || t.size(-1) == 0 || t.stride(-2) != 1 || t.stride(-1) <= 0 || t.stride(-1) % 8) return false;
   if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16) return false;
-  return t.dim() == 2 || t.size(0) == 1 || t.stride(0) % 8 == 0;
+  return t.dim() == 2 || t.size(0) == 1 || (t.stride(0) > 0 && t.stride(0) % 8 == 0);
 }
 
 namespace {
@@ -516,6 +516,9 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
   if (!k->kernel) return;  // a compile-only plan: no descriptors to encode, nothing to launch
   if (c.wgmma) {
     cfg.block.x = 128 * (wgmma_consumers(c) + 1);
+    if (g.batch > 1 && (!g.a.batch || !g.b.batch))  // a TMA map has no stride-0 dim; the callers copy those
+      throw LaunchError(std::string(op) + ": an operand shared by a batch (batch stride 0) for the wgmma GEMM " +
+                        c.name() + " (a kjit bug: it reads a matrix per batch)");
     const TensorMap ta = g.a.mn_major ? mn_operand_map(op, g, g.a, g.m) : operand_map(op, g, g.a, g.m, c.bm);
     const TensorMap tb =
         g.b.mn_major ? mn_operand_map(op, g, g.b, g.n) : operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);

@@ -64,7 +64,8 @@ void check_gemm_sizes(const char* op, const c10::SymInt& m, const c10::SymInt& n
                       const c10::SymInt& batch = c10::SymInt(1));
 
 // What A and B must satisfy (the kernels read them 16 bytes at a time, through TMA on sm_90): K a multiple
-// of 8, 16-byte aligned data, row and batch strides multiples of 8 elements.
+// of 8, 16-byte aligned data, row and batch strides multiples of 8 elements and not 0 (a broadcast view is
+// copied: a TMA map has no stride-0 dim).
 bool gemm_operand_ok(const at::Tensor& t);
 
 // Whether the kernel `g` runs on (by its dtype, M, SwiGLU and the device's architecture) reads M- / N-major
@@ -74,7 +75,7 @@ bool gemm_reads_mn_major(const Gemm& g, int device);
 
 // What an M- / N-major operand t [rows, K] (or [B, rows, K]) must satisfy to be read in place (through TMA):
 // rows contiguous (stride(-2) 1), rows of K 16-byte aligned (stride(-1) a multiple of 8) in 16-byte aligned
-// data, and matrices of a batch a multiple of 8 elements apart.
+// data, K > 0, and matrices of a batch a multiple of 8 elements apart (not 0: a broadcast batch is copied).
 bool gemm_mn_operand_ok(const at::Tensor& t);
 
 // Plans and launches `g` on ctx.stream (every pointer on `device`). `op` names the caller in errors.
