@@ -295,6 +295,55 @@ def _causal_conv1d_backward_ref(grad, grad_final, x, w, b, s, act):
     return got[0], got[1], db, ds
 
 
+def _group_norm_ref(x, g, w=None, b=None, eps=1e-5, act=None, scale=None, shift=None, res=None):
+    """F.group_norm, then the activation, FiLM ([B, C] terms broadcast over the dims after C) and residual."""
+    y = F.group_norm(x, g, w, b, eps)
+    y = {"silu": F.silu, "mish": F.mish}.get(act, lambda t: t)(y)
+    per_bc = (*x.shape[:2], *([1] * (x.dim() - 2)))
+    if scale is not None:
+        y = y * scale.reshape(per_bc)
+    if shift is not None:
+        y = y + shift.reshape(per_bc)
+    return y + res if res is not None else y
+
+
+def _group_norm_stats(x, g, eps=1e-5):
+    """The group statistics (mean, rstd) [B, G] group_norm_forward returns, in float32 (float64 for float64);
+    zeros of x's dtype for a dtype the op refuses (the bad-dtype rows: x's error comes first)."""
+    if not x.is_floating_point():
+        return x.new_zeros((x.shape[0], g)), x.new_zeros((x.shape[0], g))
+    xs = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    xs = xs.reshape(x.shape[0], g, math.prod(x.shape[1:]) // g)
+    # Two passes, as the kernel: the mean of a group holding +Inf is +Inf (Welford's update, aten's, makes it NaN).
+    mean = xs.mean(-1)
+    var = (xs - mean.unsqueeze(-1)).square().mean(-1)
+    return mean, (var + eps).rsqrt()
+
+
+def _group_norm_forward_ref(x, g, w, b, eps, *rest):
+    return (_group_norm_ref(x, g, w, b, eps, *rest), *_group_norm_stats(x, g, eps))
+
+
+def _group_norm_backward_args(grad, x, g, *rest):
+    """group_norm_backward's arguments with x's own statistics (eps 1e-5, as the reference's)."""
+    return (grad, x, *_group_norm_stats(x, g), g, *rest)
+
+
+def _group_norm_backward_ref(grad, x, mean, rstd, g, w=None, b=None, act=None, scale=None, has_shift=False):
+    """By autograd through _group_norm_ref at x's statistics (mean and rstd are x's own in every row)."""
+    with torch.enable_grad():
+        xr, wr, br, sr = (t.detach().requires_grad_(True) if t is not None else None for t in (x, w, b, scale))
+        hr = x.new_zeros(x.shape[:2]).requires_grad_(True) if has_shift else None
+        y = _group_norm_ref(xr, g, wr, br, 1e-5, act, sr, hr)
+        wanted = [t for t in (xr, wr, br, sr, hr) if t is not None]
+        got = iter(torch.autograd.grad(y, wanted, grad))
+    empty = x.new_empty((0,))
+    dx = next(got)
+    dw, db = (next(got) if t is not None else empty for t in (w, b))
+    ds = next(got).reshape(x.shape[:2]) if scale is not None else empty
+    return dx, dw, db, ds, next(got) if has_shift else empty
+
+
 def _linear_scan_ref(a, b, h0=None):
     h = h0.to(a.dtype) if h0 is not None else a.new_zeros(a.shape[:-1])
     out = []
@@ -734,6 +783,58 @@ OPS: dict[str, OpSpec] = {
         ],
         plans=lambda f: [
             ((f.t(4, 4096, 4096), None, f.t(4, 4096, 4096), f.t(4096, 3), f.t(4096), None, "silu"), {}, {})
+        ],
+    ),
+    "group_norm": OpSpec(
+        lambda m: (m.x(2, 4, 3), 2, m.w(4), m.w(4), 1e-5, "mish", m.x(2, 4), m.x(2, 4), m.x(2, 4, 3)),
+        _group_norm_ref,
+        "x, weight, bias, scale, shift, residual",
+        tol=1e-4,
+        samples=lambda f: [
+            # The U-Net's first block: FiLM as [B, C, 1] terms after the Mish.
+            (
+                (f.t(2, 24, 5, grad=True), 8, f.t(24, grad=True), f.t(24, grad=True)),
+                {"activation": "mish", "scale": f.t(2, 24, 1, grad=True), "shift": f.t(2, 24, 1, grad=True)},
+            ),
+            # Its second: the residual after the Mish; a horizon of 1, two channels a group, no affine.
+            ((f.t(3, 6, 1, grad=True), 3), {"activation": "silu", "residual": f.t(3, 6, 1, grad=True)}),
+            # The halves of one [B, 2, C] embedding (batch stride 2C), a misaligned 4-D x.
+            ((f.t(2, 6, 3, 4, offset=1, grad=True), 2), {"scale": f.t(2, 2, 6)[:, 0], "shift": f.t(2, 2, 6)[:, 1]}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 1024, 4), 8, f.t(1024), f.t(1024)), {"activation": "mish", "residual": f.t(64, 1024, 4)}, {}),
+            ((f.t(8, 64, 4096), 32), {"scale": f.t(8, 64), "shift": f.t(8, 64)}, {}),
+        ],
+    ),
+    "group_norm_forward": OpSpec(
+        lambda m: (m.x(2, 4, 3), 2, m.w(4), m.w(4), 1e-5, "silu", m.x(2, 4), m.x(2, 4), m.x(2, 4, 3)),
+        _group_norm_forward_ref,
+        "x, weight, bias, scale, shift, residual",
+        tol=1e-4,
+        samples=lambda f: [
+            ((f.t(2, 24, 5, grad=True), 8, f.t(24, grad=True), f.t(24, grad=True)), {"activation": "mish"}),
+            ((f.t(3, 6, 7, offset=1), 3), {}),
+        ],
+        plans=lambda f: [((f.t(1, 256, 16), 8, f.t(256), f.t(256)), {"activation": "mish"}, {})],
+    ),
+    "group_norm_backward": OpSpec(
+        lambda m: _group_norm_backward_args(m.x(2, 4, 3), m.x(2, 4, 3), 2, m.w(4), m.w(4), "mish", m.x(2, 4), True),
+        _group_norm_backward_ref,
+        "grad, x, mean, rstd, weight, bias, scale",
+        first="x",
+        special="nan",
+        tol=1e-4,
+        samples=lambda f: [
+            (
+                _group_norm_backward_args(
+                    f.t(2, 24, 5), f.t(2, 24, 5), 8, f.t(24), f.t(24), "mish", f.t(2, 24, 1), True
+                ),
+                {},
+            ),
+            (_group_norm_backward_args(f.t(3, 6, 1), f.t(3, 6, 1), 3), {"activation": "silu"}),
+        ],
+        plans=lambda f: [
+            (_group_norm_backward_args(f.t(64, 1024, 4), f.t(64, 1024, 4), 8, f.t(1024), f.t(1024), "mish"), {}, {})
         ],
     ),
     "linear_scan": OpSpec(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'mish', 'mish_backward', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'group_norm', 'group_norm_backward', 'group_norm_forward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'mish', 'mish_backward', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -70,6 +70,18 @@ def gelu(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
 def gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     """
     torch.ops.kjit.gelu_backward (gelu_backward(Tensor grad, Tensor x, str approximate='none') -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-05, activation: str | None = None, scale: torch.Tensor | None = None, shift: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """
+    torch.ops.kjit.group_norm (group_norm(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, str? activation=None, Tensor? scale=None, Tensor? shift=None, Tensor? residual=None) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def group_norm_backward(grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, activation: str | None = None, scale: torch.Tensor | None = None, has_shift: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.group_norm_backward (group_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, int num_groups, Tensor? weight=None, Tensor? bias=None, str? activation=None, Tensor? scale=None, bool has_shift=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def group_norm_forward(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-05, activation: str | None = None, scale: torch.Tensor | None = None, shift: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.group_norm_forward (group_norm_forward(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, str? activation=None, Tensor? scale=None, Tensor? shift=None, Tensor? residual=None) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
     """
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-05) -> torch.Tensor:
     """
