@@ -37,70 +37,6 @@
 namespace kjit::ops {
 namespace {
 
-constexpr std::initializer_list<at::ScalarType> kMatrixTypes = {at::ScalarType::BFloat16, at::ScalarType::Half,
-                                                                at::ScalarType::Float};
-
-// float32 runs on the tensor cores as TF32 (10-bit mantissa products, float32 accumulation) only where the
-// user allows it for matmuls, as cuBLAS does: torch.backends.cuda.matmul.allow_tf32.
-void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t) {
-  if (t.scalar_type() == at::ScalarType::Float && !at::globalContext().allowTF32CuBLAS())
-    throw TypeError(std::string(op) + ": " + arg +
-                    " is float32, which kjit's matrix kernels compute as TF32 (float32 accumulation, inputs rounded "
-                    "to 10 mantissa bits), and TF32 is off (torch.backends.cuda.matmul.allow_tf32 is False); "
-                    "allow it with torch.backends.cuda.matmul.allow_tf32 = True, or convert with " +
-                    arg + ".to(torch.bfloat16)");
-  check_dtype(op, arg, t, kMatrixTypes);
-}
-
-std::int64_t padded_k(std::int64_t k) { return std::max<std::int64_t>(8, cdiv(k, 8) * 8); }
-
-// Elements between the matrices of a batch of t [B, rows, cols] (0 for one matrix: a batch of one's stride
-// is never read, and may be anything).
-std::int64_t batch_stride(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 ? t.stride(0) : 0; }
-
-GemmMatrix matrix(const at::Tensor& t) {
-  GemmMatrix m;
-  m.ptr = t.const_data_ptr();
-  m.ld = t.dim() >= 2 ? t.stride(-2) : t.size(-1);
-  m.batch = batch_stride(t);
-  return m;
-}
-
-// An operand t [rows, K] (or [B, rows, K]) of `g` (its dtype, sizes, K padded, k_rows and epilogue set) as g's
-// kernel reads it: `t` itself where it can (K-major, or M- / N-major, a transpose's view, where the kernel
-// reads those in place: the backward's and matmul's operands), else a contiguous K-major copy with K padded
-// with zeros to g.k, kept alive in `held`.
-GemmMatrix operand(const Gemm& g, int device, const at::Tensor& t, at::Tensor& held) {
-  held = t;  // a reshape's copy included
-  const bool k_major = t.size(-1) == g.k && gemm_operand_ok(t);
-  if (!k_major && gemm_mn_operand_ok(t) && gemm_reads_mn_major(g, device))
-    return GemmMatrix{t.const_data_ptr(), t.stride(-1), batch_stride(t), true};
-  if (!k_major) {
-    held = t.contiguous();
-    if (g.k != t.size(-1)) held = at::constant_pad_nd(held, {0, g.k - t.size(-1)}, 0);
-  }
-  return matrix(held);
-}
-
-// C = A @ B.T for A [M, K] / [Bt, M, K] and B [N, K] / [Bt, N, K] of any strides: a fresh contiguous C.
-at::Tensor mm_tn(const char* op, const at::Tensor& a, const at::Tensor& b, int device, const LaunchContext& ctx) {
-  const bool batched = a.dim() == 3;
-  at::Tensor c = batched ? new_empty({a.size(0), a.size(1), b.size(-2)}, a) : new_empty({a.size(0), b.size(0)}, a);
-  Gemm g;
-  g.dtype = a.scalar_type();
-  g.batch = batched ? a.size(0) : 1;
-  g.m = a.size(-2);
-  g.n = b.size(-2);
-  g.k = padded_k(a.size(-1));
-  g.k_rows = a.size(-1);
-  at::Tensor a_held, b_held;
-  g.a = operand(g, device, a, a_held);
-  g.b = operand(g, device, b, b_held);
-  g.c = matrix(c);
-  run_gemm(op, g, device, ctx);
-  return c;
-}
-
 // M as the GEMM has it: the rows of x (or a), the product of every dim but the last.
 template <class Sizes>
 c10::SymInt rows_of(const Sizes& s) {
@@ -194,8 +130,8 @@ std::tuple<at::Tensor, at::Tensor> linear_impl(const char* op, const at::Tensor&
   g.k_rows = kdim;
   g.swiglu = swiglu;
   at::Tensor x_held, w_held;
-  g.a = operand(g, device, x.reshape({m, kdim}), x_held);
-  g.b = operand(g, device, weight, w_held);
+  g.a = gemm_operand(g, device, x.reshape({m, kdim}), x_held);
+  g.b = gemm_operand(g, device, weight, w_held);
   g.c = {y.const_data_ptr(), n, 0};
   if (r) g.residual = {r->const_data_ptr(), n, 0};
   if (aux) g.aux = {z.const_data_ptr(), weight.size(0), 0};

@@ -81,4 +81,26 @@ bool gemm_mn_operand_ok(const at::Tensor& t);
 // Plans and launches `g` on ctx.stream (every pointer on `device`). `op` names the caller in errors.
 void run_gemm(const char* op, const Gemm& g, int device, const LaunchContext& ctx);
 
+// ---- operands: what the matrix ops and the convolutions (matmul.cpp, conv.cpp) hand to run_gemm ----------
+
+// The dtypes of the GEMM kernels: bfloat16, float16, and float32 computed as TF32 (10-bit mantissa products,
+// float32 accumulation), only where the user allows TF32 for the op's kind, as PyTorch's vendor libraries do:
+// torch.backends.cuda.matmul.allow_tf32 for matrix products, torch.backends.cudnn.allow_tf32 for convolutions
+// (`convolution`). TypeError naming the flag otherwise.
+void check_matrix_dtype(const char* op, const char* arg, const at::Tensor& t, bool convolution = false);
+
+// K as the kernels take it: a multiple of 8, at least 8.
+std::int64_t padded_k(std::int64_t k);
+
+// A contiguous-rows matrix t [rows, cols] or [B, rows, cols] as a GemmMatrix.
+GemmMatrix gemm_matrix(const at::Tensor& t);
+
+// An operand t [rows, K] (or [B, rows, K]) of `g` (its dtype, sizes, K padded, k_rows and epilogue set) as g's
+// kernel reads it: `t` itself where it can (K-major, or M- / N-major, a transpose's view, where the kernel
+// reads those in place), else a contiguous K-major copy with K padded with zeros to g.k, kept alive in `held`.
+GemmMatrix gemm_operand(const Gemm& g, int device, const at::Tensor& t, at::Tensor& held);
+
+// C = A @ B.T for A [M, K] / [Bt, M, K] and B [N, K] / [Bt, N, K] of any strides: a fresh contiguous C.
+at::Tensor mm_tn(const char* op, const at::Tensor& a, const at::Tensor& b, int device, const LaunchContext& ctx);
+
 }  // namespace kjit::ops
