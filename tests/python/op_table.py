@@ -271,6 +271,61 @@ def _pool_backward_ref(fn):
     return ref
 
 
+def _conv_ref(transposed):
+    """F.conv1d / F.conv_transpose1d in float32 for 16-bit inputs (then rounded), on the schema's arguments."""
+
+    def ref(x, w, b=None, *ints):
+        wide = x.dtype in (torch.float16, torch.bfloat16)
+        xf, wf, bf = (t.float() if wide and t is not None else t for t in (x, w, b))
+        y = (F.conv_transpose1d if transposed else F.conv1d)(xf, wf, bf, *ints)
+        return y.to(x.dtype)
+
+    return ref
+
+
+def _conv_backward_ref(transposed):
+    """(dx, dweight, dbias) of F.conv1d / F.conv_transpose1d by autograd in float32 (dbias [0] without a bias)."""
+
+    def ref(grad, x, w, *rest):
+        *ints, has_bias = rest
+        with torch.enable_grad():
+            xf = x.detach().float().requires_grad_()
+            wf = w.detach().float().requires_grad_()
+            y = (F.conv_transpose1d if transposed else F.conv1d)(xf, wf, None, *ints)
+            if y.device.type == "meta":
+                dx, dw = torch.empty_like(xf), torch.empty_like(wf)
+            else:
+                dx, dw = torch.autograd.grad(y, (xf, wf), grad.float())
+        g = grad.float()
+        db = g.sum((0, 2) if g.dim() == 3 else 1) if has_bias else g.new_empty(0)
+        return dx.to(x.dtype), dw.to(x.dtype), db.to(x.dtype)
+
+    return ref
+
+
+def _ddpm_coefficients_ref(betas, step=1):
+    """The diffusers DDPMScheduler's step coefficients (epsilon prediction, fixed_small variance), float64."""
+    beta = betas.double()
+    abar = torch.cumprod(1 - beta, 0)
+    prev = torch.cat([torch.ones(min(step, len(beta)), dtype=beta.dtype, device=beta.device), abar[: len(beta) - step]])
+    alpha_t = abar / prev
+    beta_t = 1 - alpha_t
+    sigma = ((1 - prev) / (1 - abar) * beta_t).clamp_min(1e-20).sqrt()
+    sigma[:step] = 0
+    rows = [1 / abar.sqrt(), (1 - abar).sqrt() / abar.sqrt(), prev.sqrt() * beta_t / (1 - abar)]
+    rows += [alpha_t.sqrt() * (1 - prev) / (1 - abar), sigma]
+    return torch.stack(rows, 1).float()
+
+
+def _ddpm_step_ref(x, eps, noise, c, t, clip=True, clip_range=1.0):
+    r, q, a, b, s = c[t].to(x.dtype)
+    x0 = x * r - eps * q
+    if clip:
+        x0 = x0.clamp(-clip_range, clip_range)
+    out = a * x0 + b * x
+    return out + s * noise if noise is not None else out
+
+
 def _causal_conv1d_ref(x, w, b, s, act):
     W = w.shape[-1]
     xp = torch.cat([s if s is not None else x.new_zeros((*x.shape[:-1], W - 1)), x], -1)
@@ -756,6 +811,118 @@ OPS: dict[str, OpSpec] = {
         "grad, x",
         samples=lambda f: [((f.t(2, 3, 5, 6), f.t(2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True), {})],
         plans=lambda f: [((f.t(32, 64, 28, 28), f.t(32, 64, 56, 56), [2, 2], [2, 2], [0, 0], True), {}, {})],
+    ),
+    # The dense convolutions: GEMMs (TF32 for float32, PyTorch's convolution default), compared loosely.
+    "conv1d": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.w(4, 3, 3), m.w(4), 1, 1, 1, 1),
+        _conv_ref(False),
+        "x, weight, bias",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=lambda f: [
+            # The U-Net's Conv1dBlock (k=5, padding 2) at horizon 16, channels no multiple of 8.
+            ((f.t(2, 20, 16, grad=True), f.t(28, 20, 5, grad=True), f.t(28, grad=True)), {"padding": 2}),
+            # Its Downsample1d (k=3, stride 2), a horizon of 1 and of 3, K = 3 * 3 padded to 16, dilation.
+            ((f.t(3, 16, 3, grad=True), f.t(16, 16, 3, grad=True), f.t(16)), {"stride": 2, "padding": 1}),
+            ((f.t(2, 3, 1, grad=True), f.t(5, 3, 3, grad=True)), {"padding": 1}),
+            ((f.t(2, 3, 9, grad=True), f.t(6, 3, 2, grad=True)), {"stride": 3, "padding": 2, "dilation": 2}),
+            # Unbatched, a misaligned x; a 1x1 convolution (the residual blocks' projection).
+            ((f.t(7, 10, offset=1), f.t(4, 7, 1), f.t(4)), {}),
+        ],
+        plans=lambda f: [
+            ((f.t(1, 1024, 16), f.t(1024, 1024, 5), f.t(1024)), {"padding": 2}, {}),
+            ((f.t(64, 1024, 16), f.t(1024, 1024, 5), f.t(1024)), {"padding": 2}, {}),
+            ((f.t(64, 256, 16), f.t(256, 256, 3), f.t(256)), {"stride": 2, "padding": 1}, {}),
+        ],
+    ),
+    "conv1d_backward": OpSpec(
+        lambda m: (m.x(2, 4, 8), m.x(2, 3, 8), m.w(4, 3, 3), 1, 1, 1, 1, True),
+        _conv_backward_ref(False),
+        "grad, x, weight",
+        first="x",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [
+            ((f.t(2, 28, 16), f.t(2, 20, 16), f.t(28, 20, 5)), {"padding": 2, "has_bias": True}),
+            ((f.t(3, 6, 4), f.t(3, 3, 9), f.t(6, 3, 2)), {"stride": 3, "padding": 2, "dilation": 2}),
+            ((f.t(4, 10), f.t(7, 10, offset=1), f.t(4, 7, 1)), {"has_bias": True}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 1024, 16), f.t(64, 1024, 16), f.t(1024, 1024, 5)), {"padding": 2, "has_bias": True}, {})
+        ],
+    ),
+    "conv_transpose1d": OpSpec(
+        lambda m: (m.x(2, 3, 8), m.w(3, 4, 4), m.w(4), 2, 1, 0, 1, 1),
+        _conv_ref(True),
+        "x, weight, bias",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=3e-2,
+        samples=lambda f: [
+            # The U-Net's Upsample1d (k=4, stride 2, padding 1), channels no multiple of 8.
+            ((f.t(2, 20, 8, grad=True), f.t(20, 12, 4, grad=True), f.t(12, grad=True)), {"stride": 2, "padding": 1}),
+            ((f.t(3, 5, 1, grad=True), f.t(5, 7, 3, grad=True)), {"stride": 3, "output_padding": 2, "dilation": 2}),
+            ((f.t(6, 3, offset=1), f.t(6, 3, 2), f.t(3)), {}),
+        ],
+        plans=lambda f: [
+            ((f.t(1, 1024, 8), f.t(1024, 1024, 4), f.t(1024)), {"stride": 2, "padding": 1}, {}),
+            ((f.t(64, 512, 8), f.t(512, 512, 4), f.t(512)), {"stride": 2, "padding": 1}, {}),
+        ],
+    ),
+    "conv_transpose1d_backward": OpSpec(
+        lambda m: (m.x(2, 4, 16), m.x(2, 3, 8), m.w(3, 4, 4), 2, 1, 0, 1, 1, True),
+        _conv_backward_ref(True),
+        "grad, x, weight",
+        first="x",
+        allowed=MATRIX_ALLOWED,
+        special=None,
+        tol=5e-2,
+        samples=lambda f: [
+            ((f.t(2, 12, 16), f.t(2, 20, 8), f.t(20, 12, 4)), {"stride": 2, "padding": 1, "has_bias": True}),
+            ((f.t(3, 7, 7), f.t(3, 5, 1), f.t(5, 7, 3)), {"stride": 3, "output_padding": 2, "dilation": 2}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 512, 16), f.t(64, 512, 8), f.t(512, 512, 4)), {"stride": 2, "padding": 1, "has_bias": True}, {})
+        ],
+    ),
+    # The DDPM sampler's step, its schedule on the device.
+    "ddpm_coefficients": OpSpec(
+        lambda m: (m.w(10), 1),
+        _ddpm_coefficients_ref,
+        "betas",
+        first="betas",
+        special=None,
+        tol=1e-5,
+        samples=lambda f: [((f.t(100).abs() * 0.02 + 1e-4,), {}), ((f.t(1000).abs() * 0.01 + 1e-4, 10), {})],
+    ),
+    "ddpm_step": OpSpec(
+        lambda m: (m.x(4, 16), m.x(4, 16), m.x(4, 16), m.w(8, 5, dtype=torch.float32), 3, True, 1.0),
+        _ddpm_step_ref,
+        "x, eps, noise, coefficients",
+        tol=1e-5,
+        samples=lambda f: [
+            # The policy's action sample [B, horizon, action dim], a misaligned one, no noise (the last step).
+            (
+                (
+                    f.t(2, 16, 10, grad=True),
+                    f.t(2, 16, 10, grad=True),
+                    f.t(2, 16, 10, grad=True),
+                    f.t(8, 5, dtype=torch.float32),
+                    5,
+                ),
+                {},
+            ),
+            (
+                (f.t(33, offset=1, grad=True), f.t(33, grad=True), None, f.t(8, 5, dtype=torch.float32), 0),
+                {"clip_sample": False},
+            ),
+            ((f.t(3, 7), f.t(3, 7), f.t(3, 7), f.t(100, 5, dtype=torch.float32), 99), {"clip_sample_range": 0.5}),
+        ],
+        plans=lambda f: [
+            ((f.t(64, 16, 10), f.t(64, 16, 10), f.t(64, 16, 10), f.t(100, 5, dtype=torch.float32), 7), {}, {})
+        ],
     ),
     # The sequence ops.
     "causal_conv1d": OpSpec(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import torch
 import typing
-__all__: list[str] = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'fused_update', 'gelu', 'gelu_backward', 'group_norm', 'group_norm_backward', 'group_norm_forward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'mish', 'mish_backward', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
+__all__: list = ['add_constant', 'add_layer_norm', 'add_layer_norm_backward', 'add_rms_norm', 'add_rms_norm_backward', 'amax', 'amin', 'avg_pool2d', 'avg_pool2d_backward', 'bmm', 'bmm_backward', 'causal_conv1d', 'causal_conv1d_backward', 'conv1d', 'conv1d_backward', 'conv_transpose1d', 'conv_transpose1d_backward', 'ddpm_coefficients', 'ddpm_step', 'fused_update', 'gelu', 'gelu_backward', 'group_norm', 'group_norm_backward', 'group_norm_forward', 'layer_norm', 'layer_norm_backward', 'linear', 'linear_aux', 'linear_backward', 'linear_scan', 'linear_scan_backward', 'linear_swiglu', 'linear_swiglu_aux', 'linear_swiglu_backward', 'log_softmax', 'log_softmax_backward', 'matmul', 'matmul_backward', 'max_pool2d', 'max_pool2d_backward', 'mean', 'mish', 'mish_backward', 'outer', 'outer_backward', 'relu', 'relu_backward', 'rgb_to_gray', 'rms_norm', 'rms_norm_backward', 'sigmoid', 'sigmoid_backward', 'silu', 'silu_backward', 'softmax', 'softmax_backward', 'sum', 'tanh', 'tanh_backward']
 def add_constant(x: torch.Tensor, c: float) -> torch.Tensor:
     """
     torch.ops.kjit.add_constant (add_constant(Tensor x, float c) -> Tensor), called directly when nothing needs the dispatcher.
@@ -58,6 +58,30 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 def causal_conv1d_backward(grad: torch.Tensor, grad_final_state: torch.Tensor | None, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, initial_state: torch.Tensor | None = None, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     torch.ops.kjit.causal_conv1d_backward (causal_conv1d_backward(Tensor grad, Tensor? grad_final_state, Tensor x, Tensor weight, Tensor? bias=None, Tensor? initial_state=None, str? activation=None) -> (Tensor, Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1) -> torch.Tensor:
+    """
+    torch.ops.kjit.conv1d (conv1d(Tensor x, Tensor weight, Tensor? bias=None, int stride=1, int padding=0, int dilation=1, int groups=1) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def conv1d_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, has_bias: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.conv1d_backward (conv1d_backward(Tensor grad, Tensor x, Tensor weight, int stride=1, int padding=0, int dilation=1, int groups=1, bool has_bias=False) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def conv_transpose1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int = 1, padding: int = 0, output_padding: int = 0, groups: int = 1, dilation: int = 1) -> torch.Tensor:
+    """
+    torch.ops.kjit.conv_transpose1d (conv_transpose1d(Tensor x, Tensor weight, Tensor? bias=None, int stride=1, int padding=0, int output_padding=0, int groups=1, int dilation=1) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def conv_transpose1d_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stride: int = 1, padding: int = 0, output_padding: int = 0, groups: int = 1, dilation: int = 1, has_bias: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    torch.ops.kjit.conv_transpose1d_backward (conv_transpose1d_backward(Tensor grad, Tensor x, Tensor weight, int stride=1, int padding=0, int output_padding=0, int groups=1, int dilation=1, bool has_bias=False) -> (Tensor, Tensor, Tensor)), called directly when nothing needs the dispatcher.
+    """
+def ddpm_coefficients(betas: torch.Tensor, step: int = 1) -> torch.Tensor:
+    """
+    torch.ops.kjit.ddpm_coefficients (ddpm_coefficients(Tensor betas, int step=1) -> Tensor), called directly when nothing needs the dispatcher.
+    """
+def ddpm_step(x: torch.Tensor, eps: torch.Tensor, noise: torch.Tensor | None, coefficients: torch.Tensor, t: int, clip_sample: bool = True, clip_sample_range: float = 1.0) -> torch.Tensor:
+    """
+    torch.ops.kjit.ddpm_step (ddpm_step(Tensor x, Tensor eps, Tensor? noise, Tensor coefficients, int t, bool clip_sample=True, float clip_sample_range=1.0) -> Tensor), called directly when nothing needs the dispatcher.
     """
 def fused_update(x: torch.Tensor, model_out: torch.Tensor, noise: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor:
     """
