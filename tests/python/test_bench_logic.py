@@ -1394,3 +1394,49 @@ def test_gemm_tiles_reads_the_tuning_log():
     md = gemm_tiles.markdown(points, "NVIDIA H200")
     assert "| plain | 128 | 4096 | 4096 | **8.4** |  | 10.5 | wgmma:128x256:s3 | 1.250 |" in md
     assert len(gemm_tiles.cases(False)) == 28 and len(gemm_tiles.cases(True)) == 14
+
+
+def test_unet1d_markdown_names_each_miss_with_its_target():
+    from kjit.bench import unet1d
+
+    modes = ("eager", "eager in one CUDA graph", "torch.compile reduce-overhead", "kjit in one CUDA graph")
+    forward = dict(zip(modes, (7.0, 1.5, 1.6, 0.4)))
+    res = {
+        "machine": {"gpu": "NVIDIA H200"},
+        "date": "2026-12-04",
+        "unet": [
+            dict(
+                dtype="float32",
+                batch=1,
+                forward_ms=forward,
+                floor_ms=0.06,
+                target=3.0,
+                vs={p: forward[p] / 0.4 for p in unet1d.PEERS},
+            ),
+            dict(
+                dtype="float32",
+                batch=8,
+                forward_ms=forward,
+                floor_ms=0.06,
+                target=None,
+                vs={p: 0.5 for p in unet1d.PEERS},
+            ),
+        ],
+        "blocks": [
+            dict(
+                block="block 256",
+                dtype="bfloat16",
+                batch=64,
+                kjit_us=20.0,
+                eager_graph_us=22.0,
+                speedup=1.1,
+                target=1.5,
+                weight_floor_us=0.14,
+                max_rel_err_vs_eager=1e-2,
+            )
+        ],
+    }
+    md = unet1d.markdown(res)
+    assert "| float32 | 1 | 7.000 | 1.500 | - | 1.600 | - | 0.400 | 0.060 | 3.75x (met) | 4.00x (met) |" in md
+    assert "| float32 | 8 |" in md and "0.50x | 0.50x |" in md  # no target at batch 8: the ratio alone
+    assert "| block 256 | bfloat16 | 64 | 20.0 | 22.0 | 1.10x (miss, target 1.5x) | 0.14 | 1.0e-02 |" in md
