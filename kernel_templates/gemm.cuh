@@ -8,11 +8,18 @@
 //   N > 0 / K > 0 fix the sizes at compile time (n_runtime / k_runtime ignored); 0 takes them from those
 //   (the generic variant). M is always a runtime argument.
 //
-// Launch: grid (ceil(N / BN), ceil(M / BM), batch), blockDim 32 * WM * WN * WK, dynamic shared memory
+// Launch: grid (ceil(N / BN), ceil(M / BM), batch * splits), blockDim 32 * WM * WN * WK, dynamic shared memory
 //   max(STAGES * (BM + BN * (SWIGLU ? 2 : 1)) * BK * sizeof(T), WK > 1 ? (WK - 1) * BM * BN * (SWIGLU ? 2 : 1) * 4 : 0)
-//   bytes. blockIdx.z is the batch: a += z * batch_a, b += z * batch_b, c += z * batch_c, residual and aux
-//   likewise (bias is shared). Blocks are visited in groups of 8 tile rows (an L2-friendly order); a block
+//   bytes. blockIdx.z / splits is the batch: a += z * batch_a, b += z * batch_b, c += z * batch_c, residual and
+//   aux likewise (bias is shared). Blocks are visited in groups of 8 tile rows (an L2-friendly order); a block
 //   computes the BM x BN tile of C it is mapped to.
+//
+// Split-K across blocks (splits > 1; 1 otherwise, partials / arrivals unread): part blockIdx.z % splits of a
+// tile takes k-tiles [part * per, (part + 1) * per), per = ceil(ceil(K / BK) / splits), so that a tile grid
+// smaller than the GPU still fills it. Each part writes its fp32 sums to `partials` (splits * BM * BN * SETS
+// floats per tile, tiles numbered (z * tiles_m + tile_m) * tiles_n + tile_n) and counts itself in
+// arrivals[tile] (zeroed before the launch); the part that arrives last adds the parts up in their order
+// (0, 1, ...: the same sum whichever arrives last) and runs the epilogue.
 //
 // Inside a block: a STAGES-deep cp.async pipeline of BK-deep tiles of A and B in shared memory (16-byte
 // chunks XOR-swizzled within 128-byte lines: ldmatrix and cp.async are bank-conflict free); the WM x WN warps
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     gemm_mma(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int m, int n_runtime, int k_runtime,
              long long lda, long long ldb, long long ldc, long long batch_a, long long batch_b, long long batch_c,
              const T* __restrict__ bias, const T* residual, T* aux, long long ld_residual, long long ld_aux,
-             long long batch_residual, long long batch_aux, float scale) {
+             long long batch_residual, long long batch_aux, float scale, int splits, float* partials, int* arrivals) {
   namespace g = kjit_gemm_mma;
   constexpr int KIND = g::Kind<T>::value;
   constexpr int THREADS = 32 * WM * WN * WK;
@@ -204,8 +211,9 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     tile_n = (pid % per_group) / rows_in_group;
   }
   const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int part = static_cast<int>(blockIdx.z) % splits;
+  const long long z = blockIdx.z / splits;
   {
-    const long long z = blockIdx.z;
     a += z * batch_a;
     b += z * batch_b;
     c += z * batch_c;
@@ -215,11 +223,17 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 
   const unsigned smem_a = g::smem_addr(kjit_gemm_smem);
   const unsigned smem_b = smem_a + STAGES * A_CHUNKS * 16;
-  const int ktiles = (k + BK - 1) / BK;
+  // This block's k-tiles: [kt0, kt0 + ktiles) of the ceil(k / BK) (all of them without split-K).
+  int kt0 = 0, ktiles = (k + BK - 1) / BK;
+  if (splits > 1) {
+    const int per = (ktiles + splits - 1) / splits;
+    kt0 = min(part * per, ktiles);
+    ktiles = min(per, ktiles - kt0);
+  }
 
   // One BK-deep tile of A and B into stage `stage`; chunks past M, N or K are zero-filled.
   auto load_tile = [&](int t, int stage) {
-    const int k0 = t * BK;
+    const int k0 = (kt0 + t) * BK;
 #pragma unroll
     for (int j = 0; j < (A_CHUNKS + THREADS - 1) / THREADS; ++j) {
       const int i = tid + j * THREADS;
@@ -340,8 +354,56 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
         g::for_each_acc<SETS, MI, NI>([&](int s, int i, int j, int q) { acc[s][i][j][q] += red[slot(w, s, i, j, q)]; });
     }
     __syncthreads();  // red is read before group 0 stages its outputs over it
-    if (kg > 0) return;
   }
+  if (splits > 1) {
+    // Split-K: group 0's sums to this part's slot (a float4 per thread and accumulator fragment, coalesced;
+    // past L1, which other multiprocessors' blocks do not see), then the tile's arrival count; the last part to
+    // arrive sums every part's slot in order.
+    constexpr int FRAGS = SETS * MI * NI;
+    // The arrival's verdict goes through the (drained) dynamic shared memory: a static variable would add to
+    // the block's shared memory, past the limit of a configuration that uses all of it.
+    volatile int* last_part = reinterpret_cast<volatile int*>(kjit_gemm_smem);
+    const long long tile = (z * gridDim.y + tile_m) * gridDim.x + tile_n;
+    float4* slots = reinterpret_cast<float4*>(partials) + tile * splits * FRAGS * GROUP_THREADS + tid % GROUP_THREADS;
+    if (kg == 0) {
+      float4* mine = slots + part * FRAGS * GROUP_THREADS;
+#pragma unroll
+      for (int s = 0; s < SETS; ++s)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) {
+            const float* q = acc[s][i][j];
+            __stcg(mine + ((s * MI + i) * NI + j) * GROUP_THREADS, make_float4(q[0], q[1], q[2], q[3]));
+          }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *last_part = atomicAdd(arrivals + tile, 1) == splits - 1;
+    __syncthreads();
+    const bool last = *last_part;
+    __syncthreads();  // read by all before the epilogue stages its outputs over it
+    if (!last) return;
+    __threadfence();
+    if (kg == 0) {
+      g::for_each_acc<SETS, MI, NI>([&](int s, int i, int j, int q) { acc[s][i][j][q] = 0.f; });
+#pragma unroll 1
+      for (int p = 0; p < splits; ++p) {  // one unrolled body, not one loop per register (compile time)
+        const float4* from = slots + p * FRAGS * GROUP_THREADS;
+#pragma unroll
+        for (int s = 0; s < SETS; ++s)
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+              const float4 v = __ldcg(from + ((s * MI + i) * NI + j) * GROUP_THREADS);
+              float* q = acc[s][i][j];
+              q[0] += v.x, q[1] += v.y, q[2] += v.z, q[3] += v.w;
+            }
+      }
+    }
+  }
+  if (WK > 1 && kg > 0) return;
 
   // The epilogue: each warp stages MC m16 slabs of its accumulators in its own shared memory (rows padded
   // by 8 floats: the fragment stores are conflict free), then walks them row by row, lanes on consecutive

@@ -107,9 +107,11 @@ def run_gemm(
     scale=1.0,
     specialize=True,
     shared_b=False,
+    splits=1,
 ):
-    """Launches gemm_mma on x [B, M, K], w [B or 1, N (2N for swiglu), K]; returns (out, aux, buffers) with
-    out / aux views into sentinel-filled buffers (odd row strides, misaligned by one element)."""
+    """Launches gemm_mma on x [B, M, K], w [B or 1, N (2N for swiglu), K], K in `splits` parts (split-K across
+    blocks: a workspace of partial sums and arrival counters); returns (out, aux, buffers) with out / aux views
+    into sentinel-filled buffers (odd row strides, misaligned by one element)."""
     batch, m, k = x.shape
     assert smem_bytes(dtype, cfg, swiglu) <= SMEM_LIMIT
     sentinel = 1234.0
@@ -127,8 +129,13 @@ def run_gemm(
         AUX=aux,
         SWIGLU=swiglu,
     )
-    grid = (kjit.cdiv(n, cfg["BN"]), kjit.cdiv(m, cfg["BM"]), batch)
+    grid = (kjit.cdiv(n, cfg["BN"]), kjit.cdiv(m, cfg["BM"]), batch * splits)
     block = 32 * cfg["WM"] * cfg["WN"] * cfg["WK"]
+    tiles = grid[0] * grid[1] * batch
+    partials = torch.full(
+        (max(splits, 1) * tiles * cfg["BM"] * cfg["BN"] * (2 if swiglu else 1),), float("nan"), device=DEV
+    )
+    arrivals = torch.zeros(tiles, dtype=torch.int32, device=DEV)
     kern.launch(
         grid,
         block,
@@ -152,9 +159,14 @@ def run_gemm(
         residual.stride(0) if residual is not None else 0,
         aux_t.stride(0) if aux else 0,
         scale,
+        splits,
+        partials if splits > 1 else None,
+        arrivals if splits > 1 else None,
         shared_mem=smem_bytes(dtype, cfg, swiglu),
     )
     torch.cuda.synchronize()
+    if splits > 1:
+        assert bool((arrivals == splits).all()), f"split-K arrivals {arrivals.tolist()}, every tile wants {splits}"
     return out, aux_t, (out_buf, out, aux_buf, aux_t, sentinel)
 
 
@@ -318,4 +330,44 @@ def test_gemm_tf32(name):
     out, _, buffers = run_gemm(dict(cfg, STAGES=2), dtype, x, w, n=n, swiglu=True)
     ref, _ = reference(x, w, n=n, swiglu=True)
     close(out, ref, dtype, k, f"tf32 swiglu {name}")
+    check_untouched(buffers)
+
+
+# ---- split-K across blocks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, dtype, splits",
+    [
+        ("small_deep", torch.float32, 4),  # TF32 at M <= 16 (the U-Net's batch of one)
+        ("medium", torch.float32, 3),  # TF32 at M > 16: parts of unequal depth (the last one shorter)
+        ("small_narrow", torch.bfloat16, 5),
+        ("medium_wide", torch.float16, 2),
+    ],
+)
+def test_gemm_split_k_matches_and_is_deterministic(name, dtype, splits):
+    """K in parts on separate blocks, the last to arrive adding them up in order: the same result as the
+    reference with every epilogue, batch 2, every row and column edge, and bitwise the same on a second run."""
+    torch.manual_seed(3)
+    cfg = (TF32_CONFIGS if dtype == torch.float32 else CONFIGS)[name]
+    batch, n, k = 2, 200, 1000  # 16 / 32 k-tiles: parts of 4, 4, 4, 4, 0 for 5; 11, 11, 10 for 3
+    for m in (1, 16, 127):
+        x = operand(batch, m, k, dtype, k + 8, 1.0)
+        w = operand(batch, n, k, dtype, k, 1.0 / math.sqrt(k))
+        bias = torch.randn(n, device=DEV).to(dtype)
+        residual = operand(batch, m, n, dtype, n + 1, 1.0)
+        kw = dict(n=n, act=2, bias=bias, residual=residual, aux=True, scale=0.5, splits=splits)
+        out, aux_t, buffers = run_gemm(cfg, dtype, x, w, **kw)
+        ref, z = reference(x, w, n=n, act=2, bias=bias, residual=residual, scale=0.5)
+        close(out, ref, dtype, k, f"split-K {splits} {name} M={m}")
+        close(aux_t, z, dtype, k, f"split-K {splits} {name} aux M={m}")
+        check_untouched(buffers)
+        again, _, _ = run_gemm(cfg, dtype, x, w, **kw)
+        assert torch.equal(out, again), f"split-K {splits} {name} M={m}: two runs differ"
+    # SwiGLU's two accumulator sets through the workspace.
+    x = operand(1, 33, k, dtype, k, 1.0)
+    w = operand(1, 2 * n, k, dtype, k, 1.0 / math.sqrt(k))
+    out, _, buffers = run_gemm(dict(cfg, STAGES=2), dtype, x, w, n=n, swiglu=True, splits=splits)
+    ref, _ = reference(x, w, n=n, swiglu=True)
+    close(out, ref, dtype, k, f"split-K {splits} swiglu {name}")
     check_untouched(buffers)

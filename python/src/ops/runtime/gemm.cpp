@@ -159,7 +159,7 @@ unsigned shared_bytes(const Config& c, const Gemm& g) {
   return static_cast<unsigned>(std::max(pipe, reduce));
 }
 
-// Split-K (wgmma): a tile's k-tiles in `splits` parts of ceil(k_tiles / splits) each, on as many blocks;
+// Split-K (both kernels): a tile's k-tiles in `splits` parts of ceil(k_tiles / splits) each, on as many blocks;
 // each part's fp32 accumulators go to a workspace and the last part to finish adds them up (in part order:
 // the same sum whichever finishes last) and runs the epilogue. kMaxSplits parts at most; a part costs
 // about kSplitCost k-tiles more (its accumulators written and read back).
@@ -174,10 +174,37 @@ double split_time(std::int64_t tiles, std::int64_t k_tiles, int splits, int sms)
   return static_cast<double>(waves) * part + (splits > 1 ? 0.5 * kSplitCost * splits : 0);
 }
 
-// The parts per tile of a wgmma configuration: more than one only where the tiles leave multiprocessors
+// The parts per tile of a mma.sync configuration, whose tiles are blocks (several resident on a
+// multiprocessor), each part at least kMinPartKTiles k-tiles deep (and grid.z, batch * parts, within a
+// launch's 65535). Tiles of M > 16 (128 threads): where they are fewer than the multiprocessors, as many parts
+// as bring the blocks closest to two per multiprocessor. The small-M form (256-512 threads streaming the
+// weight): only where its tiles give at most a quarter of the multiprocessors a block, up to one block each.
+// Measured on an H200 (bench/conv1d.py, 2026-12-04, whole conv1d calls) with this rule: TF32 at M = 1024, a
+// [1024, 1024] output over K = 5120 from 134 to 81 us and [1024, 512] over K = 10240 from 262 to 97 us; at M = 16,
+// [16, 512] over K = 10240 from 33 to 20 us. A first rule (parts of 8 k-tiles, up to two blocks per
+// multiprocessor everywhere) ran parts of 8-16 k-tiles up to 2x slower than no split, and the small-M form's 64
+// blocks of a [16, 1024] output gained nothing from it.
+//
+// OFF (kMmaSplitK) until gemm.cuh's split path in its current form (float4 partial sums) runs on a GPU: the
+// figures above are an earlier form's (a float per register, which compiled a 128x128 tile in 3.1 s), whose
+// direct-launch tests and memcheck passed there (tests/python/ops/test_gemm_kernels.py, test_gemm_split_k_*).
+constexpr bool kMmaSplitK = false;
+constexpr std::int64_t kMinPartKTiles = 32;
+int mma_split_k(const Config& c, const Gemm& g, int sms) {
+  if (!kMmaSplitK) return 1;
+  const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch, k_tiles = cdiv(g.k, tile_k(c, g));
+  const bool small_m = c.bm <= kSmallM;
+  if (small_m ? 4 * tiles > sms : tiles >= sms) return 1;
+  const std::int64_t fill = (small_m ? sms : 2 * sms) / tiles;
+  std::int64_t s = std::min<std::int64_t>({kMaxSplits, fill, k_tiles / kMinPartKTiles, 65535 / g.batch});
+  while (s > 1 && (s - 1) * cdiv(k_tiles, s) >= k_tiles) --s;  // no part past K altogether
+  return static_cast<int>(std::max<std::int64_t>(s, 1));
+}
+
+// The parts per tile of a configuration: for wgmma, more than one only where the tiles leave multiprocessors
 // idle (fewer tiles than them, or a last wave mostly empty) and splitting K saves a tenth of the time.
 int split_k(const Config& c, const Gemm& g, int sms) {
-  if (!c.wgmma) return 1;
+  if (!c.wgmma) return mma_split_k(c, g, sms);
   const std::int64_t tiles = cdiv(g.m, c.bm) * cdiv(g.n, c.bn) * g.batch, k_tiles = cdiv(g.k, 64);
   int best = 1;
   double best_time = split_time(tiles, k_tiles, 1, sms);
@@ -487,6 +514,28 @@ std::vector<TemplateArg> template_args(const Config& c, const Gemm& g) {
   return args;
 }
 
+// Split-K's workspace for `slots` arrival counters after `floats` fp32 partial sums: from PyTorch's caching
+// allocator for the launch's stream (ordered after that stream's earlier work with the memory, and captured
+// with the launch into a CUDA graph's pool), the counters zeroed on the stream.
+struct SplitWorkspace {
+  at::Tensor memory;
+  float* partials = nullptr;
+  int* arrivals = nullptr;
+};
+SplitWorkspace split_workspace(std::int64_t floats, std::int64_t slots, int device, const LaunchContext& ctx) {
+  SplitWorkspace w;
+  {
+    const c10::cuda::CUDAStreamGuard on_launch_stream(c10::cuda::getStreamFromExternal(ctx.stream, device));
+    w.memory = at::empty({floats + slots}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
+  }
+  w.partials = w.memory.data_ptr<float>();
+  w.arrivals = reinterpret_cast<int*>(w.partials + floats);
+  const DriverLibrary& d = DriverLibrary::get();
+  d.check(d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(w.arrivals), 0, static_cast<size_t>(slots), ctx.stream),
+          "cuMemsetD32Async");
+  return w;
+}
+
 void launch(const char* op, const Config& c, const Gemm& g, int device, const LaunchContext& ctx) {
   if (mn_operands(g) && !c.wgmma)  // the callers ask gemm_reads_mn_major, whose kernels are all wgmma
     throw LaunchError(std::string(op) + ": an M- / N-major operand for the mma.sync GEMM " + c.name() +
@@ -524,37 +573,31 @@ void launch(const char* op, const Config& c, const Gemm& g, int device, const La
         g.b.mn_major ? mn_operand_map(op, g, g.b, g.n) : operand_map(op, g, g.b, g.swiglu ? 2 * g.n : g.n, c.bn);
     const TensorMap tc = tma_store_ok(g) ? output_map(op, g) : ta;  // not read without the TMA store
     int batch = static_cast<int>(g.batch);
-    // Split-K's workspace: every part's fp32 accumulators, then an arrival counter per consumer's rows of
-    // a tile, zeroed on the stream; from PyTorch's caching allocator for the launch's stream (ordered
-    // after that stream's earlier work with the memory, and captured with the launch into a CUDA graph's
-    // pool).
+    // Split-K: every part's fp32 accumulators, then an arrival counter per consumer's rows of a tile.
     int splits = split_k(c, g, sm_count(device));
-    float* partials = nullptr;
-    int* arrivals = nullptr;
-    at::Tensor workspace;
+    SplitWorkspace w;
     if (splits > 1) {
       const std::int64_t slots = tiles * (c.pingpong ? 1 : wgmma_consumers(c));
-      const std::int64_t floats = tiles * splits * c.bm * c.bn * (g.swiglu ? 2 : 1);
-      {
-        const c10::cuda::CUDAStreamGuard on_launch_stream(c10::cuda::getStreamFromExternal(ctx.stream, device));
-        workspace = at::empty({floats + slots}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
-      }
-      partials = workspace.data_ptr<float>();
-      arrivals = reinterpret_cast<int*>(partials + floats);
-      const DriverLibrary& d = DriverLibrary::get();
-      d.check(d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(arrivals), 0, static_cast<size_t>(slots), ctx.stream),
-              "cuMemsetD32Async");
+      w = split_workspace(tiles * splits * c.bm * c.bn * (g.swiglu ? 2 : 1), slots, device, ctx);
       cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(tiles * splits, sm_count(device)));
     }
     launch_kernel(*k, cfg, ta.map, tb.map, tc.map, cp, m, n, kk, ldc, batch_c, bias, residual, aux, ld_res, ld_aux,
-                  batch_res, batch_aux, scale, batch, splits, partials, arrivals);
+                  batch_res, batch_aux, scale, batch, splits, w.partials, w.arrivals);
   } else {
     cfg.block.x = 32 * c.wm * c.wn * c.wk;
     const void* ap = g.a.ptr;
     const void* bp = g.b.ptr;
     long long lda = g.a.ld, ldb = g.b.ld, batch_a = g.a.batch, batch_b = g.b.batch;
+    // Split-K (fewer tiles than multiprocessors): the parts of a tile along grid.z, after its batch index; a
+    // part's sums are its group-0 threads' registers, a tile's counter one int.
+    int splits = split_k(c, g, sm_count(device));
+    SplitWorkspace w;
+    if (splits > 1) {
+      w = split_workspace(tiles * splits * c.bm * c.bn * (g.swiglu ? 2 : 1), tiles, device, ctx);
+      cfg.grid.z = static_cast<unsigned>(g.batch * splits);
+    }
     launch_kernel(*k, cfg, ap, bp, cp, m, n, kk, lda, ldb, ldc, batch_a, batch_b, batch_c, bias, residual, aux, ld_res,
-                  ld_aux, batch_res, batch_aux, scale);
+                  ld_aux, batch_res, batch_aux, scale, splits, w.partials, w.arrivals);
   }
 }
 

@@ -4,11 +4,12 @@
 //
 // The kernel: on an sm_90 device, kernel_templates/gemm_sm90.cuh (TMA + wgmma, compiled for sm_90a) for
 // 16-bit types and M > 16, and kernel_templates/gemm.cuh (mma.sync) for M <= 16 (its in-block split-K form),
-// for float32 (TF32: the caller checks that the user allows it) and on every other architecture. N and K are template
-// arguments (through the shape policy: past KJIT_MAX_SPECIALIZATIONS distinct values, the generic variant), M a runtime
-// one: one kernel serves every batch size of an M bucket. The tile configuration comes from a heuristic per (arch, M
-// bucket, N, K, dtype, epilogue); with KJIT_TUNE=1 kjit times the candidates once and keeps the fastest on disk
-// (kjit::Choices), where KJIT_RECORD records it, `kjit warm` installs it and strict mode replays it.
+// for float32 (TF32: the caller checks that the user allows it) and on every other architecture. The wgmma kernel
+// splits K across blocks where its tiles are too few for the multiprocessors (gemm.cuh's split: kMmaSplitK). N and K
+// are template arguments (through the shape policy: past KJIT_MAX_SPECIALIZATIONS distinct values, the generic
+// variant), M a runtime one: one kernel serves every batch size of an M bucket. The tile configuration comes from a
+// heuristic per (arch, M bucket, N, K, dtype, epilogue); with KJIT_TUNE=1 kjit times the candidates once and keeps the
+// fastest on disk (kjit::Choices), where KJIT_RECORD records it, `kjit warm` installs it and strict mode replays it.
 #pragma once
 
 #include <cstdint>
