@@ -12,12 +12,10 @@ once before timing. Beside each figure, the floor of reading the weight once at 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import os
 
-from . import machine, stats
+from . import machine, report, stats
 
 CALLS = 20  # per graph
 # (name, op, C, O, KW, L, kwargs)
@@ -33,19 +31,6 @@ SHAPES = [
 BATCHES = (1, 64)
 DTYPES = ("bfloat16", "float32")
 HBM_GBPS = 4800.0  # H200
-
-
-def _graph_ms(fn, quick: bool) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn()
-    t = stats.gpu_ms(g.replay, warmup=3, reps=5 if quick else 15, inner=3 if quick else 10)
-    return t["median"] / CALLS
 
 
 def run(quick: bool = False) -> dict:
@@ -70,8 +55,8 @@ def run(quick: bool = False) -> dict:
                 want = peer(x.double(), w.double(), b.double(), **kwargs)
                 got = mine(x, w, b, **kwargs)
                 err = ((got.double() - want).abs().max() / want.abs().max()).item()
-                t_kjit = _graph_ms(functools.partial(mine, x, w, b, **kwargs), quick)
-                t_peer = _graph_ms(functools.partial(peer, x, w, b, **kwargs), quick)
+                t_kjit = stats.graph_call_ms(functools.partial(mine, x, w, b, **kwargs), CALLS, quick)
+                t_peer = stats.graph_call_ms(functools.partial(peer, x, w, b, **kwargs), CALLS, quick)
                 floor_ms = w.numel() * w.element_size() / (HBM_GBPS * 1e6)
                 points.append(
                     dict(
@@ -113,19 +98,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    res = run(args.quick)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{res['date']}-{machine.gpu_slug(res['machine'].get('gpu'))}-conv1d")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(markdown(res))
-    print(markdown(res))
-    return 0
+    return report.standalone_main(argv, __doc__, "conv1d", run, markdown)
 
 
 if __name__ == "__main__":

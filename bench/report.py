@@ -9,6 +9,7 @@ are speeds (kjit TFLOP/s over the peer's), as the rule says.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -34,6 +35,23 @@ def write_json(result: dict, path: str) -> str:
         f.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def standalone_main(argv, doc: str, name: str, run, markdown) -> int:
+    """The main() of a bench run on its own (python -m kjit.bench.NAME [--out DIR] [--quick]): run(quick), then
+    <date>-<gpu>-NAME.json and .md in DIR, the Markdown printed."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    res = run(args.quick)
+    stem = os.path.join(args.out, f"{res['date']}-{machine.gpu_slug(res['machine'].get('gpu'))}-{name}")
+    write_json(res, stem + ".json")
+    md = markdown(res)
+    with open(stem + ".md", "w") as f:
+        f.write(md)
+    print(md)
+    return 0
 
 
 def load_json(path: str) -> dict:

@@ -89,6 +89,21 @@ def wall_us(fns: dict, calls: int, reps: int, warmup: int = 20, sync=None) -> di
     return {name: summarize(s) for name, s in samples.items()}
 
 
+def graph_call_ms(fn, calls: int, quick: bool) -> float:
+    """GPU milliseconds per call of fn with the CPU out of the way: `calls` calls captured in one CUDA graph
+    (after one eager call), the graph replayed (gpu_ms's median), divided by `calls`."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    t = gpu_ms(g.replay, warmup=3, reps=5 if quick else 15, inner=3 if quick else 10)
+    return t["median"] / calls
+
+
 def gpu_ms(fn, warmup: int, reps: int, inner: int = 10) -> dict:
     """GPU milliseconds per call: CUDA events around `inner` back-to-back calls (so that the CPU cost of
     launching one call overlaps the GPU work of the previous one, as in a real workload, instead of

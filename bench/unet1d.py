@@ -15,13 +15,12 @@ eager's block in a graph. Writes JSON and Markdown.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
 import sys
 
-from . import machine, stats
+from . import machine, report, stats
 
 CALLS = 20  # blocks per graph
 HBM_GBPS = 4800.0  # H200
@@ -56,19 +55,6 @@ def _example():
     return mod
 
 
-def _graph_ms(fn, quick: bool) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn()
-    t = stats.gpu_ms(g.replay, warmup=3, reps=5 if quick else 15, inner=3 if quick else 10)
-    return t["median"] / CALLS
-
-
 def blocks(ex, quick: bool) -> list[dict]:
     import torch
 
@@ -82,8 +68,8 @@ def blocks(ex, quick: bool) -> list[dict]:
                 want = block(x)
                 got = block.kjit(x)
                 err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
-                t_kjit = _graph_ms(lambda block=block, x=x: block.kjit(x), quick)
-                t_eager = _graph_ms(lambda block=block, x=x: block(x), quick)
+                t_kjit = stats.graph_call_ms(lambda block=block, x=x: block.kjit(x), CALLS, quick)
+                t_eager = stats.graph_call_ms(lambda block=block, x=x: block(x), CALLS, quick)
                 w = block.conv.weight
                 points.append(
                     dict(
@@ -167,19 +153,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    res = run(args.quick)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{res['date']}-{machine.gpu_slug(res['machine'].get('gpu'))}-unet1d")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(markdown(res))
-    print(markdown(res))
-    return 0
+    return report.standalone_main(argv, __doc__, "unet1d", run, markdown)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,17 @@ __device__ __forceinline__ void for_each_acc(F f) {
         for (int q = 0; q < 4; ++q) f(s, i, j, q);
 }
 
+// f(s, i, j, frag) for every accumulator fragment (s, i, j) of a warp, frag its index in that order, fully unrolled.
+template <int SETS, int MI, int NI, typename F>
+__device__ __forceinline__ void for_each_fragment(F f) {
+#pragma unroll
+  for (int s = 0; s < SETS; ++s)
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) f(s, i, j, (s * MI + i) * NI + j);
+}
+
 // The most m16 slabs (a divisor of MI) the epilogue can stage at once in SMEM bytes, SLAB bytes each.
 template <int MI, int SLAB, int SMEM>
 __host__ __device__ constexpr int slabs_per_pass() {
@@ -367,15 +378,10 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     float4* slots = reinterpret_cast<float4*>(partials) + tile * splits * FRAGS * GROUP_THREADS + tid % GROUP_THREADS;
     if (kg == 0) {
       float4* mine = slots + part * FRAGS * GROUP_THREADS;
-#pragma unroll
-      for (int s = 0; s < SETS; ++s)
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) {
-            const float* q = acc[s][i][j];
-            __stcg(mine + ((s * MI + i) * NI + j) * GROUP_THREADS, make_float4(q[0], q[1], q[2], q[3]));
-          }
+      g::for_each_fragment<SETS, MI, NI>([&](int s, int i, int j, int f) {
+        const float* q = acc[s][i][j];
+        __stcg(mine + f * GROUP_THREADS, make_float4(q[0], q[1], q[2], q[3]));
+      });
     }
     __threadfence();
     __syncthreads();
@@ -390,16 +396,11 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 #pragma unroll 1
       for (int p = 0; p < splits; ++p) {  // one unrolled body, not one loop per register (compile time)
         const float4* from = slots + p * FRAGS * GROUP_THREADS;
-#pragma unroll
-        for (int s = 0; s < SETS; ++s)
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j) {
-              const float4 v = __ldcg(from + ((s * MI + i) * NI + j) * GROUP_THREADS);
-              float* q = acc[s][i][j];
-              q[0] += v.x, q[1] += v.y, q[2] += v.z, q[3] += v.w;
-            }
+        g::for_each_fragment<SETS, MI, NI>([&](int s, int i, int j, int f) {
+          const float4 v = __ldcg(from + f * GROUP_THREADS);
+          float* q = acc[s][i][j];
+          q[0] += v.x, q[1] += v.y, q[2] += v.z, q[3] += v.w;
+        });
       }
     }
   }
