@@ -9,25 +9,31 @@
 
 namespace kjit {
 namespace {
+// The outcome of the one load, published once and read without a lock from then on: the driver (never
+// destroyed: kernels and background threads use it until exit), else why it failed (not retried). No lock
+// is taken once either is set, and none while an exception is thrown: a fork (a DataLoader) while another
+// thread held a lock here gave a child whose first compile waited for that lock forever (a GPU-less
+// machine asks for the driver on every compile, and the failure was thrown with the lock held).
 std::atomic<const DriverLibrary*> g_driver{nullptr};
-}
+std::atomic<const DriverError*> g_failure{nullptr};
+}  // namespace
 
 const DriverLibrary& DriverLibrary::get() {
   if (auto* d = g_driver.load(std::memory_order_acquire)) return *d;
-  static std::mutex mu;
-  static std::unique_ptr<DriverLibrary> instance;
-  static std::unique_ptr<DriverError> failure;  // a driver that failed to load is not retried
-  std::lock_guard<std::mutex> lock(mu);
-  if (instance) return *instance;
-  if (failure) throw *failure;
-  try {
-    instance = load();
-  } catch (const DriverError& e) {
-    failure = std::make_unique<DriverError>(e);
-    throw;
+  if (auto* f = g_failure.load(std::memory_order_acquire)) throw *f;
+  {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!g_driver.load(std::memory_order_acquire) && !g_failure.load(std::memory_order_acquire)) {
+      try {
+        g_driver.store(load().release(), std::memory_order_release);
+      } catch (const DriverError& e) {
+        g_failure.store(new DriverError(e), std::memory_order_release);
+      }
+    }
   }
-  g_driver.store(instance.get(), std::memory_order_release);
-  return *instance;
+  if (auto* d = g_driver.load(std::memory_order_acquire)) return *d;
+  throw *g_failure.load(std::memory_order_acquire);
 }
 
 std::unique_ptr<DriverLibrary> DriverLibrary::load() {

@@ -1,7 +1,10 @@
 #include "kjit/engine.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <optional>
 
 #include "cache_keys.hpp"
@@ -44,9 +47,43 @@ Engine& Engine::global() {
   static Engine* engine = [] {  // never destroyed: used until exit
     auto* e = new Engine(kjit::settings());
     made_global.store(e);
+    ::pthread_atfork(&Engine::lock_for_fork, &Engine::unlock_after_fork_in_parent, &Engine::unlock_after_fork_in_child);
     return e;
   }();
   return *engine;
+}
+
+// In the order the engine nests them (the flights' lock before the table's); the others are taken alone,
+// and none is held while a thread waits for anything else (Python's GIL included: the forking thread may
+// hold it). A child drops the flights its parent's threads led as it meets them (SingleFlight::claim).
+void Engine::lock_for_fork() noexcept {
+  Engine* e = made_global.load();
+  e->flights_->lock_for_fork();
+  e->table_mu_.lock();
+  e->family_mu_.lock();
+  e->ahead_mu_.lock();
+  e->stats_.lock_for_fork();
+}
+
+void Engine::unlock_after_fork_in_parent() noexcept {
+  Engine* e = made_global.load();
+  e->stats_.unlock_after_fork();
+  e->ahead_mu_.unlock();
+  e->family_mu_.unlock();
+  e->table_mu_.unlock();
+  e->flights_->unlock_after_fork();
+}
+
+// The child's one thread has a thread id of its own, which the table's read-write lock, held for writing by
+// the parent's forking thread, would not take for its writer's (an unlock would count a reader off): that
+// lock is made anew, held by nobody. The mutexes unlock as they are.
+void Engine::unlock_after_fork_in_child() noexcept {
+  Engine* e = made_global.load();
+  e->stats_.unlock_after_fork();
+  e->ahead_mu_.unlock();
+  e->family_mu_.unlock();
+  new (&e->table_mu_) std::shared_mutex;
+  e->flights_->unlock_after_fork();
 }
 
 Engine* Engine::global_if_made() noexcept { return made_global.load(); }

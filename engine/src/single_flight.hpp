@@ -3,10 +3,13 @@
 // compiling it again (between processes the stores' per-key lock and lease do this: StoreChain).
 #pragma once
 
+#include <unistd.h>
+
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "kjit/cache/cache_key.hpp"
 #include "kjit/cache/entry.hpp"
@@ -21,6 +24,7 @@ class SingleFlight {
   // nothing: its waiters resolve on their own, each getting its own exception (one exception object
   // rethrown in many threads would be destroyed by whichever lets go last).
   struct Flight {
+    pid_t leader_pid = ::getpid();  // the process whose thread leads it (see claim)
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
@@ -41,7 +45,9 @@ class SingleFlight {
 
   // Under the flights' lock: `look()` first (the caller's last look at its table, closing the gap between
   // its first look and the claim; true stops the claim), then the flight for `id`, else (when
-  // `may_lead`) a new one led by the caller. Nothing of the three: resolve without sharing.
+  // `may_lead`) a new one led by the caller. Nothing of the three: resolve without sharing. A flight led
+  // in another process is a forked child's copy of its parent's: its leader, a thread of the parent, never
+  // lands it here, so it is dropped (waiting for it hung the child's first call for that key).
   template <typename Look>
   Claim claim(const cache::CacheKey& id, bool may_lead, Look&& look) {
     Claim c;
@@ -51,6 +57,11 @@ class SingleFlight {
       return c;
     }
     auto it = flights_.find(id);
+    if (it != flights_.end() && it->second->leader_pid != ::getpid()) {
+      orphans_.push_back(std::move(it->second));
+      flights_.erase(it);
+      it = flights_.end();
+    }
     if (it != flights_.end()) {
       c.wait = it->second;
     } else if (may_lead) {
@@ -73,9 +84,16 @@ class SingleFlight {
     flight.cv.notify_all();
   }
 
+  // Engine's fork handlers: held across a fork, so that no child gets it held by a thread it does not have.
+  void lock_for_fork() noexcept { mu_.lock(); }
+  void unlock_after_fork() noexcept { mu_.unlock(); }
+
  private:
   std::mutex mu_;  // taken before the engine's table lock where both are held
   std::unordered_map<cache::CacheKey, std::shared_ptr<Flight>, cache::CacheKeyHash> flights_;
+  // A forked child's dropped copies of its parent's flights, kept as they are: the condition variable of
+  // one may count waiters (threads of the parent), and destroying it would wait for them.
+  std::vector<std::shared_ptr<Flight>> orphans_;
 };
 
 }  // namespace kjit

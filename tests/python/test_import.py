@@ -251,13 +251,35 @@ def test_a_fork_during_the_preload_leaves_a_child_that_can_compile(run_py):
     assert "parent compiled: True" in r.stdout, r
 
 
+# The forked children of the tests below: forked(body, alarm) runs body() in a child forked now and returns
+# its exit code: 0 when body() returned true, 3 when false, 4 when it raised, -14 when its alarm killed it.
+FORKED = textwrap.dedent(
+    """
+    import os, signal
+
+    def forked(body, alarm):
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(alarm)
+            try:
+                os._exit(0 if body() else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+    """
+)
+
+
 def test_children_forked_while_another_thread_compiles_can_compile(run_py):
     # Hostile review 3, item 3: os.fork() (a DataLoader, multiprocessing's fork start method) while another
     # thread was inside NVRTC gave a child whose first compile waited forever. Forks now wait for the compiles
     # in flight: each child compiles (a child that hangs is killed by its alarm, and says so in the list).
     r = run_py(
-        """
-        import os, signal, threading, kjit
+        FORKED
+        + textwrap.dedent(
+            """
+        import threading, kjit
         src = 'template <int K> __global__ void k(float* y) { y[threadIdx.x] = K; }'
         family = kjit.Template(src, name='busy.cu').kernel('k')
         compiled, done = [0], threading.Event()
@@ -276,21 +298,65 @@ def test_children_forked_while_another_thread_compiles_can_compile(run_py):
             seen = compiled[0]
             while compiled[0] == seen:  # right after a compile ended, so that the next one is under way
                 pass
-            pid = os.fork()
-            if pid == 0:
-                signal.alarm(30)
-                try:
-                    k = kjit.Template('__global__ void c(float* y) { y[0] = %d; }' % i, name='child.cu').kernel('c')
-                    os._exit(0 if k.specialize(arch='sm_90').origin == 'compiled' else 3)
-                except BaseException:
-                    os._exit(4)
-            _, status = os.waitpid(pid, 0)
-            ends.append(os.waitstatus_to_exitcode(status))
+            src_i = '__global__ void c(float* y) { y[0] = %d; }' % i
+            child = lambda: kjit.Template(src_i, name='child.cu').kernel('c').specialize(arch='sm_90').origin == 'compiled'
+            ends.append(forked(child, 30))
         done.set()
         t.join()
         print('children:', ends)
-    """,
+    """
+        ),
         env={"KJIT_CACHE_MODE": "off"},
         timeout=300,
     )
     assert "children: [0, 0, 0, 0, 0, 0, 0, 0]" in r.stdout, r
+
+
+def test_children_forked_while_another_thread_loads_kernels_load_and_compile(run_py):
+    # A child forked while another thread was inside one of kjit's locks got it held by a thread the child
+    # does not have, and waited for it forever: the driver's (a GPU-less machine looks the driver up on every
+    # resolution, and threw its failure with the lock held: the test above hung so once in CI), the
+    # engine's table and flights (a key another thread was loading: the child waited for that thread's
+    # flight). Here another thread loads kernels from the disk cache back to back, the GIL let go, while
+    # the main thread forks 300 children that load some of them and of another template, and compile one
+    # in 25. Before the fix about 1 fork in 40 hung; each child has 20 s.
+    r = run_py(
+        FORKED
+        + textwrap.dedent(
+            """
+        import threading, kjit
+        busy = kjit.Template('template <int K> __global__ void k(float* y) { y[threadIdx.x] = K; }', name='busy.cu').kernel('k')
+        other = kjit.Template('template <int K> __global__ void c(float* y) { y[0] = K; }', name='other.cu').kernel('c')
+        for k in range(8):
+            busy.specialize(arch='sm_90', K=k)  # onto the disk cache
+            other.specialize(arch='sm_90', K=k)
+        done = threading.Event()
+
+        def load():
+            while not done.is_set():
+                kjit.clear_memory()
+                for k in range(8):
+                    busy.specialize(arch='sm_90', K=k)
+
+        t = threading.Thread(target=load)
+        t.start()
+        ends = []
+
+        def child(i):
+            busy.specialize(arch='sm_90', K=i % 8)
+            other.specialize(arch='sm_90', K=i % 8)
+            if i % 25:
+                return True
+            k = kjit.Template('__global__ void n(float* y) { y[0] = %d; }' % i, name='new.cu').kernel('n')
+            return k.specialize(arch='sm_90').origin == 'compiled'
+
+        for i in range(300):
+            ends.append(forked(lambda: child(i), 20))
+        done.set()
+        t.join()
+        print('children that failed:', [(i, e) for i, e in enumerate(ends) if e])
+    """
+        ),
+        timeout=900,
+    )
+    assert "children that failed: []" in r.stdout, r

@@ -122,6 +122,14 @@ class Engine {
   void clear_memory();
 
  private:
+  // pthread_atfork handlers of the global engine: a fork waits for the threads inside the engine's locks (the
+  // flights', the table's, the families', the ahead-of-use keys', the per-kernel stats'), which its forking
+  // thread holds across it, so that no child inherits one held by a thread the child does not have (its
+  // next use would wait forever: a child forked while another thread loaded kernels hung so).
+  static void lock_for_fork() noexcept;
+  static void unlock_after_fork_in_parent() noexcept;
+  static void unlock_after_fork_in_child() noexcept;
+
   using Table = std::unordered_map<cache::CacheKey, std::shared_ptr<const SpecializedKernel>, cache::CacheKeyHash>;
   // The entry for one of `keys` from the stores, else compiled into them (strict mode: CacheMissError).
   cache::Entry obtain_entry(const Specialization& spec, const Target& target,

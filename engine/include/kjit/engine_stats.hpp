@@ -61,6 +61,9 @@ class StatsBook {
   // At least 1 (the kOtherKernels entry: kjit::ValueError otherwise); applies to kernels seen from now on.
   void set_kernel_limit(std::size_t limit);
   void reset();
+  // The engine's fork handlers: held across a fork (Engine::lock_for_fork).
+  void lock_for_fork() noexcept { kernels_mu_.lock(); }
+  void unlock_after_fork() noexcept { kernels_mu_.unlock(); }
 
  private:
   KernelStats& kernel_for(const std::string& name_expression);  // under kernels_mu_
